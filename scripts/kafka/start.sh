@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# Start a single-node Apache Kafka broker (KRaft, combined broker+controller)
+# in the foreground:
+#
+#   scripts/kafka/start.sh <port> <data-dir>
+#
+# - clients connect to PLAINTEXT://127.0.0.1:<port>
+# - the KRaft controller listens on 127.0.0.1:${KAFKA_CONTROLLER_PORT:-<port>+1}
+# - <data-dir> gets server.properties, log4j2.properties, server.log (all broker
+#   logging), format.log and data/ (the partitions and the metadata log).
+#   An unformatted data-dir is formatted with a fresh cluster id
+#   (KAFKA_CLUSTER_ID to choose one); an already formatted one is reused as is.
+# - the script ends by exec'ing the JVM, so its pid is the broker's: stop it with
+#   SIGTERM (clean shutdown, a few seconds) or SIGKILL.
+#
+# Environment (all optional):
+#   KAFKA_HOME                 where fetch.sh put libs/ (default <repo>/target/kafka)
+#   KAFKA_CONTROLLER_PORT      controller port (default <port>+1)
+#   KAFKA_CLUSTER_ID           cluster id used when formatting (default: random)
+#   KAFKA_HEAP_OPTS            default "-Xms256m -Xmx512m"
+#   KAFKA_JVM_PERFORMANCE_OPTS default: G1 settings as in Kafka's own scripts
+#   KAFKA_OPTS                 extra JVM options
+#   KAFKA_EXTRA_PROPERTIES     extra lines appended to server.properties (they win)
+#   JAVA_HOME                  java to use (default: java on PATH); needs Java 17+
+set -euo pipefail
+
+usage() {
+  echo "usage: $0 <port> <data-dir>" >&2
+  exit 2
+}
+[ "$#" -eq 2 ] || usage
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+REPO_ROOT="$(cd "${SCRIPT_DIR}/../.." && pwd)"
+export KAFKA_HOME="${KAFKA_HOME:-${REPO_ROOT}/target/kafka}"
+LIBS="${KAFKA_HOME}/libs"
+
+PORT="$1"
+CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$(( PORT + 1 ))}"
+for p in "${PORT}" "${CONTROLLER_PORT}"; do
+  case "${p}" in
+    ''|*[!0-9]*) echo "start.sh: '${p}' is not a port number" >&2; usage ;;
+  esac
+  if [ "${p}" -lt 1 ] || [ "${p}" -gt 65535 ]; then
+    echo "start.sh: port ${p} out of range" >&2
+    exit 2
+  fi
+done
+if [ "${PORT}" = "${CONTROLLER_PORT}" ]; then
+  echo "start.sh: the broker and controller ports must differ (both ${PORT})" >&2
+  exit 2
+fi
+
+port_in_use() {
+  # A connect succeeds only when something listens there.
+  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+for p in "${PORT}" "${CONTROLLER_PORT}"; do
+  if port_in_use "${p}"; then
+    echo "start.sh: 127.0.0.1:${p} is already in use" >&2
+    exit 1
+  fi
+done
+
+mkdir -p "$2"
+DATA_DIR="$(cd "$2" && pwd)"
+LOG_DIRS="${DATA_DIR}/data"
+
+# Make sure the jars are there (a no-op taking a few ms when they are).
+"${SCRIPT_DIR}/fetch.sh" >&2
+
+if [ -n "${JAVA_HOME:-}" ]; then
+  JAVA="${JAVA_HOME}/bin/java"
+else
+  JAVA="java"
+fi
+
+cat >"${DATA_DIR}/log4j2.properties" <<'EOF'
+# Broker logging: everything goes to ${sys:kafka.logs.dir}/server.log
+# (kafka.logs.dir is set to the data dir by start.sh).
+status = warn
+name = kafka-local
+# Kafka logs its own shutdown from a JVM shutdown hook; keep log4j alive for it.
+shutdownHook = disable
+
+appender.server.type = RollingFile
+appender.server.name = SERVER
+appender.server.fileName = ${sys:kafka.logs.dir}/server.log
+appender.server.filePattern = ${sys:kafka.logs.dir}/server.log.%i
+appender.server.append = true
+appender.server.layout.type = PatternLayout
+appender.server.layout.pattern = [%d] %p %m (%c)%n
+appender.server.policies.type = Policies
+appender.server.policies.size.type = SizeBasedTriggeringPolicy
+appender.server.policies.size.size = 100MB
+appender.server.strategy.type = DefaultRolloverStrategy
+appender.server.strategy.max = 2
+
+rootLogger.level = INFO
+rootLogger.appenderRef.server.ref = SERVER
+
+# Noisy packages.
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.statechange.name = state.change.logger
+logger.statechange.level = WARN
+logger.authorizer.name = kafka.authorizer.logger
+logger.authorizer.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+logger.cleaner2.name = org.apache.kafka.storage.internals.log.LogCleaner
+logger.cleaner2.level = WARN
+logger.clients.name = org.apache.kafka.clients
+logger.clients.level = WARN
+logger.metrics.name = org.apache.kafka.common.metrics
+logger.metrics.level = WARN
+logger.appinfo.name = org.apache.kafka.common.utils.AppInfoParser
+logger.appinfo.level = WARN
+# The full config dump (~400 lines, repeated 5 times per start); the effective
+# settings are in server.properties next to this file.
+logger.configdump.name = org.apache.kafka.common.config.AbstractConfig
+logger.configdump.level = WARN
+EOF
+
+cat >"${DATA_DIR}/server.properties" <<EOF
+# Written by scripts/kafka/start.sh; rewritten on every start.
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=127.0.0.1:${CONTROLLER_PORT}
+listeners=PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}
+advertised.listeners=PLAINTEXT://127.0.0.1:${PORT}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+
+log.dirs=${LOG_DIRS}
+
+# Single node: everything has one replica.
+num.partitions=1
+default.replication.factor=1
+min.insync.replicas=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+
+auto.create.topics.enable=false
+delete.topic.enable=true
+group.initial.rebalance.delay.ms=0
+group.min.session.timeout.ms=6000
+
+# Small footprint for a 2-core test machine.
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+background.threads=4
+log.segment.bytes=16777216
+log.index.size.max.bytes=1048576
+log.retention.hours=24
+log.cleaner.threads=1
+log.cleaner.dedupe.buffer.size=16777216
+EOF
+if [ -n "${KAFKA_EXTRA_PROPERTIES:-}" ]; then
+  {
+    echo
+    echo "# From KAFKA_EXTRA_PROPERTIES"
+    printf '%s\n' "${KAFKA_EXTRA_PROPERTIES}"
+  } >>"${DATA_DIR}/server.properties"
+fi
+
+# shellcheck disable=SC2206 # the *_OPTS variables are word-split on purpose
+HEAP_OPTS=(${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m})
+# shellcheck disable=SC2206
+PERF_OPTS=(${KAFKA_JVM_PERFORMANCE_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true})
+# shellcheck disable=SC2206
+EXTRA_OPTS=(${KAFKA_OPTS:-})
+LOG_OPTS=("-Dlog4j2.configurationFile=${DATA_DIR}/log4j2.properties" "-Dkafka.logs.dir=${DATA_DIR}")
+CP="${LIBS}/*"
+
+gen_cluster_id() {
+  # Same shape as org.apache.kafka.common.Uuid.randomUuid(): 16 random bytes,
+  # URL-safe base64 without padding, never starting with '-'.
+  local id
+  while :; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    case "${id}" in
+      -*|AAAAAAAAAAAAAAAAAAAAAA|AAAAAAAAAAAAAAAAAAAAAQ) continue ;;
+    esac
+    echo "${id}"
+    return
+  done
+}
+
+if [ -f "${LOG_DIRS}/meta.properties" ]; then
+  echo "start.sh: ${LOG_DIRS} is already formatted; reusing it." >&2
+else
+  CLUSTER_ID="${KAFKA_CLUSTER_ID:-$(gen_cluster_id)}"
+  echo "start.sh: formatting ${LOG_DIRS} (cluster id ${CLUSTER_ID}, standalone KRaft quorum)" >&2
+  if ! "${JAVA}" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${LOG_OPTS[@]}" -cp "${CP}" kafka.tools.StorageTool format \
+        --config "${DATA_DIR}/server.properties" \
+        --cluster-id "${CLUSTER_ID}" \
+        --standalone >"${DATA_DIR}/format.log" 2>&1; then
+    echo "start.sh: formatting the storage failed:" >&2
+    cat "${DATA_DIR}/format.log" >&2
+    exit 1
+  fi
+fi
+
+echo "start.sh: starting Kafka on 127.0.0.1:${PORT} (controller 127.0.0.1:${CONTROLLER_PORT}); log in ${DATA_DIR}/server.log" >&2
+exec "${JAVA}" "${HEAP_OPTS[@]}" "${PERF_OPTS[@]}" "${LOG_OPTS[@]}" "${EXTRA_OPTS[@]}" \
+  -cp "${CP}" kafka.Kafka "${DATA_DIR}/server.properties"

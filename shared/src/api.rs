@@ -1,0 +1,161 @@
+//! JSON bodies between the gateway and the nodes (and for operators reading them).
+
+use crate::protocol::DrainReason;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A node's own view of its lifecycle, as reported by `GET /health`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeState {
+    /// The process answers but is not serving (it has not caught up, or a full drain ended).
+    Up,
+    /// Caught up, in the broadcast group, accepting sessions.
+    Healthy,
+    /// Handing its sessions over: new handshakes get 503.
+    Draining,
+}
+
+/// Progress of the catch-up replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatchupStatus {
+    /// No start-recovery received yet (or since the last full drain).
+    Idle,
+    /// Replaying: positions are moving towards the targets.
+    Running,
+    /// Every partition's position reached its target.
+    Completed,
+    /// The replay failed (the node stays not ready; a new start-recovery retries).
+    Failed,
+}
+
+/// The `catchup` object of `/health`. Offsets are keyed by partition number.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatchupReport {
+    pub status: CatchupStatus,
+    /// High watermark (next offset to be written) of each partition when recovery started.
+    pub target_offsets: BTreeMap<i32, i64>,
+    /// Offset of the last record consumed per partition (absent: none consumed in this replay).
+    pub last_consumed_offsets: BTreeMap<i32, i64>,
+    /// Records replayed (applied or dropped as duplicates) in this replay.
+    pub replay_count: u64,
+    /// Why the last replay failed, when `status` is `failed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Body of a node's `GET /health` (always 200 while the process answers).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeHealth {
+    pub node_id: String,
+    pub state: NodeState,
+    /// Always true in an answer (a node that does not answer is DOWN in the gateway's view).
+    pub up: bool,
+    /// Accepting sessions: caught up, broadcast consumer running and not stalled, not draining.
+    pub ready: bool,
+    pub draining: bool,
+    /// Partitions the broadcast consumer currently owns (sorted).
+    pub assigned_partitions: Vec<i32>,
+    /// Partitions of the topic (what the node's partitioner divides by).
+    pub partition_count: u32,
+    /// Open WebSocket sessions.
+    pub sessions: usize,
+    pub catchup: CatchupReport,
+}
+
+/// Body of `POST /admin/drain` on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    pub reason: DrainReason,
+    /// Grace period before the remaining sessions are force-closed (ms). Default 3000.
+    #[serde(default = "default_grace_ms")]
+    pub grace_ms: u64,
+    /// Drain only the sessions of these partitions' canvases. Absent: drain the whole node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<Vec<i32>>,
+}
+
+/// Default drain grace period, ms (the brief: 3 s).
+pub const DEFAULT_GRACE_MS: u64 = 3000;
+/// Longest grace period a drain accepts, ms.
+pub const MAX_GRACE_MS: u64 = 60_000;
+
+fn default_grace_ms() -> u64 {
+    DEFAULT_GRACE_MS
+}
+
+/// Answer of `POST /admin/drain`, sent when the drain is over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DrainReport {
+    pub reason: DrainReason,
+    /// `None`: the whole node was drained.
+    pub partitions: Option<Vec<i32>>,
+    /// Sessions that got the reconnect notice.
+    pub notified_sessions: usize,
+    /// Sessions still open after the grace period, closed with 1012.
+    pub force_closed_sessions: usize,
+    /// Time from start to end of the drain, ms.
+    pub duration_ms: u64,
+}
+
+/// Answer of `POST /admin/start-recovery`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecoveryAck {
+    /// `started`, `already_running` or `already_ready`.
+    pub outcome: String,
+    pub catchup: CatchupReport,
+}
+
+/// The stable error body of every 4xx/5xx the fleet's HTTP APIs answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Machine-readable code, e.g. `invalid_field`, `not_ready`.
+    pub error: String,
+    /// What was wrong, for a human.
+    pub message: String,
+    /// The offending field, when one input field was at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drain_request_defaults_and_rejects_unknown_fields() {
+        let r: DrainRequest = serde_json::from_str(r#"{"reason":"MAINTENANCE"}"#).unwrap();
+        assert_eq!(r.grace_ms, 3000);
+        assert_eq!(r.partitions, None);
+        assert!(serde_json::from_str::<DrainRequest>(r#"{"reason":"MAINTENANCE","x":1}"#).is_err());
+        assert!(serde_json::from_str::<DrainRequest>(r#"{"reason":"nope"}"#).is_err());
+    }
+
+    #[test]
+    fn health_round_trip_uses_documented_names() {
+        let h = NodeHealth {
+            node_id: "ws-1".into(),
+            state: NodeState::Healthy,
+            up: true,
+            ready: true,
+            draining: false,
+            assigned_partitions: vec![0, 2],
+            partition_count: 6,
+            sessions: 3,
+            catchup: CatchupReport {
+                status: CatchupStatus::Completed,
+                target_offsets: BTreeMap::from([(0, 3)]),
+                last_consumed_offsets: BTreeMap::from([(0, 2)]),
+                replay_count: 3,
+                error: None,
+            },
+        };
+        let json = serde_json::to_value(&h).unwrap();
+        assert_eq!(json["state"], "HEALTHY");
+        assert_eq!(json["catchup"]["status"], "completed");
+        assert_eq!(json["catchup"]["target_offsets"]["0"], 3);
+        assert_eq!(serde_json::from_value::<NodeHealth>(json).unwrap(), h);
+    }
+}

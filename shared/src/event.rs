@@ -1,0 +1,224 @@
+//! The Kafka record: key = canvas id (UTF-8 bytes), value = a [`PixelEvent`] as JSON.
+//!
+//! ```json
+//! {"canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":1764400000000}
+//! ```
+//!
+//! Versions are per canvas, contiguous and start at 1: version `n` is the `n`-th pixel change the
+//! publisher accepted for that canvas. Readers drop any version at or below the one they hold.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// Longest canvas id, in bytes.
+pub const CANVAS_ID_MAX_LEN: usize = 64;
+
+/// Why a canvas id was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CanvasIdError {
+    #[error("canvas id is empty")]
+    Empty,
+    #[error("canvas id is longer than {CANVAS_ID_MAX_LEN} bytes")]
+    TooLong,
+    #[error("canvas id may only contain A-Z, a-z, 0-9, '-' and '_'")]
+    BadChar,
+}
+
+/// A validated canvas id: 1 to 64 bytes of `[A-Za-z0-9_-]`.
+///
+/// The same rule is applied by the publisher (HTTP path), the nodes and the gateway (`/ws` query),
+/// so an id that reaches Kafka is always one a client can subscribe to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct CanvasId(String);
+
+impl CanvasId {
+    /// Validates `raw`.
+    ///
+    /// # Errors
+    /// [`CanvasIdError`] naming the rule that failed.
+    pub fn parse(raw: &str) -> Result<Self, CanvasIdError> {
+        if raw.is_empty() {
+            return Err(CanvasIdError::Empty);
+        }
+        if raw.len() > CANVAS_ID_MAX_LEN {
+            return Err(CanvasIdError::TooLong);
+        }
+        if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return Err(CanvasIdError::BadChar);
+        }
+        Ok(Self(raw.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for CanvasId {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        CanvasId::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for CanvasId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for CanvasId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An RGB colour, written `#rrggbb` on the wire (lowercase when we write it; either case accepted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Color(pub [u8; 3]);
+
+/// A colour that is not `#rrggbb`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("colour must be \"#rrggbb\" (six hex digits after '#')")]
+pub struct ColorError;
+
+impl Color {
+    /// White, the colour of a pixel nobody painted.
+    pub const WHITE: Color = Color([0xff, 0xff, 0xff]);
+
+    /// Parses `#rrggbb` (hex digits in either case).
+    ///
+    /// # Errors
+    /// [`ColorError`] for anything else (no `#`, wrong length, non-hex digits).
+    pub fn parse(raw: &str) -> Result<Self, ColorError> {
+        let hex_digits = raw.strip_prefix('#').ok_or(ColorError)?;
+        if hex_digits.len() != 6 {
+            return Err(ColorError);
+        }
+        let mut rgb = [0u8; 3];
+        hex::decode_to_slice(hex_digits, &mut rgb).map_err(|_| ColorError)?;
+        Ok(Color(rgb))
+    }
+}
+
+impl fmt::Display for Color {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", hex::encode(self.0))
+    }
+}
+
+impl Serialize for Color {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Color {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = std::borrow::Cow::<str>::deserialize(d)?;
+        Color::parse(&raw).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One pixel change of one canvas: the value of a Kafka record and the body of an `event` frame.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PixelEvent {
+    /// The canvas this change belongs to (also the record key).
+    pub canvas: CanvasId,
+    /// Per-canvas version, contiguous from 1.
+    pub version: u64,
+    /// Column, 0-based, `< width`.
+    pub x: u32,
+    /// Row, 0-based, `< height`.
+    pub y: u32,
+    /// New colour of the pixel.
+    pub color: Color,
+    /// When the publisher accepted the change (Unix epoch, milliseconds).
+    pub published_at_ms: u64,
+}
+
+/// A record value that is not a [`PixelEvent`].
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("record has no value")]
+    Empty,
+    #[error("record value is not a pixel event: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl PixelEvent {
+    /// The record value: the event as compact JSON.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a PixelEvent always serialises")
+    }
+
+    /// Decodes a record value.
+    ///
+    /// # Errors
+    /// [`DecodeError`] when the value is missing or is not a valid event (bad canvas id, colour,
+    /// unknown field, ...). Readers log and skip such records: they were not written by the publisher.
+    pub fn from_record(value: Option<&[u8]>) -> Result<Self, DecodeError> {
+        let value = value.ok_or(DecodeError::Empty)?;
+        Ok(serde_json::from_slice(value)?)
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canvas_id_rules() {
+        assert!(CanvasId::parse("c1").is_ok());
+        assert!(CanvasId::parse("A-b_9").is_ok());
+        assert_eq!(CanvasId::parse(""), Err(CanvasIdError::Empty));
+        assert_eq!(CanvasId::parse(&"a".repeat(65)), Err(CanvasIdError::TooLong));
+        assert!(CanvasId::parse(&"a".repeat(64)).is_ok());
+        assert_eq!(CanvasId::parse("c 1"), Err(CanvasIdError::BadChar));
+        assert_eq!(CanvasId::parse("c/1"), Err(CanvasIdError::BadChar));
+        assert_eq!(CanvasId::parse("é"), Err(CanvasIdError::BadChar));
+    }
+
+    #[test]
+    fn colour_parses_and_prints_lowercase() {
+        assert_eq!(Color::parse("#FF0080"), Ok(Color([255, 0, 128])));
+        assert_eq!(Color([255, 0, 128]).to_string(), "#ff0080");
+        for bad in ["ff0000", "#ff000", "#ff00000", "#gg0000", "", "#"] {
+            assert_eq!(Color::parse(bad), Err(ColorError), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn event_json_round_trip_matches_the_documented_shape() {
+        let raw = r##"{"canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":1764400000000}"##;
+        let ev: PixelEvent = serde_json::from_str(raw).unwrap();
+        assert_eq!(ev.version, 13);
+        assert_eq!(ev.color, Color([255, 0, 0]));
+        assert_eq!(ev.to_json(), raw);
+        assert_eq!(PixelEvent::from_record(Some(raw.as_bytes())).unwrap(), ev);
+    }
+
+    #[test]
+    fn bad_records_are_errors_not_panics() {
+        assert!(matches!(PixelEvent::from_record(None), Err(DecodeError::Empty)));
+        for bad in [
+            "not json",
+            r##"{"canvas":"c 1","version":1,"x":0,"y":0,"color":"#000000","published_at_ms":0}"##,
+            r##"{"canvas":"c1","version":1,"x":0,"y":0,"color":"red","published_at_ms":0}"##,
+            r##"{"canvas":"c1","version":1,"x":0,"y":0,"color":"#000000","published_at_ms":0,"z":1}"##,
+        ] {
+            assert!(PixelEvent::from_record(Some(bad.as_bytes())).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Every Kafka client setting the fleet uses, built in one place.
+//!
+//! Setting names and meanings are librdkafka's (`CONFIGURATION.md` of librdkafka 2.12, bundled by
+//! `rdkafka` 0.39); where they mirror the Java client the Kafka documentation applies.
+
+use rdkafka::ClientConfig;
+use std::time::Duration;
+
+/// Default topic of pixel events.
+pub const DEFAULT_TOPIC: &str = "canvas-events";
+/// Default consumer group of the live (broadcast) consumers, shared by all nodes.
+pub const DEFAULT_BROADCAST_GROUP: &str = "ws-broadcast";
+
+/// Where the broker is and how fast group membership reacts.
+#[derive(Debug, Clone)]
+pub struct KafkaSettings {
+    /// `bootstrap.servers`: `host:port[,host:port...]`.
+    pub bootstrap: String,
+    /// `session.timeout.ms`: how long the group coordinator waits for a silent member (a killed
+    /// node) before its partitions move. Kafka's default is 45 s (KIP-735); brokers accept down to
+    /// `group.min.session.timeout.ms` = 6 s, which is our default so failover is quick.
+    pub session_timeout: Duration,
+    /// `heartbeat.interval.ms`: must be well below the session timeout (Kafka suggests ≤ 1/3).
+    pub heartbeat_interval: Duration,
+}
+
+impl KafkaSettings {
+    /// Settings with the fleet's default timings (6 s session, 1 s heartbeat).
+    pub fn new(bootstrap: impl Into<String>) -> Self {
+        Self {
+            bootstrap: bootstrap.into(),
+            session_timeout: Duration::from_secs(6),
+            heartbeat_interval: Duration::from_secs(1),
+        }
+    }
+
+    fn base(&self, client_id: &str) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.bootstrap)
+            .set("client.id", client_id)
+            // Loopback brokers and the mock cluster answer fast; do not wait long to notice a
+            // broker that went away.
+            .set("socket.connection.setup.timeout.ms", "10000")
+            .set("reconnect.backoff.max.ms", "2000");
+        c
+    }
+
+    /// The publisher's producer: `acks=all` and `enable.idempotence=true`, so an acknowledged
+    /// record is on every in-sync replica exactly once and records of a partition stay in order
+    /// across retries. `partitioner=murmur2_random` matches the Java client for keyed records (we
+    /// also pass the partition explicitly, computed by [`crate::partitioner`]).
+    /// `message.timeout.ms` bounds how long a publish may wait before it fails with 503.
+    pub fn producer(&self, client_id: &str, message_timeout: Duration) -> ClientConfig {
+        let mut c = self.base(client_id);
+        c.set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", "1")
+            .set("message.timeout.ms", message_timeout.as_millis().to_string());
+        c
+    }
+
+    /// A node's broadcast consumer in the shared group `group`.
+    ///
+    /// - `partition.assignment.strategy=cooperative-sticky` (KIP-429): a rebalance only revokes the
+    ///   partitions that move, so sessions of the others are not disturbed.
+    /// - `enable.auto.commit=false`: a node never starts from the group's committed offset; on every
+    ///   assignment it continues from its own state's position (see `ws-node`'s broadcast module).
+    /// - `enable.auto.offset.store=false`: nothing is committed behind our back.
+    pub fn broadcast_consumer(&self, group: &str, client_id: &str) -> ClientConfig {
+        let mut c = self.base(client_id);
+        c.set("group.id", group)
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
+            .set("heartbeat.interval.ms", self.heartbeat_interval.as_millis().to_string())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        c
+    }
+
+    /// A node's catch-up consumer: its own group id (so replay never joins or disturbs the
+    /// broadcast group), partitions assigned by hand with explicit start offsets, and
+    /// `auto.offset.reset=earliest` (a start before the log start means "from the log start").
+    pub fn catchup_consumer(&self, group: &str, client_id: &str) -> ClientConfig {
+        let mut c = self.base(client_id);
+        c.set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false")
+            // Replay reads whole batches; fetch more per request than live consumption needs.
+            .set("fetch.max.bytes", "52428800")
+            .set("max.partition.fetch.bytes", "10485760");
+        c
+    }
+
+    /// A plain reader (manual assignment, no commits): the publisher's head rebuild and tools.
+    pub fn reader(&self, client_id: &str) -> ClientConfig {
+        let mut c = self.base(client_id);
+        c.set("group.id", format!("{client_id}-reader"))
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("enable.partition.eof", "false");
+        c
+    }
+
+    /// An admin client (topic creation, metadata).
+    pub fn admin(&self, client_id: &str) -> ClientConfig {
+        self.base(client_id)
+    }
+}

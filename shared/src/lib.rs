@@ -1,0 +1,26 @@
+//! Types and helpers shared by every part of the fleet.
+//!
+//! The fleet is one writer (`core-publisher`) that appends versioned pixel events to a Kafka topic,
+//! WebSocket servers (`ws-node`) that rebuild canvas state from that log and fan events out, and a
+//! `gateway` that routes clients and runs the nodes' lifecycle. This crate holds what they must agree
+//! on:
+//!
+//! - [`event`]: the Kafka record (key = canvas id, value = [`event::PixelEvent`] as JSON) and colours;
+//! - [`canvas`]: the canvas model, its canonical bytes and SHA-256 hash;
+//! - [`protocol`]: WebSocket frames server → client, the `/ws` query and the close codes;
+//! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
+//! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
+//! - [`kafka`]: every Kafka client setting, built in one place;
+//! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
+
+pub mod api;
+pub mod canvas;
+pub mod event;
+pub mod kafka;
+pub mod partitioner;
+pub mod protocol;
+pub mod shutdown;
+pub mod telemetry;
+
+pub use canvas::{Canvas, CanvasDims};
+pub use event::{CanvasId, Color, PixelEvent};

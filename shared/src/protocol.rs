@@ -1,0 +1,190 @@
+//! The WebSocket protocol between a node (through the gateway) and a client.
+//!
+//! A client opens `GET /ws?canvas=<id>&since=<last version it applied>`. The server then sends JSON
+//! text frames ([`ServerMessage`]), in this order:
+//!
+//! 1. the backlog: the events after `since`, one `event` frame each, when it still holds them; a
+//!    `snapshot` otherwise, and always when `since=0` (the client has nothing: the snapshot gives it
+//!    a base and the canvas size);
+//! 2. live `event` frames, each version exactly once and in order;
+//! 3. possibly a `reconnect` notice (the node is draining): reconnect after `retry_after_ms` with
+//!    `since` = the last version applied, and the events continue where they stopped.
+//!
+//! Clients send nothing but control frames (ping/pong/close); text they send is ignored when it is
+//! well-formed JSON.
+//!
+//! Close codes are from RFC 6455 §7.4.1 and the IANA "WebSocket Close Code Number Registry"
+//! (RFC 6455 §11.7), see [`close`].
+
+use crate::event::PixelEvent;
+use serde::{Deserialize, Serialize};
+
+/// A frame from server to client (JSON text, tagged by `"type"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ServerMessage {
+    /// The whole canvas at `version`: `pixels` is base64 of the canonical bytes
+    /// (`width * height * 3` bytes, row-major RGB).
+    Snapshot {
+        canvas: String,
+        version: u64,
+        width: u32,
+        height: u32,
+        pixels: String,
+    },
+    /// One pixel change (the Kafka event's fields next to `"type":"event"`).
+    Event(PixelEvent),
+    /// The node is handing this session over: reconnect (through the gateway) after
+    /// `retry_after_ms` milliseconds plus jitter, with `since` = the last version applied.
+    Reconnect { reason: DrainReason, retry_after_ms: u64 },
+    /// Something the client should know before the server closes or ignores its input.
+    Error { code: String, message: String },
+}
+
+impl ServerMessage {
+    /// The frame as compact JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a ServerMessage always serialises")
+    }
+}
+
+/// Why sessions are being handed over. Written in `SCREAMING_SNAKE_CASE` on the wire and in logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum DrainReason {
+    /// The node that owned these canvases before a failure is healthy again (gateway failback).
+    FailbackToRecoveredServer,
+    /// Kafka's group assignment moved these partitions to another node (a rebalance).
+    PartitionsRevoked,
+    /// An operator takes the node out (`POST /api/fleet/nodes/{id}/drain`).
+    Maintenance,
+    /// The process is stopping (SIGTERM/SIGINT).
+    Shutdown,
+}
+
+impl DrainReason {
+    /// The wire/log spelling, e.g. `FAILBACK_TO_RECOVERED_SERVER`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DrainReason::FailbackToRecoveredServer => "FAILBACK_TO_RECOVERED_SERVER",
+            DrainReason::PartitionsRevoked => "PARTITIONS_REVOKED",
+            DrainReason::Maintenance => "MAINTENANCE",
+            DrainReason::Shutdown => "SHUTDOWN",
+        }
+    }
+}
+
+impl std::fmt::Display for DrainReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Query of `GET /ws`: `canvas` (a canvas id) and `since` (last version applied; 0 = nothing).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WsQuery {
+    pub canvas: String,
+    #[serde(default)]
+    pub since: u64,
+}
+
+/// WebSocket close codes the fleet sends, with their source.
+pub mod close {
+    /// 1000 Normal Closure (RFC 6455 §7.4.1).
+    pub const NORMAL: u16 = 1000;
+    /// 1001 Going Away: the server is shutting down (RFC 6455 §7.4.1).
+    pub const GOING_AWAY: u16 = 1001;
+    /// 1002 Protocol Error (RFC 6455 §7.4.1).
+    pub const PROTOCOL_ERROR: u16 = 1002;
+    /// 1003 Unsupported Data, e.g. a binary frame where only text is accepted (RFC 6455 §7.4.1).
+    pub const UNSUPPORTED_DATA: u16 = 1003;
+    /// 1007 Invalid Frame Payload Data, e.g. text that is not UTF-8 or not JSON (RFC 6455 §7.4.1).
+    pub const INVALID_PAYLOAD: u16 = 1007;
+    /// 1008 Policy Violation (RFC 6455 §7.4.1).
+    pub const POLICY_VIOLATION: u16 = 1008;
+    /// 1009 Message Too Big (RFC 6455 §7.4.1).
+    pub const MESSAGE_TOO_BIG: u16 = 1009;
+    /// 1011 Internal Error (RFC 6455 §7.4.1).
+    pub const INTERNAL_ERROR: u16 = 1011;
+    /// 1012 Service Restart (IANA registry, RFC 6455 §11.7): a drain's grace period ended;
+    /// reconnect through the gateway and resume with `since`.
+    pub const SERVICE_RESTART: u16 = 1012;
+    /// 1013 Try Again Later (IANA registry, RFC 6455 §11.7): the session's outbound queue was full
+    /// (the client is too slow to keep up); reconnect with `since` after a delay.
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// 1006 Abnormal Closure: never sent, reported locally when a connection drops without a close
+    /// frame (RFC 6455 §7.4.1).
+    pub const ABNORMAL: u16 = 1006;
+
+    /// Close codes that mean the peer broke the protocol (reconnecting the same way will fail again).
+    pub fn is_protocol_error(code: u16) -> bool {
+        matches!(code, PROTOCOL_ERROR | UNSUPPORTED_DATA | INVALID_PAYLOAD | MESSAGE_TOO_BIG)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{CanvasId, Color};
+
+    #[test]
+    fn frames_round_trip_with_documented_shapes() {
+        let ev = PixelEvent {
+            canvas: CanvasId::parse("c1").unwrap(),
+            version: 13,
+            x: 1,
+            y: 2,
+            color: Color([255, 0, 0]),
+            published_at_ms: 1764400000000,
+        };
+        let cases = [
+            (
+                ServerMessage::Event(ev),
+                r##"{"type":"event","canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":1764400000000}"##,
+            ),
+            (
+                ServerMessage::Snapshot {
+                    canvas: "c1".into(),
+                    version: 12,
+                    width: 1,
+                    height: 1,
+                    pixels: "////".into(),
+                },
+                r#"{"type":"snapshot","canvas":"c1","version":12,"width":1,"height":1,"pixels":"////"}"#,
+            ),
+            (
+                ServerMessage::Reconnect {
+                    reason: DrainReason::FailbackToRecoveredServer,
+                    retry_after_ms: 250,
+                },
+                r#"{"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}"#,
+            ),
+            (
+                ServerMessage::Error { code: "not_owner".into(), message: "m".into() },
+                r#"{"type":"error","code":"not_owner","message":"m"}"#,
+            ),
+        ];
+        for (msg, json) in cases {
+            assert_eq!(msg.to_json(), json);
+            assert_eq!(serde_json::from_str::<ServerMessage>(json).unwrap(), msg);
+        }
+    }
+
+    #[test]
+    fn drain_reason_spelling_matches_serde() {
+        for r in [
+            DrainReason::FailbackToRecoveredServer,
+            DrainReason::PartitionsRevoked,
+            DrainReason::Maintenance,
+            DrainReason::Shutdown,
+        ] {
+            assert_eq!(serde_json::to_string(&r).unwrap(), format!("\"{}\"", r.as_str()));
+        }
+    }
+
+    #[test]
+    fn ws_query_since_defaults_to_zero() {
+        let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1"}"#).unwrap();
+        assert_eq!(q.since, 0);
+    }
+}

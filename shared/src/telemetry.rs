@@ -1,0 +1,16 @@
+//! Logging set-up: `tracing` to stderr, filtered by `RUST_LOG` (default `info`).
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber for a binary. Log lines read
+/// `2026-11-29T19:40:00.123Z  INFO ws_node::catchup: [CATCHUP] completed replayCount=3 ...`.
+///
+/// Calling it twice is harmless (the second call does nothing), so tests may call it freely.
+pub fn init() {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,rdkafka=warn,hyper=warn,reqwest=warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
