@@ -21,6 +21,7 @@
 #   KAFKA_JVM_PERFORMANCE_OPTS default: G1 settings as in Kafka's own scripts
 #   KAFKA_OPTS                 extra JVM options
 #   KAFKA_EXTRA_PROPERTIES     extra lines appended to server.properties (they win)
+#   KAFKA_CDS=0                do not use the class-data-sharing archive from cds.sh
 #   JAVA_HOME                  java to use (default: java on PATH); needs Java 17+
 set -euo pipefail
 
@@ -31,9 +32,9 @@ usage() {
 [ "$#" -eq 2 ] || usage
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "${SCRIPT_DIR}/../.." && pwd)"
-export KAFKA_HOME="${KAFKA_HOME:-${REPO_ROOT}/target/kafka}"
-LIBS="${KAFKA_HOME}/libs"
+# shellcheck source=common.sh
+. "${SCRIPT_DIR}/common.sh"
+LIBS="${KAFKA_LIBS}"
 
 PORT="$1"
 CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$(( PORT + 1 ))}"
@@ -51,12 +52,8 @@ if [ "${PORT}" = "${CONTROLLER_PORT}" ]; then
   exit 2
 fi
 
-port_in_use() {
-  # A connect succeeds only when something listens there.
-  (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-}
 for p in "${PORT}" "${CONTROLLER_PORT}"; do
-  if port_in_use "${p}"; then
+  if kafka_port_in_use "${p}"; then
     echo "start.sh: 127.0.0.1:${p} is already in use" >&2
     exit 1
   fi
@@ -67,13 +64,8 @@ DATA_DIR="$(cd "$2" && pwd)"
 LOG_DIRS="${DATA_DIR}/data"
 
 # Make sure the jars are there (a no-op taking a few ms when they are).
-"${SCRIPT_DIR}/fetch.sh" >&2
-
-if [ -n "${JAVA_HOME:-}" ]; then
-  JAVA="${JAVA_HOME}/bin/java"
-else
-  JAVA="java"
-fi
+_KAFKA_NO_CDS_BUILD=1 "${SCRIPT_DIR}/fetch.sh" >&2
+kafka_cds_opts
 
 cat >"${DATA_DIR}/log4j2.properties" <<'EOF'
 # Broker logging: everything goes to ${sys:kafka.logs.dir}/server.log
@@ -114,7 +106,7 @@ logger.clients.name = org.apache.kafka.clients
 logger.clients.level = WARN
 logger.metrics.name = org.apache.kafka.common.metrics
 logger.metrics.level = WARN
-logger.appinfo.name = org.apache.kafka.common.utils.AppInfoParser
+logger.appinfo.name = org.apache.kafka.common.utils
 logger.appinfo.level = WARN
 # The full config dump (~400 lines, repeated 5 times per start); the effective
 # settings are in server.properties next to this file.
@@ -197,7 +189,7 @@ if [ -f "${LOG_DIRS}/meta.properties" ]; then
 else
   CLUSTER_ID="${KAFKA_CLUSTER_ID:-$(gen_cluster_id)}"
   echo "start.sh: formatting ${LOG_DIRS} (cluster id ${CLUSTER_ID}, standalone KRaft quorum)" >&2
-  if ! "${JAVA}" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${LOG_OPTS[@]}" -cp "${CP}" kafka.tools.StorageTool format \
+  if ! "${JAVA}" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${KAFKA_CDS_OPTS[@]}" "${LOG_OPTS[@]}" -cp "${CP}" kafka.tools.StorageTool format \
         --config "${DATA_DIR}/server.properties" \
         --cluster-id "${CLUSTER_ID}" \
         --standalone >"${DATA_DIR}/format.log" 2>&1; then
@@ -208,5 +200,5 @@ else
 fi
 
 echo "start.sh: starting Kafka on 127.0.0.1:${PORT} (controller 127.0.0.1:${CONTROLLER_PORT}); log in ${DATA_DIR}/server.log" >&2
-exec "${JAVA}" "${HEAP_OPTS[@]}" "${PERF_OPTS[@]}" "${LOG_OPTS[@]}" "${EXTRA_OPTS[@]}" \
+exec "${JAVA}" "${HEAP_OPTS[@]}" "${PERF_OPTS[@]}" "${KAFKA_CDS_OPTS[@]}" "${LOG_OPTS[@]}" "${EXTRA_OPTS[@]}" \
   -cp "${CP}" kafka.Kafka "${DATA_DIR}/server.properties"

@@ -16,8 +16,8 @@ if [ "$#" -lt 1 ]; then
 fi
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO_ROOT="$(cd "${SCRIPT_DIR}/../.." && pwd)"
-export KAFKA_HOME="${KAFKA_HOME:-${REPO_ROOT}/target/kafka}"
+# shellcheck source=common.sh
+. "${SCRIPT_DIR}/common.sh"
 
 case "$1" in
   topics)           CLASS=org.apache.kafka.tools.TopicCommand ;;
@@ -31,18 +31,13 @@ case "$1" in
 esac
 shift
 
-if [ ! -f "${KAFKA_HOME}/libs/.complete" ]; then
-  "${SCRIPT_DIR}/fetch.sh" >&2
+if [ ! -f "${KAFKA_LIBS}/.complete" ]; then
+  _KAFKA_NO_CDS_BUILD=1 "${SCRIPT_DIR}/fetch.sh" >&2
 fi
-
-if [ -n "${JAVA_HOME:-}" ]; then
-  JAVA="${JAVA_HOME}/bin/java"
-else
-  JAVA="java"
-fi
+kafka_cds_opts
 
 # shellcheck disable=SC2206 # word-split on purpose
 HEAP_OPTS=(${KAFKA_TOOL_HEAP_OPTS:--Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1})
-exec "${JAVA}" "${HEAP_OPTS[@]}" \
+exec "${JAVA}" "${HEAP_OPTS[@]}" "${KAFKA_CDS_OPTS[@]}" \
   "-Dlog4j2.configurationFile=${SCRIPT_DIR}/tools-log4j2.properties" \
-  -cp "${KAFKA_HOME}/libs/*" "${CLASS}" "$@"
+  -cp "${KAFKA_LIBS}/*" "${CLASS}" "$@"

@@ -11,6 +11,7 @@
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`kafka`]: every Kafka client setting, built in one place;
+//! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
 
 pub mod api;
@@ -19,6 +20,7 @@ pub mod event;
 pub mod kafka;
 pub mod partitioner;
 pub mod protocol;
+pub mod replay;
 pub mod shutdown;
 pub mod telemetry;
 

@@ -1,0 +1,264 @@
+//! The publisher's side of the Kafka log: append one event and wait for the acknowledgement, and
+//! read records back (head rebuild at start, reconciliation after an uncertain failure).
+//!
+//! [`EventLog`] is the seam the version logic is written against, so its contiguity rules are
+//! unit-tested with a fake log; [`KafkaLog`] is the real one.
+
+use rdkafka::consumer::BaseConsumer;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::util::Timeout;
+use shared::kafka::KafkaSettings;
+use shared::replay::{self, Offsets, ReplayPlan};
+use shared::PixelEvent;
+use std::future::Future;
+use std::time::Duration;
+
+/// A publish that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    /// The record was certainly not written (e.g. the producer queue was full).
+    #[error("not written: {0}")]
+    NotWritten(String),
+    /// The outcome is unknown: the record may or may not be in the log (e.g. the ack timed out
+    /// after the request was sent). The next publish to the canvas first reads the log to find out.
+    #[error("outcome unknown: {0}")]
+    Unknown(String),
+}
+
+/// Reading the log failed.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the log: {0}")]
+pub struct ReadError(pub String);
+
+/// One record read back: partition, offset, event.
+pub type LoggedEvent = (i32, i64, PixelEvent);
+
+/// What the version logic needs from the log.
+pub trait EventLog: Send + Sync + 'static {
+    /// Appends `event` to `partition` (key = canvas id) and resolves with its offset once the broker
+    /// acknowledged it (`acks=all`).
+    fn append(&self, partition: i32, event: &PixelEvent) -> impl Future<Output = Result<i64, AppendError>> + Send;
+
+    /// Every record of `partition` from offset `from` up to the current high watermark (records of
+    /// every canvas; records that are not pixel events are skipped).
+    fn read_partition(&self, partition: i32, from: i64) -> impl Future<Output = Result<Vec<LoggedEvent>, ReadError>> + Send;
+
+    /// Every record of the topic, and the high watermark of each partition when reading started.
+    fn read_all(&self) -> impl Future<Output = Result<(Vec<LoggedEvent>, Offsets), ReadError>> + Send;
+}
+
+/// [`EventLog`] on a real Kafka-protocol broker.
+pub struct KafkaLog {
+    producer: FutureProducer,
+    settings: KafkaSettings,
+    topic: String,
+}
+
+impl KafkaLog {
+    /// A log on `topic`.
+    ///
+    /// # Errors
+    /// When librdkafka rejects the producer configuration.
+    pub fn new(settings: KafkaSettings, topic: String, produce_timeout: Duration) -> Result<Self, KafkaError> {
+        let producer = settings.producer("core-publisher", produce_timeout).create()?;
+        Ok(Self { producer, settings, topic })
+    }
+
+    async fn read(&self, from: Offsets, only: Option<i32>) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+        let settings = self.settings.clone();
+        let topic = self.topic.clone();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = settings
+                .reader("core-publisher")
+                .create()
+                .map_err(|e| ReadError(e.to_string()))?;
+            let (mut plan, _) = replay::plan(&consumer, &topic, &from, Duration::from_secs(10))
+                .map_err(|e| ReadError(e.to_string()))?;
+            if let Some(p) = only {
+                plan = ReplayPlan {
+                    starts: plan.starts.into_iter().filter(|(q, _)| *q == p).collect(),
+                    targets: plan.targets.into_iter().filter(|(q, _)| *q == p).collect(),
+                };
+            }
+            let targets = plan.targets.clone();
+            let total = replay::Progress::new(&plan).remaining();
+            let mut out = Vec::new();
+            replay::run(
+                &consumer,
+                &topic,
+                &plan,
+                Duration::from_secs(30),
+                &|| false,
+                |p, off, _key, value| match PixelEvent::from_record(value) {
+                    Ok(ev) => out.push((p, off, ev)),
+                    Err(e) => tracing::warn!(partition = p, offset = off, error = %e, "skipping a record that is not a pixel event"),
+                },
+                |pr| {
+                    if total > 10_000 {
+                        tracing::info!(read = pr.count, total, "reading the log");
+                    }
+                },
+            )
+            .map_err(|e| ReadError(e.to_string()))?;
+            Ok((out, targets))
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
+    }
+}
+
+impl EventLog for KafkaLog {
+    async fn append(&self, partition: i32, event: &PixelEvent) -> Result<i64, AppendError> {
+        let payload = event.to_json();
+        let record = FutureRecord::to(&self.topic)
+            .partition(partition)
+            .key(event.canvas.as_str())
+            .payload(&payload)
+            .timestamp(event.published_at_ms as i64);
+        match self.producer.send(record, Timeout::After(Duration::from_secs(1))).await {
+            Ok(delivery) => Ok(delivery.offset),
+            Err((e, _)) => Err(classify(e)),
+        }
+    }
+
+    async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
+        Ok(self.read(Offsets::from([(partition, from)]), Some(partition)).await?.0)
+    }
+
+    async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+        self.read(Offsets::new(), None).await
+    }
+}
+
+/// Sorts a produce failure into "certainly not written" and "unknown".
+fn classify(e: KafkaError) -> AppendError {
+    match &e {
+        KafkaError::MessageProduction(
+            RDKafkaErrorCode::QueueFull
+            | RDKafkaErrorCode::MessageSizeTooLarge
+            | RDKafkaErrorCode::InvalidMessageSize
+            | RDKafkaErrorCode::UnknownPartition
+            | RDKafkaErrorCode::UnknownTopic
+            | RDKafkaErrorCode::UnknownTopicOrPartition,
+        ) => AppendError::NotWritten(e.to_string()),
+        _ => AppendError::Unknown(e.to_string()),
+    }
+}
+
+/// Ensures `topic` exists (creating it with `partitions` × `replication` when it does not) and
+/// returns its real partition count.
+///
+/// # Errors
+/// When the broker cannot be reached or refuses to create the topic.
+pub async fn ensure_topic(
+    settings: &KafkaSettings,
+    topic: &str,
+    partitions: u32,
+    replication: i32,
+) -> Result<u32, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> =
+        settings.admin("core-publisher-admin").create().map_err(|e| e.to_string())?;
+    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
+    for r in results {
+        match r {
+            Ok(_) => tracing::info!(topic, partitions, replication, "created topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => return Err(format!("create topic {name}: {code}")),
+        }
+    }
+    let settings = settings.clone();
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = settings.reader("core-publisher").create().map_err(|e| e.to_string())?;
+        replay::partition_count(&consumer, &topic, Duration::from_secs(10)).map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// An in-memory [`EventLog`] for unit tests, whose appends fail on a schedule.
+#[cfg(test)]
+pub mod fake {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    /// What the fake log does with an append.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub enum Fate {
+        Ok,
+        /// Fails and the record is not in the log.
+        FailNotWritten,
+        /// Fails with an unknown outcome, but the record did land.
+        FailButWritten,
+        /// Fails with an unknown outcome and the record is not in the log.
+        FailUnknownNotWritten,
+    }
+
+    /// An in-memory log whose appends fail on a schedule (by append attempt number).
+    pub struct FakeLog {
+        partitions: u32,
+        pub records: Mutex<BTreeMap<i32, Vec<PixelEvent>>>,
+        attempts: AtomicU64,
+        fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
+    }
+
+    impl FakeLog {
+        pub fn new(partitions: u32, fate: impl Fn(u64) -> Fate + Send + Sync + 'static) -> Self {
+            Self { partitions, records: Mutex::new(BTreeMap::new()), attempts: AtomicU64::new(0), fate: Box::new(fate) }
+        }
+        pub fn events_of(&self, canvas: &str) -> Vec<u64> {
+            let recs = self.records.lock().unwrap();
+            recs.values().flatten().filter(|e| e.canvas.as_str() == canvas).map(|e| e.version).collect()
+        }
+    }
+
+    impl EventLog for FakeLog {
+        async fn append(&self, partition: i32, event: &PixelEvent) -> Result<i64, AppendError> {
+            let n = self.attempts.fetch_add(1, Ordering::SeqCst);
+            // Let other requests interleave, as a real network round trip would.
+            tokio::task::yield_now().await;
+            let fate = (self.fate)(n);
+            let mut recs = self.records.lock().unwrap();
+            let part = recs.entry(partition).or_default();
+            match fate {
+                Fate::Ok => {
+                    part.push(event.clone());
+                    Ok(part.len() as i64 - 1)
+                }
+                Fate::FailNotWritten => Err(AppendError::NotWritten("queue full".into())),
+                Fate::FailButWritten => {
+                    part.push(event.clone());
+                    Err(AppendError::Unknown("timed out".into()))
+                }
+                Fate::FailUnknownNotWritten => Err(AppendError::Unknown("timed out".into())),
+            }
+        }
+        async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
+            let recs = self.records.lock().unwrap();
+            Ok(recs
+                .get(&partition)
+                .map(|v| {
+                    v.iter().enumerate().skip(from.max(0) as usize).map(|(o, e)| (partition, o as i64, e.clone())).collect()
+                })
+                .unwrap_or_default())
+        }
+        async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+            let recs = self.records.lock().unwrap();
+            let mut out = Vec::new();
+            let mut high = Offsets::new();
+            for p in 0..self.partitions as i32 {
+                let v = recs.get(&p).cloned().unwrap_or_default();
+                high.insert(p, v.len() as i64);
+                out.extend(v.into_iter().enumerate().map(|(o, e)| (p, o as i64, e)));
+            }
+            Ok((out, high))
+        }
+    }
+}

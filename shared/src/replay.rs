@@ -1,0 +1,288 @@
+//! Reading a stretch of the log by offset: the node's catch-up and the publisher's head rebuild.
+//!
+//! A replay has a *plan*: per partition, the offset to start from and the *target*, the high
+//! watermark when the replay was planned (Kafka's high watermark is the offset the next record will
+//! get, so the last existing record is `target - 1`). The replay is complete when the *position*
+//! (the next offset to read: last consumed + 1, or the start when nothing was read) has reached the
+//! target on every partition; a partition with nothing to read (`start >= target`, which includes an
+//! empty partition where the low and high watermarks are equal) is complete at once.
+//!
+//! Records past a target are applied too (they are in order, and skipping them would open a gap);
+//! the replay simply stops once every target is reached.
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Per-partition offsets (partition number → offset).
+pub type Offsets = BTreeMap<i32, i64>;
+
+/// Where a replay starts and where it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayPlan {
+    /// Next offset to read per partition.
+    pub starts: Offsets,
+    /// High watermark per partition when the plan was made.
+    pub targets: Offsets,
+}
+
+/// How far a replay got.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Progress {
+    /// Copied from the plan.
+    pub targets: Offsets,
+    /// Next offset to read per partition (starts at the plan's start).
+    pub positions: Offsets,
+    /// Offset of the last record consumed per partition, in this replay.
+    pub last_consumed: Offsets,
+    /// Records consumed in this replay.
+    pub count: u64,
+}
+
+impl Progress {
+    /// Progress at the start of `plan`.
+    pub fn new(plan: &ReplayPlan) -> Self {
+        Self {
+            targets: plan.targets.clone(),
+            positions: plan.starts.clone(),
+            last_consumed: Offsets::new(),
+            count: 0,
+        }
+    }
+
+    /// Notes that the record at `offset` of `partition` was consumed.
+    pub fn record(&mut self, partition: i32, offset: i64) {
+        self.last_consumed.insert(partition, offset);
+        let pos = self.positions.entry(partition).or_insert(offset + 1);
+        *pos = (*pos).max(offset + 1);
+        self.count += 1;
+    }
+
+    /// Whether `partition` has reached its target (a partition without a target is complete).
+    pub fn partition_complete(&self, partition: i32) -> bool {
+        match self.targets.get(&partition) {
+            None => true,
+            Some(target) => self.positions.get(&partition).is_some_and(|pos| pos >= target),
+        }
+    }
+
+    /// The completion rule: every partition's position has reached its target.
+    pub fn is_complete(&self) -> bool {
+        self.targets.keys().all(|p| self.partition_complete(*p))
+    }
+
+    /// Records still to read before every target is reached.
+    pub fn remaining(&self) -> u64 {
+        self.targets
+            .iter()
+            .map(|(p, t)| (t - self.positions.get(p).copied().unwrap_or(0)).max(0) as u64)
+            .sum()
+    }
+}
+
+/// Why a replay could not be planned or finished.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("topic {topic}: metadata: {source}")]
+    Metadata { topic: String, source: rdkafka::error::KafkaError },
+    #[error("topic {topic} does not exist (or has no partitions)")]
+    NoTopic { topic: String },
+    #[error("topic {topic} partition {partition}: watermarks: {source}")]
+    Watermarks { topic: String, partition: i32, source: rdkafka::error::KafkaError },
+    #[error("assign: {0}")]
+    Assign(rdkafka::error::KafkaError),
+    #[error("no progress for {idle:?} with {remaining} records still to read")]
+    Stalled { idle: Duration, remaining: u64 },
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Number of partitions of `topic`.
+///
+/// # Errors
+/// [`ReplayError::Metadata`] when the broker does not answer within `timeout`,
+/// [`ReplayError::NoTopic`] when the topic is unknown.
+pub fn partition_count<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<u32, ReplayError> {
+    let md = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|source| ReplayError::Metadata { topic: topic.into(), source })?;
+    let n = md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map(|t| t.partitions().len() as u32)
+        .unwrap_or(0);
+    if n == 0 {
+        return Err(ReplayError::NoTopic { topic: topic.into() });
+    }
+    Ok(n)
+}
+
+/// Plans a replay of every partition of `topic`: the target is each partition's high watermark now;
+/// the start is `from[p]` when the reader's state already reaches offset `from[p]`, else the log
+/// start (low watermark). A start below the low watermark (records deleted by retention) is moved up
+/// to it and reported in the returned list of truncated partitions.
+///
+/// # Errors
+/// [`ReplayError`] when metadata or watermarks cannot be read within `timeout`.
+pub fn plan<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    from: &Offsets,
+    timeout: Duration,
+) -> Result<(ReplayPlan, Vec<i32>), ReplayError> {
+    let n = partition_count(consumer, topic, timeout)?;
+    let mut plan = ReplayPlan { starts: Offsets::new(), targets: Offsets::new() };
+    let mut truncated = Vec::new();
+    for p in 0..n as i32 {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, timeout)
+            .map_err(|source| ReplayError::Watermarks { topic: topic.into(), partition: p, source })?;
+        let start = match from.get(&p) {
+            Some(&pos) if pos < low => {
+                truncated.push(p);
+                low
+            }
+            Some(&pos) => pos,
+            None => low,
+        };
+        plan.starts.insert(p, start);
+        plan.targets.insert(p, high);
+    }
+    Ok((plan, truncated))
+}
+
+/// Runs `plan` on `consumer` (manual assignment, blocking: call it from a blocking thread).
+///
+/// `on_record(partition, offset, key, value)` is called for every record in log order per partition;
+/// `on_progress` about once a second and at the end; `cancelled` is checked between polls.
+///
+/// # Errors
+/// [`ReplayError::Stalled`] when no record arrives for `stall_timeout` while records remain,
+/// [`ReplayError::Cancelled`], or [`ReplayError::Assign`].
+pub fn run<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    plan: &ReplayPlan,
+    stall_timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+    mut on_record: impl FnMut(i32, i64, Option<&[u8]>, Option<&[u8]>),
+    mut on_progress: impl FnMut(&Progress),
+) -> Result<Progress, ReplayError> {
+    let mut progress = Progress::new(plan);
+    if progress.is_complete() {
+        on_progress(&progress);
+        return Ok(progress);
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, start) in &plan.starts {
+        if !progress.partition_complete(*p) {
+            tpl.add_partition_offset(topic, *p, Offset::Offset(*start)).map_err(ReplayError::Assign)?;
+        }
+    }
+    consumer.assign(&tpl).map_err(ReplayError::Assign)?;
+    let result = (|| {
+        let mut last_progress_report = Instant::now();
+        let mut last_record = Instant::now();
+        loop {
+            if cancelled() {
+                return Err(ReplayError::Cancelled);
+            }
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(msg)) => {
+                    let (p, off) = (msg.partition(), msg.offset());
+                    // A record below the position was already read (a fetch retried after a
+                    // broker hiccup): replaying it again would be harmless but is skipped.
+                    if progress.positions.get(&p).is_some_and(|pos| off < *pos) {
+                        continue;
+                    }
+                    on_record(p, off, msg.key(), msg.payload());
+                    progress.record(p, off);
+                    last_record = Instant::now();
+                    if progress.is_complete() {
+                        return Ok(());
+                    }
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(error = %e, "replay: consumer reported an error (librdkafka retries)");
+                }
+                None => {}
+            }
+            if last_progress_report.elapsed() >= Duration::from_secs(1) {
+                on_progress(&progress);
+                last_progress_report = Instant::now();
+            }
+            if last_record.elapsed() >= stall_timeout {
+                return Err(ReplayError::Stalled { idle: stall_timeout, remaining: progress.remaining() });
+            }
+        }
+    })();
+    let _ = consumer.unassign();
+    result?;
+    on_progress(&progress);
+    Ok(progress)
+}
+
+/// Formats offsets the way the catch-up log line shows them: `{0=2, 1=5}`.
+pub fn fmt_offsets(offsets: &Offsets) -> String {
+    let inner: Vec<String> = offsets.iter().map(|(p, o)| format!("{p}={o}")).collect();
+    format!("{{{}}}", inner.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(starts: &[(i32, i64)], targets: &[(i32, i64)]) -> ReplayPlan {
+        ReplayPlan { starts: starts.iter().copied().collect(), targets: targets.iter().copied().collect() }
+    }
+
+    /// The completion rule as a table: (starts, targets, records consumed, complete?).
+    #[test]
+    fn completion_rule_table() {
+        type Case = (&'static str, &'static [(i32, i64)], &'static [(i32, i64)], &'static [(i32, i64)], bool);
+        let cases: &[Case] = &[
+            ("empty partition (low == high) is complete at once", &[(0, 0)], &[(0, 0)], &[], true),
+            ("truncated empty partition (low == high == 7)", &[(0, 7)], &[(0, 7)], &[], true),
+            ("state already at the target", &[(0, 5)], &[(0, 5)], &[], true),
+            ("one record to read, not read yet", &[(0, 0)], &[(0, 1)], &[], false),
+            ("last offset == target - 1 means position == target", &[(0, 0)], &[(0, 3)], &[(0, 0), (0, 1), (0, 2)], true),
+            ("last offset == target - 2 is one short", &[(0, 0)], &[(0, 3)], &[(0, 0), (0, 1)], false),
+            ("one partition done, one not", &[(0, 0), (1, 0)], &[(0, 1), (1, 1)], &[(0, 0)], false),
+            ("mixed empty and non-empty, all read", &[(0, 0), (1, 4), (2, 9)], &[(0, 1), (1, 4), (2, 10)], &[(0, 0), (2, 9)], true),
+            ("records past the target still complete", &[(0, 0)], &[(0, 1)], &[(0, 0), (0, 1)], true),
+        ];
+        for (name, starts, targets, consumed, want) in cases {
+            let mut pr = Progress::new(&plan(starts, targets));
+            for (p, o) in *consumed {
+                pr.record(*p, *o);
+            }
+            assert_eq!(pr.is_complete(), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn resume_starts_exactly_at_the_next_offset() {
+        // A state whose last applied record was offset 4 has position 5: the replay's first record
+        // must be offset 5, and the target is the high watermark.
+        let pr = Progress::new(&plan(&[(0, 5)], &[(0, 8)]));
+        assert_eq!(pr.remaining(), 3);
+        let mut pr2 = pr.clone();
+        pr2.record(0, 5);
+        assert_eq!(pr2.positions[&0], 6);
+        assert_eq!(pr2.last_consumed[&0], 5);
+        assert_eq!(pr2.remaining(), 2);
+    }
+
+    #[test]
+    fn offsets_format_like_the_catchup_line() {
+        assert_eq!(fmt_offsets(&Offsets::from([(0, 2), (3, 10)])), "{0=2, 3=10}");
+        assert_eq!(fmt_offsets(&Offsets::new()), "{}");
+    }
+}
