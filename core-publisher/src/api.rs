@@ -15,11 +15,11 @@ use crate::versions::{PublishError, Versions};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::api::ErrorBody;
+use shared::http::{parse_json, ApiError};
 use shared::{CanvasId, Color};
 use std::sync::Arc;
 
@@ -37,88 +37,20 @@ pub struct PixelRequest {
     pub color: Color,
 }
 
-/// Every error answer of this API.
-#[derive(Debug)]
-pub enum ApiError {
-    /// 400 `invalid_field` naming the field.
-    Field { field: String, message: String },
-    /// 400 `malformed_json`.
-    Malformed(String),
-    /// 413 `body_too_large`.
-    TooLarge,
-    /// 404 `not_found`.
-    NotFound,
-    /// 503 `not_ready` / `kafka_unavailable`, with `Retry-After`.
-    Unavailable { code: &'static str, message: String },
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, error, message, field) = match self {
-            ApiError::Field { field, message } => (StatusCode::BAD_REQUEST, "invalid_field", message, Some(field)),
-            ApiError::Malformed(m) => (StatusCode::BAD_REQUEST, "malformed_json", m, None),
-            ApiError::TooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                format!("request body is larger than {MAX_BODY_BYTES} bytes"),
-                None,
-            ),
-            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found", "no such route".to_owned(), None),
-            ApiError::Unavailable { code, message } => {
-                let body = ErrorBody { error: code.into(), message, field: None };
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    [(header::RETRY_AFTER, RETRY_AFTER_SECS.to_string())],
-                    Json(body),
-                )
-                    .into_response();
-            }
-        };
-        (status, Json(ErrorBody { error: error.into(), message, field })).into_response()
-    }
-}
-
-impl From<PublishError> for ApiError {
-    fn from(e: PublishError) -> Self {
-        match e {
-            PublishError::NotReady => ApiError::Unavailable { code: "not_ready", message: e.to_string() },
-            PublishError::Kafka(_) => ApiError::Unavailable {
-                code: "kafka_unavailable",
-                message: "kafka did not acknowledge the event; nothing was applied, retry".into(),
-            },
-            PublishError::OutOfBounds { field, .. } => ApiError::Field { field: field.into(), message: e.to_string() },
-        }
+fn publish_error(e: PublishError) -> ApiError {
+    match e {
+        PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
+        PublishError::Kafka(_) => ApiError::unavailable(
+            "kafka_unavailable",
+            "kafka did not acknowledge the event; nothing was applied, retry",
+            RETRY_AFTER_SECS,
+        ),
+        PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
     }
 }
 
 fn canvas_id(raw: &str) -> Result<CanvasId, ApiError> {
-    CanvasId::parse(raw).map_err(|e| ApiError::Field { field: "canvas".into(), message: e.to_string() })
-}
-
-/// Parses a pixel request, naming the field at fault.
-///
-/// # Errors
-/// [`ApiError::Malformed`] when the body is not JSON, [`ApiError::Field`] for a missing, unknown
-/// or badly typed field.
-pub fn parse_pixel(body: &[u8]) -> Result<PixelRequest, ApiError> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize::<_, PixelRequest>(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        let msg = inner.to_string();
-        if inner.is_syntax() || inner.is_eof() {
-            return ApiError::Malformed(msg);
-        }
-        // serde names missing and unknown fields in its message; other errors carry a path.
-        let field = if path != "." {
-            path
-        } else if let Some(name) = msg.split('`').nth(1).filter(|_| msg.starts_with("missing field") || msg.starts_with("unknown field")) {
-            name.to_owned()
-        } else {
-            "body".to_owned()
-        };
-        ApiError::Field { field, message: msg }
-    })
+    CanvasId::parse(raw).map_err(|e| ApiError::field("canvas", e.to_string()))
 }
 
 async fn post_pixel<L: EventLog>(
@@ -126,19 +58,16 @@ async fn post_pixel<L: EventLog>(
     Path(id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = body.map_err(|r| match r {
-        BytesRejection::FailedToBufferBody(_) => ApiError::TooLarge,
-        other => ApiError::Malformed(other.body_text()),
-    })?;
+    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY_BYTES))?;
     let canvas = canvas_id(&id)?;
-    let req = parse_pixel(&body)?;
-    let published = v.publish(&canvas, req.x, req.y, req.color).await?;
+    let req: PixelRequest = parse_json(&body)?;
+    let published = v.publish(&canvas, req.x, req.y, req.color).await.map_err(publish_error)?;
     Ok((StatusCode::CREATED, Json(published)).into_response())
 }
 
 async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     let canvas = canvas_id(&id)?;
-    Ok(Json(v.truth(&canvas).await?).into_response())
+    Ok(Json(v.truth(&canvas).await.map_err(publish_error)?).into_response())
 }
 
 async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
@@ -158,7 +87,7 @@ pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
         .route("/canvases/{id}/pixels", post(post_pixel::<L>))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
-        .fallback(|| async { ApiError::NotFound })
+        .fallback(|| async { ApiError::not_found("no such route") })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(versions)
 }
@@ -168,7 +97,7 @@ mod tests {
     use super::*;
     use crate::log::fake::{Fate, FakeLog};
     use axum::body::Body;
-    use axum::http::Request;
+    use axum::http::{header, Request};
     use http_body_util::BodyExt;
     use shared::CanvasDims;
     use tower::ServiceExt;

@@ -203,6 +203,6 @@ else
   grep '^\[[^]]*\] ERROR' "${DATA}/server.log" | head -n 5
 fi
 
-echo "== timings: fetch.sh ${FETCH_MS} ms; start -> port open ${OPEN_MS} ms; start -> topic created ${READY_MS} ms; SIGTERM -> exit ${STOP_MS} ms; CDS archive $(kafka_cds_fresh && echo used || echo 'not used')"
+echo "== timings: fetch.sh ${FETCH_MS} ms; start -> port open ${OPEN_MS} ms; start -> topic created ${READY_MS} ms; SIGTERM -> exit ${STOP_MS} ms; CDS archive $( [ "${KAFKA_CDS:-1}" != 0 ] && kafka_cds_fresh && echo used || echo 'not used')"
 echo "${PASSED} passed, ${FAILED} failed"
 [ "${FAILED}" -eq 0 ]

@@ -37,7 +37,10 @@ SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 LIBS="${KAFKA_LIBS}"
 
 PORT="$1"
-CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$(( PORT + 1 ))}"
+case "${PORT}" in
+  ''|*[!0-9]*) echo "start.sh: '${PORT}' is not a port number" >&2; usage ;;
+esac
+CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-$(( 10#${PORT} + 1 ))}"
 for p in "${PORT}" "${CONTROLLER_PORT}"; do
   case "${p}" in
     ''|*[!0-9]*) echo "start.sh: '${p}' is not a port number" >&2; usage ;;

@@ -10,6 +10,7 @@
 //! - [`protocol`]: WebSocket frames server → client, the `/ws` query and the close codes;
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
+//! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
@@ -17,6 +18,7 @@
 pub mod api;
 pub mod canvas;
 pub mod event;
+pub mod http;
 pub mod kafka;
 pub mod partitioner;
 pub mod protocol;

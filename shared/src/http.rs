@@ -1,0 +1,159 @@
+//! The fleet's HTTP error answer and JSON body parsing, shared by every service.
+//!
+//! Every 4xx/5xx is `{"error": <code>, "message": <text>, "field"?: <name>}` ([`ErrorBody`]);
+//! a 503 carries `Retry-After` (seconds, RFC 9110 §10.2.3).
+
+use crate::api::ErrorBody;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::de::DeserializeOwned;
+
+/// An error answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub body: ErrorBody,
+    /// `Retry-After` in seconds (503 only).
+    pub retry_after_secs: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            body: ErrorBody { error: code.into(), message: message.into(), field: None },
+            retry_after_secs: None,
+        }
+    }
+
+    /// 400 `invalid_field`: `field` is missing, unknown, of the wrong type or out of range.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        let mut e = Self::new(StatusCode::BAD_REQUEST, "invalid_field", message);
+        e.body.field = Some(field.into());
+        e
+    }
+
+    /// 400 `malformed_json`: the body is not JSON.
+    pub fn malformed(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "malformed_json", message)
+    }
+
+    /// 400 with a code of the caller's.
+    pub fn bad_request(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+
+    /// 409: the request conflicts with the current state (e.g. a drain already running).
+    pub fn conflict(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, code, message)
+    }
+
+    /// 413 `body_too_large` (limit in bytes).
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", format!("request body is larger than {limit} bytes"))
+    }
+
+    /// 502 `bad_gateway`: an upstream answered badly.
+    pub fn bad_gateway(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_GATEWAY, "bad_gateway", message)
+    }
+
+    /// 503 with `Retry-After: retry_after_secs`: not now, try again.
+    pub fn unavailable(code: &str, message: impl Into<String>, retry_after_secs: u64) -> Self {
+        let mut e = Self::new(StatusCode::SERVICE_UNAVAILABLE, code, message);
+        e.retry_after_secs = Some(retry_after_secs);
+        e
+    }
+
+    /// Maps a body-read failure: over the limit is 413, anything else 400.
+    pub fn from_body_rejection(r: BytesRejection, limit: usize) -> Self {
+        match r {
+            BytesRejection::FailedToBufferBody(_) => Self::too_large(limit),
+            other => Self::malformed(other.body_text()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, Json(self.body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        }
+        resp
+    }
+}
+
+/// Parses a JSON body into `T`, naming the field at fault.
+///
+/// # Errors
+/// [`ApiError::malformed`] when the body is not JSON; [`ApiError::field`] for a missing, unknown,
+/// badly typed or invalid field (the field named as a path, e.g. `color` or `partitions[2]`).
+pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        if inner.is_syntax() || inner.is_eof() {
+            return ApiError::malformed(msg);
+        }
+        // The path names the field at fault, unknown fields included; a missing field is named
+        // only in serde's message, below the path of its parent.
+        let missing = msg.strip_prefix("missing field `").and_then(|m| m.split('`').next());
+        let field = match (path.as_str(), missing) {
+            (".", Some(name)) => name.to_owned(),
+            (".", None) => "body".to_owned(),
+            (p, Some(name)) => format!("{p}.{name}"),
+            (p, None) => p.to_owned(),
+        };
+        ApiError::field(field, msg)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Req {
+        a: u32,
+        b: Option<Vec<i32>>,
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: &[(&str, &str, Option<&str>)] = &[
+            ("{", "malformed_json", None),
+            ("", "malformed_json", None),
+            (r#"{"b":[1]}"#, "invalid_field", Some("a")),
+            (r#"{"a":1,"c":2}"#, "invalid_field", Some("c")),
+            (r#"{"a":-1}"#, "invalid_field", Some("a")),
+            (r#"{"a":1,"b":[1,"x"]}"#, "invalid_field", Some("b[1]")),
+            ("[1]", "invalid_field", Some("body")),
+        ];
+        for (body, code, field) in cases {
+            let e = parse_json::<Req>(body.as_bytes()).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
+            assert_eq!(e.body.error, *code, "{body}");
+            assert_eq!(e.body.field.as_deref(), *field, "{body}: {}", e.body.message);
+        }
+        assert!(parse_json::<Req>(br#"{"a":1}"#).is_ok());
+    }
+
+    #[test]
+    fn unavailable_sets_retry_after() {
+        let resp = ApiError::unavailable("not_ready", "m", 2).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
+    }
+}

@@ -1,0 +1,115 @@
+//! Configuration of a `ws-node`: flags with environment-variable fallbacks.
+
+use clap::Parser;
+use shared::kafka::KafkaSettings;
+use shared::CanvasDims;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// `ws-node` settings. Every flag can also be given by the environment variable named in its help.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "ws-node", version, about = "WebSocket server of the canvas fleet")]
+pub struct Config {
+    /// This node's id, as the gateway knows it (e.g. `ws-1`).
+    #[arg(long, env = "NODE_ID")]
+    pub node_id: String,
+    /// Address to serve HTTP and WebSocket on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8081")]
+    pub listen: SocketAddr,
+    /// Kafka `bootstrap.servers`.
+    #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "localhost:9092")]
+    pub kafka_bootstrap: String,
+    /// Topic of pixel events.
+    #[arg(long, env = "KAFKA_TOPIC", default_value = shared::kafka::DEFAULT_TOPIC)]
+    pub topic: String,
+    /// Consumer group of the live consumers, shared by every node.
+    #[arg(long, env = "BROADCAST_GROUP", default_value = shared::kafka::DEFAULT_BROADCAST_GROUP)]
+    pub broadcast_group: String,
+    /// Consumer group of this node's catch-up consumer (default `ws-catchup-<node id>`).
+    #[arg(long, env = "CATCHUP_GROUP")]
+    pub catchup_group: Option<String>,
+    /// Kafka `session.timeout.ms` of the broadcast consumer, ms (broker minimum is 6000 by default).
+    #[arg(long, env = "KAFKA_SESSION_TIMEOUT_MS", default_value_t = 6000, value_parser = clap::value_parser!(u64).range(1000..=300_000))]
+    pub session_timeout_ms: u64,
+    /// Kafka `heartbeat.interval.ms` of the broadcast consumer, ms.
+    #[arg(long, env = "KAFKA_HEARTBEAT_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub heartbeat_interval_ms: u64,
+    /// Canvas width in pixels (must match the publisher's).
+    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub canvas_width: u32,
+    /// Canvas height in pixels (must match the publisher's).
+    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub canvas_height: u32,
+    /// Recent events kept per canvas, so resumes are served as events (events).
+    #[arg(long, env = "RECENT_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub recent_events: u64,
+    /// Frames a session may have queued before it is closed as too slow (1013) (frames).
+    #[arg(long, env = "SESSION_QUEUE", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=1_000_000))]
+    pub session_queue: u64,
+    /// How long a handshake whose `since` is ahead of this node's state waits for the state to
+    /// catch up before it is refused with 503, ms.
+    #[arg(long, env = "BEHIND_WAIT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub behind_wait_ms: u64,
+    /// Grace period of the hand-over when Kafka revokes partitions from this node, ms.
+    #[arg(long, env = "REVOKE_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub revoke_grace_ms: u64,
+    /// `retry_after_ms` of the reconnect notices this node sends, ms.
+    #[arg(long, env = "RECONNECT_AFTER_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub reconnect_after_ms: u64,
+    /// How long a write to a client may block before the connection is dropped, ms.
+    #[arg(long, env = "WRITE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub write_timeout_ms: u64,
+    /// Read buffer per WebSocket connection (bytes). tungstenite's default is 128 KiB, allocated up
+    /// front, which costs over 1 GB at 10k connections.
+    #[arg(long, env = "WS_READ_BUFFER", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..=1_048_576))]
+    pub ws_read_buffer: u64,
+    /// Write buffer per WebSocket connection before a flush (bytes).
+    #[arg(long, env = "WS_WRITE_BUFFER", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub ws_write_buffer: u64,
+    /// Largest message a client may send (bytes); larger is closed with 1009.
+    #[arg(long, env = "WS_MAX_MESSAGE", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(128..=16_777_216))]
+    pub ws_max_message: u64,
+    /// Grace period of the drain done on SIGTERM before sessions are closed with 1001, ms.
+    #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub shutdown_grace_ms: u64,
+    /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+impl Config {
+    /// A configuration with every default, for tests and the harness.
+    pub fn for_node(node_id: &str, kafka_bootstrap: &str) -> Self {
+        Config::parse_from(["ws-node", "--node-id", node_id, "--kafka-bootstrap", kafka_bootstrap])
+    }
+
+    /// The canvas size.
+    pub fn dims(&self) -> CanvasDims {
+        CanvasDims { width: self.canvas_width, height: self.canvas_height }
+    }
+
+    /// Kafka client settings.
+    pub fn kafka(&self) -> KafkaSettings {
+        let mut k = KafkaSettings::new(&self.kafka_bootstrap);
+        k.session_timeout = Duration::from_millis(self.session_timeout_ms);
+        k.heartbeat_interval = Duration::from_millis(self.heartbeat_interval_ms);
+        k
+    }
+
+    /// The catch-up consumer's group id.
+    pub fn catchup_group(&self) -> String {
+        self.catchup_group.clone().unwrap_or_else(|| format!("ws-catchup-{}", self.node_id))
+    }
+
+    pub fn behind_wait(&self) -> Duration {
+        Duration::from_millis(self.behind_wait_ms)
+    }
+
+    pub fn revoke_grace(&self) -> Duration {
+        Duration::from_millis(self.revoke_grace_ms)
+    }
+
+    pub fn write_timeout(&self) -> Duration {
+        Duration::from_millis(self.write_timeout_ms)
+    }
+}

@@ -1,0 +1,505 @@
+//! The hub: every canvas's state and the sessions subscribed to it, behind one lock.
+//!
+//! Applying an event and registering a session happen under the same lock, which is what makes a
+//! session's stream exact: a new session gets the backlog up to version `v` and is registered in
+//! the same critical section, so the next event it sees is `v + 1` (no gap, nothing twice).
+//!
+//! Fan-out never blocks: each session has a bounded queue, and a session whose queue is full is
+//! removed and closed with 1013 (Try Again Later); it resumes by version on reconnect. Memory per
+//! session is therefore bounded by its queue length.
+//!
+//! The hub also holds the node's *position* per partition (the next offset its state needs: last
+//! applied + 1), which catch-up starts from and the broadcast consumer seeks to on assignment, and
+//! the set of partitions the broadcast consumer owns.
+
+use crate::state::{Backlog, CanvasState, Frame};
+use shared::protocol::close;
+use shared::replay::Offsets;
+use shared::{CanvasDims, CanvasId, PixelEvent};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, watch, Notify};
+
+/// An order to close a session, with the WebSocket close code and reason to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloseOrder {
+    pub code: u16,
+    pub reason: String,
+}
+
+/// The hub's end of a session: its queue and its close switch.
+#[derive(Debug)]
+pub struct SessionHandle {
+    pub id: u64,
+    pub canvas: CanvasId,
+    pub partition: i32,
+    tx: mpsc::Sender<Frame>,
+    control: watch::Sender<Option<CloseOrder>>,
+}
+
+/// The session task's end: frames to write and close orders.
+#[derive(Debug)]
+pub struct SessionRx {
+    pub frames: mpsc::Receiver<Frame>,
+    pub control: watch::Receiver<Option<CloseOrder>>,
+}
+
+impl SessionHandle {
+    /// A handle with a queue of `queue` frames, and the session task's end of it.
+    pub fn new(id: u64, canvas: CanvasId, partition: i32, queue: usize) -> (Self, SessionRx) {
+        let (tx, frames) = mpsc::channel(queue.max(1));
+        let (control, control_rx) = watch::channel(None);
+        (Self { id, canvas, partition, tx, control }, SessionRx { frames, control: control_rx })
+    }
+
+    /// Queues `frame` without waiting.
+    ///
+    /// # Errors
+    /// When the queue is full or the session ended.
+    pub fn try_send(&self, frame: Frame) -> Result<(), mpsc::error::TrySendError<Frame>> {
+        self.tx.try_send(frame)
+    }
+
+    /// Tells the session task to close with `code` and `reason` (it sends what is queued first only
+    /// if it gets to it; the client resumes by version either way).
+    pub fn close(&self, code: u16, reason: impl Into<String>) {
+        self.control.send_replace(Some(CloseOrder { code, reason: reason.into() }));
+    }
+
+    /// Whether the session task has ended.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+
+    /// Resolves when the session task has ended.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+}
+
+/// Why a session cannot be served here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node does not own partition {partition}")]
+    NotOwner { partition: i32 },
+    #[error("partition {partition} is being handed over")]
+    Paused { partition: i32 },
+    #[error("this node's state is at version {have}, behind the client's {since}")]
+    Behind { have: u64, since: u64 },
+}
+
+struct Channel {
+    state: CanvasState,
+    sessions: Vec<SessionHandle>,
+}
+
+struct Inner {
+    canvases: HashMap<CanvasId, Channel>,
+    positions: Offsets,
+    owned: BTreeSet<i32>,
+    paused: BTreeSet<i32>,
+    last_broadcast_poll: Option<Instant>,
+}
+
+/// Canvas states, sessions, positions and ownership of one node.
+pub struct Hub {
+    dims: CanvasDims,
+    recent: usize,
+    inner: Mutex<Inner>,
+    applied: Notify,
+    open_sessions: AtomicUsize,
+    next_session_id: AtomicU64,
+    slow_closed: AtomicU64,
+}
+
+impl Hub {
+    /// An empty hub: canvases of `dims`, keeping `recent` events each.
+    pub fn new(dims: CanvasDims, recent: usize) -> Self {
+        Self {
+            dims,
+            recent,
+            inner: Mutex::new(Inner {
+                canvases: HashMap::new(),
+                positions: Offsets::new(),
+                owned: BTreeSet::new(),
+                paused: BTreeSet::new(),
+                last_broadcast_poll: None,
+            }),
+            applied: Notify::new(),
+            open_sessions: AtomicUsize::new(0),
+            next_session_id: AtomicU64::new(1),
+            slow_closed: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Nothing panics while the lock is held; a poisoned lock would mean a bug worth crashing on.
+        self.inner.lock().expect("hub lock poisoned")
+    }
+
+    /// Applies the record at `offset` of `partition` and fans the event out to the canvas's
+    /// sessions when it is new and this node owns the partition and is not handing it over.
+    pub fn apply(&self, partition: i32, offset: i64, ev: &PixelEvent) {
+        let mut inner = self.lock();
+        let pos = inner.positions.entry(partition).or_insert(offset + 1);
+        *pos = (*pos).max(offset + 1);
+        let live = inner.owned.contains(&partition) && !inner.paused.contains(&partition);
+        let (dims, recent) = (self.dims, self.recent);
+        let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel {
+            state: CanvasState::new(ev.canvas.as_str(), dims, recent),
+            sessions: Vec::new(),
+        });
+        let Some(frame) = channel.state.apply(ev) else { return };
+        if live && !channel.sessions.is_empty() {
+            let mut slow = Vec::new();
+            channel.sessions.retain(|s| match s.try_send(frame.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    slow.push(s.id);
+                    s.close(close::TRY_AGAIN_LATER, "slow consumer: outbound queue full; resume with since");
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            });
+            if !slow.is_empty() {
+                self.slow_closed.fetch_add(slow.len() as u64, Ordering::Relaxed);
+                tracing::warn!(canvas = %ev.canvas, sessions = ?slow, "closing sessions too slow to keep up (1013)");
+            }
+        }
+        drop(inner);
+        self.applied.notify_waiters();
+    }
+
+    /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
+    /// partitions it had nothing to read on).
+    pub fn advance_positions(&self, positions: &Offsets) {
+        let mut inner = self.lock();
+        for (p, o) in positions {
+            let pos = inner.positions.entry(*p).or_insert(*o);
+            *pos = (*pos).max(*o);
+        }
+    }
+
+    /// Advances the position of `partition` past a record that could not be applied (not a pixel
+    /// event), so catch-up and assignment do not read it again.
+    pub fn skip(&self, partition: i32, offset: i64) {
+        let mut inner = self.lock();
+        let pos = inner.positions.entry(partition).or_insert(offset + 1);
+        *pos = (*pos).max(offset + 1);
+    }
+
+    /// The node's position on every partition it has read (next offset its state needs).
+    pub fn positions(&self) -> Offsets {
+        self.lock().positions.clone()
+    }
+
+    /// Marks `partitions` as owned by this node's broadcast consumer.
+    pub fn assign(&self, partitions: &[i32]) {
+        self.lock().owned.extend(partitions.iter().copied());
+    }
+
+    /// Marks `partitions` as no longer owned and takes the sessions of their canvases out of the
+    /// hub (they get no more events from here) for the caller to hand over.
+    pub fn revoke(&self, partitions: &[i32]) -> Vec<SessionHandle> {
+        let mut inner = self.lock();
+        for p in partitions {
+            inner.owned.remove(p);
+        }
+        let scope: BTreeSet<i32> = partitions.iter().copied().collect();
+        take_sessions(&mut inner, Some(&scope))
+    }
+
+    /// Forgets every owned partition (the broadcast consumer stopped), taking all sessions.
+    pub fn revoke_all(&self) -> Vec<SessionHandle> {
+        let mut inner = self.lock();
+        inner.owned.clear();
+        take_sessions(&mut inner, None)
+    }
+
+    /// Partitions owned now, sorted.
+    pub fn owned(&self) -> Vec<i32> {
+        self.lock().owned.iter().copied().collect()
+    }
+
+    /// Stops fan-out and new sessions on `partitions` (or everywhere with `None`) and takes their
+    /// sessions out, for a drain. [`Hub::resume`] undoes the pause.
+    pub fn pause_and_take(&self, partitions: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
+        let mut inner = self.lock();
+        if let Some(ps) = partitions {
+            inner.paused.extend(ps.iter().copied());
+        }
+        take_sessions(&mut inner, partitions)
+    }
+
+    /// Ends a pause started by [`Hub::pause_and_take`].
+    pub fn resume(&self, partitions: &BTreeSet<i32>) {
+        let mut inner = self.lock();
+        for p in partitions {
+            inner.paused.remove(p);
+        }
+    }
+
+    /// Whether a session of a canvas in `partition` may be served now.
+    ///
+    /// # Errors
+    /// [`Refusal::NotOwner`] or [`Refusal::Paused`].
+    pub fn admits(&self, partition: i32) -> Result<(), Refusal> {
+        let inner = self.lock();
+        admits(&inner, partition)
+    }
+
+    /// The version of `canvas` in this node's state (0 when it has none).
+    pub fn version_of(&self, canvas: &CanvasId) -> u64 {
+        self.lock().canvases.get(canvas).map_or(0, |c| c.state.version())
+    }
+
+    /// Waits until the state of `canvas` reaches `since`, at most `timeout`. Returns the version.
+    pub async fn wait_for_version(&self, canvas: &CanvasId, since: u64, timeout: Duration) -> u64 {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Register interest before checking, so an apply between the check and the wait
+            // still wakes us.
+            let notified = self.applied.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let have = self.version_of(canvas);
+            if have >= since {
+                return have;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.version_of(canvas);
+            }
+        }
+    }
+
+    /// Registers a session for `canvas` (in `partition`) that has applied up to `since`, and
+    /// returns what it must be sent before live events. Registration and backlog are atomic with
+    /// respect to [`Hub::apply`].
+    ///
+    /// # Errors
+    /// [`Refusal`] when the partition is not served here now, or the state is behind `since`.
+    pub fn subscribe(&self, handle: SessionHandle, since: u64) -> Result<Backlog, Refusal> {
+        let mut inner = self.lock();
+        admits(&inner, handle.partition)?;
+        let (dims, recent) = (self.dims, self.recent);
+        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel {
+            state: CanvasState::new(handle.canvas.as_str(), dims, recent),
+            sessions: Vec::new(),
+        });
+        match channel.state.backlog(since) {
+            Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
+            backlog => {
+                channel.sessions.push(handle);
+                Ok(backlog)
+            }
+        }
+    }
+
+    /// Removes session `id` of `canvas` (its task ended).
+    pub fn unsubscribe(&self, canvas: &CanvasId, id: u64) {
+        if let Some(c) = self.lock().canvases.get_mut(canvas) {
+            c.sessions.retain(|s| s.id != id);
+        }
+    }
+
+    /// A fresh session id.
+    pub fn next_session_id(&self) -> u64 {
+        self.next_session_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Counts a session as open until the returned guard is dropped.
+    pub fn session_guard(&self) -> SessionGuard<'_> {
+        self.open_sessions.fetch_add(1, Ordering::Relaxed);
+        SessionGuard(&self.open_sessions)
+    }
+
+    /// Open WebSocket sessions.
+    pub fn open_sessions(&self) -> usize {
+        self.open_sessions.load(Ordering::Relaxed)
+    }
+
+    /// Sessions closed so far because their queue was full.
+    pub fn slow_closed(&self) -> u64 {
+        self.slow_closed.load(Ordering::Relaxed)
+    }
+
+    /// Notes that the broadcast consumer polled (health uses it to spot a stalled consumer).
+    pub fn broadcast_polled(&self) {
+        self.lock().last_broadcast_poll = Some(Instant::now());
+    }
+
+    /// Time since the broadcast consumer last polled, if it ever did.
+    pub fn since_broadcast_poll(&self) -> Option<Duration> {
+        self.lock().last_broadcast_poll.map(|t| t.elapsed())
+    }
+
+    /// Forgets the last broadcast poll (the consumer stopped on purpose).
+    pub fn clear_broadcast_poll(&self) {
+        self.lock().last_broadcast_poll = None;
+    }
+
+    /// Canvases held.
+    pub fn canvas_count(&self) -> usize {
+        self.lock().canvases.len()
+    }
+}
+
+/// Keeps a session counted as open while alive.
+pub struct SessionGuard<'a>(&'a AtomicUsize);
+
+impl Drop for SessionGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn admits(inner: &Inner, partition: i32) -> Result<(), Refusal> {
+    if !inner.owned.contains(&partition) {
+        return Err(Refusal::NotOwner { partition });
+    }
+    if inner.paused.contains(&partition) {
+        return Err(Refusal::Paused { partition });
+    }
+    Ok(())
+}
+
+fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
+    let mut taken = Vec::new();
+    for channel in inner.canvases.values_mut() {
+        if channel.sessions.is_empty() {
+            continue;
+        }
+        let (take, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut channel.sessions)
+            .into_iter()
+            .partition(|s| scope.is_none_or(|ps| ps.contains(&s.partition)));
+        channel.sessions = keep;
+        taken.extend(take);
+    }
+    taken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::protocol::ServerMessage;
+    use shared::Color;
+
+    fn id(s: &str) -> CanvasId {
+        CanvasId::parse(s).unwrap()
+    }
+
+    fn ev(canvas: &str, v: u64) -> PixelEvent {
+        PixelEvent { canvas: id(canvas), version: v, x: 0, y: 0, color: Color([0, 0, 0]), published_at_ms: 0 }
+    }
+
+    fn version_of_frame(f: &Frame) -> u64 {
+        match serde_json::from_str::<ServerMessage>(f.as_str()).unwrap() {
+            ServerMessage::Event(e) => e.version,
+            ServerMessage::Snapshot { version, .. } => version,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn hub() -> Hub {
+        Hub::new(CanvasDims { width: 4, height: 4 }, 100)
+    }
+
+    #[test]
+    fn a_session_sees_backlog_then_live_without_gap_or_repeat() {
+        let h = hub();
+        h.assign(&[0]);
+        for v in 1..=5 {
+            h.apply(0, v as i64 - 1, &ev("c1", v));
+        }
+        let (handle, mut rx) = SessionHandle::new(1, id("c1"), 0, 16);
+        let backlog = h.subscribe(handle, 3).unwrap();
+        let Backlog::Events(frames) = backlog else { panic!("events expected") };
+        let mut seen: Vec<u64> = frames.iter().map(version_of_frame).collect();
+        for v in 6..=8 {
+            h.apply(0, v as i64 - 1, &ev("c1", v));
+        }
+        h.apply(0, 7, &ev("c1", 8)); // redelivered record: not sent again
+        while let Ok(f) = rx.frames.try_recv() {
+            seen.push(version_of_frame(&f));
+        }
+        assert_eq!(seen, vec![4, 5, 6, 7, 8]);
+        assert_eq!(h.positions()[&0], 8);
+    }
+
+    #[test]
+    fn only_owned_unpaused_partitions_admit_and_fan_out() {
+        let h = hub();
+        let (handle, _rx) = SessionHandle::new(1, id("c1"), 2, 16);
+        assert_eq!(h.subscribe(handle, 0).unwrap_err(), Refusal::NotOwner { partition: 2 });
+        h.assign(&[2]);
+        let (handle, mut rx) = SessionHandle::new(2, id("c1"), 2, 16);
+        assert!(matches!(h.subscribe(handle, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
+        let taken = h.pause_and_take(Some(&BTreeSet::from([2])));
+        assert_eq!(taken.len(), 1);
+        assert_eq!(h.admits(2), Err(Refusal::Paused { partition: 2 }));
+        h.apply(2, 0, &ev("c1", 1));
+        assert!(rx.frames.try_recv().is_err(), "a taken session got an event");
+        h.resume(&BTreeSet::from([2]));
+        assert_eq!(h.admits(2), Ok(()));
+        assert_eq!(h.version_of(&id("c1")), 1, "events are applied while paused");
+    }
+
+    #[test]
+    fn behind_clients_are_refused_until_state_catches_up() {
+        let h = hub();
+        h.assign(&[0]);
+        h.apply(0, 0, &ev("c1", 1));
+        let (handle, _rx) = SessionHandle::new(1, id("c1"), 0, 16);
+        assert_eq!(h.subscribe(handle, 3).unwrap_err(), Refusal::Behind { have: 1, since: 3 });
+    }
+
+    #[test]
+    fn a_full_queue_closes_the_session_with_1013_and_others_keep_going() {
+        let h = hub();
+        h.assign(&[0]);
+        let (slow, slow_rx) = SessionHandle::new(1, id("c1"), 0, 2);
+        let (fast, mut fast_rx) = SessionHandle::new(2, id("c1"), 0, 64);
+        h.subscribe(slow, 0).unwrap();
+        h.subscribe(fast, 0).unwrap();
+        for v in 1..=5 {
+            h.apply(0, v as i64 - 1, &ev("c1", v));
+        }
+        let order = slow_rx.control.borrow().clone().expect("slow session closed");
+        assert_eq!(order.code, close::TRY_AGAIN_LATER);
+        assert_eq!(h.slow_closed(), 1);
+        let mut n = 0;
+        while fast_rx.frames.try_recv().is_ok() {
+            n += 1;
+        }
+        assert_eq!(n, 5);
+    }
+
+    #[test]
+    fn revoke_takes_only_the_sessions_of_revoked_partitions() {
+        let h = hub();
+        h.assign(&[0, 1]);
+        let (a, _ra) = SessionHandle::new(1, id("a"), 0, 4);
+        let (b, _rb) = SessionHandle::new(2, id("b"), 1, 4);
+        h.subscribe(a, 0).unwrap();
+        h.subscribe(b, 0).unwrap();
+        let taken = h.revoke(&[1]);
+        assert_eq!(taken.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(h.owned(), vec![0]);
+        assert_eq!(h.revoke_all().len(), 1);
+        assert!(h.owned().is_empty());
+    }
+
+    #[tokio::test]
+    async fn wait_for_version_wakes_on_apply() {
+        let h = std::sync::Arc::new(hub());
+        let h2 = h.clone();
+        let waiter = tokio::spawn(async move { h2.wait_for_version(&id("c1"), 2, Duration::from_secs(5)).await });
+        tokio::task::yield_now().await;
+        h.apply(0, 0, &ev("c1", 1));
+        h.apply(0, 1, &ev("c1", 2));
+        assert_eq!(waiter.await.unwrap(), 2);
+        assert_eq!(h.wait_for_version(&id("c1"), 9, Duration::from_millis(20)).await, 2);
+    }
+}
