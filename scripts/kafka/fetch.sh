@@ -17,7 +17,7 @@
 set -euo pipefail
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR source=common.sh
 . "${SCRIPT_DIR}/common.sh"
 POM="${SCRIPT_DIR}/pom.xml"
 LIBS="${KAFKA_LIBS}"

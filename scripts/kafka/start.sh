@@ -32,7 +32,7 @@ usage() {
 [ "$#" -eq 2 ] || usage
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR source=common.sh
 . "${SCRIPT_DIR}/common.sh"
 LIBS="${KAFKA_LIBS}"
 

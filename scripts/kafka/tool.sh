@@ -16,7 +16,7 @@ if [ "$#" -lt 1 ]; then
 fi
 
 SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=common.sh
+# shellcheck source-path=SCRIPTDIR source=common.sh
 . "${SCRIPT_DIR}/common.sh"
 
 case "$1" in
