@@ -1,0 +1,138 @@
+//! Catch-up: replay, in order, the stretch of the log this node's state is missing, before it
+//! serves anyone.
+//!
+//! 1. Record the high watermark of every partition: the targets.
+//! 2. With the node's own catch-up consumer group (never the broadcast group, so replay does not
+//!    disturb live delivery), read each partition from the node's position (the offset after the
+//!    last record its state applied; the log start when it has none) and apply every record.
+//! 3. Complete when the position has reached the target on every partition (a partition with
+//!    nothing to read is complete at once), log
+//!    `[CATCHUP] completed replayCount=.. targetOffsets=.. lastConsumedOffsets=..`, and commit the
+//!    positions to the catch-up group (so `kafka-consumer-groups --describe` shows where replay
+//!    ended; the node itself always starts from its in-memory state).
+//!
+//! Records published after the targets were recorded are not lost: the broadcast consumer starts
+//! each partition it is assigned at the node's position, which is where catch-up stopped.
+//! At-least-once: a record is counted in the position only after it was applied.
+
+use crate::config::Config;
+use crate::hub::Hub;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use shared::api::{CatchupReport, CatchupStatus};
+use shared::replay::{self, fmt_offsets, Progress, ReplayError};
+use shared::PixelEvent;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a replay may see no record while records remain before it fails.
+const STALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A catch-up report before any recovery.
+pub fn idle_report() -> CatchupReport {
+    CatchupReport {
+        status: CatchupStatus::Idle,
+        target_offsets: Default::default(),
+        last_consumed_offsets: Default::default(),
+        replay_count: 0,
+        error: None,
+    }
+}
+
+/// Runs one catch-up to completion (blocking: call from a blocking thread). `report` is updated as
+/// it goes, for `/health`. Returns the partition count of the topic and the final progress.
+///
+/// # Errors
+/// [`ReplayError`] when the broker cannot be read, the replay stalls, or `cancelled` turns true.
+pub fn run(
+    config: &Config,
+    hub: &Hub,
+    report: &Mutex<CatchupReport>,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(u32, Progress), ReplayError> {
+    let started = Instant::now();
+    let consumer: BaseConsumer = config
+        .kafka()
+        .catchup_consumer(&config.catchup_group(), &format!("{}-catchup", config.node_id))
+        .create()
+        .map_err(ReplayError::Assign)?;
+    let (plan, truncated) = replay::plan(&consumer, &config.topic, &hub.positions(), Duration::from_secs(10))?;
+    if !truncated.is_empty() {
+        tracing::warn!(partitions = ?truncated,
+            "[CATCHUP] the log start is past this node's state on these partitions (records deleted by retention); their canvases may miss old pixels");
+    }
+    let partitions = plan.targets.len() as u32;
+    // The state reflects everything before the start (nothing exists before the log start).
+    hub.advance_positions(&plan.starts);
+    set_report(report, CatchupStatus::Running, &Progress::new(&plan), None);
+    let total = Progress::new(&plan).remaining();
+    tracing::info!(
+        "[CATCHUP] started groupId={} startOffsets={} targetOffsets={} toReplay={}",
+        config.catchup_group(),
+        fmt_offsets(&plan.starts),
+        fmt_offsets(&plan.targets),
+        total
+    );
+    let mut last_log = Instant::now();
+    let progress = replay::run(
+        &consumer,
+        &config.topic,
+        &plan,
+        STALL_TIMEOUT,
+        cancelled,
+        |p, off, _key, value| match PixelEvent::from_record(value) {
+            Ok(ev) => hub.apply(p, off, &ev),
+            Err(e) => {
+                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
+                hub.skip(p, off);
+            }
+        },
+        |pr| {
+            set_report(report, CatchupStatus::Running, pr, None);
+            if last_log.elapsed() >= Duration::from_secs(1) && !pr.is_complete() {
+                tracing::info!("[CATCHUP] progress replayed={} remaining={} positions={}", pr.count, pr.remaining(), fmt_offsets(&pr.positions));
+                last_log = Instant::now();
+            }
+        },
+    )?;
+    hub.advance_positions(&progress.positions);
+    set_report(report, CatchupStatus::Completed, &progress, None);
+    tracing::info!(
+        "[CATCHUP] completed replayCount={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
+        progress.count,
+        fmt_offsets(&progress.targets),
+        fmt_offsets(&progress.last_consumed),
+        fmt_offsets(&progress.positions),
+        started.elapsed().as_millis()
+    );
+    commit_positions(&consumer, &config.topic, &progress);
+    Ok((partitions, progress))
+}
+
+/// Records a failed replay in the report.
+pub fn mark_failed(report: &Mutex<CatchupReport>, error: &ReplayError) {
+    let mut r = report.lock().expect("catch-up report lock");
+    r.status = CatchupStatus::Failed;
+    r.error = Some(error.to_string());
+}
+
+fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progress, error: Option<String>) {
+    let mut r = report.lock().expect("catch-up report lock");
+    r.status = status;
+    r.target_offsets = pr.targets.clone();
+    r.last_consumed_offsets = pr.last_consumed.clone();
+    r.replay_count = pr.count;
+    r.error = error;
+}
+
+fn commit_positions(consumer: &BaseConsumer, topic: &str, progress: &Progress) {
+    let mut tpl = TopicPartitionList::new();
+    for (p, pos) in &progress.positions {
+        if tpl.add_partition_offset(topic, *p, Offset::Offset(*pos)).is_err() {
+            return;
+        }
+    }
+    if let Err(e) = consumer.commit(&tpl, CommitMode::Sync) {
+        tracing::warn!(error = %e, "[CATCHUP] could not commit positions to the catch-up group (informational only)");
+    }
+}

@@ -1,0 +1,198 @@
+//! HTTP and WebSocket routes of a node.
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `GET /health` | `200` [`shared::api::NodeHealth`] |
+//! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
+//! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
+//! | `GET /ws?canvas=<id>&since=<version>` | WebSocket upgrade; `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, or behind the client |
+
+use crate::node::{DrainError, Node};
+use crate::session::{self, Peer, SessionSpec};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use shared::api::{DrainRequest, MAX_GRACE_MS};
+use shared::http::{parse_json, ApiError};
+use shared::partitioner::partition_for;
+use shared::protocol::{close, WsQuery};
+use shared::CanvasId;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest admin request body (bytes).
+const MAX_BODY: usize = 4096;
+
+/// The node's router.
+pub fn router(node: Arc<Node>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/admin/start-recovery", post(start_recovery))
+        .route("/admin/drain", post(drain))
+        .route("/ws", get(ws))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(node)
+}
+
+async fn health(State(node): State<Arc<Node>>) -> Response {
+    Json(node.health()).into_response()
+}
+
+async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
+    let ack = node.start_recovery().map_err(|DrainError::Conflict(why)| ApiError::conflict("draining", why))?;
+    let status = if ack.outcome == "started" { StatusCode::ACCEPTED } else { StatusCode::OK };
+    Ok((status, Json(ack)).into_response())
+}
+
+async fn drain(State(node): State<Arc<Node>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
+    let req: DrainRequest = parse_json(&body)?;
+    if req.grace_ms > MAX_GRACE_MS {
+        return Err(ApiError::field("grace_ms", format!("grace_ms must be at most {MAX_GRACE_MS}")));
+    }
+    if let Some(ps) = &req.partitions {
+        let n = node.partition_count() as i32;
+        if let Some(bad) = ps.iter().find(|p| **p < 0 || (n > 0 && **p >= n)) {
+            return Err(ApiError::field("partitions", format!("partition {bad} does not exist (the topic has {n})")));
+        }
+    }
+    let report = node
+        .drain(req.reason, Duration::from_millis(req.grace_ms), req.partitions, close::SERVICE_RESTART)
+        .await
+        .map_err(|DrainError::Conflict(why)| ApiError::conflict("drain_conflict", why))?;
+    Ok(Json(report).into_response())
+}
+
+/// `Retry-After` of a refused handshake, seconds.
+const RETRY_AFTER_SECS: u64 = 1;
+
+fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64), ApiError> {
+    let q: WsQuery = serde_urlencoded_like(raw.unwrap_or(""))?;
+    let canvas = CanvasId::parse(&q.canvas).map_err(|e| ApiError::field("canvas", e.to_string()))?;
+    Ok((canvas, q.since))
+}
+
+/// Parses `canvas=..&since=..` (percent-decoded), naming the bad field.
+fn serde_urlencoded_like(raw: &str) -> Result<WsQuery, ApiError> {
+    let mut canvas = None;
+    let mut since = 0u64;
+    for pair in raw.split('&').filter(|s| !s.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_decode(v).ok_or_else(|| ApiError::field(k, "invalid percent-encoding"))?;
+        match k {
+            "canvas" => canvas = Some(v),
+            "since" => {
+                since = v.parse().map_err(|_| ApiError::field("since", "since must be a version: an integer ≥ 0"))?;
+            }
+            _ => {}
+        }
+    }
+    let canvas = canvas.ok_or_else(|| ApiError::field("canvas", "the canvas query parameter is required"))?;
+    Ok(WsQuery { canvas, since })
+}
+
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let hex = s.get(i + 1..i + 3)?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+async fn ws(
+    State(node): State<Arc<Node>>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let (canvas, since) = parse_query(raw.as_deref())?;
+    let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    if !node.is_ready() {
+        let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
+        return Err(ApiError::unavailable(code, format!("node {} is not serving ({code})", node.config.node_id), RETRY_AFTER_SECS));
+    }
+    let n = node.partition_count();
+    let partition = partition_for(canvas.as_str().as_bytes(), n.max(1)) as i32;
+    node.hub
+        .admits(partition)
+        .map_err(|r| ApiError::unavailable("not_owner", r.to_string(), RETRY_AFTER_SECS))?;
+    let have = node.hub.version_of(&canvas);
+    if have < since {
+        // The client is ahead of this node's state (it is still reading the partition): hold the
+        // handshake until the state catches up, bounded.
+        let have = node.hub.wait_for_version(&canvas, since, node.config.behind_wait()).await;
+        if have < since {
+            return Err(ApiError::unavailable(
+                "behind",
+                format!("this node's state of {canvas} is at version {have}, behind the client's {since}"),
+                RETRY_AFTER_SECS,
+            ));
+        }
+    }
+    let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let spec = SessionSpec {
+        canvas,
+        partition,
+        since,
+        queue: node.config.session_queue as usize,
+        write_timeout: node.config.write_timeout(),
+        peer: Peer { origin: header_str(header::ORIGIN), user_agent: header_str(header::USER_AGENT) },
+    };
+    let c = &node.config;
+    let tracker = node.sessions.clone();
+    let node2 = node.clone();
+    Ok(upgrade
+        .read_buffer_size(c.ws_read_buffer as usize)
+        .write_buffer_size(c.ws_write_buffer as usize)
+        .max_write_buffer_size((c.ws_write_buffer as usize).max(64 * 1024) + c.session_queue as usize * 256)
+        .max_message_size(c.ws_max_message as usize)
+        .max_frame_size(c.ws_max_message as usize)
+        .on_upgrade(move |socket| tracker.track_future(async move { session::run(socket, &node2.hub, spec).await })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_parsing_names_the_bad_field() {
+        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12));
+        assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
+        assert_eq!(parse_query(Some("canvas=c1")).unwrap().1, 0);
+        for (q, field) in [
+            ("", "canvas"),
+            ("since=3", "canvas"),
+            ("canvas=c1&since=-1", "since"),
+            ("canvas=c1&since=x", "since"),
+            ("canvas=bad%20id", "canvas"),
+            ("canvas=%zz", "canvas"),
+        ] {
+            let e = parse_query(Some(q)).unwrap_err();
+            assert_eq!(e.body.field.as_deref(), Some(field), "{q}");
+            assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! `ws-node`: a WebSocket server of the fleet.
+//!
+//! It keeps every canvas's state in memory, built from the Kafka log; when started (or after a
+//! full drain) it is UP but not ready until the gateway sends start-recovery, which replays what it
+//! missed (catch-up), after which it joins the broadcast group and serves sessions of the canvases
+//! whose partitions it owns.
+//!
+//! Modules: [`config`], [`lifecycle`] (the node's state machine), [`state`] (one canvas and its
+//! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
+//! the targets), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
+//! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes).
+
+pub mod broadcast;
+pub mod catchup;
+pub mod config;
+pub mod drain;
+pub mod http;
+pub mod hub;
+pub mod lifecycle;
+pub mod node;
+pub mod session;
+pub mod state;
+
+use crate::config::Config;
+use crate::node::Node;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Runs a node on `listener` until `shutdown` is cancelled; then drains (reason SHUTDOWN), leaves
+/// the broadcast group and returns.
+///
+/// # Errors
+/// When the HTTP server fails.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let node = Node::new(config, shutdown.clone());
+    tracing::info!(
+        node = %node.config.node_id,
+        addr = %listener.local_addr()?,
+        topic = %node.config.topic,
+        group = %node.config.broadcast_group,
+        "[NODE] {} is UP (not ready): waiting for start-recovery",
+        node.config.node_id
+    );
+    let app = http::router(node.clone());
+    let n = node.clone();
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.cancelled().await;
+            tracing::info!("[NODE] {} shutting down: draining sessions and leaving the group", n.config.node_id);
+            n.shut_down().await;
+        })
+        .await?;
+    tracing::info!("[NODE] {} stopped", node.config.node_id);
+    Ok(())
+}

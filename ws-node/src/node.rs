@@ -1,0 +1,281 @@
+//! The node: lifecycle, catch-up, broadcast consumer and drains, tied together.
+//!
+//! Every lifecycle input goes through [`crate::lifecycle::transition`]; this module performs the
+//! effects (start the replay, start or stop the broadcast consumer, hand sessions over) and logs
+//! each transition.
+
+use crate::broadcast::{Broadcast, HandOver};
+use crate::catchup;
+use crate::config::Config;
+use crate::drain::{self, HandOverOutcome};
+use crate::hub::Hub;
+use crate::lifecycle::{transition, Effect, Input, Phase};
+use shared::api::{CatchupReport, CatchupStatus, DrainReport, NodeHealth, RecoveryAck};
+use shared::protocol::{close, DrainReason};
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// A broadcast consumer that has not polled for this long makes the node not ready.
+pub const BROADCAST_STALL: Duration = Duration::from_secs(10);
+
+/// Why a drain was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    #[error("{0}")]
+    Conflict(&'static str),
+}
+
+/// One ws-node.
+pub struct Node {
+    pub config: Config,
+    pub hub: Arc<Hub>,
+    phase: Mutex<Phase>,
+    catchup: Arc<Mutex<CatchupReport>>,
+    broadcast: tokio::sync::Mutex<Option<Broadcast>>,
+    partition_count: AtomicU32,
+    handover_tx: mpsc::UnboundedSender<HandOver>,
+    /// Session tasks, awaited on the way out.
+    pub sessions: TaskTracker,
+    pub shutdown: CancellationToken,
+}
+
+impl Node {
+    /// A node in phase `Up`, with its hand-over task running until `shutdown`.
+    pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
+        let hub = Arc::new(Hub::new(config.dims(), config.recent_events as usize));
+        let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<HandOver>();
+        let node = Arc::new(Self {
+            config,
+            hub,
+            phase: Mutex::new(Phase::Up),
+            catchup: Arc::new(Mutex::new(catchup::idle_report())),
+            broadcast: tokio::sync::Mutex::new(None),
+            partition_count: AtomicU32::new(0),
+            handover_tx,
+            sessions: TaskTracker::new(),
+            shutdown,
+        });
+        // Sessions of revoked partitions are handed over here, each revocation on its own.
+        let weak = Arc::downgrade(&node);
+        tokio::spawn(async move {
+            while let Some(sessions) = handover_rx.recv().await {
+                let Some(node) = weak.upgrade() else { break };
+                let partitions: BTreeSet<i32> = sessions.iter().map(|s| s.partition).collect();
+                let (grace, after) = (node.config.revoke_grace(), node.config.reconnect_after_ms);
+                tokio::spawn(async move {
+                    tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", DrainReason::PartitionsRevoked, grace.as_millis(), partitions);
+                    let out = drain::hand_over(sessions, DrainReason::PartitionsRevoked, grace, after, close::SERVICE_RESTART).await;
+                    tracing::info!("[DRAIN] completed reason={} notified={} forceClosed={} tookMs={}", DrainReason::PartitionsRevoked, out.notified, out.force_closed, out.took.as_millis());
+                });
+            }
+        });
+        node
+    }
+
+    /// Feeds `input` to the lifecycle and returns the effect to perform.
+    fn step(&self, input: Input) -> Effect {
+        let mut phase = self.phase.lock().expect("phase lock");
+        let from = *phase;
+        let (to, effect) = transition(from, input);
+        *phase = to;
+        drop(phase);
+        match effect {
+            Effect::Reject(why) => tracing::info!(node = %self.config.node_id, ?input, phase = ?from, why, "lifecycle input refused"),
+            _ if from != to => tracing::info!(
+                "[NODE] {} {:?} -> {:?} ({:?}) health={:?}",
+                self.config.node_id,
+                from,
+                to,
+                input,
+                to.reported()
+            ),
+            _ => {}
+        }
+        effect
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        *self.phase.lock().expect("phase lock")
+    }
+
+    /// Partition count of the topic (0 until the first catch-up read the metadata).
+    pub fn partition_count(&self) -> u32 {
+        self.partition_count.load(Ordering::Acquire)
+    }
+
+    /// Whether the broadcast consumer has stopped polling while it should run.
+    fn broadcast_stalled(&self) -> bool {
+        self.hub.since_broadcast_poll().is_some_and(|d| d > BROADCAST_STALL)
+    }
+
+    /// Whether new sessions are accepted: caught up, broadcasting, not draining, not stalled.
+    pub fn is_ready(&self) -> bool {
+        self.phase() == Phase::Ready && !self.broadcast_stalled()
+    }
+
+    /// The `/health` body.
+    pub fn health(&self) -> NodeHealth {
+        let phase = self.phase();
+        let ready = phase == Phase::Ready && !self.broadcast_stalled();
+        NodeHealth {
+            node_id: self.config.node_id.clone(),
+            state: if phase == Phase::Ready && !ready { Phase::Up.reported() } else { phase.reported() },
+            up: true,
+            ready,
+            draining: phase == Phase::Draining,
+            assigned_partitions: self.hub.owned(),
+            partition_count: self.partition_count(),
+            sessions: self.hub.open_sessions(),
+            catchup: self.catchup.lock().expect("catch-up report lock").clone(),
+        }
+    }
+
+    /// `POST /admin/start-recovery`: starts catch-up once; repeated calls report progress.
+    ///
+    /// # Errors
+    /// [`DrainError::Conflict`] while a full drain runs.
+    pub fn start_recovery(self: &Arc<Self>) -> Result<RecoveryAck, DrainError> {
+        let outcome = match self.step(Input::StartRecovery) {
+            Effect::StartCatchup => {
+                tracing::info!(node = %self.config.node_id, "start-recovery received: catching up before serving");
+                *self.catchup.lock().expect("catch-up report lock") = CatchupReport {
+                    status: CatchupStatus::Running,
+                    ..catchup::idle_report()
+                };
+                let node = self.clone();
+                tokio::spawn(async move { node.run_catchup().await });
+                "started"
+            }
+            Effect::Reject(why) => return Err(DrainError::Conflict(why)),
+            _ if self.phase() == Phase::Ready => "already_ready",
+            _ => "already_running",
+        };
+        Ok(RecoveryAck { outcome: outcome.into(), catchup: self.catchup.lock().expect("catch-up report lock").clone() })
+    }
+
+    async fn run_catchup(self: Arc<Self>) {
+        let node = self.clone();
+        let cancel = self.shutdown.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            catchup::run(&node.config, &node.hub, &node.catchup, &|| cancel.is_cancelled())
+        })
+        .await;
+        match result {
+            Ok(Ok((partitions, _))) => {
+                self.partition_count.store(partitions, Ordering::Release);
+                if self.step(Input::CatchupCompleted) == Effect::StartBroadcast {
+                    match Broadcast::start(&self.config, self.hub.clone(), self.handover_tx.clone()) {
+                        Ok(b) => *self.broadcast.lock().await = Some(b),
+                        Err(e) => {
+                            tracing::error!(error = %e, "[BROADCAST] cannot start the broadcast consumer; node stays not ready");
+                            self.step(Input::DrainRequested);
+                            self.step(Input::DrainFinished);
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::error!(error = %e, "[CATCHUP] failed; the node stays UP (not ready) until the next start-recovery");
+                catchup::mark_failed(&self.catchup, &e);
+                self.step(Input::CatchupFailed);
+            }
+            Err(join) => {
+                let e = shared::replay::ReplayError::Stalled { idle: Duration::ZERO, remaining: 0 };
+                tracing::error!(error = %join, "[CATCHUP] task panicked");
+                catchup::mark_failed(&self.catchup, &e);
+                self.step(Input::CatchupFailed);
+            }
+        }
+    }
+
+    /// `POST /admin/drain`: hands the sessions in scope over and answers when done.
+    ///
+    /// Without `partitions` it drains the whole node: DRAINING, new handshakes 503, the broadcast
+    /// group is left (its partitions move to the other nodes at once), every session gets the
+    /// reconnect notice, the rest are closed with `final_code` after the grace period, and the
+    /// node ends UP (not ready), ready for start-recovery. With `partitions` only the sessions of
+    /// those partitions' canvases are handed over; the node's phase does not change.
+    ///
+    /// # Errors
+    /// [`DrainError::Conflict`] when a full drain is not possible in the current phase.
+    pub async fn drain(
+        self: &Arc<Self>,
+        reason: DrainReason,
+        grace: Duration,
+        partitions: Option<Vec<i32>>,
+        final_code: u16,
+    ) -> Result<DrainReport, DrainError> {
+        let scope = partitions.as_ref().map(|ps| ps.iter().copied().collect::<BTreeSet<i32>>());
+        let outcome: HandOverOutcome = match &scope {
+            Some(scope) => {
+                tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), scope);
+                let sessions = self.hub.pause_and_take(Some(scope));
+                let out = drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code).await;
+                self.hub.resume(scope);
+                out
+            }
+            None => {
+                if let Effect::Reject(why) = self.step(Input::DrainRequested) {
+                    return Err(DrainError::Conflict(why));
+                }
+                tracing::info!("[DRAIN] started reason={} grace={}ms scope=node", reason, grace.as_millis());
+                let sessions = self.hub.pause_and_take(None);
+                let broadcast = self.broadcast.lock().await.take();
+                let leave = async {
+                    if let Some(b) = broadcast {
+                        b.stop().await;
+                    }
+                };
+                let (out, ()) = tokio::join!(
+                    drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code),
+                    leave
+                );
+                *self.catchup.lock().expect("catch-up report lock") = catchup::idle_report();
+                self.step(Input::DrainFinished);
+                out
+            }
+        };
+        tracing::info!(
+            "[DRAIN] completed reason={} notified={} forceClosed={} tookMs={}",
+            reason,
+            outcome.notified,
+            outcome.force_closed,
+            outcome.took.as_millis()
+        );
+        Ok(DrainReport {
+            reason,
+            partitions,
+            notified_sessions: outcome.notified,
+            force_closed_sessions: outcome.force_closed,
+            duration_ms: outcome.took.as_millis() as u64,
+        })
+    }
+
+    /// On SIGTERM: a full drain with reason SHUTDOWN (sessions closed with 1001 Going Away after
+    /// the shutdown grace), then waits for session tasks to end.
+    pub async fn shut_down(self: &Arc<Self>) {
+        let grace = Duration::from_millis(self.config.shutdown_grace_ms);
+        match self.drain(DrainReason::Shutdown, grace, None, close::GOING_AWAY).await {
+            Ok(_) => {}
+            Err(_) => {
+                // Catching up or already draining: close whatever is open and leave the group.
+                for s in self.hub.pause_and_take(None) {
+                    s.close(close::GOING_AWAY, "server shutting down");
+                }
+                if let Some(b) = self.broadcast.lock().await.take() {
+                    b.stop().await;
+                }
+            }
+        }
+        self.sessions.close();
+        if tokio::time::timeout(Duration::from_secs(5), self.sessions.wait()).await.is_err() {
+            tracing::warn!(open = self.hub.open_sessions(), "sessions still open 5 s after shutdown; exiting anyway");
+        }
+    }
+}
