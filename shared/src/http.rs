@@ -101,21 +101,36 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        let msg = inner.to_string();
         if inner.is_syntax() || inner.is_eof() {
-            return ApiError::malformed(msg);
+            return ApiError::malformed(inner.to_string());
         }
-        // The path names the field at fault, unknown fields included; a missing field is named
-        // only in serde's message, below the path of its parent.
-        let missing = msg.strip_prefix("missing field `").and_then(|m| m.split('`').next());
-        let field = match (path.as_str(), missing) {
-            (".", Some(name)) => name.to_owned(),
-            (".", None) => "body".to_owned(),
-            (p, Some(name)) => format!("{p}.{name}"),
-            (p, None) => p.to_owned(),
-        };
-        ApiError::field(field, msg)
+        field_error(&path, &inner.to_string())
     })
+}
+
+/// Parses a URL query string (`a=1&b=x`, percent-decoded) into `T`, naming the field at fault.
+///
+/// # Errors
+/// [`ApiError::field`] for a missing, badly typed or invalid parameter.
+pub fn parse_query<T: DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
+    let de = serde_urlencoded::Deserializer::new(form_urlencoded::parse(raw.as_bytes()));
+    serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+        let path = e.path().to_string();
+        field_error(&path, &e.into_inner().to_string())
+    })
+}
+
+fn field_error(path: &str, msg: &str) -> ApiError {
+    // The path names the field at fault, unknown fields included; a missing field is named only in
+    // serde's message, below the path of its parent.
+    let missing = msg.strip_prefix("missing field `").and_then(|m| m.split('`').next());
+    let field = match (path, missing) {
+        (".", Some(name)) => name.to_owned(),
+        (".", None) => "body".to_owned(),
+        (p, Some(name)) => format!("{p}.{name}"),
+        (p, None) => p.to_owned(),
+    };
+    ApiError::field(field, msg)
 }
 
 #[cfg(test)]
@@ -148,6 +163,25 @@ mod tests {
             assert_eq!(e.body.field.as_deref(), *field, "{body}: {}", e.body.message);
         }
         assert!(parse_json::<Req>(br#"{"a":1}"#).is_ok());
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Q {
+        canvas: String,
+        #[serde(default)]
+        since: u64,
+    }
+
+    #[test]
+    fn query_errors_name_the_parameter() {
+        let q: Q = parse_query("canvas=a%2Db&since=4").unwrap();
+        assert_eq!((q.canvas.as_str(), q.since), ("a-b", 4));
+        assert_eq!(parse_query::<Q>("canvas=c").unwrap().since, 0);
+        for (raw, field) in [("since=1", "canvas"), ("canvas=c&since=-1", "since"), ("canvas=c&since=x", "since"), ("", "canvas")] {
+            let e = parse_query::<Q>(raw).unwrap_err();
+            assert_eq!(e.body.field.as_deref(), Some(field), "{raw}: {}", e.body.message);
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DrainRequest, MAX_GRACE_MS};
-use shared::http::{parse_json, ApiError};
+use shared::http::{parse_json, parse_query as parse_ws_query, ApiError};
 use shared::partitioner::partition_for;
 use shared::protocol::{close, WsQuery};
 use shared::CanvasId;
@@ -74,52 +74,9 @@ async fn drain(State(node): State<Arc<Node>>, body: Result<Bytes, BytesRejection
 const RETRY_AFTER_SECS: u64 = 1;
 
 fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64), ApiError> {
-    let q: WsQuery = serde_urlencoded_like(raw.unwrap_or(""))?;
+    let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
     let canvas = CanvasId::parse(&q.canvas).map_err(|e| ApiError::field("canvas", e.to_string()))?;
     Ok((canvas, q.since))
-}
-
-/// Parses `canvas=..&since=..` (percent-decoded), naming the bad field.
-fn serde_urlencoded_like(raw: &str) -> Result<WsQuery, ApiError> {
-    let mut canvas = None;
-    let mut since = 0u64;
-    for pair in raw.split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let v = percent_decode(v).ok_or_else(|| ApiError::field(k, "invalid percent-encoding"))?;
-        match k {
-            "canvas" => canvas = Some(v),
-            "since" => {
-                since = v.parse().map_err(|_| ApiError::field("since", "since must be a version: an integer ≥ 0"))?;
-            }
-            _ => {}
-        }
-    }
-    let canvas = canvas.ok_or_else(|| ApiError::field("canvas", "the canvas query parameter is required"))?;
-    Ok(WsQuery { canvas, since })
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' => {
-                let hex = s.get(i + 1..i + 3)?;
-                out.push(u8::from_str_radix(hex, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            b => {
-                out.push(b);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 async fn ws(

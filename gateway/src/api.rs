@@ -1,0 +1,112 @@
+//! HTTP routes of the gateway.
+//!
+//! | method and path | answer |
+//! |---|---|
+//! | `GET /ws?canvas=<id>&since=<version>` | WebSocket, proxied to the node that owns the canvas; `503` + `Retry-After` when none can serve it |
+//! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, recent decisions |
+//! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
+//! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
+
+use crate::fleet::Fleet;
+use crate::proxy;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
+use shared::http::{parse_json, parse_query, ApiError};
+use shared::protocol::WsQuery;
+use shared::CanvasId;
+use std::sync::Arc;
+
+const MAX_BODY: usize = 4096;
+
+/// The gateway's router.
+pub fn router(fleet: Arc<Fleet>) -> Router {
+    Router::new()
+        .route("/ws", get(ws))
+        .route("/api/fleet", get(fleet_state))
+        .route("/api/fleet/nodes/{id}/drain", post(drain))
+        .route("/health", get(health))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .with_state(fleet)
+}
+
+async fn health(State(fleet): State<Arc<Fleet>>) -> Response {
+    let snap = fleet.snapshot();
+    let nodes: serde_json::Map<String, serde_json::Value> = snap["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| (n["id"].as_str().unwrap_or_default().to_owned(), n["state"].clone()))
+        .collect();
+    Json(serde_json::json!({"up": true, "nodes": nodes})).into_response()
+}
+
+async fn fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {
+    Json(fleet.snapshot()).into_response()
+}
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainBody {
+    #[serde(default = "default_grace")]
+    grace_ms: u64,
+}
+
+fn default_grace() -> u64 {
+    DEFAULT_GRACE_MS
+}
+
+async fn drain(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
+    let req: DrainBody = if body.is_empty() { DrainBody { grace_ms: DEFAULT_GRACE_MS } } else { parse_json(&body)? };
+    if req.grace_ms > MAX_GRACE_MS {
+        return Err(ApiError::field("grace_ms", format!("grace_ms must be at most {MAX_GRACE_MS}")));
+    }
+    match fleet.maintenance_drain(&id, req.grace_ms).await {
+        None => Err(ApiError::not_found(format!("no node {id}"))),
+        Some(Ok(report)) => Ok(Json(report).into_response()),
+        Some(Err(e)) => Err(ApiError::bad_gateway(format!("node {id} did not drain: {e}"))),
+    }
+}
+
+/// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).
+fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
+    let q: WsQuery = parse_query(raw.unwrap_or(""))?;
+    CanvasId::parse(&q.canvas).map_err(|e| ApiError::field("canvas", e.to_string()))?;
+    Ok(q)
+}
+
+async fn ws(
+    State(fleet): State<Arc<Fleet>>,
+    RawQuery(raw): RawQuery,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let q = parse_ws_query(raw.as_deref())?;
+    let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    let (upstream, target) = proxy::connect_upstream(&fleet, &q.canvas, q.since, &headers).await?;
+    tracing::debug!(canvas = %q.canvas, since = q.since, node = %target.id, "proxying session");
+    Ok(proxy::upgrade(fleet, upgrade, upstream, target))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ws_query_is_validated() {
+        let q = parse_ws_query(Some("canvas=c1&since=7")).unwrap();
+        assert_eq!((q.canvas.as_str(), q.since), ("c1", 7));
+        for (raw, field) in [("since=1", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas")] {
+            assert_eq!(parse_ws_query(Some(raw)).unwrap_err().body.field.as_deref(), Some(field), "{raw}");
+        }
+    }
+}

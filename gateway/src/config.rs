@@ -1,0 +1,123 @@
+//! Configuration of the gateway: flags with environment-variable fallbacks.
+
+use clap::Parser;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+/// One node as configured: `id=http://host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddr {
+    pub id: String,
+    /// Base URL of the node's HTTP API, without a trailing slash.
+    pub url: String,
+}
+
+/// The configured nodes, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nodes(pub Vec<NodeAddr>);
+
+/// Parses `ws-1=http://127.0.0.1:8081,ws-2=http://127.0.0.1:8082`.
+///
+/// # Errors
+/// A message naming the entry at fault (missing `=`, empty id, non-http URL, duplicate id).
+pub fn parse_nodes(raw: &str) -> Result<Nodes, String> {
+    let mut nodes: Vec<NodeAddr> = Vec::new();
+    for entry in raw.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let (id, url) = entry.split_once('=').ok_or_else(|| format!("node entry {entry:?} is not id=url"))?;
+        let (id, url) = (id.trim(), url.trim().trim_end_matches('/'));
+        if id.is_empty() {
+            return Err(format!("node entry {entry:?} has an empty id"));
+        }
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() <= "http://".len() {
+            return Err(format!("node {id}: url {url:?} must start with http:// or https://"));
+        }
+        if nodes.iter().any(|n| n.id == id) {
+            return Err(format!("node {id} is listed twice"));
+        }
+        nodes.push(NodeAddr { id: id.to_owned(), url: url.to_owned() });
+    }
+    if nodes.is_empty() {
+        return Err("no nodes configured".into());
+    }
+    Ok(Nodes(nodes))
+}
+
+/// Gateway settings. Every flag can also be given by the environment variable named in its help.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "gateway", version, about = "Entry point and lifecycle orchestrator of the canvas fleet")]
+pub struct Config {
+    /// Address to serve HTTP and WebSocket on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8000")]
+    pub listen: SocketAddr,
+    /// The nodes: `ws-1=http://host:port,ws-2=http://host:port`.
+    #[arg(long, env = "NODES", value_parser = parse_nodes)]
+    pub nodes: Nodes,
+    /// Base URL of the publisher (for `/api/canvases/...`).
+    #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080")]
+    pub publisher_url: String,
+    /// How often each node's `/health` is polled, ms.
+    #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
+    pub poll_interval_ms: u64,
+    /// How long a poll waits for an answer before the node counts as DOWN, ms.
+    #[arg(long, env = "POLL_TIMEOUT_MS", default_value_t = 2000, value_parser = clap::value_parser!(u64).range(10..=60_000))]
+    pub poll_timeout_ms: u64,
+    /// Consecutive UP polls before start-recovery is sent.
+    #[arg(long, env = "UP_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub up_threshold: u32,
+    /// Grace period of the failback drain, ms.
+    #[arg(long, env = "FAILBACK_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub failback_grace_ms: u64,
+    /// Partition count to route with until a node reports the topic's (must match the topic).
+    #[arg(long, env = "TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub partitions: u32,
+    /// How long the gateway waits for a node to accept a proxied WebSocket handshake, ms (a node
+    /// may hold a handshake while its state catches up with the client).
+    #[arg(long, env = "UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
+    pub upstream_connect_timeout_ms: u64,
+    /// Recent lifecycle decisions kept for `/api/fleet`.
+    #[arg(long, env = "DECISION_LOG", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub decision_log: u64,
+    /// Read buffer per proxied WebSocket, each side (bytes).
+    #[arg(long, env = "WS_READ_BUFFER", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..=1_048_576))]
+    pub ws_read_buffer: u64,
+    /// Largest message proxied (bytes).
+    #[arg(long, env = "WS_MAX_MESSAGE", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(128..=67_108_864))]
+    pub ws_max_message: u64,
+    /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
+    #[arg(long)]
+    pub check_config: bool,
+}
+
+impl Config {
+    pub fn poll_interval(&self) -> Duration {
+        Duration::from_millis(self.poll_interval_ms)
+    }
+    pub fn poll_timeout(&self) -> Duration {
+        Duration::from_millis(self.poll_timeout_ms)
+    }
+    pub fn upstream_connect_timeout(&self) -> Duration {
+        Duration::from_millis(self.upstream_connect_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_parse_and_errors_name_the_entry() {
+        let n = parse_nodes("ws-1=http://127.0.0.1:8081/, ws-2=http://h:2").unwrap().0;
+        assert_eq!(n[0], NodeAddr { id: "ws-1".into(), url: "http://127.0.0.1:8081".into() });
+        assert_eq!(n[1].id, "ws-2");
+        for (raw, needle) in [
+            ("ws-1", "not id=url"),
+            ("=http://h:1", "empty id"),
+            ("ws-1=ftp://h", "must start with http"),
+            ("ws-1=http://a:1,ws-1=http://b:2", "twice"),
+            ("", "no nodes"),
+        ] {
+            let e = parse_nodes(raw).unwrap_err();
+            assert!(e.contains(needle), "{raw}: {e}");
+        }
+    }
+}

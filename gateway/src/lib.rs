@@ -1,0 +1,39 @@
+//! `gateway`: the single entry point for clients and the lifecycle orchestrator of the nodes.
+//!
+//! It polls every node's `/health`, decides by fixed rules (a streak of consecutive UP polls
+//! before start-recovery; failback when a recovered node owns partitions again) and acts
+//! (start-recovery, scoped failback drains, maintenance drains), recording every decision with its
+//! reason. It proxies each client's WebSocket to the node that owns the client's canvas.
+//!
+//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
+//! routing), [`proxy`] (WebSocket pass-through), [`api`] (routes).
+
+pub mod api;
+pub mod config;
+pub mod fleet;
+pub mod lifecycle;
+pub mod proxy;
+
+use crate::config::Config;
+use crate::fleet::Fleet;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// Runs the gateway on `listener` until `shutdown` is cancelled.
+///
+/// # Errors
+/// When the HTTP server fails.
+pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let fleet = Fleet::new(config);
+    tracing::info!(
+        addr = %listener.local_addr()?,
+        nodes = ?fleet.nodes.iter().map(|n| format!("{}={}", n.addr.id, n.addr.url)).collect::<Vec<_>>(),
+        poll_interval_ms = fleet.config.poll_interval_ms,
+        up_threshold = fleet.config.up_threshold,
+        "[GATEWAY] listening; polling nodes"
+    );
+    tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
+    axum::serve(listener, api::router(fleet)).with_graceful_shutdown(shutdown.cancelled_owned()).await?;
+    tracing::info!("[GATEWAY] stopped");
+    Ok(())
+}

@@ -1,0 +1,198 @@
+//! `GET /ws?canvas=&since=`: the WebSocket proxy.
+//!
+//! The gateway opens the upstream WebSocket to the node that owns the canvas's partition *before*
+//! it accepts the client's upgrade, so a node's refusal (503 + Retry-After: not ready, draining,
+//! not the owner, behind the client) reaches the client as the same 503. It tries at most two
+//! nodes (one re-route, never a loop). Once both sides are open, frames pass through unchanged in
+//! both directions; a close on either side is forwarded and ends both. When the upstream drops
+//! without a close frame (its process died) the client gets 1012 Service Restart, and reconnects.
+
+use crate::fleet::{Fleet, Target};
+use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};
+use axum::http::HeaderMap;
+use futures::{SinkExt, StreamExt};
+use shared::http::ApiError;
+use shared::protocol::close;
+use std::sync::Arc;
+use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
+
+/// Why no upstream could be opened.
+#[derive(Debug)]
+pub struct Refused {
+    pub code: &'static str,
+    pub message: String,
+    pub retry_after_secs: u64,
+}
+
+type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens the upstream WebSocket for `canvas`/`since`, trying at most two owners.
+///
+/// # Errors
+/// [`Refused`] when no node owns the canvas's partition or the owners refused.
+pub async fn connect_upstream(
+    fleet: &Arc<Fleet>,
+    canvas: &str,
+    since: u64,
+    headers: &HeaderMap,
+) -> Result<(Upstream, Target), Refused> {
+    let (partition, targets) = fleet.route(canvas);
+    if targets.is_empty() {
+        fleet.request_refresh();
+        return Err(Refused {
+            code: "no_owner",
+            message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
+            retry_after_secs: 1,
+        });
+    }
+    let mut last = None;
+    for target in targets.into_iter().take(2) {
+        match open(fleet, &target, canvas, since, headers).await {
+            Ok(ws) => return Ok((ws, target)),
+            Err(refused) => {
+                tracing::info!(node = %target.id, canvas, code = refused.code, reason = %refused.message, "upstream refused the handshake");
+                fleet.request_refresh();
+                last = Some(refused);
+            }
+        }
+    }
+    Err(last.expect("at least one target was tried"))
+}
+
+async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
+    let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);
+    let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
+        code: "bad_upstream_url",
+        message: e.to_string(),
+        retry_after_secs: 5,
+    })?;
+    for name in [axum::http::header::ORIGIN, axum::http::header::USER_AGENT] {
+        if let Some(v) = headers.get(&name) {
+            req.headers_mut().insert(name, v.clone());
+        }
+    }
+    let cfg = ts::protocol::WebSocketConfig::default()
+        .read_buffer_size(fleet.config.ws_read_buffer as usize)
+        .write_buffer_size(0)
+        .max_message_size(Some(fleet.config.ws_max_message as usize))
+        .max_frame_size(Some(fleet.config.ws_max_message as usize));
+    let connect = tokio_tungstenite::connect_async_with_config(req, Some(cfg), true);
+    match tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await {
+        Ok(Ok((ws, _))) => Ok(ws),
+        Ok(Err(ts::Error::Http(resp))) => {
+            let retry = resp
+                .headers()
+                .get(axum::http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            let body = resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+            let code = serde_json::from_str::<shared::api::ErrorBody>(&body).map(|e| e.error).unwrap_or_default();
+            Err(Refused {
+                code: if code == "not_owner" { "not_owner" } else { "upstream_refused" },
+                message: format!("node {} answered {}: {}", target.id, resp.status(), body),
+                retry_after_secs: retry,
+            })
+        }
+        Ok(Err(e)) => Err(Refused { code: "upstream_unreachable", message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
+        Err(_) => Err(Refused {
+            code: "upstream_timeout",
+            message: format!("node {} did not accept within {}ms", target.id, fleet.config.upstream_connect_timeout_ms),
+            retry_after_secs: 1,
+        }),
+    }
+}
+
+impl From<Refused> for ApiError {
+    fn from(r: Refused) -> Self {
+        ApiError::unavailable(r.code, r.message, r.retry_after_secs)
+    }
+}
+
+/// The client's upgrade, answered once the upstream is open.
+pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target) -> axum::response::Response {
+    let c = &fleet.config;
+    upgrade
+        .read_buffer_size(c.ws_read_buffer as usize)
+        .write_buffer_size(0)
+        .max_message_size(c.ws_max_message as usize)
+        .max_frame_size(c.ws_max_message as usize)
+        .on_upgrade(move |client| pipe(fleet, client, upstream, target))
+}
+
+/// Copies frames both ways until either side closes.
+async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: Target) {
+    let (mut c_tx, mut c_rx) = client.split();
+    let (mut u_tx, mut u_rx) = upstream.split();
+    let client_to_upstream = async {
+        while let Some(msg) = c_rx.next().await {
+            let Ok(msg) = msg else { break };
+            let closing = matches!(msg, aws::Message::Close(_));
+            let Some(out) = to_upstream(msg) else { continue };
+            if u_tx.send(out).await.is_err() || closing {
+                break;
+            }
+        }
+        // The client went away: close the upstream (if it was not the one closing).
+        let _ = u_tx.close().await;
+    };
+    let upstream_to_client = async {
+        let mut closed_cleanly = false;
+        while let Some(msg) = u_rx.next().await {
+            let Ok(msg) = msg else { break };
+            let closing = matches!(msg, ts::Message::Close(_));
+            let Some(out) = to_client(msg) else { continue };
+            if c_tx.send(out).await.is_err() {
+                closed_cleanly = true;
+                break;
+            }
+            if closing {
+                closed_cleanly = true;
+                break;
+            }
+        }
+        if !closed_cleanly {
+            // The node vanished without a close frame (killed): tell the client to reconnect.
+            tracing::info!(node = %target.id, "upstream dropped without a close; closing the client with 1012");
+            fleet.request_refresh();
+            let _ = c_tx
+                .send(aws::Message::Close(Some(aws::CloseFrame {
+                    code: close::SERVICE_RESTART,
+                    reason: "upstream node went away; reconnect with since".into(),
+                })))
+                .await;
+        }
+        let _ = c_tx.close().await;
+    };
+    tokio::select! {
+        _ = client_to_upstream => {}
+        _ = upstream_to_client => {}
+    }
+}
+
+fn to_upstream(msg: aws::Message) -> Option<ts::Message> {
+    Some(match msg {
+        aws::Message::Text(t) => ts::Message::Text(ts::Utf8Bytes::try_from(bytes::Bytes::from(t)).ok()?),
+        aws::Message::Binary(b) => ts::Message::Binary(b),
+        aws::Message::Ping(b) => ts::Message::Ping(b),
+        aws::Message::Pong(b) => ts::Message::Pong(b),
+        aws::Message::Close(c) => ts::Message::Close(c.map(|c| ts::protocol::CloseFrame {
+            code: c.code.into(),
+            reason: ts::Utf8Bytes::try_from(bytes::Bytes::from(c.reason)).unwrap_or_default(),
+        })),
+    })
+}
+
+fn to_client(msg: ts::Message) -> Option<aws::Message> {
+    Some(match msg {
+        ts::Message::Text(t) => aws::Message::Text(aws::Utf8Bytes::try_from(bytes::Bytes::from(t)).ok()?),
+        ts::Message::Binary(b) => aws::Message::Binary(b),
+        ts::Message::Ping(b) => aws::Message::Ping(b),
+        ts::Message::Pong(b) => aws::Message::Pong(b),
+        ts::Message::Close(c) => aws::Message::Close(c.map(|c| aws::CloseFrame {
+            code: c.code.into(),
+            reason: aws::Utf8Bytes::try_from(bytes::Bytes::from(c.reason)).unwrap_or_default(),
+        })),
+        ts::Message::Frame(_) => return None,
+    })
+}
