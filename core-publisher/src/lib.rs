@@ -24,8 +24,8 @@ use tokio_util::sync::CancellationToken;
 
 /// Runs the publisher on `listener` until `shutdown` is cancelled.
 ///
-/// The HTTP server starts at once (answering 503 until ready); creating the topic and rebuilding
-/// the heads retry with backoff until the broker answers.
+/// The HTTP server starts at once (answering 503 until ready); creating the topic when it is
+/// missing and rebuilding the heads retry with backoff until the broker answers.
 ///
 /// # Errors
 /// When the server cannot run (the listener failed) or Kafka's client configuration is invalid.
@@ -36,24 +36,28 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times();
-    let partitions = tokio::select! {
-        r = (|| log::ensure_topic(&settings, &config.topic, config.partitions, config.replication_factor))
-            .retry(retry)
-            .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "topic not ready; retrying")) => r.map_err(anyhow::Error::msg)?,
-        _ = shutdown.cancelled() => return Ok(()),
-    };
-    if partitions != config.partitions {
-        tracing::warn!(topic = %config.topic, configured = config.partitions, actual = partitions,
-            "topic exists with another partition count; using the topic's");
-    }
-    let kafka_log = KafkaLog::new(settings, config.topic.clone(), config.produce_timeout())?;
-    let versions = Arc::new(Versions::new(kafka_log, config.dims(), partitions));
+    let kafka_log = KafkaLog::new(settings.clone(), config.topic.clone(), config.produce_timeout())?;
+    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0));
 
-    let rebuild = {
-        let versions = versions.clone();
-        let shutdown = shutdown.clone();
+    // The server answers at once (503 until ready); the topic and the heads come from Kafka.
+    let prepare = {
+        let (versions, shutdown, config) = (versions.clone(), shutdown.clone(), config.clone());
         async move {
-            tracing::info!("rebuilding canvas versions from the log; writes get 503 until done");
+            let ensure = || log::ensure_topic(&settings, &config.topic, config.partitions, config.replication_factor);
+            let partitions = tokio::select! {
+                r = ensure.retry(retry).notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "topic not ready; retrying")) => r,
+                _ = shutdown.cancelled() => return,
+            };
+            let partitions = match partitions {
+                Ok(n) => n,
+                Err(e) => return tracing::error!(error = %e, "topic set-up gave up"),
+            };
+            if partitions != config.partitions {
+                tracing::warn!(topic = %config.topic, configured = config.partitions, actual = partitions,
+                    "topic exists with another partition count; using the topic's");
+            }
+            versions.set_partitions(partitions);
+            tracing::info!(topic = %config.topic, partitions, "rebuilding canvas versions from the log; writes get 503 until done");
             let started = std::time::Instant::now();
             let r = tokio::select! {
                 r = (|| versions.rebuild()).retry(retry).notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "rebuild failed; retrying")) => r,
@@ -66,9 +70,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             }
         }
     };
-    tokio::spawn(rebuild);
+    tokio::spawn(prepare);
 
-    tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, partitions, "publisher listening");
+    tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
     axum::serve(listener, api::router(versions))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;

@@ -62,7 +62,8 @@ struct Head {
 pub struct Versions<L> {
     pub(crate) log: L,
     dims: CanvasDims,
-    partitions: u32,
+    /// Partition count of the topic; 0 until known (then the publisher is not ready anyway).
+    partitions: std::sync::atomic::AtomicU32,
     heads: Mutex<HashMap<CanvasId, Arc<tokio::sync::Mutex<Head>>>>,
     /// High watermark of each partition when the heads were rebuilt: every record below it is
     /// already accounted for, so reconciliation of a canvas never reads before it.
@@ -71,13 +72,13 @@ pub struct Versions<L> {
 }
 
 impl<L: EventLog> Versions<L> {
-    /// An authority over `log` for a topic of `partitions` partitions. Not ready until
-    /// [`Versions::rebuild`] ran.
+    /// An authority over `log` for a topic of `partitions` partitions (0: not known yet, see
+    /// [`Versions::set_partitions`]). Not ready until [`Versions::rebuild`] ran.
     pub fn new(log: L, dims: CanvasDims, partitions: u32) -> Self {
         Self {
             log,
             dims,
-            partitions,
+            partitions: std::sync::atomic::AtomicU32::new(partitions),
             heads: Mutex::new(HashMap::new()),
             floors: Mutex::new(Offsets::new()),
             ready: AtomicBool::new(false),
@@ -94,9 +95,14 @@ impl<L: EventLog> Versions<L> {
         self.dims
     }
 
-    /// Partition count of the topic.
+    /// Partition count of the topic (0 until known).
     pub fn partitions(&self) -> u32 {
-        self.partitions
+        self.partitions.load(Ordering::Acquire)
+    }
+
+    /// Sets the topic's partition count, once it is known (before [`Versions::rebuild`]).
+    pub fn set_partitions(&self, n: u32) {
+        self.partitions.store(n, Ordering::Release);
     }
 
     /// Reads the whole topic and sets every canvas's head to the last version in the log, then
@@ -147,7 +153,7 @@ impl<L: EventLog> Versions<L> {
 
     /// The partition of `canvas`.
     pub fn partition_of(&self, canvas: &CanvasId) -> i32 {
-        partition_for(canvas.as_str().as_bytes(), self.partitions) as i32
+        partition_for(canvas.as_str().as_bytes(), self.partitions().max(1)) as i32
     }
 
     /// Publishes one pixel change: hands out the canvas's next version, appends it to the log and

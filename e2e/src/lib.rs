@@ -1,1 +1,15 @@
+//! The end-to-end harness of the fleet.
+//!
+//! It starts a Kafka-protocol broker ([`broker`]), the real binaries as processes ([`procs`],
+//! [`fleet`]), WebSocket clients that reconnect and resume like good clients ([`client`]) and a
+//! publisher load ([`load`]); it kills and restarts nodes and checks every client's stream
+//! ([`checker`]). [`scenario`] is the brief's whole sequence, shared by the test
+//! (`tests/scenario.rs`) and the demo (`src/bin/demo.rs`).
 
+pub mod broker;
+pub mod checker;
+pub mod client;
+pub mod fleet;
+pub mod load;
+pub mod procs;
+pub mod scenario;

@@ -205,7 +205,7 @@ impl Fleet {
         let id = node.addr.id.clone();
         match decision {
             Decision::Transition { from, to, reason } => {
-                tracing::info!("[GATEWAY] {} {:?} -> {:?} reason=\"{}\"", id, from, to, reason);
+                tracing::info!("[GATEWAY] {} {} -> {} reason=\"{}\"", id, from, to, reason);
                 self.record(&id, "transition", reason, serde_json::json!({"from": from, "to": to}));
             }
             Decision::StartRecovery { reason } => {

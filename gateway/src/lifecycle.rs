@@ -32,6 +32,17 @@ pub enum Status {
     Draining,
 }
 
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Down => "DOWN",
+            Status::Up => "UP",
+            Status::Healthy => "HEALTHY",
+            Status::Draining => "DRAINING",
+        })
+    }
+}
+
 /// Where the start-recovery call of the current UP episode stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -101,7 +112,7 @@ pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<
                 NodeState::Healthy => Status::Healthy,
                 NodeState::Draining => Status::Draining,
             },
-            format!("/health says {state:?}"),
+            format!("/health says {state}"),
         ),
     };
     if to != view.status {
@@ -253,7 +264,7 @@ mod tests {
     #[test]
     fn transitions_are_reported_with_reasons() {
         let (_, ds) = observe(&NodeView::default(), &up(), RULES);
-        assert!(matches!(&ds[0], Decision::Transition { from: Status::Down, to: Status::Up, reason } if reason.contains("Up")));
+        assert!(matches!(&ds[0], Decision::Transition { from: Status::Down, to: Status::Up, reason } if reason.contains("UP")));
         let (v, _) = observe(&NodeView::default(), &up(), RULES);
         let (_, ds) = observe(&v, &timeout(), RULES);
         assert!(matches!(&ds[0], Decision::Transition { from: Status::Up, to: Status::Down, reason } if reason.contains("timed out")));

@@ -16,6 +16,16 @@ pub enum NodeState {
     Draining,
 }
 
+impl std::fmt::Display for NodeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NodeState::Up => "UP",
+            NodeState::Healthy => "HEALTHY",
+            NodeState::Draining => "DRAINING",
+        })
+    }
+}
+
 /// Progress of the catch-up replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

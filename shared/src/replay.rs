@@ -85,6 +85,8 @@ impl Progress {
 /// Why a replay could not be planned or finished.
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
+    #[error("kafka client: {0}")]
+    Client(rdkafka::error::KafkaError),
     #[error("topic {topic}: metadata: {source}")]
     Metadata { topic: String, source: rdkafka::error::KafkaError },
     #[error("topic {topic} does not exist (or has no partitions)")]

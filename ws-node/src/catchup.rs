@@ -55,7 +55,7 @@ pub fn run(
         .kafka()
         .catchup_consumer(&config.catchup_group(), &format!("{}-catchup", config.node_id))
         .create()
-        .map_err(ReplayError::Assign)?;
+        .map_err(ReplayError::Client)?;
     let (plan, truncated) = replay::plan(&consumer, &config.topic, &hub.positions(), Duration::from_secs(10))?;
     if !truncated.is_empty() {
         tracing::warn!(partitions = ?truncated,

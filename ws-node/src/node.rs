@@ -87,7 +87,7 @@ impl Node {
         match effect {
             Effect::Reject(why) => tracing::info!(node = %self.config.node_id, ?input, phase = ?from, why, "lifecycle input refused"),
             _ if from != to => tracing::info!(
-                "[NODE] {} {:?} -> {:?} ({:?}) health={:?}",
+                "[NODE] {} {:?} -> {:?} ({:?}) health={}",
                 self.config.node_id,
                 from,
                 to,

@@ -1,0 +1,193 @@
+//! Kafka-protocol brokers for the harness.
+//!
+//! | kind | what | selected by |
+//! |---|---|---|
+//! | embedded | librdkafka's mock cluster (`rdkafka::mocking`), hosted by the harness process on loopback | default |
+//! | real | Apache Kafka 4.x (KRaft, single node) from Maven Central, run with the machine's Java by `scripts/kafka/start.sh` | `E2E_BROKER=real` / `--kafka real` |
+//! | external | any broker you run | `KAFKA_BOOTSTRAP=host:port` |
+
+use anyhow::{bail, Context};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Which broker to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BrokerKind {
+    Embedded,
+    Real,
+    External(String),
+}
+
+impl BrokerKind {
+    /// `KAFKA_BOOTSTRAP` wins, then `E2E_BROKER` (`embedded` | `real`), else embedded.
+    pub fn from_env() -> Self {
+        if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
+            if !b.trim().is_empty() {
+                return BrokerKind::External(b);
+            }
+        }
+        match std::env::var("E2E_BROKER").as_deref() {
+            Ok("real") => BrokerKind::Real,
+            _ => BrokerKind::Embedded,
+        }
+    }
+
+    /// A short name for reports.
+    pub fn label(&self) -> String {
+        match self {
+            BrokerKind::Embedded => "embedded (librdkafka mock cluster)".into(),
+            BrokerKind::Real => "Apache Kafka 4.4.0 (KRaft, single node, JVM)".into(),
+            BrokerKind::External(b) => format!("external broker at {b}"),
+        }
+    }
+}
+
+/// A running broker; stopped when dropped.
+pub struct Broker {
+    pub kind: BrokerKind,
+    pub bootstrap: String,
+    inner: Inner,
+}
+
+enum Inner {
+    Embedded { stop: Option<std::sync::mpsc::Sender<MockCommand>>, thread: Option<std::thread::JoinHandle<()>> },
+    Real { child: std::process::Child, _dir: tempfile::TempDir },
+    External,
+}
+
+enum MockCommand {
+    CreateTopic { name: String, partitions: i32, done: std::sync::mpsc::Sender<Result<(), String>> },
+    Stop,
+}
+
+impl Broker {
+    /// Starts (or connects to) a broker of `kind`.
+    ///
+    /// # Errors
+    /// When the broker cannot be started or does not become reachable in time.
+    pub async fn start(kind: BrokerKind) -> anyhow::Result<Self> {
+        match &kind {
+            BrokerKind::Embedded => {
+                let (boot_tx, boot_rx) = std::sync::mpsc::channel();
+                let (cmd_tx, cmd_rx) = std::sync::mpsc::channel::<MockCommand>();
+                let thread = std::thread::Builder::new().name("mock-kafka".into()).spawn(move || {
+                    let cluster = match rdkafka::mocking::MockCluster::new(1) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            let _ = boot_tx.send(Err(e.to_string()));
+                            return;
+                        }
+                    };
+                    let _ = boot_tx.send(Ok(cluster.bootstrap_servers()));
+                    while let Ok(cmd) = cmd_rx.recv() {
+                        match cmd {
+                            MockCommand::CreateTopic { name, partitions, done } => {
+                                let _ = done.send(cluster.create_topic(&name, partitions, 1).map_err(|e| e.to_string()));
+                            }
+                            MockCommand::Stop => break,
+                        }
+                    }
+                })?;
+                let bootstrap = boot_rx.recv().context("mock cluster thread")?.map_err(anyhow::Error::msg)?;
+                Ok(Self { kind, bootstrap, inner: Inner::Embedded { stop: Some(cmd_tx), thread: Some(thread) } })
+            }
+            BrokerKind::Real => {
+                let port = free_port()?;
+                let dir = tempfile::Builder::new().prefix("e2e-kafka-").tempdir()?;
+                let script = repo_root().join("scripts/kafka/start.sh");
+                if !repo_root().join("target/kafka/libs").exists() && std::env::var_os("KAFKA_HOME").is_none() {
+                    bail!("Kafka jars are missing: run scripts/kafka/fetch.sh first (the README's test command does)");
+                }
+                println!("[harness] starting Apache Kafka on 127.0.0.1:{port} (logs: {}/server.log)", dir.path().display());
+                let child = std::process::Command::new("bash")
+                    .arg(&script)
+                    .arg(port.to_string())
+                    .arg(dir.path())
+                    .stdin(Stdio::null())
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .with_context(|| format!("run {}", script.display()))?;
+                let bootstrap = format!("127.0.0.1:{port}");
+                let started = Instant::now();
+                let mut broker = Self { kind, bootstrap: bootstrap.clone(), inner: Inner::Real { child, _dir: dir } };
+                loop {
+                    if tokio::net::TcpStream::connect(&bootstrap).await.is_ok() {
+                        break;
+                    }
+                    if let Inner::Real { child, .. } = &mut broker.inner {
+                        if let Some(status) = child.try_wait()? {
+                            bail!("Kafka exited during start-up ({status}); see its server.log");
+                        }
+                    }
+                    if started.elapsed() > Duration::from_secs(90) {
+                        bail!("Kafka did not open {bootstrap} within 90 s");
+                    }
+                    if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 250 {
+                        println!("[harness] waiting for Kafka to listen on {bootstrap} ({} s)", started.elapsed().as_secs());
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                println!("[harness] Kafka is listening on {bootstrap} after {:.1} s", started.elapsed().as_secs_f64());
+                Ok(broker)
+            }
+            BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External }),
+        }
+    }
+
+    /// Creates `topic` on the embedded broker (the others get it from the publisher's admin call).
+    ///
+    /// # Errors
+    /// When the mock cluster refuses.
+    pub fn precreate_topic(&self, topic: &str, partitions: i32) -> anyhow::Result<()> {
+        if let Inner::Embedded { stop: Some(tx), .. } = &self.inner {
+            let (done, rx) = std::sync::mpsc::channel();
+            tx.send(MockCommand::CreateTopic { name: topic.into(), partitions, done })?;
+            rx.recv()?.map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        match &mut self.inner {
+            Inner::Embedded { stop, thread } => {
+                if let Some(tx) = stop.take() {
+                    let _ = tx.send(MockCommand::Stop);
+                }
+                if let Some(t) = thread.take() {
+                    let _ = t.join();
+                }
+            }
+            Inner::Real { child, .. } => {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while Instant::now() < deadline {
+                    if let Ok(Some(_)) = child.try_wait() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+            Inner::External => {}
+        }
+    }
+}
+
+/// The repository root (where `Cargo.toml` of the workspace is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e is one level below the root").to_path_buf()
+}
+
+/// A TCP port free on loopback right now.
+///
+/// # Errors
+/// When no port can be bound.
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}

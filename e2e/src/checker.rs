@@ -1,0 +1,130 @@
+//! The promise, checked per client: after its first snapshot, every version up to the
+//! publisher's head arrived as an event, none twice, none out of order, and the client's canvas
+//! hash equals the publisher's.
+
+use crate::client::{ClientReport, Kind};
+
+/// One client's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub name: String,
+    pub canvas: String,
+    /// Version of the first snapshot.
+    pub base: u64,
+    /// Publisher's head version of the canvas.
+    pub head: u64,
+    /// Event frames received.
+    pub events: usize,
+    /// Versions in `(base, head]` never received as an event.
+    pub lost: Vec<u64>,
+    /// Event frames of a version already received.
+    pub duplicated: usize,
+    /// Event frames that skipped ahead of the next expected version.
+    pub out_of_order: usize,
+    /// Snapshots after the first (resumes that were not served as events).
+    pub extra_snapshots: usize,
+    /// Client hash == publisher hash.
+    pub hash_matches: bool,
+    /// Reconnects of the client.
+    pub sessions: usize,
+}
+
+impl Verdict {
+    /// Whether the client got exactly what it should have.
+    pub fn ok(&self) -> bool {
+        self.lost.is_empty() && self.duplicated == 0 && self.out_of_order == 0 && self.extra_snapshots == 0 && self.hash_matches
+    }
+}
+
+/// Checks `report` against the publisher's `head` version and `hash` of its canvas.
+pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
+    let mut base = None;
+    let mut extra_snapshots = 0;
+    let mut expected = 0u64;
+    let mut seen = std::collections::BTreeSet::new();
+    let (mut duplicated, mut out_of_order, mut events) = (0, 0, 0);
+    for g in &report.got {
+        match g.kind {
+            Kind::Snapshot => {
+                if base.is_none() {
+                    base = Some(g.version);
+                    expected = g.version + 1;
+                } else {
+                    extra_snapshots += 1;
+                }
+            }
+            Kind::Event => {
+                events += 1;
+                if base.is_none() || !seen.insert(g.version) || g.version < expected {
+                    duplicated += usize::from(base.is_some());
+                    continue;
+                }
+                if g.version > expected {
+                    // The client does not apply a jump: it resyncs, and the versions in between
+                    // come in the next session.
+                    out_of_order += 1;
+                    seen.remove(&g.version);
+                    continue;
+                }
+                expected += 1;
+            }
+        }
+    }
+    let base = base.unwrap_or(0);
+    let lost = ((base + 1)..=head).filter(|v| !seen.contains(v)).collect();
+    Verdict {
+        name: report.name.clone(),
+        canvas: report.canvas.clone(),
+        base,
+        head,
+        events,
+        lost,
+        duplicated,
+        out_of_order,
+        extra_snapshots,
+        hash_matches: report.hash == hash && report.version == head,
+        sessions: report.sessions.len(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Got;
+
+    fn report(frames: &[(Kind, u64)]) -> ClientReport {
+        ClientReport {
+            name: "t".into(),
+            canvas: "c".into(),
+            got: frames.iter().map(|(k, v)| Got { at_ms: 0, kind: *k, version: *v, published_at_ms: 0, session: 1 }).collect(),
+            hash: "h".into(),
+            version: frames.last().map_or(0, |f| f.1),
+            ..Default::default()
+        }
+    }
+
+    use Kind::{Event as E, Snapshot as S};
+
+    #[test]
+    fn verdict_table() {
+        // (frames, head, lost, duplicated, out_of_order, extra snapshots)
+        let cases: &[(&[(Kind, u64)], u64, &[u64], usize, usize, usize)] = &[
+            (&[(S, 0), (E, 1), (E, 2), (E, 3)], 3, &[], 0, 0, 0),
+            (&[(S, 5), (E, 6), (E, 7)], 7, &[], 0, 0, 0),
+            (&[(S, 0), (E, 1), (E, 3)], 3, &[2], 0, 1, 0),
+            (&[(S, 0), (E, 1), (E, 3), (E, 2), (E, 3)], 3, &[], 0, 1, 0),
+            (&[(S, 0), (E, 1), (E, 2), (E, 2), (E, 3)], 3, &[], 1, 0, 0),
+            (&[(S, 0), (E, 1), (S, 2), (E, 3)], 3, &[2], 0, 1, 1),
+            (&[(S, 0), (E, 1)], 4, &[2, 3, 4], 0, 0, 0),
+        ];
+        for (frames, head, lost, dup, ooo, snaps) in cases {
+            let v = check(&report(frames), *head, "h");
+            assert_eq!(v.lost, *lost, "{frames:?}");
+            assert_eq!(v.duplicated, *dup, "{frames:?}");
+            assert_eq!(v.out_of_order, *ooo, "{frames:?}");
+            assert_eq!(v.extra_snapshots, *snaps, "{frames:?}");
+        }
+        assert!(check(&report(&[(S, 0), (E, 1)]), 1, "h").ok());
+        assert!(!check(&report(&[(S, 0), (E, 1)]), 1, "other").ok());
+    }
+}

@@ -1,0 +1,286 @@
+//! A test client: one WebSocket subscriber of one canvas, through the gateway, that reconnects
+//! like a good client should and records everything it receives.
+//!
+//! - Resume: every connection carries `since` = the last version applied; versions at or below it
+//!   are recorded (the fleet sent a duplicate) and dropped; a jump is recorded (the fleet skipped a
+//!   version) and answered with a resync (reconnect with `since`) instead of being applied.
+//! - Backoff: exponential with jitter and a cap (`backon`), reset only after a connection stayed
+//!   open for the stable period; a 503's `Retry-After` and a reconnect notice's `retry_after_ms`
+//!   are honoured.
+
+use backon::BackoffBuilder;
+use futures::StreamExt;
+use shared::protocol::ServerMessage;
+use shared::{Canvas, CanvasDims};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::{self, Message};
+use tokio_util::sync::CancellationToken;
+
+/// What a frame was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Snapshot,
+    Event,
+}
+
+/// One frame received.
+#[derive(Debug, Clone)]
+pub struct Got {
+    /// Receive time, Unix epoch ms.
+    pub at_ms: u64,
+    pub kind: Kind,
+    pub version: u64,
+    /// For events: when the publisher accepted it (epoch ms).
+    pub published_at_ms: u64,
+    /// Which connection (1-based) delivered it.
+    pub session: u32,
+}
+
+/// One connection.
+#[derive(Debug, Clone)]
+pub struct SessionInfo {
+    pub n: u32,
+    pub since: u64,
+    pub opened_ms: u64,
+    pub closed_ms: Option<u64>,
+    /// Why it ended (`close_1012`, `reconnect_notice`, `dropped`, `gap_resync`, ...).
+    pub end: Option<String>,
+}
+
+/// Everything a client saw.
+#[derive(Debug, Clone, Default)]
+pub struct ClientReport {
+    pub name: String,
+    pub canvas: String,
+    pub got: Vec<Got>,
+    pub sessions: Vec<SessionInfo>,
+    /// Reconnects by cause.
+    pub causes: BTreeMap<String, u32>,
+    /// Handshakes refused (503) or failed.
+    pub refused: u32,
+    /// Last version applied.
+    pub version: u64,
+    /// Hash of the client's canvas.
+    pub hash: String,
+}
+
+/// Client timing.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientTiming {
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    /// A connection open this long resets the backoff.
+    pub stable: Duration,
+}
+
+impl Default for ClientTiming {
+    fn default() -> Self {
+        Self { backoff_min: Duration::from_millis(100), backoff_max: Duration::from_secs(2), stable: Duration::from_secs(2) }
+    }
+}
+
+struct State {
+    report: ClientReport,
+    canvas: Option<Canvas>,
+}
+
+/// A running client.
+pub struct Client {
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+    cancel: CancellationToken,
+}
+
+impl Client {
+    /// Starts a client of `canvas` through `ws_base` (`ws://127.0.0.1:port`).
+    pub fn spawn(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming) -> Self {
+        let state = Arc::new(Mutex::new(State {
+            report: ClientReport { name: name.into(), canvas: canvas.into(), ..Default::default() },
+            canvas: None,
+        }));
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(run(state.clone(), ws_base.to_owned(), canvas.to_owned(), dims, timing, cancel.clone()));
+        Self { state, task, cancel }
+    }
+
+    /// The last version applied.
+    pub fn version(&self) -> u64 {
+        self.state.lock().expect("client lock").report.version
+    }
+
+    /// A copy of the report so far.
+    pub fn report(&self) -> ClientReport {
+        snapshot(&self.state)
+    }
+
+    /// Whether a connection is open now.
+    pub fn connected(&self) -> bool {
+        self.state.lock().expect("client lock").report.sessions.last().is_some_and(|s| s.closed_ms.is_none())
+    }
+
+    /// Closes the connection (1000) and returns the final report.
+    pub async fn stop(self) -> ClientReport {
+        self.cancel.cancel();
+        let _ = self.task.await;
+        snapshot(&self.state)
+    }
+}
+
+fn snapshot(state: &Mutex<State>) -> ClientReport {
+    let s = state.lock().expect("client lock");
+    let mut r = s.report.clone();
+    r.hash = s.canvas.as_ref().map(|c| c.hash()).unwrap_or_default();
+    r
+}
+
+fn now_ms() -> u64 {
+    shared::event::now_ms()
+}
+
+enum Next {
+    /// Reconnect after this delay (`None`: use the backoff).
+    After(Option<Duration>),
+    Stop,
+}
+
+async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: CanvasDims, t: ClientTiming, cancel: CancellationToken) {
+    let builder = backon::ExponentialBuilder::default()
+        .with_min_delay(t.backoff_min)
+        .with_max_delay(t.backoff_max)
+        .with_jitter()
+        .without_max_times();
+    let mut backoff = builder.build();
+    let mut n = 0u32;
+    loop {
+        let since = state.lock().expect("client lock").report.version;
+        let url = format!("{base}/ws?canvas={canvas}&since={since}");
+        let connect = tokio::select! {
+            r = tokio_tungstenite::connect_async(url.as_str()) => r,
+            _ = cancel.cancelled() => return,
+        };
+        let next = match connect {
+            Err(e) => {
+                let (cause, retry_after) = match &e {
+                    tungstenite::Error::Http(resp) => (
+                        format!("refused_{}", resp.status().as_u16()),
+                        resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok()),
+                    ),
+                    _ => ("connect_error".to_owned(), None),
+                };
+                let mut s = state.lock().expect("client lock");
+                s.report.refused += 1;
+                *s.report.causes.entry(cause).or_default() += 1;
+                drop(s);
+                // Honour Retry-After as a floor, but keep the backoff growing.
+                let b = backoff.next().unwrap_or(t.backoff_max);
+                Next::After(Some(retry_after.map_or(b, |r| b.max(Duration::from_secs(r).min(t.backoff_max)))))
+            }
+            Ok((ws, _)) => {
+                n += 1;
+                let opened = Instant::now();
+                state.lock().expect("client lock").report.sessions.push(SessionInfo { n, since, opened_ms: now_ms(), closed_ms: None, end: None });
+                let (next, end) = session(&state, ws, n, dims, &cancel).await;
+                let mut s = state.lock().expect("client lock");
+                if let Some(last) = s.report.sessions.last_mut() {
+                    last.closed_ms = Some(now_ms());
+                    last.end = Some(end.clone());
+                }
+                if !matches!(next, Next::Stop) {
+                    *s.report.causes.entry(end).or_default() += 1;
+                }
+                drop(s);
+                if opened.elapsed() >= t.stable {
+                    backoff = builder.build();
+                }
+                next
+            }
+        };
+        match next {
+            Next::Stop => return,
+            Next::After(d) => {
+                let d = d.unwrap_or_else(|| backoff.next().unwrap_or(t.backoff_max));
+                tokio::select! {
+                    _ = tokio::time::sleep(d) => {}
+                    _ = cancel.cancelled() => return,
+                }
+            }
+        }
+    }
+}
+
+/// Applies one frame; returns how to leave the session when the frame ends it.
+fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) -> Option<(Next, String)> {
+    match frame {
+        ServerMessage::Snapshot { version, width, height, pixels, .. } => {
+            s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Snapshot, version, published_at_ms: 0, session: n });
+            let d = CanvasDims { width, height };
+            match Canvas::from_base64(d, version, &pixels) {
+                Some(c) if d == dims => {
+                    s.canvas = Some(c);
+                    s.report.version = version;
+                    None
+                }
+                _ => Some((Next::After(None), "bad_snapshot".into())),
+            }
+        }
+        ServerMessage::Event(ev) => {
+            s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Event, version: ev.version, published_at_ms: ev.published_at_ms, session: n });
+            let have = s.report.version;
+            if ev.version <= have {
+                return None; // duplicate: recorded, dropped
+            }
+            if ev.version != have + 1 || s.canvas.is_none() {
+                return Some((Next::After(Some(Duration::ZERO)), "gap_resync".into()));
+            }
+            if let Some(c) = s.canvas.as_mut() {
+                c.apply(&ev);
+            }
+            s.report.version = ev.version;
+            None
+        }
+        ServerMessage::Reconnect { retry_after_ms, .. } => {
+            let jitter = rand::random::<u64>() % (retry_after_ms / 2 + 1);
+            Some((Next::After(Some(Duration::from_millis(retry_after_ms + jitter))), "reconnect_notice".into()))
+        }
+        ServerMessage::Error { .. } => None,
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims, cancel: &CancellationToken) -> (Next, String) {
+    loop {
+        let msg = tokio::select! {
+            m = ws.next() => m,
+            _ = cancel.cancelled() => {
+                let _ = ws.close(None).await;
+                return (Next::Stop, "client_stopped".into());
+            }
+        };
+        let msg = match msg {
+            None => return (Next::After(None), "dropped".into()),
+            Some(Err(e)) => return (Next::After(None), format!("error: {e}")),
+            Some(Ok(m)) => m,
+        };
+        match msg {
+            Message::Text(text) => {
+                let Ok(frame) = serde_json::from_str::<ServerMessage>(text.as_str()) else {
+                    return (Next::After(None), "bad_frame".into());
+                };
+                // Decide under the lock, act (await) after it.
+                let leave = apply_frame(&mut state.lock().expect("client lock"), frame, n, dims);
+                if let Some((next, cause)) = leave {
+                    let _ = ws.close(None).await;
+                    return (next, cause);
+                }
+            }
+            Message::Close(frame) => {
+                let code = frame.map(|f| u16::from(f.code)).unwrap_or(1005);
+                return (Next::After(None), format!("close_{code}"));
+            }
+            _ => {}
+        }
+    }
+}

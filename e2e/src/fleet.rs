@@ -1,0 +1,200 @@
+//! The whole fleet as processes: publisher, ws-1..ws-n, gateway, on loopback ports.
+
+use crate::broker::{free_port, Broker};
+use crate::procs::{eventually, get_json, Service, Timeline};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Timings and sizes of a fleet.
+#[derive(Debug, Clone)]
+pub struct FleetSpec {
+    pub nodes: usize,
+    pub partitions: u32,
+    /// Gateway poll interval, ms.
+    pub poll_interval_ms: u64,
+    pub up_threshold: u32,
+    /// Drain grace periods (failback, revocation), ms.
+    pub grace_ms: u64,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl Default for FleetSpec {
+    fn default() -> Self {
+        Self { nodes: 2, partitions: 6, poll_interval_ms: 500, up_threshold: 5, grace_ms: 3000, width: 64, height: 64 }
+    }
+}
+
+/// A running fleet.
+pub struct Fleet {
+    pub spec: FleetSpec,
+    pub topic: String,
+    pub group: String,
+    pub publisher: Service,
+    pub nodes: Vec<Service>,
+    pub gateway: Service,
+    pub timeline: Arc<Timeline>,
+    pub http: reqwest::Client,
+}
+
+impl Fleet {
+    /// Starts every service against `broker` with a fresh topic and consumer groups, and waits
+    /// until the publisher accepts writes and every node is HEALTHY with partitions.
+    ///
+    /// # Errors
+    /// When a process cannot start or the fleet does not come up in time.
+    pub async fn start(broker: &Broker, spec: FleetSpec, timeline: Arc<Timeline>) -> anyhow::Result<Self> {
+        let suffix = format!("{:08x}", rand::random::<u32>());
+        let topic = format!("canvas-events-{suffix}");
+        let group = format!("ws-broadcast-{suffix}");
+        broker.precreate_topic(&topic, spec.partitions as i32)?;
+        let common = |extra: &[(&str, String)]| -> BTreeMap<String, String> {
+            let mut env: BTreeMap<String, String> = [
+                ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
+                ("KAFKA_TOPIC", topic.clone()),
+                ("TOPIC_PARTITIONS", spec.partitions.to_string()),
+                ("CANVAS_WIDTH", spec.width.to_string()),
+                ("CANVAS_HEIGHT", spec.height.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+            env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            env
+        };
+        let pub_port = free_port()?;
+        let publisher = Service::new("publisher", "core-publisher", pub_port, common(&[("LISTEN_ADDR", format!("127.0.0.1:{pub_port}"))]), timeline.clone());
+        let mut nodes = Vec::new();
+        for i in 1..=spec.nodes {
+            let port = free_port()?;
+            let id = format!("ws-{i}");
+            nodes.push(Service::new(
+                &id,
+                "ws-node",
+                port,
+                common(&[
+                    ("NODE_ID", id.clone()),
+                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                    ("BROADCAST_GROUP", group.clone()),
+                    ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
+                    ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
+                ]),
+                timeline.clone(),
+            ));
+        }
+        let gw_port = free_port()?;
+        let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
+        let gateway = Service::new(
+            "gateway",
+            "gateway",
+            gw_port,
+            common(&[
+                ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
+                ("NODES", node_list.join(",")),
+                ("PUBLISHER_URL", publisher.url()),
+                ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
+                ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
+                ("UP_THRESHOLD", spec.up_threshold.to_string()),
+                ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
+            ]),
+            timeline.clone(),
+        );
+        let mut fleet = Self { spec, topic, group, publisher, nodes, gateway, timeline, http: reqwest::Client::new() };
+        fleet.publisher.start()?;
+        for n in &mut fleet.nodes {
+            n.start()?;
+        }
+        fleet.gateway.start()?;
+        let (http, url) = (fleet.http.clone(), fleet.publisher.url());
+        eventually("the publisher to accept writes", Duration::from_secs(60), || {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let h = get_json(&http, &format!("{url}/health")).await?;
+                Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
+            }
+        })
+        .await?;
+        fleet.timeline.mark("publisher is ready");
+        let n = fleet.nodes.len();
+        fleet
+            .wait_fleet("every node HEALTHY and every partition assigned", Duration::from_secs(120), move |f| {
+                let nodes = f["nodes"].as_array().cloned().unwrap_or_default();
+                let healthy = nodes.iter().filter(|n| n["state"] == "HEALTHY" && n["ready"] == true).count();
+                let with_partitions = nodes.iter().filter(|n| !n["assigned_partitions"].as_array().is_none_or(|a| a.is_empty())).count();
+                let assigned: std::collections::BTreeSet<i64> = nodes
+                    .iter()
+                    .flat_map(|n| n["assigned_partitions"].as_array().cloned().unwrap_or_default())
+                    .filter_map(|p| p.as_i64())
+                    .collect();
+                let total = f["partition_count"].as_u64().unwrap_or(0) as usize;
+                (healthy == n && with_partitions == n && assigned.len() == total)
+                    .then_some(())
+                    .ok_or(format!("{healthy}/{n} healthy, {with_partitions}/{n} with partitions, {}/{total} partitions assigned", assigned.len()))
+            })
+            .await?;
+        fleet.timeline.mark("fleet is up: every node HEALTHY, every partition assigned");
+        Ok(fleet)
+    }
+
+    /// `ws://127.0.0.1:<gateway port>`.
+    pub fn gateway_ws(&self) -> String {
+        format!("ws://127.0.0.1:{}", self.gateway.port)
+    }
+
+    /// `GET /api/fleet` of the gateway.
+    ///
+    /// # Errors
+    /// When the gateway does not answer.
+    pub async fn fleet_state(&self) -> Result<serde_json::Value, String> {
+        get_json(&self.http, &format!("{}/api/fleet", self.gateway.url())).await
+    }
+
+    /// Waits until `pred` accepts the gateway's `/api/fleet` (it returns `Err(state)` to report
+    /// what it saw).
+    ///
+    /// # Errors
+    /// When the deadline passes.
+    pub async fn wait_fleet<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> Result<T, String>,
+    ) -> anyhow::Result<T> {
+        let pred = &pred;
+        eventually(what, timeout, || async move {
+            let f = self.fleet_state().await?;
+            pred(&f).map(Some)
+        })
+        .await
+    }
+
+    /// The node that owns `partition` according to the gateway, if any.
+    pub fn owner(fleet_state: &serde_json::Value, partition: i64) -> Option<String> {
+        fleet_state["nodes"].as_array()?.iter().find_map(|n| {
+            n["assigned_partitions"]
+                .as_array()?
+                .iter()
+                .any(|p| p.as_i64() == Some(partition))
+                .then(|| n["id"].as_str().unwrap_or_default().to_owned())
+        })
+    }
+
+    /// `GET /canvases/{id}` of the publisher: (version, hash).
+    ///
+    /// # Errors
+    /// When the publisher does not answer.
+    pub async fn truth(&self, canvas: &str) -> Result<(u64, String), String> {
+        let v = get_json(&self.http, &format!("{}/canvases/{canvas}", self.publisher.url())).await?;
+        Ok((v["version"].as_u64().unwrap_or(0), v["hash"].as_str().unwrap_or_default().to_owned()))
+    }
+
+    /// Stops every process (SIGTERM, then SIGKILL).
+    pub async fn stop(&mut self) {
+        self.gateway.terminate(Duration::from_secs(5)).await;
+        for n in &mut self.nodes {
+            n.terminate(Duration::from_secs(10)).await;
+        }
+        self.publisher.terminate(Duration::from_secs(5)).await;
+    }
+}

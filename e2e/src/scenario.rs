@@ -1,0 +1,335 @@
+//! The scenario of the brief, end to end: normal → kill -9 ws-1 → ws-2 takes over → ws-1
+//! restarts, is seen UP 5 times, recovers by replay → failback drain of ws-2 → clients back —
+//! under steady publishing, with every client checked at the end.
+
+use crate::broker::{Broker, BrokerKind};
+use crate::checker::{check, Verdict};
+use crate::client::{Client, ClientReport, ClientTiming, Kind};
+use crate::fleet::{Fleet, FleetSpec};
+use crate::load::Load;
+use crate::procs::{eventually, get_json, Timeline};
+use anyhow::Context;
+use shared::partitioner::partition_for;
+use shared::CanvasDims;
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Sizes and timings of a scenario run.
+#[derive(Debug, Clone)]
+pub struct ScenarioConfig {
+    pub broker: BrokerKind,
+    pub clients: usize,
+    pub canvases: usize,
+    /// Publish rate, events/s.
+    pub rate: f64,
+    pub fleet: FleetSpec,
+    /// Time in each calm phase (normal, outage, settle).
+    pub phase: Duration,
+    /// Print the timeline as it happens.
+    pub echo: bool,
+}
+
+impl Default for ScenarioConfig {
+    fn default() -> Self {
+        Self {
+            broker: BrokerKind::from_env(),
+            clients: 20,
+            canvases: 4,
+            rate: 60.0,
+            fleet: FleetSpec::default(),
+            phase: Duration::from_secs(3),
+            echo: false,
+        }
+    }
+}
+
+/// What a run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub broker: String,
+    pub published: u64,
+    pub publish_503: u64,
+    pub verdicts: Vec<Verdict>,
+    pub reports: Vec<ClientReport>,
+    /// kill -9 → every client receiving events again, ms.
+    pub failover_ms: u64,
+    /// Longest publish → receive delay of any event during recovery and failback, ms.
+    pub failback_gap_ms: u64,
+    /// Longest publish → receive delay outside the failure windows, ms.
+    pub steady_max_latency_ms: u64,
+    /// The catch-up line of the recovered node.
+    pub catchup_line: String,
+    pub replay_count: u64,
+    /// The lifecycle steps seen for ws-1, in order, from `/api/fleet`.
+    pub lifecycle: Vec<String>,
+    /// The lifecycle steps the scenario requires that were not seen, in order.
+    pub lifecycle_missing: Vec<String>,
+    /// Sessions on ws-1 after the failback.
+    pub ws1_sessions_after: u64,
+}
+
+impl Report {
+    /// Events lost over all clients.
+    pub fn lost(&self) -> usize {
+        self.verdicts.iter().map(|v| v.lost.len()).sum()
+    }
+    pub fn duplicated(&self) -> usize {
+        self.verdicts.iter().map(|v| v.duplicated).sum()
+    }
+    pub fn out_of_order(&self) -> usize {
+        self.verdicts.iter().map(|v| v.out_of_order).sum()
+    }
+
+    /// Whether the promise held and the lifecycle went as it must.
+    pub fn passed(&self) -> bool {
+        self.verdicts.iter().all(Verdict::ok) && self.lifecycle_missing.is_empty() && self.replay_count > 0 && self.ws1_sessions_after > 0
+    }
+
+    /// The summary table (markdown).
+    pub fn table(&self) -> String {
+        let mut s = String::new();
+        s += &format!("| broker | {} |\n|---|---|\n", self.broker);
+        s += &format!("| events published (201) | {} |\n", self.published);
+        s += &format!("| publishes answered 503 (retryable, no version used) | {} |\n", self.publish_503);
+        let delivered: Vec<String> = self.verdicts.iter().map(|v| v.events.to_string()).collect();
+        let (min, max) = (
+            self.verdicts.iter().map(|v| v.events).min().unwrap_or(0),
+            self.verdicts.iter().map(|v| v.events).max().unwrap_or(0),
+        );
+        s += &format!("| clients / canvases | {} / {} |\n", self.verdicts.len(), self.verdicts.iter().map(|v| &v.canvas).collect::<std::collections::BTreeSet<_>>().len());
+        s += &format!("| events delivered per client | min {min}, max {max} ({}) |\n", delivered.join(" "));
+        s += &format!("| lost | {} |\n", self.lost());
+        s += &format!("| duplicated | {} |\n", self.duplicated());
+        s += &format!("| out of order | {} |\n", self.out_of_order());
+        s += &format!("| extra snapshots (resumes not served as events) | {} |\n", self.verdicts.iter().map(|v| v.extra_snapshots).sum::<usize>());
+        s += &format!("| final canvas hash = publisher's | {}/{} clients |\n", self.verdicts.iter().filter(|v| v.hash_matches).count(), self.verdicts.len());
+        s += &format!("| failover (kill -9 → all clients receiving again) | {} ms |\n", self.failover_ms);
+        s += &format!("| failback gap (longest publish → receive during recovery and failback) | {} ms |\n", self.failback_gap_ms);
+        s += &format!("| steady publish → receive, max | {} ms |\n", self.steady_max_latency_ms);
+        s += &format!("| catch-up replayCount | {} |\n", self.replay_count);
+        s += &format!("| reconnects | {} |\n", self.reports.iter().map(|r| r.sessions.len().saturating_sub(1)).sum::<usize>());
+        s += &format!("| ws-1 lifecycle | {} |\n", self.lifecycle.join(" → "));
+        s
+    }
+}
+
+/// Picks `n` canvas ids spread over the nodes' partitions (half on the first node, so the kill
+/// has clients to move).
+fn pick_canvases(fleet_state: &serde_json::Value, partitions: u32, n: usize, nodes: &[String]) -> Vec<String> {
+    let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in 0..10_000 {
+        let id = format!("canvas-{i}");
+        let p = partition_for(id.as_bytes(), partitions) as i64;
+        if let Some(owner) = Fleet::owner(fleet_state, p) {
+            by_node.entry(owner).or_default().push(id);
+        }
+    }
+    let mut out = Vec::new();
+    let mut i = 0;
+    while out.len() < n && i < 10_000 {
+        let node = &nodes[i % nodes.len()];
+        if let Some(c) = by_node.get_mut(node).and_then(|v| if v.is_empty() { None } else { Some(v.remove(0)) }) {
+            out.push(c);
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Runs the scenario.
+///
+/// # Errors
+/// When a step does not happen in time (the error names it); a run that completes returns its
+/// [`Report`] whether or not the promise held (see [`Report::passed`]).
+pub async fn run(cfg: ScenarioConfig) -> anyhow::Result<Report> {
+    let tl = Timeline::new(cfg.echo);
+    let result = run_inner(&cfg, tl.clone()).await;
+    if let Err(e) = &result {
+        eprintln!("[harness] scenario failed: {e:#}\n[harness] timeline so far:");
+        for e in tl.entries() {
+            eprintln!("{:>7.2}s {:<10} {}", e.at.as_secs_f64(), e.source, e.text);
+        }
+    }
+    result
+}
+
+async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>) -> anyhow::Result<Report> {
+    tl.mark(format!("starting broker: {}", cfg.broker.label()));
+    let broker = Broker::start(cfg.broker.clone()).await.context("start the broker")?;
+    let mut fleet = Fleet::start(&broker, cfg.fleet.clone(), tl.clone()).await.context("start the fleet")?;
+    let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
+    let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
+    let canvases = pick_canvases(&state, cfg.fleet.partitions, cfg.canvases, &node_ids);
+    let dims = CanvasDims { width: cfg.fleet.width, height: cfg.fleet.height };
+    let placement: Vec<String> = canvases
+        .iter()
+        .map(|c| format!("{c}→p{}→{}", partition_for(c.as_bytes(), cfg.fleet.partitions), Fleet::owner(&state, partition_for(c.as_bytes(), cfg.fleet.partitions) as i64).unwrap_or_default()))
+        .collect();
+    tl.mark(format!("canvases: {}", placement.join(", ")));
+
+    // ---- normal
+    let clients: Vec<Client> = (0..cfg.clients)
+        .map(|i| Client::spawn(&format!("client-{i}"), &fleet.gateway_ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
+        .collect();
+    eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
+        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
+        Ok((ready == clients.len()).then_some(())).or_else(|_: String| Err(format!("{ready}/{} connected", clients.len())))
+    })
+    .await?;
+    tl.mark(format!("{} clients connected through the gateway", clients.len()));
+    let load = Load::start(&fleet.publisher.url(), canvases.clone(), cfg.rate, dims.width, dims.height);
+    tl.mark(format!("publishing {} events/s over {} canvases", cfg.rate, canvases.len()));
+    tokio::time::sleep(cfg.phase).await;
+    tl.mark(format!("normal: {} events published", load.accepted()));
+
+    // ---- failure
+    let kill_at = shared::event::now_ms();
+    fleet.nodes[0].kill9().await;
+    fleet
+        .wait_fleet("the gateway to see ws-1 DOWN and ws-2 own every partition", Duration::from_secs(60), |f| {
+            let nodes = f["nodes"].as_array().cloned().unwrap_or_default();
+            let ws1 = nodes.iter().find(|n| n["id"] == "ws-1").cloned().unwrap_or_default();
+            let ws2 = nodes.iter().find(|n| n["id"] == "ws-2").cloned().unwrap_or_default();
+            let n2 = ws2["assigned_partitions"].as_array().map_or(0, |a| a.len());
+            let total = f["partition_count"].as_u64().unwrap_or(0) as usize;
+            (ws1["state"] == "DOWN" && n2 == total).then_some(()).ok_or(format!("ws-1 {}, ws-2 owns {n2}/{total}", ws1["state"]))
+        })
+        .await?;
+    tl.mark("ws-2 owns every partition");
+    let failover_ms = eventually("every client to receive events again after the kill", Duration::from_secs(60), || async {
+        let firsts: Vec<Option<u64>> = clients
+            .iter()
+            .map(|c| c.report().got.iter().find(|g| g.kind == Kind::Event && g.at_ms > kill_at && g.published_at_ms > kill_at).map(|g| g.at_ms))
+            .collect();
+        let waiting = firsts.iter().filter(|f| f.is_none()).count();
+        if waiting == 0 {
+            Ok(Some(firsts.iter().flatten().max().copied().unwrap_or(kill_at) - kill_at))
+        } else {
+            Err(format!("{waiting} clients not receiving yet"))
+        }
+    })
+    .await?;
+    tl.mark(format!("failover: every client receiving again {failover_ms} ms after the kill"));
+    tokio::time::sleep(cfg.phase).await;
+
+    // ---- recovery
+    let restart_at = shared::event::now_ms();
+    let catchups_before = tl.grep("ws-1", "[CATCHUP] completed").len();
+    fleet.nodes[0].start()?;
+    let catchup_line = eventually("the restarted ws-1 to complete catch-up", Duration::from_secs(90), || async {
+        let lines = tl.grep("ws-1", "[CATCHUP] completed");
+        Ok(lines.get(catchups_before).map(|l| l[l.find("[CATCHUP]").unwrap_or(0)..].to_owned()))
+    })
+    .await?;
+    let replay_count: u64 = catchup_line
+        .split("replayCount=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .context("replayCount in the catch-up line")?;
+    fleet
+        .wait_fleet("the failback to ws-1 to complete", Duration::from_secs(90), |f| {
+            let done = f["decisions"].as_array().into_iter().flatten().any(|d| {
+                d["node"] == "ws-1" && d["action"] == "failback_completed" && d["at_ms"].as_u64().unwrap_or(0) > restart_at
+            });
+            done.then_some(()).ok_or_else(|| {
+                let ws1 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-1").cloned()).unwrap_or_default();
+                format!("ws-1 {} streak {} partitions {}", ws1["state"], ws1["up_streak"], ws1["assigned_partitions"])
+            })
+        })
+        .await?;
+    tl.mark("failback completed");
+
+    // ---- settle
+    tokio::time::sleep(cfg.phase).await;
+    let stats = load.stop().await;
+    tl.mark(format!("publishing stopped: {} events accepted", stats.accepted.load(Ordering::Relaxed)));
+    let mut truths = BTreeMap::new();
+    for c in &canvases {
+        truths.insert(c.clone(), fleet.truth(c).await.map_err(anyhow::Error::msg)?);
+    }
+    eventually("every client to reach its canvas's head version", Duration::from_secs(30), || async {
+        let behind: Vec<String> = clients
+            .iter()
+            .filter_map(|c| {
+                let r = c.report();
+                let head = truths[&r.canvas].0;
+                (r.version != head).then(|| format!("{} at {} of {}", r.name, r.version, head))
+            })
+            .collect();
+        if behind.is_empty() { Ok(Some(())) } else { Err(behind.join(", ")) }
+    })
+    .await?;
+    let settled_at = shared::event::now_ms();
+    let ws1_sessions_after = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.ok().and_then(|h| h["sessions"].as_u64()).unwrap_or(0);
+    let ws1_health = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.unwrap_or_default();
+
+    let mut reports = Vec::new();
+    for c in clients {
+        reports.push(c.stop().await);
+    }
+    let verdicts: Vec<Verdict> = reports
+        .iter()
+        .map(|r| {
+            let (head, hash) = &truths[&r.canvas];
+            check(r, *head, hash)
+        })
+        .collect();
+
+    let lat = |from: u64, to: u64| -> u64 {
+        reports
+            .iter()
+            .flat_map(|r| r.got.iter())
+            .filter(|g| g.kind == Kind::Event && g.published_at_ms >= from && g.published_at_ms <= to)
+            .map(|g| g.at_ms.saturating_sub(g.published_at_ms))
+            .max()
+            .unwrap_or(0)
+    };
+    let failback_gap_ms = lat(restart_at, settled_at);
+    let steady_max_latency_ms = lat(0, kill_at.saturating_sub(1000));
+
+    let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
+    let mut lifecycle: Vec<String> = state["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .rev()
+        .filter(|d| d["node"] == "ws-1" && d["at_ms"].as_u64().unwrap_or(0) >= kill_at)
+        .map(|d| match d["action"].as_str().unwrap_or_default() {
+            "transition" => format!("{}", d["detail"]["to"].as_str().unwrap_or_default()),
+            other => other.to_owned(),
+        })
+        .collect();
+    lifecycle.dedup();
+    let required = ["DOWN", "UP", "start_recovery", "HEALTHY", "failback_started", "failback_completed"];
+    let mut missing = Vec::new();
+    let mut it = lifecycle.iter();
+    for step in required {
+        if !it.any(|s| s == step) {
+            missing.push(step.to_owned());
+        }
+    }
+    if ws1_health["catchup"]["status"] != "completed" {
+        missing.push(format!("ws-1 /health catchup.status completed (saw {})", ws1_health["catchup"]["status"]));
+    }
+
+    fleet.stop().await;
+    drop(broker);
+    Ok(Report {
+        broker: cfg.broker.label(),
+        published: stats.accepted.load(Ordering::Relaxed),
+        publish_503: stats.unavailable.load(Ordering::Relaxed),
+        verdicts,
+        reports,
+        failover_ms,
+        failback_gap_ms,
+        steady_max_latency_ms,
+        catchup_line,
+        replay_count,
+        lifecycle,
+        lifecycle_missing: missing,
+        ws1_sessions_after,
+    })
+}
