@@ -138,14 +138,28 @@ fn pick_canvases(fleet_state: &serde_json::Value, partitions: u32, n: usize, nod
     out
 }
 
-/// Runs the scenario.
+/// A fleet left running after the scenario (`--keep-running`).
+pub struct Running {
+    pub fleet: Fleet,
+    pub broker: Broker,
+}
+
+/// Runs the scenario and stops the fleet.
 ///
 /// # Errors
 /// When a step does not happen in time (the error names it); a run that completes returns its
 /// [`Report`] whether or not the promise held (see [`Report::passed`]).
 pub async fn run(cfg: ScenarioConfig) -> anyhow::Result<Report> {
+    Ok(run_keeping(cfg, false).await?.0)
+}
+
+/// Runs the scenario; with `keep`, leaves the fleet and broker running and returns them.
+///
+/// # Errors
+/// As [`run`].
+pub async fn run_keeping(cfg: ScenarioConfig, keep: bool) -> anyhow::Result<(Report, Option<Running>)> {
     let tl = Timeline::new(cfg.echo);
-    let result = run_inner(&cfg, tl.clone()).await;
+    let result = run_inner(&cfg, tl.clone(), keep).await;
     if let Err(e) = &result {
         eprintln!("[harness] scenario failed: {e:#}\n[harness] timeline so far:");
         for e in tl.entries() {
@@ -155,7 +169,7 @@ pub async fn run(cfg: ScenarioConfig) -> anyhow::Result<Report> {
     result
 }
 
-async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>) -> anyhow::Result<Report> {
+async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyhow::Result<(Report, Option<Running>)> {
     tl.mark(format!("starting broker: {}", cfg.broker.label()));
     let broker = Broker::start(cfg.broker.clone()).await.context("start the broker")?;
     let mut fleet = Fleet::start(&broker, cfg.fleet.clone(), tl.clone()).await.context("start the fleet")?;
@@ -315,9 +329,14 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>) -> anyhow::Result<Re
         missing.push(format!("ws-1 /health catchup.status completed (saw {})", ws1_health["catchup"]["status"]));
     }
 
-    fleet.stop().await;
-    drop(broker);
-    Ok(Report {
+    let running = if keep {
+        Some(Running { fleet, broker })
+    } else {
+        fleet.stop().await;
+        drop(broker);
+        None
+    };
+    let report = Report {
         broker: cfg.broker.label(),
         published: stats.accepted.load(Ordering::Relaxed),
         publish_503: stats.unavailable.load(Ordering::Relaxed),
@@ -331,5 +350,6 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>) -> anyhow::Result<Re
         lifecycle,
         lifecycle_missing: missing,
         ws1_sessions_after,
-    })
+    };
+    Ok((report, running))
 }

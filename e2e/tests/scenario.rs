@@ -10,7 +10,20 @@
 use e2e::broker::BrokerKind;
 use e2e::scenario::{run, ScenarioConfig};
 
-async fn scenario(broker: BrokerKind) {
+/// The scenarios start whole fleets: one at a time on a 2-core machine.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn scenario(broker: BrokerKind) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(scenario_on(broker));
+}
+
+async fn scenario_on(broker: BrokerKind) {
     let cfg = ScenarioConfig { broker, echo: true, ..ScenarioConfig::default() };
     let report = run(cfg).await.expect("the scenario ran to the end");
     println!("\n{}", report.table());
@@ -30,16 +43,16 @@ async fn scenario(broker: BrokerKind) {
     assert!(report.passed());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_broker() {
-    scenario(BrokerKind::Embedded).await;
+#[test]
+fn embedded_broker() {
+    scenario(BrokerKind::Embedded);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn real_kafka() {
+#[test]
+fn real_kafka() {
     let kind = match std::env::var("KAFKA_BOOTSTRAP") {
         Ok(b) if !b.is_empty() => BrokerKind::External(b),
         _ => BrokerKind::Real,
     };
-    scenario(kind).await;
+    scenario(kind);
 }

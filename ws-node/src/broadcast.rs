@@ -27,8 +27,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Sessions taken out of the hub by a revocation, to be handed over.
-pub type HandOver = Vec<SessionHandle>;
+/// Sessions taken out of the hub by a revocation, to be handed over, and the partitions revoked.
+pub type HandOver = (Vec<i32>, Vec<SessionHandle>);
 
 struct BroadcastContext {
     hub: Arc<Hub>,
@@ -81,7 +81,7 @@ impl ConsumerContext for BroadcastContext {
                     self.hub.owned()
                 );
                 if !sessions.is_empty() {
-                    let _ = self.handover.send(sessions);
+                    let _ = self.handover.send((partitions.clone(), sessions));
                 }
                 let r = if cooperative { consumer.incremental_unassign(tpl) } else { consumer.unassign() };
                 if let Err(e) = r {
@@ -90,9 +90,10 @@ impl ConsumerContext for BroadcastContext {
             }
             other => {
                 tracing::error!(error = ?other, "[BROADCAST] rebalance error; dropping the whole assignment");
+                let revoked = self.hub.owned();
                 let sessions = self.hub.revoke_all();
                 if !sessions.is_empty() {
-                    let _ = self.handover.send(sessions);
+                    let _ = self.handover.send((revoked, sessions));
                 }
                 let _ = consumer.unassign();
             }

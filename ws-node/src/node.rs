@@ -63,9 +63,8 @@ impl Node {
         // Sessions of revoked partitions are handed over here, each revocation on its own.
         let weak = Arc::downgrade(&node);
         tokio::spawn(async move {
-            while let Some(sessions) = handover_rx.recv().await {
+            while let Some((partitions, sessions)) = handover_rx.recv().await {
                 let Some(node) = weak.upgrade() else { break };
-                let partitions: BTreeSet<i32> = sessions.iter().map(|s| s.partition).collect();
                 let (grace, after) = (node.config.revoke_grace(), node.config.reconnect_after_ms);
                 tokio::spawn(async move {
                     tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", DrainReason::PartitionsRevoked, grace.as_millis(), partitions);

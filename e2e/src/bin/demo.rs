@@ -1,0 +1,113 @@
+//! `cargo run --release -p e2e --bin demo`: the brief's whole scenario with short timings, a
+//! readable timeline and a summary table. Exits 0 only when no client lost, duplicated or
+//! reordered an event and the lifecycle went as it must.
+//!
+//! `--keep-running` leaves the fleet up afterwards (or instead, with `--no-scenario`) and prints
+//! where everything is, until Ctrl-C.
+
+use clap::{Parser, ValueEnum};
+use e2e::broker::{Broker, BrokerKind};
+use e2e::fleet::{Fleet, FleetSpec};
+use e2e::procs::Timeline;
+use e2e::scenario::{run_keeping, Running, ScenarioConfig};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KafkaChoice {
+    /// librdkafka's mock cluster, hosted by this process.
+    Embedded,
+    /// Apache Kafka from Maven Central (run `scripts/kafka/fetch.sh` once first).
+    Real,
+}
+
+/// Runs kill → takeover → recovery → failback against a broker and checks every client.
+#[derive(Debug, Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// Which broker to start (`KAFKA_BOOTSTRAP=host:port` uses yours instead).
+    #[arg(long, value_enum, env = "E2E_BROKER", default_value = "embedded")]
+    kafka: KafkaChoice,
+    /// WebSocket clients, through the gateway.
+    #[arg(long, default_value_t = 20)]
+    clients: usize,
+    /// Canvases the clients and the load are spread over.
+    #[arg(long, default_value_t = 4)]
+    canvases: usize,
+    /// Publish rate, events/s.
+    #[arg(long, default_value_t = 60.0)]
+    rate: f64,
+    /// Seconds of each calm phase (normal, outage, settle).
+    #[arg(long, default_value_t = 3)]
+    phase_secs: u64,
+    /// Leave the fleet running afterwards and print its addresses (Ctrl-C stops it).
+    #[arg(long)]
+    keep_running: bool,
+    /// With --keep-running: start the fleet without running the scenario.
+    #[arg(long, requires = "keep_running")]
+    no_scenario: bool,
+}
+
+fn print_running(fleet: &Fleet, broker: &Broker) {
+    println!("\nThe fleet is running (Ctrl-C stops it):");
+    println!("  broker     {}  ({})", broker.bootstrap, broker.kind.label());
+    println!("  gateway    {}  (ws: {}/ws?canvas=<id>&since=<version>, fleet: {}/api/fleet)  pid {}",
+        fleet.gateway.url(), fleet.gateway_ws(), fleet.gateway.url(), fleet.gateway.pid().unwrap_or(0));
+    println!("  publisher  {}  (POST /canvases/<id>/pixels)  pid {}", fleet.publisher.url(), fleet.publisher.pid().unwrap_or(0));
+    for n in &fleet.nodes {
+        println!("  {:<10} {}  (/health)  pid {}", n.name, n.url(), n.pid().map_or("stopped".into(), |p| p.to_string()));
+    }
+    println!("  topic {}  broadcast group {}", fleet.topic, fleet.group);
+}
+
+async fn hold(mut running: Running) {
+    print_running(&running.fleet, &running.broker);
+    let _ = tokio::signal::ctrl_c().await;
+    println!("\nstopping the fleet");
+    running.fleet.stop().await;
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let broker = match std::env::var("KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.trim().is_empty() => BrokerKind::External(b),
+        _ => match args.kafka {
+            KafkaChoice::Embedded => BrokerKind::Embedded,
+            KafkaChoice::Real => BrokerKind::Real,
+        },
+    };
+    if args.no_scenario {
+        let timeline = Timeline::new(true);
+        let b = Broker::start(broker).await?;
+        let fleet = Fleet::start(&b, FleetSpec::default(), timeline).await?;
+        hold(Running { fleet, broker: b }).await;
+        return Ok(());
+    }
+    println!("Scenario: normal → kill -9 ws-1 → ws-2 takes over → ws-1 restarts, UP×5, start-recovery, catch-up → failback drain → clients back.");
+    println!("Broker: {}. {} clients over {} canvases, {} events/s.\n", broker.label(), args.clients, args.canvases, args.rate);
+    let cfg = ScenarioConfig {
+        broker,
+        clients: args.clients,
+        canvases: args.canvases.max(2),
+        rate: args.rate,
+        phase: Duration::from_secs(args.phase_secs),
+        echo: true,
+        ..ScenarioConfig::default()
+    };
+    let (report, running) = run_keeping(cfg, args.keep_running).await?;
+    println!("\nCatch-up: {}\n", report.catchup_line);
+    println!("{}", report.table());
+    for v in report.verdicts.iter().filter(|v| !v.ok()) {
+        println!("FAILED client {} ({}): lost {:?}, duplicated {}, out of order {}, extra snapshots {}, hash matches {}",
+            v.name, v.canvas, v.lost, v.duplicated, v.out_of_order, v.extra_snapshots, v.hash_matches);
+    }
+    if !report.lifecycle_missing.is_empty() {
+        println!("FAILED lifecycle: missing {:?}", report.lifecycle_missing);
+    }
+    let passed = report.passed();
+    println!("{}", if passed { "PASSED: every client saw every version once, in order, and ends with the publisher's canvas." } else { "FAILED" });
+    if let Some(r) = running {
+        hold(r).await;
+    }
+    std::process::exit(if passed { 0 } else { 1 });
+}

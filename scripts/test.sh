@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The one test command: sets up what the tests need on a clean machine and runs them all.
+#
+#   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
+#      are on the machine), for the real-broker end-to-end test.
+#   2. The three binaries, release profile (the end-to-end tests spawn them as processes).
+#   3. Every test of the workspace: unit tests, in-process integration tests, and the end-to-end
+#      scenario against the embedded broker and against real Apache Kafka.
+#
+# Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "Kafka broker jars from Maven Central (scripts/kafka/fetch.sh)"
+scripts/kafka/fetch.sh
+
+step "building the fleet's binaries (cargo build --release --workspace --bins)"
+cargo build --release --workspace --bins
+
+step "running every test (cargo test --release --workspace)"
+cargo test --release --workspace -- --nocapture "$@"
+
+step "all tests passed"
