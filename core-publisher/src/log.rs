@@ -185,3 +185,85 @@ pub async fn ensure_topic(
     }
     count().await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }
+
+/// An in-memory [`EventLog`] for unit tests, whose appends fail on a schedule.
+#[cfg(test)]
+pub mod fake {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Mutex;
+
+    /// What the fake log does with an append.
+    #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+    pub enum Fate {
+        Ok,
+        /// Fails and the record is not in the log.
+        FailNotWritten,
+        /// Fails with an unknown outcome, but the record did land.
+        FailButWritten,
+        /// Fails with an unknown outcome and the record is not in the log.
+        FailUnknownNotWritten,
+    }
+
+    /// An in-memory log whose appends fail on a schedule (by append attempt number).
+    pub struct FakeLog {
+        partitions: u32,
+        pub records: Mutex<BTreeMap<i32, Vec<PixelEvent>>>,
+        attempts: AtomicU64,
+        fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
+    }
+
+    impl FakeLog {
+        pub fn new(partitions: u32, fate: impl Fn(u64) -> Fate + Send + Sync + 'static) -> Self {
+            Self { partitions, records: Mutex::new(BTreeMap::new()), attempts: AtomicU64::new(0), fate: Box::new(fate) }
+        }
+        pub fn events_of(&self, canvas: &str) -> Vec<u64> {
+            let recs = self.records.lock().unwrap();
+            recs.values().flatten().filter(|e| e.canvas.as_str() == canvas).map(|e| e.version).collect()
+        }
+    }
+
+    impl EventLog for FakeLog {
+        async fn append(&self, partition: i32, event: &PixelEvent) -> Result<i64, AppendError> {
+            let n = self.attempts.fetch_add(1, Ordering::SeqCst);
+            // Let other requests interleave, as a real network round trip would.
+            tokio::task::yield_now().await;
+            let fate = (self.fate)(n);
+            let mut recs = self.records.lock().unwrap();
+            let part = recs.entry(partition).or_default();
+            match fate {
+                Fate::Ok => {
+                    part.push(event.clone());
+                    Ok(part.len() as i64 - 1)
+                }
+                Fate::FailNotWritten => Err(AppendError::NotWritten("queue full".into())),
+                Fate::FailButWritten => {
+                    part.push(event.clone());
+                    Err(AppendError::Unknown("timed out".into()))
+                }
+                Fate::FailUnknownNotWritten => Err(AppendError::Unknown("timed out".into())),
+            }
+        }
+        async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
+            let recs = self.records.lock().unwrap();
+            Ok(recs
+                .get(&partition)
+                .map(|v| {
+                    v.iter().enumerate().skip(from.max(0) as usize).map(|(o, e)| (partition, o as i64, e.clone())).collect()
+                })
+                .unwrap_or_default())
+        }
+        async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+            let recs = self.records.lock().unwrap();
+            let mut out = Vec::new();
+            let mut high = Offsets::new();
+            for p in 0..self.partitions as i32 {
+                let v = recs.get(&p).cloned().unwrap_or_default();
+                high.insert(p, v.len() as i64);
+                out.extend(v.into_iter().enumerate().map(|(o, e)| (p, o as i64, e)));
+            }
+            Ok((out, high))
+        }
+    }
+}
