@@ -1,0 +1,292 @@
+//! A node in-process against librdkafka's mock cluster, driven over real HTTP and WebSocket:
+//! readiness, catch-up, resume, drains.
+
+use futures::StreamExt;
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use shared::partitioner::partition_for;
+use shared::protocol::ServerMessage;
+use shared::{CanvasId, Color, PixelEvent};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_util::sync::CancellationToken;
+use ws_node::config::Config;
+
+const PARTITIONS: i32 = 3;
+
+struct Harness {
+    _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
+    producer: FutureProducer,
+    topic: String,
+    url: String,
+    ws: String,
+    shutdown: CancellationToken,
+    http: reqwest::Client,
+    versions: std::collections::HashMap<String, u64>,
+}
+
+impl Harness {
+    async fn start(tune: impl FnOnce(&mut Config)) -> Self {
+        shared::telemetry::init();
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        let topic = format!("t-{:08x}", rand_u32());
+        cluster.create_topic(&topic, PARTITIONS, 1).expect("topic");
+        let bootstrap = cluster.bootstrap_servers();
+        let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("producer");
+        let mut config = Config::for_node("ws-test", &bootstrap);
+        config.topic = topic.clone();
+        config.broadcast_group = format!("g-{topic}");
+        tune(&mut config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = CancellationToken::new();
+        tokio::spawn(ws_node::run(config, listener, shutdown.clone()));
+        Self {
+            _cluster: cluster,
+            producer,
+            topic,
+            url: format!("http://{addr}"),
+            ws: format!("ws://{addr}"),
+            shutdown,
+            http: reqwest::Client::new(),
+            versions: Default::default(),
+        }
+    }
+
+    /// Appends the next version of `canvas` to its partition.
+    async fn publish(&mut self, canvas: &str) -> u64 {
+        let v = self.versions.entry(canvas.into()).or_default();
+        *v += 1;
+        let ev = PixelEvent {
+            canvas: CanvasId::parse(canvas).unwrap(),
+            version: *v,
+            x: (*v % 64) as u32,
+            y: 0,
+            color: Color([1, 2, 3]),
+            published_at_ms: shared::event::now_ms(),
+        };
+        let p = partition_for(canvas.as_bytes(), PARTITIONS as u32) as i32;
+        let json = ev.to_json();
+        self.producer
+            .send(FutureRecord::to(&self.topic).partition(p).key(canvas).payload(&json), Duration::from_secs(5))
+            .await
+            .expect("produce");
+        ev.version
+    }
+
+    async fn health(&self) -> serde_json::Value {
+        self.http.get(format!("{}/health", self.url)).send().await.unwrap().json().await.unwrap()
+    }
+
+    async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let r = self.http.post(format!("{}{path}", self.url)).json(&body).send().await.unwrap();
+        (r.status().as_u16(), r.json().await.unwrap_or_default())
+    }
+
+    async fn wait_health(&self, what: &str, pred: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let h = self.health().await;
+            if pred(&h) {
+                return h;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; health: {h}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Recovers the node and waits until it owns every partition.
+    async fn recover(&self) -> serde_json::Value {
+        let (status, ack) = self.post("/admin/start-recovery", serde_json::json!({})).await;
+        assert_eq!(status, 202, "{ack}");
+        assert_eq!(ack["outcome"], "started");
+        self.wait_health("HEALTHY with every partition", |h| {
+            h["state"] == "HEALTHY" && h["assigned_partitions"].as_array().map_or(0, |a| a.len()) == PARTITIONS as usize
+        })
+        .await
+    }
+
+    async fn connect(&self, canvas: &str, since: u64) -> Result<Ws, (u16, serde_json::Value, Option<String>)> {
+        match tokio_tungstenite::connect_async(format!("{}/ws?canvas={canvas}&since={since}", self.ws)).await {
+            Ok((ws, _)) => Ok(ws),
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+                let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+                let body = resp.body().as_ref().map(|b| serde_json::from_slice(b).unwrap_or_default()).unwrap_or_default();
+                Err((resp.status().as_u16(), body, retry))
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn rand_u32() -> u32 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id()
+}
+
+/// The next frame (server message or close code), within 10 s.
+async fn next(ws: &mut Ws) -> Result<ServerMessage, Option<u16>> {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame within 10 s") {
+            Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(t.as_str()).expect("a server message")),
+            Some(Ok(Message::Close(f))) => return Err(f.map(|f| u16::from(f.code))),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return Err(None),
+        }
+    }
+}
+
+fn version(m: &ServerMessage) -> u64 {
+    match m {
+        ServerMessage::Event(e) => e.version,
+        ServerMessage::Snapshot { version, .. } => *version,
+        other => panic!("not a versioned frame: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
+    let mut h = Harness::start(|_| {}).await;
+    for _ in 0..5 {
+        h.publish("a").await;
+    }
+    for _ in 0..3 {
+        h.publish("b").await;
+    }
+    let health = h.health().await;
+    assert_eq!((health["state"].as_str(), health["ready"].as_bool()), (Some("UP"), Some(false)));
+    let (status, body, retry) = h.connect("a", 0).await.err().expect("refused before recovery");
+    assert_eq!((status, body["error"].as_str(), retry.as_deref()), (503, Some("not_ready"), Some("1")));
+    let (status, body, _) = h.connect("bad%20id", 0).await.err().expect("bad canvas refused");
+    assert_eq!((status, body["field"].as_str()), (400, Some("canvas")));
+
+    let health = h.recover().await;
+    assert_eq!(health["catchup"]["status"], "completed");
+    assert_eq!(health["catchup"]["replay_count"], 8, "{health}");
+    // Targets are high watermarks; the last consumed offset of each replayed partition is one less.
+    for (p, target) in health["catchup"]["target_offsets"].as_object().unwrap() {
+        let target = target.as_i64().unwrap();
+        if target > 0 {
+            assert_eq!(health["catchup"]["last_consumed_offsets"][p].as_i64(), Some(target - 1), "{health}");
+        }
+    }
+    let (status, again) = h.post("/admin/start-recovery", serde_json::json!({})).await;
+    assert_eq!((status, again["outcome"].as_str()), (200, Some("already_ready")));
+
+    // A new client gets a snapshot of version 5, then live events; a resuming one gets events.
+    let mut fresh = h.connect("a", 0).await.expect("served");
+    assert!(matches!(next(&mut fresh).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
+    let mut resumed = h.connect("a", 2).await.expect("served");
+    for want in 3..=5 {
+        assert_eq!(version(&next(&mut resumed).await.unwrap()), want);
+    }
+    for _ in 0..3 {
+        h.publish("a").await;
+    }
+    for want in 6..=8 {
+        assert_eq!(version(&next(&mut fresh).await.unwrap()), want);
+        assert_eq!(version(&next(&mut resumed).await.unwrap()), want);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_ahead_of_the_node_waits_then_gets_503_behind() {
+    let mut h = Harness::start(|c| c.behind_wait_ms = 300).await;
+    h.publish("a").await;
+    h.recover().await;
+    let started = Instant::now();
+    let (status, body, retry) = h.connect("a", 7).await.err().expect("refused");
+    assert_eq!((status, body["error"].as_str(), retry.is_some()), (503, Some("behind"), true));
+    assert!(started.elapsed() >= Duration::from_millis(300), "did not wait for the state to catch up");
+    // Held while the node catches up: published during the wait, served as events.
+    h.publish("a").await;
+    let mut ws = h.connect("a", 1).await.expect("served");
+    assert_eq!(version(&next(&mut ws).await.unwrap()), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_drain_hands_over_only_those_sessions() {
+    let mut h = Harness::start(|_| {}).await;
+    // Two canvases on different partitions.
+    let pa = partition_for(b"a", PARTITIONS as u32) as i32;
+    let other = (0..100).map(|i| format!("c{i}")).find(|c| partition_for(c.as_bytes(), PARTITIONS as u32) as i32 != pa).unwrap();
+    h.publish("a").await;
+    h.publish(&other).await;
+    h.recover().await;
+    let mut on_a = h.connect("a", 1).await.expect("served");
+    let mut on_other = h.connect(&other, 1).await.expect("served");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let drain = {
+        let (http, url) = (h.http.clone(), h.url.clone());
+        tokio::spawn(async move {
+            let r = http
+                .post(format!("{url}/admin/drain"))
+                .json(&serde_json::json!({"reason": "FAILBACK_TO_RECOVERED_SERVER", "grace_ms": 500, "partitions": [pa]}))
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        })
+    };
+    match next(&mut on_a).await.unwrap() {
+        ServerMessage::Reconnect { reason, retry_after_ms } => {
+            assert_eq!(reason.as_str(), "FAILBACK_TO_RECOVERED_SERVER");
+            assert_eq!(retry_after_ms, 250);
+        }
+        other => panic!("expected a reconnect notice, got {other:?}"),
+    }
+    // This client ignores the notice: it is closed with 1012 after the grace period.
+    assert_eq!(next(&mut on_a).await.err(), Some(Some(1012)));
+    let (status, report) = drain.await.unwrap();
+    assert_eq!(status, 200, "{report}");
+    assert_eq!((report["notified_sessions"].as_u64(), report["force_closed_sessions"].as_u64()), (Some(1), Some(1)));
+    // The other partition's session is untouched and keeps getting events.
+    let v = h.publish(&other).await;
+    assert_eq!(version(&next(&mut on_other).await.unwrap()), v);
+    assert_eq!(h.health().await["state"], "HEALTHY");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_drain_ends_up_and_recovery_brings_the_node_back_with_its_state() {
+    let mut h = Harness::start(|_| {}).await;
+    for _ in 0..4 {
+        h.publish("a").await;
+    }
+    h.recover().await;
+    let mut ws = h.connect("a", 4).await.expect("served");
+    let drain = {
+        let (http, url) = (h.http.clone(), h.url.clone());
+        tokio::spawn(async move {
+            let r = http.post(format!("{url}/admin/drain")).json(&serde_json::json!({"reason": "MAINTENANCE", "grace_ms": 2000})).send().await.unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        })
+    };
+    assert!(matches!(next(&mut ws).await.unwrap(), ServerMessage::Reconnect { .. }));
+    let health = h.health().await;
+    assert_eq!((health["state"].as_str(), health["draining"].as_bool()), (Some("DRAINING"), Some(true)));
+    let (status, body, _) = h.connect("a", 4).await.err().expect("refused while draining");
+    assert_eq!((status, body["error"].as_str()), (503, Some("draining")));
+    drop(ws); // the client leaves: the drain ends before the grace period
+    let (status, report) = drain.await.unwrap();
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["force_closed_sessions"], 0);
+    let (status, _) = h.post("/admin/drain", serde_json::json!({"reason": "MAINTENANCE", "grace_ms": 99999999})).await;
+    assert_eq!(status, 400);
+    let health = h.wait_health("UP after the drain", |h| h["state"] == "UP").await;
+    assert_eq!(health["assigned_partitions"].as_array().map(|a| a.len()), Some(0), "left the group: {health}");
+    assert_eq!(health["catchup"]["status"], "idle");
+    // Recovery again: only what was published meanwhile is replayed (the state was kept).
+    h.publish("a").await;
+    let health = h.recover().await;
+    assert_eq!(health["catchup"]["replay_count"], 1, "{health}");
+    let mut ws = h.connect("a", 4).await.expect("served again");
+    assert_eq!(version(&next(&mut ws).await.unwrap()), 5);
+}
