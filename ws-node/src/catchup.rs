@@ -109,11 +109,11 @@ pub fn run(
     Ok((partitions, progress))
 }
 
-/// Records a failed replay in the report.
-pub fn mark_failed(report: &Mutex<CatchupReport>, error: &ReplayError) {
+/// Records a failed recovery in the report (the gateway sends start-recovery again).
+pub fn mark_failed(report: &Mutex<CatchupReport>, error: &str) {
     let mut r = report.lock().expect("catch-up report lock");
     r.status = CatchupStatus::Failed;
-    r.error = Some(error.to_string());
+    r.error = Some(error.to_owned());
 }
 
 fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progress, error: Option<String>) {

@@ -45,6 +45,8 @@ pub enum Input {
     StartRecovery,
     CatchupCompleted,
     CatchupFailed,
+    /// The broadcast consumer could not start after catch-up.
+    BroadcastFailed,
     /// `POST /admin/drain` without partitions, or SIGTERM.
     DrainRequested,
     DrainFinished,
@@ -78,6 +80,8 @@ pub fn transition(phase: Phase, input: Input) -> (Phase, Effect) {
 
         (P::CatchingUp, I::CatchupCompleted) => (P::Ready, E::StartBroadcast),
         (P::CatchingUp, I::CatchupFailed) => (P::Up, E::None),
+        (P::Ready, I::BroadcastFailed) => (P::Up, E::None),
+        (p, I::BroadcastFailed) => (p, E::Reject("the broadcast consumer is not starting")),
         (p, I::CatchupCompleted | I::CatchupFailed) => (p, E::Reject("no catch-up is running")),
 
         (P::Ready | P::Up, I::DrainRequested) => (P::Draining, E::StartDrain),
@@ -104,6 +108,7 @@ mod tests {
             (P::Ready, I::StartRecovery, P::Ready, E::None),
             (P::CatchingUp, I::CatchupCompleted, P::Ready, E::StartBroadcast),
             (P::CatchingUp, I::CatchupFailed, P::Up, E::None),
+            (P::Ready, I::BroadcastFailed, P::Up, E::None),
             (P::Ready, I::DrainRequested, P::Draining, E::StartDrain),
             (P::Up, I::DrainRequested, P::Draining, E::StartDrain),
             (P::Draining, I::DrainFinished, P::Up, E::None),
@@ -123,6 +128,7 @@ mod tests {
             (P::Up, I::CatchupFailed),
             (P::Ready, I::DrainFinished),
             (P::Up, I::DrainFinished),
+            (P::Draining, I::BroadcastFailed),
         ] {
             let (to, effect) = transition(from, input);
             assert_eq!(to, from, "{from:?} + {input:?}");

@@ -173,21 +173,20 @@ impl Node {
                         Ok(b) => *self.broadcast.lock().await = Some(b),
                         Err(e) => {
                             tracing::error!(error = %e, "[BROADCAST] cannot start the broadcast consumer; node stays not ready");
-                            self.step(Input::DrainRequested);
-                            self.step(Input::DrainFinished);
+                            catchup::mark_failed(&self.catchup, &format!("broadcast consumer: {e}"));
+                            self.step(Input::BroadcastFailed);
                         }
                     }
                 }
             }
             Ok(Err(e)) => {
                 tracing::error!(error = %e, "[CATCHUP] failed; the node stays UP (not ready) until the next start-recovery");
-                catchup::mark_failed(&self.catchup, &e);
+                catchup::mark_failed(&self.catchup, &e.to_string());
                 self.step(Input::CatchupFailed);
             }
             Err(join) => {
-                let e = shared::replay::ReplayError::Stalled { idle: Duration::ZERO, remaining: 0 };
                 tracing::error!(error = %join, "[CATCHUP] task panicked");
-                catchup::mark_failed(&self.catchup, &e);
+                catchup::mark_failed(&self.catchup, &format!("catch-up task panicked: {join}"));
                 self.step(Input::CatchupFailed);
             }
         }
