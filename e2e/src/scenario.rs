@@ -117,7 +117,7 @@ impl Report {
 
 /// Picks `n` canvas ids spread over the nodes' partitions (half on the first node, so the kill
 /// has clients to move).
-fn pick_canvases(fleet_state: &serde_json::Value, partitions: u32, n: usize, nodes: &[String]) -> Vec<String> {
+pub fn pick_canvases(fleet_state: &serde_json::Value, partitions: u32, n: usize, nodes: &[String]) -> Vec<String> {
     let mut by_node: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for i in 0..10_000 {
         let id = format!("canvas-{i}");
@@ -136,6 +136,66 @@ fn pick_canvases(fleet_state: &serde_json::Value, partitions: u32, n: usize, nod
         i += 1;
     }
     out
+}
+
+/// Starts `n` clients through the gateway, round-robin over `canvases`, and waits until each has
+/// its first snapshot.
+///
+/// # Errors
+/// When they do not all connect within 30 s.
+pub async fn spawn_clients(fleet: &Fleet, canvases: &[String], n: usize, dims: CanvasDims) -> anyhow::Result<Vec<Client>> {
+    let clients: Vec<Client> = (0..n)
+        .map(|i| Client::spawn(&format!("client-{i}"), &fleet.gateway_ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
+        .collect();
+    eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
+        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
+        if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{} connected", clients.len())) }
+    })
+    .await?;
+    fleet.timeline.mark(format!("{} clients connected through the gateway", clients.len()));
+    Ok(clients)
+}
+
+/// The publisher's (version, hash) of each canvas, once publishing stopped, after every client
+/// reached its canvas's head.
+///
+/// # Errors
+/// When the publisher does not answer or a client does not reach the head within 30 s.
+pub async fn wait_for_heads(fleet: &Fleet, clients: &[Client], canvases: &[String]) -> anyhow::Result<BTreeMap<String, (u64, String)>> {
+    let mut truths = BTreeMap::new();
+    for c in canvases {
+        truths.insert(c.clone(), fleet.truth(c).await.map_err(anyhow::Error::msg)?);
+    }
+    let truths_ref = &truths;
+    eventually("every client to reach its canvas's head version", Duration::from_secs(30), || async move {
+        let behind: Vec<String> = clients
+            .iter()
+            .filter_map(|c| {
+                let r = c.report();
+                let head = truths_ref[&r.canvas].0;
+                (r.version != head).then(|| format!("{} at {} of {}", r.name, r.version, head))
+            })
+            .collect();
+        if behind.is_empty() { Ok(Some(())) } else { Err(behind.join(", ")) }
+    })
+    .await?;
+    Ok(truths)
+}
+
+/// Stops the clients and checks each against its canvas's truth.
+pub async fn finish(clients: Vec<Client>, truths: &BTreeMap<String, (u64, String)>) -> (Vec<ClientReport>, Vec<Verdict>) {
+    let mut reports = Vec::new();
+    for c in clients {
+        reports.push(c.stop().await);
+    }
+    let verdicts = reports
+        .iter()
+        .map(|r| {
+            let (head, hash) = &truths[&r.canvas];
+            check(r, *head, hash)
+        })
+        .collect();
+    (reports, verdicts)
 }
 
 /// A fleet left running after the scenario (`--keep-running`).
@@ -184,15 +244,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     tl.mark(format!("canvases: {}", placement.join(", ")));
 
     // ---- normal
-    let clients: Vec<Client> = (0..cfg.clients)
-        .map(|i| Client::spawn(&format!("client-{i}"), &fleet.gateway_ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
-        .collect();
-    eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
-        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
-        Ok((ready == clients.len()).then_some(())).or_else(|_: String| Err(format!("{ready}/{} connected", clients.len())))
-    })
-    .await?;
-    tl.mark(format!("{} clients connected through the gateway", clients.len()));
+    let clients = spawn_clients(&fleet, &canvases, cfg.clients, dims).await?;
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), cfg.rate, dims.width, dims.height);
     tl.mark(format!("publishing {} events/s over {} canvases", cfg.rate, canvases.len()));
     tokio::time::sleep(cfg.phase).await;
@@ -260,37 +312,12 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     tokio::time::sleep(cfg.phase).await;
     let stats = load.stop().await;
     tl.mark(format!("publishing stopped: {} events accepted", stats.accepted.load(Ordering::Relaxed)));
-    let mut truths = BTreeMap::new();
-    for c in &canvases {
-        truths.insert(c.clone(), fleet.truth(c).await.map_err(anyhow::Error::msg)?);
-    }
-    eventually("every client to reach its canvas's head version", Duration::from_secs(30), || async {
-        let behind: Vec<String> = clients
-            .iter()
-            .filter_map(|c| {
-                let r = c.report();
-                let head = truths[&r.canvas].0;
-                (r.version != head).then(|| format!("{} at {} of {}", r.name, r.version, head))
-            })
-            .collect();
-        if behind.is_empty() { Ok(Some(())) } else { Err(behind.join(", ")) }
-    })
-    .await?;
+    let truths = wait_for_heads(&fleet, &clients, &canvases).await?;
     let settled_at = shared::event::now_ms();
     let ws1_sessions_after = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.ok().and_then(|h| h["sessions"].as_u64()).unwrap_or(0);
     let ws1_health = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.unwrap_or_default();
 
-    let mut reports = Vec::new();
-    for c in clients {
-        reports.push(c.stop().await);
-    }
-    let verdicts: Vec<Verdict> = reports
-        .iter()
-        .map(|r| {
-            let (head, hash) = &truths[&r.canvas];
-            check(r, *head, hash)
-        })
-        .collect();
+    let (reports, verdicts) = finish(clients, &truths).await;
 
     let lat = |from: u64, to: u64| -> u64 {
         reports
