@@ -103,6 +103,14 @@ async fn drain_and_graceful_stop() {
     let stats = load.stop().await;
     let truths = wait_for_heads(&fleet, &clients, &canvases).await.expect("clients settle");
     let (_reports, verdicts) = finish(clients, &truths).await;
+    // The clients' close frames went through the gateway: the node's sessions end too.
+    fleet
+        .wait_fleet("the node's sessions to close after the clients closed", Duration::from_secs(20), |f| {
+            let n = node(f, "ws-2")["sessions"].as_u64().unwrap_or(99);
+            (n == 0).then_some(()).ok_or(format!("ws-2 has {n} sessions"))
+        })
+        .await
+        .unwrap();
     fleet.stop().await;
     let published = stats.accepted.load(std::sync::atomic::Ordering::Relaxed);
     println!("published {published}");

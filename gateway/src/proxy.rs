@@ -120,33 +120,39 @@ pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream,
         .on_upgrade(move |client| pipe(fleet, client, upstream, target))
 }
 
-/// Copies frames both ways until either side closes.
+/// How the client side of a proxied session ended.
+enum ClientEnd {
+    /// The client sent a close frame (forwarded): wait for the node's reply.
+    Closed,
+    /// The client vanished or errored: the upstream was closed.
+    Gone,
+}
+
+/// Copies frames both ways until either side closes. A close from either side is forwarded, and
+/// the other side's close reply is passed back (bounded wait), so both closing handshakes finish.
 async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: Target) {
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = upstream.split();
-    let client_to_upstream = async {
-        while let Some(msg) = c_rx.next().await {
-            let Ok(msg) = msg else { break };
+    let client_to_upstream = async move {
+        while let Some(Ok(msg)) = c_rx.next().await {
             let closing = matches!(msg, aws::Message::Close(_));
             let Some(out) = to_upstream(msg) else { continue };
-            if u_tx.send(out).await.is_err() || closing {
-                break;
-            }
-        }
-        // The client went away: close the upstream (if it was not the one closing).
-        let _ = u_tx.close().await;
-    };
-    let upstream_to_client = async {
-        let mut closed_cleanly = false;
-        while let Some(msg) = u_rx.next().await {
-            let Ok(msg) = msg else { break };
-            let closing = matches!(msg, ts::Message::Close(_));
-            let Some(out) = to_client(msg) else { continue };
-            if c_tx.send(out).await.is_err() {
-                closed_cleanly = true;
+            if u_tx.send(out).await.is_err() {
                 break;
             }
             if closing {
+                return ClientEnd::Closed;
+            }
+        }
+        let _ = u_tx.close().await;
+        ClientEnd::Gone
+    };
+    let upstream_to_client = async move {
+        let mut closed_cleanly = false;
+        while let Some(Ok(msg)) = u_rx.next().await {
+            let closing = matches!(msg, ts::Message::Close(_));
+            let Some(out) = to_client(msg) else { continue };
+            if c_tx.send(out).await.is_err() || closing {
                 closed_cleanly = true;
                 break;
             }
@@ -164,9 +170,14 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
         }
         let _ = c_tx.close().await;
     };
+    tokio::pin!(client_to_upstream, upstream_to_client);
     tokio::select! {
-        _ = client_to_upstream => {}
-        _ = upstream_to_client => {}
+        end = &mut client_to_upstream => {
+            if let ClientEnd::Closed = end {
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut upstream_to_client).await;
+            }
+        }
+        _ = &mut upstream_to_client => {}
     }
 }
 
