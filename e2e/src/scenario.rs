@@ -75,9 +75,11 @@ impl Report {
     pub fn lost(&self) -> usize {
         self.verdicts.iter().map(|v| v.lost.len()).sum()
     }
+    /// Duplicated event frames over all clients.
     pub fn duplicated(&self) -> usize {
         self.verdicts.iter().map(|v| v.duplicated).sum()
     }
+    /// Out-of-order event frames over all clients.
     pub fn out_of_order(&self) -> usize {
         self.verdicts.iter().map(|v| v.out_of_order).sum()
     }

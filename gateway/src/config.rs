@@ -89,12 +89,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// `poll_interval_ms` as a duration.
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms)
     }
+    /// `poll_timeout_ms` as a duration.
     pub fn poll_timeout(&self) -> Duration {
         Duration::from_millis(self.poll_timeout_ms)
     }
+    /// `upstream_connect_timeout_ms` as a duration.
     pub fn upstream_connect_timeout(&self) -> Duration {
         Duration::from_millis(self.upstream_connect_timeout_ms)
     }

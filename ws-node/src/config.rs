@@ -101,14 +101,17 @@ impl Config {
         self.catchup_group.clone().unwrap_or_else(|| format!("ws-catchup-{}", self.node_id))
     }
 
+    /// `behind_wait_ms` as a duration.
     pub fn behind_wait(&self) -> Duration {
         Duration::from_millis(self.behind_wait_ms)
     }
 
+    /// `revoke_grace_ms` as a duration.
     pub fn revoke_grace(&self) -> Duration {
         Duration::from_millis(self.revoke_grace_ms)
     }
 
+    /// `write_timeout_ms` as a duration.
     pub fn write_timeout(&self) -> Duration {
         Duration::from_millis(self.write_timeout_ms)
     }
