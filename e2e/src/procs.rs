@@ -96,6 +96,42 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
+/// The fleet's binaries, built when the harness runs under cargo (`cargo run`, `cargo test`):
+/// `cargo build` of `core-publisher`, `ws-node` and `gateway` in the harness's own profile, once
+/// per process (a no-op when they are up to date). With `FLEET_BIN_DIR` set, nothing is built.
+///
+/// # Errors
+/// When the build fails, or a binary is missing and there is no cargo to build it.
+pub fn ensure_binaries() -> anyhow::Result<()> {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            if std::env::var_os("FLEET_BIN_DIR").is_some() {
+                return Ok(());
+            }
+            let Some(cargo) = std::env::var_os("CARGO") else { return Ok(()) };
+            let dir = bin_dir();
+            let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
+            let manifest = crate::broker::repo_root().join("Cargo.toml");
+            let mut cmd = std::process::Command::new(cargo);
+            cmd.args(["build", "--bins", "-p", "core-publisher", "-p", "ws-node", "-p", "gateway", "--manifest-path"]).arg(&manifest);
+            match profile.as_str() {
+                "debug" => {}
+                "release" => {
+                    cmd.arg("--release");
+                }
+                other => {
+                    cmd.args(["--profile", other]);
+                }
+            }
+            println!("[harness] building the fleet's binaries ({profile} profile); a first build takes a few minutes");
+            let status = cmd.status().map_err(|e| format!("run cargo: {e}"))?;
+            if status.success() { Ok(()) } else { Err(format!("cargo build of the fleet's binaries failed ({status})")) }
+        })
+        .clone()
+        .map_err(anyhow::Error::msg)
+}
+
 /// One service process.
 pub struct Service {
     pub name: String,
@@ -129,6 +165,7 @@ impl Service {
     /// # Errors
     /// When the binary is missing or cannot be spawned.
     pub fn start(&mut self) -> anyhow::Result<()> {
+        ensure_binaries()?;
         let path = bin_dir().join(&self.bin);
         if !path.exists() {
             bail!("{} not found: build the binaries first (cargo build --release --workspace --bins)", path.display());
