@@ -52,6 +52,30 @@ impl Config {
         KafkaSettings::new(&self.kafka_bootstrap)
     }
 
+    /// Every problem of this configuration that clap's per-value checks cannot see (empty).
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.kafka_bootstrap.trim().is_empty() {
+            p.push("KAFKA_BOOTSTRAP (--kafka-bootstrap) is empty".to_owned());
+        }
+        p.extend(shared::kafka::topic_name_problem(&self.topic).map(|e| format!("KAFKA_TOPIC (--topic): {e}")));
+        p
+    }
+
+    /// The effective configuration, one `VARIABLE=value` per line.
+    pub fn describe(&self) -> String {
+        shared::telemetry::env_lines(&[
+            ("LISTEN_ADDR", self.listen.to_string()),
+            ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
+            ("KAFKA_TOPIC", self.topic.clone()),
+            ("TOPIC_PARTITIONS", self.partitions.to_string()),
+            ("TOPIC_REPLICATION_FACTOR", self.replication_factor.to_string()),
+            ("CANVAS_WIDTH", self.canvas_width.to_string()),
+            ("CANVAS_HEIGHT", self.canvas_height.to_string()),
+            ("PRODUCE_TIMEOUT_MS", self.produce_timeout_ms.to_string()),
+        ])
+    }
+
     /// `produce_timeout_ms` as a duration.
     pub fn produce_timeout(&self) -> Duration {
         Duration::from_millis(self.produce_timeout_ms)

@@ -8,7 +8,7 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
-use shared::kafka::KafkaSettings;
+use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets, ReplayPlan};
 use shared::PixelEvent;
 use std::future::Future;
@@ -50,7 +50,7 @@ pub trait EventLog: Send + Sync + 'static {
 
 /// [`EventLog`] on a real Kafka-protocol broker.
 pub struct KafkaLog {
-    producer: FutureProducer,
+    producer: FutureProducer<FleetContext>,
     settings: KafkaSettings,
     topic: String,
 }
@@ -61,7 +61,7 @@ impl KafkaLog {
     /// # Errors
     /// When librdkafka rejects the producer configuration.
     pub fn new(settings: KafkaSettings, topic: String, produce_timeout: Duration) -> Result<Self, KafkaError> {
-        let producer = settings.producer("core-publisher", produce_timeout).create()?;
+        let producer = settings.producer("core-publisher", produce_timeout).create_with_context(FleetContext::default())?;
         Ok(Self { producer, settings, topic })
     }
 
@@ -69,9 +69,9 @@ impl KafkaLog {
         let settings = self.settings.clone();
         let topic = self.topic.clone();
         tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = settings
+            let consumer: BaseConsumer<FleetContext> = settings
                 .reader("core-publisher")
-                .create()
+                .create_with_context(FleetContext::default())
                 .map_err(|e| ReadError(e.to_string()))?;
             let (mut plan, _) = replay::plan(&consumer, &topic, &from, Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
@@ -158,11 +158,11 @@ pub async fn ensure_topic(
     replication: i32,
 ) -> Result<u32, String> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use rdkafka::client::DefaultClientContext;
     let count = || {
         let (settings, topic) = (settings.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = settings.reader("core-publisher").create().map_err(replay::ReplayError::Client)?;
+            let consumer: BaseConsumer<FleetContext> =
+                settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(replay::ReplayError::Client)?;
             replay::partition_count(&consumer, &topic, Duration::from_secs(10))
         })
     };
@@ -171,8 +171,8 @@ pub async fn ensure_topic(
         Err(replay::ReplayError::NoTopic { .. }) => {}
         Err(e) => return Err(e.to_string()),
     }
-    let admin: AdminClient<DefaultClientContext> =
-        settings.admin("core-publisher-admin").create().map_err(|e| e.to_string())?;
+    let admin: AdminClient<FleetContext> =
+        settings.admin("core-publisher-admin").create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
     let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;

@@ -36,8 +36,8 @@ impl BrokerKind {
     /// A short name for reports.
     pub fn label(&self) -> String {
         match self {
-            BrokerKind::Embedded => "embedded (librdkafka mock cluster)".into(),
-            BrokerKind::Real => "Apache Kafka 4.4.0 (KRaft, single node, JVM)".into(),
+            BrokerKind::Embedded => "embedded: librdkafka mock cluster".into(),
+            BrokerKind::Real => "Apache Kafka 4.4.0, KRaft, single node, on the JVM".into(),
             BrokerKind::External(b) => format!("external broker at {b}"),
         }
     }
@@ -96,17 +96,19 @@ impl Broker {
                 let port = free_port()?;
                 let dir = tempfile::Builder::new().prefix("e2e-kafka-").tempdir()?;
                 let script = repo_root().join("scripts/kafka/start.sh");
-                if !repo_root().join("target/kafka/libs").exists() && std::env::var_os("KAFKA_HOME").is_none() {
-                    bail!("Kafka jars are missing: run scripts/kafka/fetch.sh first (the README's test command does)");
+                // Resolve the jars from Maven Central when they are not there yet (a no-op otherwise).
+                let fetch = repo_root().join("scripts/kafka/fetch.sh");
+                println!("[harness] making sure Apache Kafka's jars are present ({})", fetch.display());
+                let status = std::process::Command::new("bash").arg(&fetch).stdin(Stdio::null()).status()
+                    .with_context(|| format!("run {}", fetch.display()))?;
+                if !status.success() {
+                    bail!("{} failed ({status}): Kafka's jars could not be resolved from Maven Central", fetch.display());
                 }
                 println!("[harness] starting Apache Kafka on 127.0.0.1:{port} (logs: {}/server.log)", dir.path().display());
-                let child = std::process::Command::new("bash")
-                    .arg(&script)
-                    .arg(port.to_string())
-                    .arg(dir.path())
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::inherit())
+                let mut cmd = std::process::Command::new("bash");
+                cmd.arg(&script).arg(port.to_string()).arg(dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
+                crate::procs::die_with_parent(&mut cmd);
+                let child = cmd
                     .spawn()
                     .with_context(|| format!("run {}", script.display()))?;
                 let bootstrap = format!("127.0.0.1:{port}");
@@ -133,6 +135,14 @@ impl Broker {
                 Ok(broker)
             }
             BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External }),
+        }
+    }
+
+    /// The broker's pid when the harness runs it as a process (the real Kafka JVM).
+    pub fn pid(&self) -> Option<u32> {
+        match &self.inner {
+            Inner::Real { child, .. } => Some(child.id()),
+            _ => None,
         }
     }
 

@@ -178,6 +178,7 @@ impl Service {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        die_with_parent(cmd.as_std_mut());
         let mut child = cmd.spawn().with_context(|| format!("spawn {}", path.display()))?;
         for stream in [child.stdout.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
                        child.stderr.take().map(|s| Box::new(s) as Box<dyn tokio::io::AsyncRead + Unpin + Send>)]
@@ -226,6 +227,23 @@ impl Service {
     /// Whether the process is running.
     pub fn running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+/// Makes the child get SIGTERM when the harness dies, however it dies (SIGKILL included), so no
+/// fleet process outlives a killed test or demo (Linux `PR_SET_PDEATHSIG`). The signal follows the
+/// thread that spawned the child; the harness spawns from runtime threads that live as long as it.
+pub fn die_with_parent(cmd: &mut std::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: the closure runs in the forked child before exec and only makes one
+        // async-signal-safe system call (prctl).
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
+            });
+        }
     }
 }
 

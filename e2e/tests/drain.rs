@@ -30,8 +30,24 @@ async fn drain_and_graceful_stop() {
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), 40.0, dims.width, dims.height);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    // Bad requests are refused with JSON and change nothing.
+    // The gateway forwards canvas requests to the publisher (one origin for pages).
     let http = reqwest::Client::new();
+    let r = http
+        .post(format!("{}/api/canvases/{}/pixels", fleet.gateway.url(), canvases[0]))
+        .json(&serde_json::json!({"x": 1, "y": 1, "color": "#123456"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+    let published: serde_json::Value = r.json().await.unwrap();
+    let r = http.get(format!("{}/api/canvases/{}", fleet.gateway.url(), canvases[0])).send().await.unwrap();
+    let truth: serde_json::Value = r.json().await.unwrap();
+    assert!(truth["version"].as_u64() >= published["version"].as_u64(), "{truth} vs {published}");
+    let r = http.post(format!("{}/api/canvases/{}/pixels", fleet.gateway.url(), canvases[0])).body("{\"x\":1}").send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "y");
+
+    // Bad requests are refused with JSON and change nothing.
     let r = http.post(format!("{}/api/fleet/nodes/ws-9/drain", fleet.gateway.url())).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "not_found");

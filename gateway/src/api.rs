@@ -5,6 +5,7 @@
 //! | `GET /ws?canvas=<id>&since=<version>` | WebSocket, proxied to the node that owns the canvas; `503` + `Retry-After` when none can serve it |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
+//! | `POST /api/canvases/{id}/pixels`, `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
 
 use crate::fleet::Fleet;
@@ -32,6 +33,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/ws", get(ws))
         .route("/api/fleet", get(fleet_state))
         .route("/api/fleet/nodes/{id}/drain", post(drain))
+        .route("/api/canvases/{id}/pixels", post(forward_pixel))
+        .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .fallback(|| async { ApiError::not_found("no such route") })
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
@@ -75,6 +78,39 @@ async fn drain(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Re
         Some(Ok(report)) => Ok(Json(report).into_response()),
         Some(Err(e)) => Err(ApiError::bad_gateway(format!("node {id} did not drain: {e}"))),
     }
+}
+
+/// Relays one request to the publisher and its answer back (status, `Retry-After`, JSON body).
+async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder) -> Result<Response, ApiError> {
+    let resp = req.timeout(std::time::Duration::from_secs(15)).send().await.map_err(|e| {
+        tracing::warn!(error = %e, "publisher did not answer a forwarded request");
+        ApiError::unavailable("publisher_unavailable", format!("the publisher at {} did not answer", fleet.config.publisher_url), 1)
+    })?;
+    let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+    let retry_after = resp.headers().get(axum::http::header::RETRY_AFTER).cloned();
+    let body = resp.bytes().await.map_err(|e| ApiError::bad_gateway(format!("reading the publisher's answer: {e}")))?;
+    let mut out = (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
+    if let Some(v) = retry_after {
+        out.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    }
+    Ok(out)
+}
+
+fn canvas_path(id: &str) -> Result<CanvasId, ApiError> {
+    CanvasId::parse(id).map_err(|e| ApiError::field("canvas", e.to_string()))
+}
+
+async fn forward_pixel(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
+    let canvas = canvas_path(&id)?;
+    let url = format!("{}/canvases/{canvas}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
+    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
+}
+
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let canvas = canvas_path(&id)?;
+    let url = format!("{}/canvases/{canvas}", fleet.config.publisher_url.trim_end_matches('/'));
+    to_publisher(&fleet, fleet.http().get(url)).await
 }
 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).

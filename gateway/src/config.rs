@@ -89,6 +89,41 @@ pub struct Config {
 }
 
 impl Config {
+    /// Every problem of this configuration that clap's per-value checks cannot see (empty when
+    /// it is valid), so all of them are reported at once.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if !(self.publisher_url.starts_with("http://") || self.publisher_url.starts_with("https://")) {
+            p.push(format!("PUBLISHER_URL (--publisher-url) {:?} must start with http:// or https://", self.publisher_url));
+        }
+        if self.poll_timeout_ms > self.poll_interval_ms {
+            p.push(format!(
+                "POLL_TIMEOUT_MS ({}) must not exceed POLL_INTERVAL_MS ({}): polls would overlap",
+                self.poll_timeout_ms, self.poll_interval_ms
+            ));
+        }
+        p
+    }
+
+    /// The effective configuration, one `VARIABLE=value` per line.
+    pub fn describe(&self) -> String {
+        let nodes: Vec<String> = self.nodes.0.iter().map(|n| format!("{}={}", n.id, n.url)).collect();
+        shared::telemetry::env_lines(&[
+            ("LISTEN_ADDR", self.listen.to_string()),
+            ("NODES", nodes.join(",")),
+            ("PUBLISHER_URL", self.publisher_url.clone()),
+            ("POLL_INTERVAL_MS", self.poll_interval_ms.to_string()),
+            ("POLL_TIMEOUT_MS", self.poll_timeout_ms.to_string()),
+            ("UP_THRESHOLD", self.up_threshold.to_string()),
+            ("FAILBACK_GRACE_MS", self.failback_grace_ms.to_string()),
+            ("TOPIC_PARTITIONS", self.partitions.to_string()),
+            ("UPSTREAM_CONNECT_TIMEOUT_MS", self.upstream_connect_timeout_ms.to_string()),
+            ("DECISION_LOG", self.decision_log.to_string()),
+            ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),
+            ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
+        ])
+    }
+
     /// `poll_interval_ms` as a duration.
     pub fn poll_interval(&self) -> Duration {
         Duration::from_millis(self.poll_interval_ms)

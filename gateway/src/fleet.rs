@@ -64,11 +64,13 @@ pub struct Fleet {
     http: reqwest::Client,
     refresh: Notify,
     partition_count: AtomicU32,
+    /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 impl Fleet {
     /// A fleet of the configured nodes, all DOWN until polled.
-    pub fn new(config: Config) -> Arc<Self> {
+    pub fn new(config: Config, shutdown: tokio_util::sync::CancellationToken) -> Arc<Self> {
         let nodes = config
             .nodes
             .0
@@ -83,6 +85,7 @@ impl Fleet {
             http: reqwest::Client::builder().build().expect("build the HTTP client"),
             refresh: Notify::new(),
             partition_count: AtomicU32::new(partitions),
+            shutdown,
         })
     }
 
@@ -107,6 +110,11 @@ impl Fleet {
             log.pop_front();
         }
         log.push_back(rec);
+    }
+
+    /// The HTTP client shared by polls, admin calls and publisher forwarding.
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
     }
 
     /// Asks the poller for an immediate routing refresh (rate-limited by the poller).
@@ -352,7 +360,8 @@ impl Fleet {
                     "url": n.addr.url,
                     "state": slot.view.status,
                     "up_streak": slot.view.up_streak,
-                    "recovery": slot.view.recovery,
+                    // Only meaningful while UP: whether this UP episode's start-recovery went out.
+                    "start_recovery": (slot.view.status == Status::Up).then_some(slot.view.recovery),
                     "awaiting_failback": slot.view.awaiting_failback,
                     "ready": h.is_some_and(|(_, h)| h.ready),
                     "draining": h.is_some_and(|(_, h)| h.draining),

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 /// # Errors
 /// When the HTTP server fails.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let fleet = Fleet::new(config);
+    let fleet = Fleet::new(config, shutdown.clone());
     tracing::info!(
         addr = %listener.local_addr()?,
         nodes = ?fleet.nodes.iter().map(|n| format!("{}={}", n.addr.id, n.addr.url)).collect::<Vec<_>>(),
@@ -33,7 +33,16 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         "[GATEWAY] listening; polling nodes"
     );
     tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
-    axum::serve(listener, api::router(fleet)).with_graceful_shutdown(shutdown.cancelled_owned()).await?;
+    let serve = axum::serve(listener, api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
+    };
+    tokio::select! {
+        r = serve => r?,
+        _ = deadline => tracing::warn!("[GATEWAY] connections still open 5 s after shutdown; exiting anyway"),
+    }
     tracing::info!("[GATEWAY] stopped");
     Ok(())
 }

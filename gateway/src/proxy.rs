@@ -5,7 +5,8 @@
 //! not the owner, behind the client) reaches the client as the same 503. It tries at most two
 //! nodes (one re-route, never a loop). Once both sides are open, frames pass through unchanged in
 //! both directions; a close on either side is forwarded and ends both. When the upstream drops
-//! without a close frame (its process died) the client gets 1012 Service Restart, and reconnects.
+//! without a close frame (its process died) the client gets 1012 Service Restart, and reconnects;
+//! when the gateway shuts down, 1001 Going Away.
 
 use crate::fleet::{Fleet, Target};
 use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};
@@ -131,6 +132,7 @@ enum ClientEnd {
 /// Copies frames both ways until either side closes. A close from either side is forwarded, and
 /// the other side's close reply is passed back (bounded wait), so both closing handshakes finish.
 async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: Target) {
+    let shutdown = fleet.shutdown.clone();
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = upstream.split();
     let client_to_upstream = async move {
@@ -149,7 +151,18 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
     };
     let upstream_to_client = async move {
         let mut closed_cleanly = false;
-        while let Some(Ok(msg)) = u_rx.next().await {
+        loop {
+            let msg = tokio::select! {
+                m = u_rx.next() => m,
+                _ = shutdown.cancelled() => {
+                    let _ = c_tx
+                        .send(aws::Message::Close(Some(aws::CloseFrame { code: close::GOING_AWAY, reason: "gateway shutting down".into() })))
+                        .await;
+                    let _ = c_tx.close().await;
+                    return;
+                }
+            };
+            let Some(Ok(msg)) = msg else { break };
             let closing = matches!(msg, ts::Message::Close(_));
             let Some(out) = to_client(msg) else { continue };
             if c_tx.send(out).await.is_err() || closing {

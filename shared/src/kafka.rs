@@ -3,13 +3,102 @@
 //! Setting names and meanings are librdkafka's (`CONFIGURATION.md` of librdkafka 2.12, bundled by
 //! `rdkafka` 0.39); where they mirror the Java client the Kafka documentation applies.
 
-use rdkafka::ClientConfig;
-use std::time::Duration;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::ConsumerContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::{ClientConfig, ClientContext};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Default topic of pixel events.
 pub const DEFAULT_TOPIC: &str = "canvas-events";
 /// Default consumer group of the live (broadcast) consumers, shared by all nodes.
 pub const DEFAULT_BROADCAST_GROUP: &str = "ws-broadcast";
+
+/// How often a repeating broker-connection problem is logged (the rest are counted).
+const REPEAT_EVERY: Duration = Duration::from_secs(10);
+
+/// The client context of every Kafka client of the fleet: librdkafka's own logs and errors become
+/// `tracing` events an operator can read. An unreachable broker is a warning, logged once per
+/// 10 s with a count of the repeats (librdkafka reports it on every reconnect attempt, from
+/// several threads), not an error line every 500 ms.
+#[derive(Debug, Default)]
+pub struct FleetContext {
+    last_unreachable: Mutex<Option<(Instant, u64)>>,
+}
+
+impl FleetContext {
+    /// Whether to log this occurrence of the broker being unreachable; returns the repeats since
+    /// the last logged one.
+    fn should_log_unreachable(&self) -> Option<u64> {
+        let mut last = self.last_unreachable.lock().unwrap_or_else(|p| p.into_inner());
+        match &mut *last {
+            Some((at, repeats)) if at.elapsed() < REPEAT_EVERY => {
+                *repeats += 1;
+                None
+            }
+            slot => {
+                let repeats = slot.map_or(0, |(_, r)| r);
+                *slot = Some((Instant::now(), 0));
+                Some(repeats)
+            }
+        }
+    }
+}
+
+/// Whether a librdkafka log line or error is about reaching the broker.
+fn is_unreachable(text: &str) -> bool {
+    ["Connection refused", "Connect to", "brokers are down", "Broker transport failure", "Disconnected", "timed out"]
+        .iter()
+        .any(|n| text.contains(n))
+}
+
+impl ClientContext for FleetContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => {
+                if is_unreachable(msg) {
+                    if let Some(repeats) = self.should_log_unreachable() {
+                        tracing::warn!(target: "kafka", facility = fac, repeats, "kafka broker unreachable: {msg}");
+                    }
+                } else {
+                    tracing::warn!(target: "kafka", facility = fac, "librdkafka: {msg}");
+                }
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(target: "kafka", facility = fac, "librdkafka: {msg}"),
+            RDKafkaLogLevel::Debug => tracing::debug!(target: "kafka", facility = fac, "librdkafka: {msg}"),
+        }
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        let transport = matches!(
+            error.rdkafka_error_code(),
+            Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
+        );
+        if transport || is_unreachable(reason) {
+            if let Some(repeats) = self.should_log_unreachable() {
+                tracing::warn!(target: "kafka", repeats, "kafka broker unreachable: {reason}");
+            }
+        } else {
+            tracing::error!(target: "kafka", error = %error, "kafka client error: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for FleetContext {}
+
+/// Why `name` is not a legal Kafka topic name (1–249 characters of `[a-zA-Z0-9._-]`, not `.` or
+/// `..`, per Kafka's `Topic.validate`), or `None` when it is.
+pub fn topic_name_problem(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > 249 || name == "." || name == ".." {
+        return Some(format!("topic {name:?} must be 1 to 249 characters, and not \".\" or \"..\""));
+    }
+    if !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-') {
+        return Some(format!("topic {name:?} may only contain a-z, A-Z, 0-9, '.', '_' and '-'"));
+    }
+    None
+}
 
 /// Where the broker is and how fast group membership reacts.
 #[derive(Debug, Clone)]
@@ -115,5 +204,19 @@ impl KafkaSettings {
     /// An admin client (topic creation, metadata).
     pub fn admin(&self, client_id: &str) -> ClientConfig {
         self.base(client_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        assert_eq!(topic_name_problem("canvas-events"), None);
+        assert_eq!(topic_name_problem("a.b_c-1"), None);
+        for bad in ["", ".", "..", "has space", "slash/no", &"x".repeat(250)] {
+            assert!(topic_name_problem(bad).is_some(), "{bad:?}");
+        }
     }
 }

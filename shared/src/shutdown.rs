@@ -1,6 +1,24 @@
-//! The process-wide shutdown signal.
+//! The process-wide shutdown signal, and the runtime every binary's `main` runs on.
 
+use std::future::Future;
+use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+
+/// How long, after a service's main future returned, the process waits for blocking work still
+/// running (a Kafka metadata call can block for seconds when the broker is unreachable).
+pub const BLOCKING_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `main` on a multi-threaded tokio runtime and returns its output once it finished and
+/// blocking work ended, or [`BLOCKING_GRACE`] passed, so SIGTERM stops a process promptly.
+///
+/// # Panics
+/// When the runtime cannot be built (no threads or no I/O driver: nothing could run anyway).
+pub fn run_main<T>(main: impl Future<Output = T>) -> T {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("build the tokio runtime");
+    let out = rt.block_on(main);
+    rt.shutdown_timeout(BLOCKING_GRACE);
+    out
+}
 
 /// A token cancelled on the first SIGINT or SIGTERM. `main` creates it and hands child tokens to
 /// each subsystem; every loop `select!`s on it.

@@ -16,3 +16,8 @@ pub fn init() {
         .with_writer(std::io::stderr)
         .try_init();
 }
+
+/// A configuration as `VARIABLE=value` lines (what `--check-config` prints).
+pub fn env_lines(pairs: &[(&str, String)]) -> String {
+    pairs.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("\n")
+}

@@ -19,6 +19,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, RebalanceProtoc
 use rdkafka::error::KafkaError;
 use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use shared::kafka::FleetContext;
 use shared::replay::fmt_offsets;
 use shared::PixelEvent;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,9 +35,18 @@ struct BroadcastContext {
     hub: Arc<Hub>,
     topic: String,
     handover: mpsc::UnboundedSender<HandOver>,
+    logs: FleetContext,
 }
 
-impl ClientContext for BroadcastContext {}
+impl ClientContext for BroadcastContext {
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
+        self.logs.log(level, fac, msg);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.logs.error(error, reason);
+    }
+}
 
 impl ConsumerContext for BroadcastContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
@@ -113,7 +123,7 @@ impl Broadcast {
     /// # Errors
     /// When librdkafka rejects the configuration or the subscription.
     pub fn start(config: &Config, hub: Arc<Hub>, handover: mpsc::UnboundedSender<HandOver>) -> Result<Self, KafkaError> {
-        let context = BroadcastContext { hub: hub.clone(), topic: config.topic.clone(), handover };
+        let context = BroadcastContext { hub: hub.clone(), topic: config.topic.clone(), handover, logs: FleetContext::default() };
         let consumer: BaseConsumer<BroadcastContext> = config
             .kafka()
             .broadcast_consumer(&config.broadcast_group, &config.node_id)

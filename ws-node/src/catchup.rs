@@ -20,6 +20,7 @@ use crate::hub::Hub;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use shared::api::{CatchupReport, CatchupStatus};
+use shared::kafka::FleetContext;
 use shared::replay::{self, fmt_offsets, Progress, ReplayError};
 use shared::PixelEvent;
 use std::sync::Mutex;
@@ -51,10 +52,10 @@ pub fn run(
     cancelled: &dyn Fn() -> bool,
 ) -> Result<(u32, Progress), ReplayError> {
     let started = Instant::now();
-    let consumer: BaseConsumer = config
+    let consumer: BaseConsumer<FleetContext> = config
         .kafka()
         .catchup_consumer(&config.catchup_group(), &format!("{}-catchup", config.node_id))
-        .create()
+        .create_with_context(FleetContext::default())
         .map_err(ReplayError::Client)?;
     let (plan, truncated) = replay::plan(&consumer, &config.topic, &hub.positions(), Duration::from_secs(10))?;
     if !truncated.is_empty() {
@@ -125,7 +126,7 @@ fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progres
     r.error = error;
 }
 
-fn commit_positions(consumer: &BaseConsumer, topic: &str, progress: &Progress) {
+fn commit_positions(consumer: &BaseConsumer<FleetContext>, topic: &str, progress: &Progress) {
     let mut tpl = TopicPartitionList::new();
     for (p, pos) in &progress.positions {
         if tpl.add_partition_offset(topic, *p, Offset::Offset(*pos)).is_err() {

@@ -83,6 +83,64 @@ impl Config {
         Config::parse_from(["ws-node", "--node-id", node_id, "--kafka-bootstrap", kafka_bootstrap])
     }
 
+    /// Every problem of this configuration that clap's per-value checks cannot see (empty when
+    /// it is valid), so all of them are reported at once.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.node_id.is_empty()
+            || self.node_id.len() > 64
+            || !self.node_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+        {
+            p.push(format!("NODE_ID (--node-id) {:?} must be 1 to 64 characters of A-Z a-z 0-9 - _ .", self.node_id));
+        }
+        if self.kafka_bootstrap.trim().is_empty() {
+            p.push("KAFKA_BOOTSTRAP (--kafka-bootstrap) is empty".to_owned());
+        }
+        p.extend(shared::kafka::topic_name_problem(&self.topic).map(|e| format!("KAFKA_TOPIC (--topic): {e}")));
+        if self.broadcast_group.trim().is_empty() {
+            p.push("BROADCAST_GROUP (--broadcast-group) is empty".to_owned());
+        }
+        if self.catchup_group() == self.broadcast_group {
+            p.push("CATCHUP_GROUP must differ from BROADCAST_GROUP: replay must not join the live group".to_owned());
+        }
+        if self.heartbeat_interval_ms >= self.session_timeout_ms {
+            p.push(format!(
+                "KAFKA_HEARTBEAT_INTERVAL_MS ({}) must be below KAFKA_SESSION_TIMEOUT_MS ({}); Kafka suggests at most a third",
+                self.heartbeat_interval_ms, self.session_timeout_ms
+            ));
+        }
+        if self.ws_write_buffer as usize >= 64 * 1024 + self.session_queue as usize * 256 {
+            p.push("WS_WRITE_BUFFER must be smaller than the session's maximum write buffer".to_owned());
+        }
+        p
+    }
+
+    /// The effective configuration, one `VARIABLE=value` per line (defaults resolved).
+    pub fn describe(&self) -> String {
+        shared::telemetry::env_lines(&[
+            ("NODE_ID", self.node_id.clone()),
+            ("LISTEN_ADDR", self.listen.to_string()),
+            ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
+            ("KAFKA_TOPIC", self.topic.clone()),
+            ("BROADCAST_GROUP", self.broadcast_group.clone()),
+            ("CATCHUP_GROUP", self.catchup_group()),
+            ("KAFKA_SESSION_TIMEOUT_MS", self.session_timeout_ms.to_string()),
+            ("KAFKA_HEARTBEAT_INTERVAL_MS", self.heartbeat_interval_ms.to_string()),
+            ("CANVAS_WIDTH", self.canvas_width.to_string()),
+            ("CANVAS_HEIGHT", self.canvas_height.to_string()),
+            ("RECENT_EVENTS", self.recent_events.to_string()),
+            ("SESSION_QUEUE", self.session_queue.to_string()),
+            ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
+            ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
+            ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
+            ("WRITE_TIMEOUT_MS", self.write_timeout_ms.to_string()),
+            ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),
+            ("WS_WRITE_BUFFER", self.ws_write_buffer.to_string()),
+            ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
+            ("SHUTDOWN_GRACE_MS", self.shutdown_grace_ms.to_string()),
+        ])
+    }
+
     /// The canvas size.
     pub fn dims(&self) -> CanvasDims {
         CanvasDims { width: self.canvas_width, height: self.canvas_height }
@@ -114,5 +172,32 @@ impl Config {
     /// `write_timeout_ms` as a duration.
     pub fn write_timeout(&self) -> Duration {
         Duration::from_millis(self.write_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let mut c = Config::for_node("ws-1", "localhost:9092");
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        c.node_id = "bad id!".into();
+        c.heartbeat_interval_ms = 6000;
+        c.topic = "no spaces".into();
+        c.catchup_group = Some(c.broadcast_group.clone());
+        let p = c.problems();
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert!(p.iter().any(|m| m.contains("NODE_ID")));
+        assert!(p.iter().any(|m| m.contains("HEARTBEAT")));
+        assert!(p.iter().any(|m| m.contains("KAFKA_TOPIC")));
+        assert!(p.iter().any(|m| m.contains("CATCHUP_GROUP")));
+    }
+
+    #[test]
+    fn describe_resolves_the_catchup_group() {
+        let c = Config::for_node("ws-7", "k:9092");
+        assert!(c.describe().lines().any(|l| l == "CATCHUP_GROUP=ws-catchup-ws-7"));
     }
 }

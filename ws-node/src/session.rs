@@ -189,14 +189,16 @@ pub fn bounded(s: &str) -> &str {
     &s[..end]
 }
 
-/// Maps a read error to the close code that names it, `None` for errors of the connection itself.
+/// Maps a read error to the close code that names it, `None` for errors of the connection itself
+/// (reset without a closing handshake, I/O errors): those are not the client's protocol errors.
 fn classify(e: &axum::Error) -> Option<(u16, &'static str)> {
-    use tungstenite::error::{CapacityError, Error as WsError};
+    use tungstenite::error::{CapacityError, Error as WsError, ProtocolError};
     let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<WsError>());
     match inner? {
         WsError::Capacity(CapacityError::MessageTooLong { .. }) => Some((close::MESSAGE_TOO_BIG, "message too big")),
         WsError::Capacity(_) => Some((close::MESSAGE_TOO_BIG, "frame too big")),
         WsError::Utf8(_) => Some((close::INVALID_PAYLOAD, "text frame is not valid UTF-8")),
+        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
         WsError::Protocol(_) => Some((close::PROTOCOL_ERROR, "websocket protocol error")),
         _ => None,
     }

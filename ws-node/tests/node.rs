@@ -15,15 +15,17 @@ use ws_node::config::Config;
 
 const PARTITIONS: i32 = 3;
 
+/// Fields drop in order: clients first, the mock cluster last.
 struct Harness {
-    _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
-    producer: FutureProducer,
+    producer: FutureProducer<shared::kafka::FleetContext>,
     topic: String,
     url: String,
     ws: String,
     shutdown: CancellationToken,
+    task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     http: reqwest::Client,
     versions: std::collections::HashMap<String, u64>,
+    _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
 }
 
 impl Harness {
@@ -33,7 +35,10 @@ impl Harness {
         let topic = format!("t-{:08x}", rand_u32());
         cluster.create_topic(&topic, PARTITIONS, 1).expect("topic");
         let bootstrap = cluster.bootstrap_servers();
-        let producer: FutureProducer = ClientConfig::new().set("bootstrap.servers", &bootstrap).create().expect("producer");
+        let producer: FutureProducer<shared::kafka::FleetContext> = ClientConfig::new()
+            .set("bootstrap.servers", &bootstrap)
+            .create_with_context(shared::kafka::FleetContext::default())
+            .expect("producer");
         let mut config = Config::for_node("ws-test", &bootstrap);
         config.topic = topic.clone();
         config.broadcast_group = format!("g-{topic}");
@@ -41,16 +46,25 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        tokio::spawn(ws_node::run(config, listener, shutdown.clone()));
+        let task = tokio::spawn(ws_node::run(config, listener, shutdown.clone()));
         Self {
-            _cluster: cluster,
             producer,
             topic,
             url: format!("http://{addr}"),
             ws: format!("ws://{addr}"),
             shutdown,
+            task: Some(task),
             http: reqwest::Client::new(),
             versions: Default::default(),
+            _cluster: cluster,
+        }
+    }
+
+    /// Stops the node (drain, leave the group) before the mock cluster goes away.
+    async fn stop(mut self) {
+        self.shutdown.cancel();
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
     }
 
@@ -195,6 +209,7 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
         assert_eq!(version(&next(&mut fresh).await.unwrap()), want);
         assert_eq!(version(&next(&mut resumed).await.unwrap()), want);
     }
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,6 +225,7 @@ async fn a_client_ahead_of_the_node_waits_then_gets_503_behind() {
     h.publish("a").await;
     let mut ws = h.connect("a", 1).await.expect("served");
     assert_eq!(version(&next(&mut ws).await.unwrap()), 2);
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,6 +268,7 @@ async fn a_partition_drain_hands_over_only_those_sessions() {
     let v = h.publish(&other).await;
     assert_eq!(version(&next(&mut on_other).await.unwrap()), v);
     assert_eq!(h.health().await["state"], "HEALTHY");
+    h.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -289,4 +306,5 @@ async fn a_full_drain_ends_up_and_recovery_brings_the_node_back_with_its_state()
     assert_eq!(health["catchup"]["replay_count"], 1, "{health}");
     let mut ws = h.connect("a", 4).await.expect("served again");
     assert_eq!(version(&next(&mut ws).await.unwrap()), 5);
+    h.stop().await;
 }

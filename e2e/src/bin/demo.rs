@@ -49,7 +49,8 @@ struct Args {
 
 fn print_running(fleet: &Fleet, broker: &Broker) {
     println!("\nThe fleet is running (Ctrl-C stops it):");
-    println!("  broker     {}  ({})", broker.bootstrap, broker.kind.label());
+    let where_ = broker.pid().map_or_else(|| "in this process".to_owned(), |p| format!("pid {p}"));
+    println!("  broker     {}  ({}, {where_})", broker.bootstrap, broker.kind.label());
     println!("  gateway    {}  (ws: {}/ws?canvas=<id>&since=<version>, fleet: {}/api/fleet)  pid {}",
         fleet.gateway.url(), fleet.gateway_ws(), fleet.gateway.url(), fleet.gateway.pid().unwrap_or(0));
     println!("  publisher  {}  (POST /canvases/<id>/pixels)  pid {}", fleet.publisher.url(), fleet.publisher.pid().unwrap_or(0));
@@ -61,7 +62,7 @@ fn print_running(fleet: &Fleet, broker: &Broker) {
 
 async fn hold(mut running: Running) {
     print_running(&running.fleet, &running.broker);
-    let _ = tokio::signal::ctrl_c().await;
+    shared::shutdown::signal_token().cancelled().await;
     println!("\nstopping the fleet");
     running.fleet.stop().await;
 }
