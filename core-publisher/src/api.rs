@@ -13,13 +13,13 @@
 use crate::log::EventLog;
 use crate::versions::{PublishError, Versions};
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::http::{parse_json, ApiError};
+use shared::http::{from_path_rejection, method_not_allowed, parse_json, require_json, ApiError};
 use shared::{CanvasId, Color};
 use std::sync::Arc;
 
@@ -55,9 +55,12 @@ fn canvas_id(raw: &str) -> Result<CanvasId, ApiError> {
 
 async fn post_pixel<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
-    Path(id): Path<String>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let Path(id) = path.map_err(from_path_rejection)?;
+    require_json(&headers)?;
     let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY_BYTES))?;
     let canvas = canvas_id(&id)?;
     let req: PixelRequest = parse_json(&body)?;
@@ -65,7 +68,11 @@ async fn post_pixel<L: EventLog>(
     Ok((StatusCode::CREATED, Json(published)).into_response())
 }
 
-async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn get_canvas<L: EventLog>(
+    State(v): State<Arc<Versions<L>>>,
+    path: Result<Path<String>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path.map_err(from_path_rejection)?;
     let canvas = canvas_id(&id)?;
     Ok(Json(v.truth(&canvas).await.map_err(publish_error)?).into_response())
 }
@@ -88,6 +95,7 @@ pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
         .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(versions)
 }
@@ -156,6 +164,9 @@ mod tests {
             ("/canvases/c1/pixels", "{not json".into(), StatusCode::BAD_REQUEST, "malformed_json", None),
             ("/canvases/c1/pixels", "".into(), StatusCode::BAD_REQUEST, "malformed_json", None),
             ("/canvases/c1/pixels", big, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", None),
+            ("/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"} trailing"##.into(), StatusCode::BAD_REQUEST, "malformed_json", None),
+            ("/canvases/c1/pixels", r##"[1,1,"#000000"]"##.into(), StatusCode::BAD_REQUEST, "malformed_json", None),
+            ("/canvases/%FF/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##.into(), StatusCode::BAD_REQUEST, "invalid_path", None),
         ];
         for (path, body, status, code, field) in cases {
             let (s, j, _) = call(&app, "POST", path, body.clone()).await;
@@ -179,9 +190,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unknown_routes_get_a_json_404() {
-        let (app, _) = make_app(Fate::Ok, true).await;
+    async fn unknown_routes_methods_and_types_get_json_errors() {
+        let (app, v) = make_app(Fate::Ok, true).await;
         let (s, j, _) = call(&app, "GET", "/nope", Body::empty()).await;
         assert_eq!((s, j["error"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
+        let (s, j, _) = call(&app, "DELETE", "/canvases/c1", Body::empty()).await;
+        assert_eq!((s, j["error"].as_str()), (StatusCode::METHOD_NOT_ALLOWED, Some("method_not_allowed")));
+        let req = Request::builder()
+            .method("POST")
+            .uri("/canvases/c1/pixels")
+            .header("content-type", "text/plain")
+            .body(Body::from(r##"{"x":1,"y":1,"color":"#000000"}"##))
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+        assert!(v.log.events_of("c1").is_empty());
     }
 }

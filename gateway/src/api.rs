@@ -11,7 +11,7 @@
 use crate::fleet::Fleet;
 use crate::proxy;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, RawQuery, State};
@@ -20,7 +20,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
-use shared::http::{parse_json, parse_query, ApiError};
+use shared::http::{from_path_rejection, method_not_allowed, parse_json, parse_query, require_json, ApiError};
 use shared::protocol::WsQuery;
 use shared::CanvasId;
 use std::sync::Arc;
@@ -37,6 +37,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(fleet)
 }
@@ -67,7 +68,14 @@ fn default_grace() -> u64 {
     DEFAULT_GRACE_MS
 }
 
-async fn drain(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn drain(
+    State(fleet): State<Arc<Fleet>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path.map_err(from_path_rejection)?;
+    require_json(&headers)?;
     let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
     let req: DrainBody = if body.is_empty() { DrainBody { grace_ms: DEFAULT_GRACE_MS } } else { parse_json(&body)? };
     if req.grace_ms > MAX_GRACE_MS {
@@ -76,7 +84,7 @@ async fn drain(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Re
     match fleet.maintenance_drain(&id, req.grace_ms).await {
         None => Err(ApiError::not_found(format!("no node {id}"))),
         Some(Ok(report)) => Ok(Json(report).into_response()),
-        Some(Err(e)) => Err(ApiError::bad_gateway(format!("node {id} did not drain: {e}"))),
+        Some(Err(e)) => Err(e),
     }
 }
 
@@ -100,14 +108,22 @@ fn canvas_path(id: &str) -> Result<CanvasId, ApiError> {
     CanvasId::parse(id).map_err(|e| ApiError::field("canvas", e.to_string()))
 }
 
-async fn forward_pixel(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn forward_pixel(
+    State(fleet): State<Arc<Fleet>>,
+    path: Result<Path<String>, PathRejection>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Path(id) = path.map_err(from_path_rejection)?;
+    require_json(&headers)?;
     let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
     let canvas = canvas_path(&id)?;
     let url = format!("{}/canvases/{canvas}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
     to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Result<Response, ApiError> {
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, path: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
+    let Path(id) = path.map_err(from_path_rejection)?;
     let canvas = canvas_path(&id)?;
     let url = format!("{}/canvases/{canvas}", fleet.config.publisher_url.trim_end_matches('/'));
     to_publisher(&fleet, fleet.http().get(url)).await

@@ -56,6 +56,15 @@ pub struct Target {
     pub url: String,
 }
 
+/// An upstream's error answer (status and `{"error","message"}` body) as our own.
+pub fn relay_error(status: u16, body: &str) -> shared::http::ApiError {
+    let status = axum::http::StatusCode::from_u16(status).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
+    match serde_json::from_str::<shared::api::ErrorBody>(body) {
+        Ok(b) => shared::http::ApiError { status, body: b, retry_after_secs: None },
+        Err(_) => shared::http::ApiError::new(status, "upstream_error", body.chars().take(200).collect::<String>()),
+    }
+}
+
 /// The fleet state shared by the poller, the proxy and the API.
 pub struct Fleet {
     pub config: Config,
@@ -252,7 +261,7 @@ impl Fleet {
         }
     }
 
-    async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest) -> Result<DrainReport, String> {
+    async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest) -> Result<DrainReport, shared::http::ApiError> {
         let url = format!("{}/admin/drain", target.addr.url);
         let resp = self
             .http
@@ -261,13 +270,16 @@ impl Fleet {
             .timeout(Duration::from_millis(req.grace_ms) + Duration::from_secs(15))
             .send()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| shared::http::ApiError::unavailable("node_unreachable", format!("node {}: {e}", target.addr.id), 1))?;
         let status = resp.status();
         if !status.is_success() {
-            let body = resp.text().await.unwrap_or_default();
-            return Err(format!("{status}: {body}"));
+            // Pass the node's own answer through (409 conflict, 400 ...), naming the node.
+            let text = resp.text().await.unwrap_or_default();
+            let mut e = relay_error(status.as_u16(), &text);
+            e.body.message = format!("node {}: {}", target.addr.id, e.body.message);
+            return Err(e);
         }
-        resp.json::<DrainReport>().await.map_err(|e| e.to_string())
+        resp.json::<DrainReport>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad drain report: {e}", target.addr.id)))
     }
 
     /// Drains the sessions of `partitions` from the nodes that stood in for `id`.
@@ -303,8 +315,8 @@ impl Fleet {
                 }
                 Err(e) => {
                     failed = true;
-                    tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e);
-                    detail.insert(n.addr.id.clone(), serde_json::json!({"error": e}));
+                    tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
+                    detail.insert(n.addr.id.clone(), serde_json::json!({"error": e.body}));
                 }
             }
         }
@@ -317,7 +329,7 @@ impl Fleet {
     ///
     /// # Errors
     /// `None` when the node is unknown; `Err` with the node's answer when the drain failed.
-    pub async fn maintenance_drain(&self, id: &str, grace_ms: u64) -> Option<Result<DrainReport, String>> {
+    pub async fn maintenance_drain(&self, id: &str, grace_ms: u64) -> Option<Result<DrainReport, shared::http::ApiError>> {
         let node = self.entry(id)?;
         let req = DrainRequest { reason: DrainReason::Maintenance, grace_ms, partitions: None };
         tracing::info!("[GATEWAY] drain {} reason={} grace={}ms (operator request)", id, req.reason, grace_ms);
@@ -325,7 +337,7 @@ impl Fleet {
         let r = self.drain_node(node, &req).await;
         match &r {
             Ok(rep) => self.record(id, "drain_completed", "operator request", serde_json::to_value(rep).unwrap_or_default()),
-            Err(e) => self.record(id, "drain_failed", e.clone(), serde_json::Value::Null),
+            Err(e) => self.record(id, "drain_failed", e.body.message.clone(), serde_json::to_value(&e.body).unwrap_or_default()),
         }
         self.request_refresh();
         Some(r)

@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
 /// Why no upstream could be opened.
 #[derive(Debug)]
 pub struct Refused {
-    pub code: &'static str,
+    pub code: String,
     pub message: String,
     pub retry_after_secs: u64,
 }
@@ -41,7 +41,7 @@ pub async fn connect_upstream(
     if targets.is_empty() {
         fleet.request_refresh();
         return Err(Refused {
-            code: "no_owner",
+            code: "no_owner".into(),
             message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
             retry_after_secs: 1,
         });
@@ -51,7 +51,7 @@ pub async fn connect_upstream(
         match open(fleet, &target, canvas, since, headers).await {
             Ok(ws) => return Ok((ws, target)),
             Err(refused) => {
-                tracing::info!(node = %target.id, canvas, code = refused.code, reason = %refused.message, "upstream refused the handshake");
+                tracing::info!(node = %target.id, canvas, code = %refused.code, reason = %refused.message, "upstream refused the handshake");
                 fleet.request_refresh();
                 last = Some(refused);
             }
@@ -63,7 +63,7 @@ pub async fn connect_upstream(
 async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);
     let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
-        code: "bad_upstream_url",
+        code: "bad_upstream_url".into(),
         message: e.to_string(),
         retry_after_secs: 5,
     })?;
@@ -88,16 +88,13 @@ async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers:
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(1);
             let body = resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-            let code = serde_json::from_str::<shared::api::ErrorBody>(&body).map(|e| e.error).unwrap_or_default();
-            Err(Refused {
-                code: if code == "not_owner" { "not_owner" } else { "upstream_refused" },
-                message: format!("node {} answered {}: {}", target.id, resp.status(), body),
-                retry_after_secs: retry,
-            })
+            // The node's own refusal (not_ready, draining, not_owner, behind), naming the node.
+            let e = crate::fleet::relay_error(resp.status().as_u16(), &body);
+            Err(Refused { code: e.body.error, message: format!("node {}: {}", target.id, e.body.message), retry_after_secs: retry })
         }
-        Ok(Err(e)) => Err(Refused { code: "upstream_unreachable", message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
+        Ok(Err(e)) => Err(Refused { code: "upstream_unreachable".into(), message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
         Err(_) => Err(Refused {
-            code: "upstream_timeout",
+            code: "upstream_timeout".into(),
             message: format!("node {} did not accept within {}ms", target.id, fleet.config.upstream_connect_timeout_ms),
             retry_after_secs: 1,
         }),
@@ -106,7 +103,7 @@ async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers:
 
 impl From<Refused> for ApiError {
     fn from(r: Refused) -> Self {
-        ApiError::unavailable(r.code, r.message, r.retry_after_secs)
+        ApiError::unavailable(&r.code, r.message, r.retry_after_secs)
     }
 }
 

@@ -20,7 +20,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+    /// An error answer with `status`, machine-readable `code` and `message`.
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
         Self {
             status,
             body: ErrorBody { error: code.into(), message: message.into(), field: None },
@@ -97,15 +98,57 @@ impl IntoResponse for ApiError {
 /// [`ApiError::malformed`] when the body is not JSON; [`ApiError::field`] for a missing, unknown,
 /// badly typed or invalid field (the field named as a path, e.g. `color` or `partitions[2]`).
 pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // Bodies are JSON objects: the array form serde would also accept for a struct is refused.
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        None => return Err(ApiError::malformed("the body is empty; a JSON object is expected")),
+        Some(b'{') => {}
+        Some(_) => return Err(ApiError::malformed("the body must be a JSON object")),
+    }
     let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize::<_, T>(de).map_err(|e| {
+    let value = serde_path_to_error::deserialize::<_, T>(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
+        // A syntax error inside a field (e.g. `{"reason":1}` for an enum) names that field.
+        if inner.is_eof() || (inner.is_syntax() && (path == "." || path.contains('?'))) {
             return ApiError::malformed(inner.to_string());
         }
         field_error(&path, &inner.to_string())
-    })
+    })?;
+    de.end().map_err(|e| ApiError::malformed(format!("data after the JSON object: {e}")))?;
+    Ok(value)
+}
+
+/// Checks that a request with a body declares it as JSON (`Content-Type: application/json`, any
+/// parameters); a body without a `Content-Type` is read as JSON too.
+///
+/// # Errors
+/// 415 `unsupported_media_type` for any other declared type.
+pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+    match headers.get(axum::http::header::CONTENT_TYPE) {
+        None => Ok(()),
+        Some(v) => {
+            let mime = v.to_str().unwrap_or("").split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+            if mime == "application/json" {
+                Ok(())
+            } else {
+                Err(ApiError::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "unsupported_media_type",
+                    format!("Content-Type {mime:?} is not application/json"),
+                ))
+            }
+        }
+    }
+}
+
+/// 405 `method_not_allowed` with the stable body (axum's default has none).
+pub async fn method_not_allowed() -> ApiError {
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
+}
+
+/// Maps a path-parameter rejection (e.g. a segment that is not UTF-8 once percent-decoded).
+pub fn from_path_rejection(r: axum::extract::rejection::PathRejection) -> ApiError {
+    ApiError::bad_request("invalid_path", r.body_text())
 }
 
 /// Parses a URL query string (`a=1&b=x`, percent-decoded) into `T`, naming the field at fault.
@@ -154,7 +197,12 @@ mod tests {
             (r#"{"a":1,"c":2}"#, "invalid_field", Some("c")),
             (r#"{"a":-1}"#, "invalid_field", Some("a")),
             (r#"{"a":1,"b":[1,"x"]}"#, "invalid_field", Some("b[1]")),
-            ("[1]", "invalid_field", Some("body")),
+            ("[1]", "malformed_json", None),
+            ("   ", "malformed_json", None),
+            (r#"{"a":1} trailing"#, "malformed_json", None),
+            (r#"{"a":1}{"a":2}"#, "malformed_json", None),
+            (r#"{"a":"x"}"#, "invalid_field", Some("a")),
+            ("{not json", "malformed_json", None),
         ];
         for (body, code, field) in cases {
             let e = parse_json::<Req>(body.as_bytes()).unwrap_err();

@@ -19,9 +19,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DrainRequest, MAX_GRACE_MS};
-use shared::http::{parse_json, parse_query as parse_ws_query, ApiError};
+use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, require_json, ApiError};
 use shared::partitioner::partition_for;
-use shared::protocol::{close, WsQuery};
+use shared::protocol::{close, DrainReason, WsQuery};
 use shared::CanvasId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +37,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/admin/drain", post(drain))
         .route("/ws", get(ws))
         .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
         .with_state(node)
 }
@@ -51,15 +52,25 @@ async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiEr
     Ok((status, Json(ack)).into_response())
 }
 
-async fn drain(State(node): State<Arc<Node>>, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn drain(State(node): State<Arc<Node>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+    require_json(&headers)?;
     let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
     let req: DrainRequest = parse_json(&body)?;
+    if !matches!(req.reason, DrainReason::FailbackToRecoveredServer | DrainReason::Maintenance) {
+        return Err(ApiError::field(
+            "reason",
+            format!("{} is the node's own reason; ask for FAILBACK_TO_RECOVERED_SERVER or MAINTENANCE", req.reason),
+        ));
+    }
     if req.grace_ms > MAX_GRACE_MS {
         return Err(ApiError::field("grace_ms", format!("grace_ms must be at most {MAX_GRACE_MS}")));
     }
     if let Some(ps) = &req.partitions {
         let n = node.partition_count() as i32;
-        if let Some(bad) = ps.iter().find(|p| **p < 0 || (n > 0 && **p >= n)) {
+        if n == 0 {
+            return Err(ApiError::conflict("not_recovered", "the node has not read the topic yet: its partitions are unknown"));
+        }
+        if let Some(bad) = ps.iter().find(|p| **p < 0 || **p >= n) {
             return Err(ApiError::field("partitions", format!("partition {bad} does not exist (the topic has {n})")));
         }
     }

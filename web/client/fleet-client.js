@@ -1,0 +1,376 @@
+/**
+ * fleet-client.js — the browser client of the canvas fleet: the I/O shell around machine.js.
+ *
+ * A {@link FleetClient} connects to the gateway's `/ws?canvas=<id>&since=<version>&refusal=frame`,
+ * keeps a {@link Canvas} in sync from the frames, and owns reconnection. It decides nothing itself:
+ * it turns socket callbacks, timers, page visibility and method calls into events for the pure
+ * `transition` function (machine.js), stamps each with the clock and a random number, and performs
+ * the effects it gets back (open or close a socket, set or cancel a timer, apply a frame to the
+ * canvas, tell the page). Events are processed one at a time, in order: an event raised while
+ * effects are being performed (a socket constructor that throws, a callback that calls `close()`)
+ * waits in a queue.
+ *
+ * Everything with a side effect is injectable (WebSocket, setTimeout/clearTimeout, Math.random,
+ * Date.now, document), with browser defaults, so tests drive it with fakes. Without a `document`
+ * (Node, workers) the page is taken as visible.
+ *
+ * Usage:
+ *   import { FleetClient } from './fleet-client.js';
+ *   const client = new FleetClient({ url: 'ws://localhost:8000', canvas: 'c1' });
+ *   client.onState((state, info) => render(state, info));   // show info.message + a retry button when closed
+ *   client.onCanvas((canvas, pixel) => draw(canvas, pixel)); // pixel is null after a snapshot
+ *   client.connect();
+ */
+
+import { Canvas } from './canvas.js';
+import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, pickConfig, transition } from './machine.js';
+import { buildUrl, parseFrame } from './protocol.js';
+
+export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState };
+
+/**
+ * @typedef {import('./machine.js').Phase} Phase
+ * @typedef {import('./machine.js').StateInfo} StateInfo
+ * @typedef {import('./machine.js').Counters} Counters
+ * @typedef {import('./machine.js').MachineState} MachineState
+ * @typedef {import('./machine.js').MachineEvent} MachineEvent
+ * @typedef {import('./machine.js').Effect} Effect
+ * @typedef {{x:number, y:number, color:string, version:number}} ChangedPixel
+ */
+
+/**
+ * The minimal WebSocket surface the client uses (the browser's WebSocket has it).
+ * @typedef {object} SocketLike
+ * @property {((ev: unknown) => void) | null} onopen
+ * @property {((ev: {data: unknown}) => void) | null} onmessage
+ * @property {((ev: unknown) => void) | null} onerror
+ * @property {((ev: {code?: number, reason?: string}) => void) | null} onclose
+ * @property {(code?: number, reason?: string) => void} close
+ */
+
+/**
+ * Options. Besides these, any key of DEFAULTS (machine.js) may be given to override it:
+ * baseDelayMs, maxDelayMs, jitter, noticeJitterMs, stableMs, connectTimeoutMs, closeWaitMs,
+ * budgetFailures, budgetWindowMs, hiddenMultiplier (durations in ms).
+ * @typedef {object} FleetClientOptions
+ * @property {string} url the gateway's WebSocket base, e.g. `ws://host:8000`
+ * @property {string} canvas canvas id
+ * @property {string} [path] endpoint path, `/ws` by default
+ * @property {new (url: string) => SocketLike} [WebSocket] socket constructor; `globalThis.WebSocket` by default
+ * @property {(fn: () => void, ms: number) => unknown} [setTimeout] timer start; `globalThis.setTimeout` by default
+ * @property {(handle: any) => void} [clearTimeout] timer cancel; `globalThis.clearTimeout` by default
+ * @property {() => number} [random] a number in [0, 1); `Math.random` by default
+ * @property {() => number} [now] the clock in ms since the epoch; `Date.now` by default
+ * @property {{visibilityState?: string, addEventListener?: Function, removeEventListener?: Function} | null} [document]
+ *   page visibility source; `globalThis.document` by default (absent outside browsers); null to ignore
+ * @property {number} [logLimit] lines kept in `log` (100 by default)
+ * @property {(state: Phase, info: StateInfo) => void} [onState] same as calling `onState(fn)`
+ * @property {(canvas: Canvas, changed: ChangedPixel | null) => void} [onCanvas] same as `onCanvas(fn)`
+ * @property {(line: string) => void} [onLog] same as `onLog(fn)`
+ */
+
+/** A reconnecting WebSocket client for one canvas. */
+export class FleetClient {
+  /** @type {MachineState} */ #state;
+  #base;
+  #canvasId;
+  #path;
+  #WebSocket;
+  #setTimeout;
+  #clearTimeout;
+  #random;
+  #now;
+  #document;
+  #logLimit;
+
+  /** @type {SocketLike | null} */ #socket = null;
+  #socketAttempt = 0;
+  /** @type {Map<string, unknown>} timer name → handle */ #timers = new Map();
+  /** @type {MachineEvent[]} */ #queue = [];
+  #busy = false;
+  /** @type {Canvas | null} */ #canvas = null;
+  /** @type {StateInfo} */ #info = { attempt: 0 };
+  /** @type {string[]} */ #log = [];
+  #listeners = { state: new Set(), canvas: new Set(), log: new Set() };
+  /** @type {(() => void) | null} */ #onVisibility = null;
+
+  /**
+   * @param {FleetClientOptions} options
+   * @throws {TypeError} without url or canvas, or without a WebSocket implementation
+   * @throws {RangeError} when a tunable is invalid (all problems listed at once)
+   */
+  constructor(options) {
+    const o = options ?? /** @type {FleetClientOptions} */ ({});
+    if (typeof o.url !== 'string' || !o.url) throw new TypeError('FleetClient: url is required (e.g. ws://host:8000)');
+    if (typeof o.canvas !== 'string' || !o.canvas) throw new TypeError('FleetClient: canvas is required');
+    this.#base = o.url;
+    this.#canvasId = o.canvas;
+    this.#path = o.path ?? '/ws';
+    this.#WebSocket = o.WebSocket ?? globalThis.WebSocket;
+    if (typeof this.#WebSocket !== 'function') throw new TypeError('FleetClient: no WebSocket implementation');
+    this.#setTimeout = o.setTimeout ?? ((fn, ms) => globalThis.setTimeout(fn, ms));
+    this.#clearTimeout = o.clearTimeout ?? ((h) => globalThis.clearTimeout(h));
+    this.#random = o.random ?? Math.random;
+    this.#now = o.now ?? Date.now;
+    this.#document = o.document === undefined ? globalThis.document ?? null : o.document;
+    this.#logLimit = o.logLimit ?? 100;
+    this.#state = initialState(pickConfig(/** @type {Record<string, unknown>} */ (o)));
+    if (o.onState) this.onState(o.onState);
+    if (o.onCanvas) this.onCanvas(o.onCanvas);
+    if (o.onLog) this.onLog(o.onLog);
+  }
+
+  // ---- commands -------------------------------------------------------------------------------
+
+  /** Starts connecting (from `idle`, or again from `closed`). No effect in other states. @returns {this} */
+  connect() {
+    this.#watchVisibility(true);
+    this.#dispatch({ type: 'connect' });
+    return this;
+  }
+
+  /**
+   * Intentional close (the user left): closes the socket with 1000, cancels every timer, and never
+   * reconnects until `connect()` or `retry()` is called. @returns {this}
+   */
+  close() {
+    this.#dispatch({ type: 'disconnect' });
+    this.#watchVisibility(false);
+    return this;
+  }
+
+  /**
+   * Manual retry: from `closed` (e.g. after "connection lost — retry") starts again with a fresh
+   * backoff and retry budget; from `backoff` connects now. Resumes from the last version applied.
+   * @returns {this}
+   */
+  retry() {
+    this.#watchVisibility(true);
+    this.#dispatch({ type: 'retry' });
+    return this;
+  }
+
+  /**
+   * Tells the client whether the page is hidden (done automatically from `document` when there is
+   * one). While hidden, failure delays are multiplied by `hiddenMultiplier`.
+   * @param {boolean} hidden
+   * @returns {this}
+   */
+  setHidden(hidden) {
+    this.#dispatch({ type: 'visibility', hidden: Boolean(hidden) });
+    return this;
+  }
+
+  // ---- callbacks ------------------------------------------------------------------------------
+
+  /**
+   * Called on every change of state, with what the page may show: `info.delayMs` in backoff,
+   * `info.reason` and `info.message` in closed (reason "retry budget exhausted", message
+   * "connection lost — retry": offer a button that calls `retry()`).
+   * @param {(state: Phase, info: StateInfo) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  onState(fn) {
+    return this.#subscribe('state', fn);
+  }
+
+  /**
+   * Called after each change of the canvas: `changed` is the pixel an event set, or null after a
+   * snapshot replaced the whole canvas.
+   * @param {(canvas: Canvas, changed: ChangedPixel | null) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  onCanvas(fn) {
+    return this.#subscribe('canvas', fn);
+  }
+
+  /**
+   * Called with each line of the short log (transitions, failures, notices, ignored stale events),
+   * prefixed with the time (UTC, `HH:MM:SS.mmm`).
+   * @param {(line: string) => void} fn
+   * @returns {() => void} unsubscribe
+   */
+  onLog(fn) {
+    return this.#subscribe('log', fn);
+  }
+
+  // ---- getters --------------------------------------------------------------------------------
+
+  /** @returns {Phase} idle, connecting, probation, stable, backoff or closed */
+  get state() {
+    return this.#state.phase;
+  }
+
+  /** @returns {StateInfo} the info of the last state change */
+  get info() {
+    return { ...this.#info };
+  }
+
+  /** @returns {number} the last version applied (0 = nothing yet); the next socket asks for since = this */
+  get version() {
+    return this.#state.version;
+  }
+
+  /** @returns {number} id of the current (or last) attempt; 0 before the first */
+  get attempt() {
+    return this.#state.attempt;
+  }
+
+  /** @returns {number} failures since the last stable connection (the backoff exponent) */
+  get failures() {
+    return this.#state.failures;
+  }
+
+  /** @returns {Counters} a copy of the counters */
+  get counters() {
+    return structuredClone(this.#state.counters);
+  }
+
+  /** @returns {Canvas | null} the canvas (live object: width, height, pixels), null before the first snapshot */
+  get canvas() {
+    return this.#canvas;
+  }
+
+  /** @returns {string[]} the short log, oldest first */
+  get log() {
+    return [...this.#log];
+  }
+
+  /** @returns {string} the URL the next attempt will open */
+  get nextUrl() {
+    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path);
+  }
+
+  /** @returns {Promise<string | null>} lowercase hex SHA-256 of the canvas bytes, null without a canvas */
+  hash() {
+    return this.#canvas ? this.#canvas.hash() : Promise.resolve(null);
+  }
+
+  // ---- the loop -------------------------------------------------------------------------------
+
+  /** Queues an event and, unless already inside the loop, runs the loop until the queue is empty. */
+  #dispatch(event) {
+    this.#queue.push(event);
+    if (this.#busy) return;
+    this.#busy = true;
+    try {
+      while (this.#queue.length > 0) {
+        const ev = /** @type {MachineEvent} */ (this.#queue.shift());
+        const { state, effects } = transition(this.#state, { ...ev, now: this.#now(), rand: this.#random() });
+        this.#state = state;
+        for (const fx of effects) this.#perform(fx);
+      }
+    } finally {
+      this.#busy = false;
+    }
+  }
+
+  /** @param {Effect} fx */
+  #perform(fx) {
+    switch (fx.type) {
+      case 'open_socket':
+        return this.#open(fx.attempt, fx.since);
+      case 'close_socket':
+        if (this.#socket && this.#socketAttempt === fx.attempt) {
+          try {
+            this.#socket.close(fx.code, fx.reason);
+          } catch {
+            // Already closing or closed: nothing to do.
+          }
+        }
+        return;
+      case 'set_timer': {
+        this.#cancelTimer(fx.timer);
+        const { timer, attempt } = fx;
+        const handle = this.#setTimeout(() => {
+          if (this.#timers.get(timer) === handle) this.#timers.delete(timer);
+          this.#dispatch({ type: 'timer', timer, attempt });
+        }, fx.delayMs);
+        this.#timers.set(timer, handle);
+        return;
+      }
+      case 'cancel_timer':
+        return this.#cancelTimer(fx.timer);
+      case 'apply_snapshot':
+        this.#canvas = new Canvas(fx.width, fx.height, fx.pixels);
+        return this.#emit('canvas', this.#canvas, null);
+      case 'apply_event':
+        if (!this.#canvas) return; // cannot happen: the machine applies events only after a snapshot
+        this.#canvas.set(fx.x, fx.y, fx.rgb);
+        return this.#emit('canvas', this.#canvas, { x: fx.x, y: fx.y, color: fx.color, version: fx.version });
+      case 'notify':
+        this.#info = { ...fx.info };
+        return this.#emit('state', fx.phase, { ...fx.info });
+      case 'log':
+        return this.#line(fx.line);
+    }
+  }
+
+  /** Opens the socket of an attempt; its callbacks feed events tagged with that attempt. */
+  #open(attempt, since) {
+    const url = buildUrl(this.#base, this.#canvasId, since, this.#path);
+    let ws;
+    try {
+      ws = new this.#WebSocket(url);
+    } catch (err) {
+      // e.g. a SyntaxError for a malformed URL: a failed attempt like any other (queued, so it is
+      // processed after the effects of the current event).
+      this.#line(`socket constructor failed: ${err instanceof Error ? err.message : String(err)}`);
+      this.#dispatch({ type: 'close', attempt, code: 1006, reason: 'constructor failed' });
+      return;
+    }
+    this.#socket = ws;
+    this.#socketAttempt = attempt;
+    ws.onopen = () => this.#dispatch({ type: 'open', attempt });
+    ws.onmessage = (m) => this.#dispatch({ ...parseFrame(m?.data, this.#canvasId), attempt });
+    ws.onerror = () => this.#dispatch({ type: 'error', attempt });
+    ws.onclose = (e) => this.#dispatch({ type: 'close', attempt, code: e?.code ?? 1006, reason: e?.reason ?? '' });
+  }
+
+  #cancelTimer(name) {
+    if (!this.#timers.has(name)) return;
+    this.#clearTimeout(this.#timers.get(name));
+    this.#timers.delete(name);
+  }
+
+  #line(text) {
+    const line = `${new Date(this.#now()).toISOString().slice(11, 23)} ${text}`;
+    this.#log.push(line);
+    if (this.#log.length > this.#logLimit) this.#log.splice(0, this.#log.length - this.#logLimit);
+    this.#emit('log', line);
+  }
+
+  // ---- listeners and visibility ---------------------------------------------------------------
+
+  #subscribe(kind, fn) {
+    if (typeof fn !== 'function') throw new TypeError(`on${kind[0].toUpperCase()}${kind.slice(1)}: a function is required`);
+    this.#listeners[kind].add(fn);
+    return () => this.#listeners[kind].delete(fn);
+  }
+
+  /** Calls listeners; one that throws is reported and does not disturb the client or the others. */
+  #emit(kind, ...args) {
+    for (const fn of [...this.#listeners[kind]]) {
+      try {
+        fn(...args);
+      } catch (err) {
+        if (typeof globalThis.reportError === 'function') globalThis.reportError(err);
+        else console.error('FleetClient listener failed:', err);
+      }
+    }
+  }
+
+  /** Starts (on) or stops (off) following `document.visibilityState`, when there is a document. */
+  #watchVisibility(on) {
+    const doc = this.#document;
+    if (!doc || typeof doc.addEventListener !== 'function') return;
+    if (on && !this.#onVisibility) {
+      this.#onVisibility = () => this.#dispatch({ type: 'visibility', hidden: doc.visibilityState === 'hidden' });
+      doc.addEventListener('visibilitychange', this.#onVisibility);
+      this.#onVisibility();
+    } else if (!on && this.#onVisibility) {
+      doc.removeEventListener?.('visibilitychange', this.#onVisibility);
+      this.#onVisibility = null;
+    }
+  }
+}

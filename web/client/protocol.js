@@ -1,0 +1,150 @@
+/**
+ * protocol.js — the fleet's WebSocket protocol as the browser client sees it. Pure: no I/O.
+ *
+ * - {@link buildUrl}: the handshake URL `…/ws?canvas=<id>&since=<version>&refusal=frame`.
+ * - {@link parseFrame}: one server text frame → one state-machine event (see machine.js), with
+ *   every field checked, so the machine only ever sees well-formed data.
+ * - {@link CLOSE}, {@link isProtocolError}, {@link closeCause}: close codes (RFC 6455 §7.4.1 and
+ *   the IANA registry of §11.7) and the reconnect cause each one is counted under.
+ *
+ * Server → client frames (JSON text):
+ *   {"type":"snapshot","canvas":"c1","version":12,"width":64,"height":64,"pixels":"<base64>"}
+ *   {"type":"event","canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":…}
+ *   {"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}
+ *   {"type":"error","code":"no_owner","message":"…","retry_after_ms":1000}   (then close 1013)
+ * Clients send nothing but control frames, so this module has no encoder.
+ */
+
+import { decodeBase64, parseColor } from './canvas.js';
+
+/** WebSocket close codes the fleet uses (RFC 6455 §7.4.1; 1012/1013 from the IANA registry). */
+export const CLOSE = Object.freeze({
+  /** Normal Closure. */
+  NORMAL: 1000,
+  /** Going Away: the node is shutting down. */
+  GOING_AWAY: 1001,
+  /** Protocol Error: the client broke the protocol. */
+  PROTOCOL_ERROR: 1002,
+  /** Unsupported Data (e.g. a binary frame where only text is accepted). */
+  UNSUPPORTED_DATA: 1003,
+  /** Abnormal Closure: never sent; reported locally when there was no close frame (also a failed handshake). */
+  ABNORMAL: 1006,
+  /** Invalid Frame Payload Data. */
+  INVALID_PAYLOAD: 1007,
+  /** Message Too Big. */
+  MESSAGE_TOO_BIG: 1009,
+  /** Service Restart: a drain ended or the node behind the gateway went away; reconnect with since. */
+  SERVICE_RESTART: 1012,
+  /** Try Again Later: refused for now, or this client was too slow; reconnect with since after a delay. */
+  TRY_AGAIN_LATER: 1013,
+});
+
+const PROTOCOL_ERROR_CODES = new Set([1002, 1003, 1007, 1009]);
+
+/**
+ * Whether a close code says the client broke the protocol (1002, 1003, 1007, 1009). These are
+ * counted apart from other closes: reconnecting the same way will likely fail again.
+ * @param {number} code close code
+ * @returns {boolean}
+ */
+export function isProtocolError(code) {
+  return PROTOCOL_ERROR_CODES.has(code);
+}
+
+/**
+ * The reconnect cause a close code is counted under: `dropped_1006` for an abnormal closure,
+ * `protocol_error` for 1002/1003/1007/1009, `close_<code>` otherwise (e.g. `close_1012`).
+ * @param {number} code close code
+ * @returns {string}
+ */
+export function closeCause(code) {
+  if (code === CLOSE.ABNORMAL) return 'dropped_1006';
+  if (isProtocolError(code)) return 'protocol_error';
+  return `close_${code}`;
+}
+
+/**
+ * The handshake URL for a canvas.
+ * @param {string} base the gateway's WebSocket base, e.g. `ws://host:8000` or `wss://host/fleet`
+ * @param {string} canvas canvas id (1–64 of `A-Z a-z 0-9 - _`)
+ * @param {number} since last version applied (0 = nothing yet: the server sends a snapshot)
+ * @param {string} [path] endpoint path, `/ws` by default
+ * @returns {string} e.g. `ws://host:8000/ws?canvas=c1&since=50&refusal=frame`
+ */
+export function buildUrl(base, canvas, since, path = '/ws') {
+  const root = String(base).replace(/\/+$/, '');
+  const p = path.startsWith('/') ? path : `/${path}`;
+  return `${root}${p}?canvas=${encodeURIComponent(canvas)}&since=${since}&refusal=frame`;
+}
+
+/**
+ * @typedef {{type:'snapshot', version:number, width:number, height:number, pixels:Uint8Array}} SnapshotFrame
+ *   the whole canvas at `version`; `pixels` is width*height*3 bytes, row-major RGB
+ * @typedef {{type:'event', version:number, x:number, y:number, color:string, rgb:number[], publishedAtMs:number|null}} EventFrame
+ *   one pixel change; `color` as sent (`#rrggbb`), `rgb` its three bytes
+ * @typedef {{type:'notice', reason:string, retryAfterMs:number}} NoticeFrame
+ *   a `reconnect` notice: reconnect after retryAfterMs (ms) plus jitter; not a failure
+ * @typedef {{type:'refused', code:string, message:string, retryAfterMs:number}} RefusedFrame
+ *   an `error` frame: the server refused the session for now; wait at least retryAfterMs (ms)
+ * @typedef {{type:'bad_frame', detail:string}} BadFrame
+ *   a frame that cannot be trusted (not JSON, a known type with invalid fields, another canvas)
+ * @typedef {{type:'unknown_frame', frameType:string}} UnknownFrame
+ *   valid JSON of a type this client does not know: ignored (forward compatibility)
+ * @typedef {SnapshotFrame|EventFrame|NoticeFrame|RefusedFrame|BadFrame|UnknownFrame} ParsedFrame
+ */
+
+const isUint = (v) => Number.isSafeInteger(v) && v >= 0;
+const bad = (detail) => ({ type: 'bad_frame', detail });
+/** A non-negative number of ms, or 0 when absent or invalid. */
+const ms = (v) => (typeof v === 'number' && Number.isFinite(v) && v > 0 ? v : 0);
+
+/**
+ * Parses one server frame into a state-machine event (without `attempt`, which the shell adds).
+ * Never throws.
+ * @param {unknown} data the `MessageEvent.data` (a string for text frames)
+ * @param {string} canvas the canvas this client asked for; frames naming another are bad
+ * @returns {ParsedFrame}
+ */
+export function parseFrame(data, canvas) {
+  if (typeof data !== 'string') return bad('binary frame');
+  let msg;
+  try {
+    msg = JSON.parse(data);
+  } catch {
+    return bad('not JSON');
+  }
+  if (msg === null || typeof msg !== 'object' || typeof msg.type !== 'string') return bad('no type');
+  switch (msg.type) {
+    case 'snapshot': {
+      if (msg.canvas !== canvas) return bad('snapshot of another canvas');
+      const { version, width, height, pixels } = msg;
+      if (!isUint(version)) return bad('snapshot version');
+      if (!isUint(width) || !isUint(height) || width === 0 || height === 0) return bad('snapshot size');
+      if (typeof pixels !== 'string') return bad('snapshot pixels');
+      const bytes = decodeBase64(pixels);
+      if (!bytes || bytes.length !== width * height * 3) return bad('snapshot pixels length');
+      return { type: 'snapshot', version, width, height, pixels: bytes };
+    }
+    case 'event': {
+      if (msg.canvas !== canvas) return bad('event of another canvas');
+      const { version, x, y, color } = msg;
+      if (!isUint(version) || version === 0) return bad('event version');
+      if (!isUint(x) || !isUint(y)) return bad('event coordinates');
+      const rgb = parseColor(color);
+      if (!rgb) return bad('event color');
+      const publishedAtMs = typeof msg.published_at_ms === 'number' ? msg.published_at_ms : null;
+      return { type: 'event', version, x, y, color, rgb, publishedAtMs };
+    }
+    case 'reconnect':
+      return { type: 'notice', reason: String(msg.reason ?? ''), retryAfterMs: ms(msg.retry_after_ms) };
+    case 'error':
+      return {
+        type: 'refused',
+        code: String(msg.code ?? ''),
+        message: String(msg.message ?? ''),
+        retryAfterMs: ms(msg.retry_after_ms),
+      };
+    default:
+      return { type: 'unknown_frame', frameType: msg.type };
+  }
+}
