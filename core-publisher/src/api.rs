@@ -7,8 +7,10 @@
 //! | `GET /health` | `200 {"ready","canvases","partitions"}` |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
-//! unknown path, 413 for a body over 4 KiB, 503 with `Retry-After` while the heads are rebuilt or
-//! when Kafka did not acknowledge.
+//! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB, 415 for a body
+//! that is not declared JSON, 503 with `Retry-After` while the heads are rebuilt or when Kafka did
+//! not acknowledge (`kafka_unavailable`: nothing applied; `kafka_outcome_unknown`: retry with the
+//! same `Idempotency-Key`).
 
 use crate::log::EventLog;
 use crate::versions::{PublishError, Versions};
@@ -40,14 +42,31 @@ pub struct PixelRequest {
 fn publish_error(e: PublishError) -> ApiError {
     match e {
         PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
-        PublishError::Kafka(_) => ApiError::unavailable(
+        PublishError::NotWritten(_) => ApiError::unavailable(
             "kafka_unavailable",
-            "kafka did not acknowledge the event; nothing was applied, retry",
+            "kafka did not write the event; nothing was applied, retry",
             RETRY_AFTER_SECS,
         ),
+        PublishError::Unknown(_) => ApiError::unavailable(
+            "kafka_outcome_unknown",
+            "kafka did not acknowledge in time: the event may or may not have been applied; retry with the same \
+             Idempotency-Key to apply it exactly once (GET /canvases/{id} shows the head)",
+            RETRY_AFTER_SECS,
+        ),
+        PublishError::KeyConflict => ApiError::conflict("idempotency_key_conflict", e.to_string()),
+        PublishError::KeyInFlight => {
+            let mut a = ApiError::conflict("idempotency_key_in_flight", e.to_string());
+            a.retry_after_secs = Some(RETRY_AFTER_SECS);
+            a
+        }
         PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
     }
 }
+
+/// Header of a retry-safe publish (`Idempotency-Key`, 1–128 visible ASCII characters).
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+/// Response header set to `true` when the answer is the replay of an earlier request.
+pub const REPLAYED: &str = "idempotent-replayed";
 
 fn canvas_id(raw: &str) -> Result<CanvasId, ApiError> {
     CanvasId::parse(raw).map_err(|e| ApiError::field("canvas", e.to_string()))
@@ -64,8 +83,23 @@ async fn post_pixel<L: EventLog>(
     let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY_BYTES))?;
     let canvas = canvas_id(&id)?;
     let req: PixelRequest = parse_json(&body)?;
-    let published = v.publish(&canvas, req.x, req.y, req.color).await.map_err(publish_error)?;
-    Ok((StatusCode::CREATED, Json(published)).into_response())
+    let key = match headers.get(IDEMPOTENCY_KEY) {
+        None => None,
+        Some(v) => {
+            let k = v.to_str().map_err(|_| ApiError::field("Idempotency-Key", "not visible ASCII"))?;
+            if let Some(problem) = crate::idempotency::key_problem(k) {
+                return Err(ApiError::field("Idempotency-Key", problem));
+            }
+            Some(k.to_owned())
+        }
+    };
+    let (published, replayed) =
+        v.publish_with_key(&canvas, req.x, req.y, req.color, key.as_deref()).await.map_err(publish_error)?;
+    let mut resp = (StatusCode::CREATED, Json(published)).into_response();
+    if replayed {
+        resp.headers_mut().insert(REPLAYED, axum::http::HeaderValue::from_static("true"));
+    }
+    Ok(resp)
 }
 
 async fn get_canvas<L: EventLog>(
@@ -187,6 +221,31 @@ mod tests {
         let (app, _) = make_app(Fate::FailNotWritten, true).await;
         let (s, j, retry) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("kafka_unavailable"), Some("1")));
+    }
+
+    #[tokio::test]
+    async fn idempotency_keys_replay_the_first_answer_and_refuse_other_requests() {
+        let (app, v) = make_app(Fate::Ok, true).await;
+        let post = |key: &'static str, body: &'static str| {
+            Request::builder()
+                .method("POST")
+                .uri("/canvases/c1/pixels")
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(Body::from(body))
+                .unwrap()
+        };
+        let first = app.clone().oneshot(post("k1", r##"{"x":1,"y":1,"color":"#000000"}"##)).await.unwrap();
+        assert_eq!(first.status(), StatusCode::CREATED);
+        assert!(first.headers().get(REPLAYED).is_none());
+        let again = app.clone().oneshot(post("k1", r##"{"x":1,"y":1,"color":"#000000"}"##)).await.unwrap();
+        assert_eq!(again.status(), StatusCode::CREATED);
+        assert_eq!(again.headers()[REPLAYED], "true");
+        let other = app.clone().oneshot(post("k1", r##"{"x":2,"y":1,"color":"#000000"}"##)).await.unwrap();
+        assert_eq!(other.status(), StatusCode::CONFLICT);
+        let bad = app.clone().oneshot(post("has space", r##"{"x":1,"y":1,"color":"#000000"}"##)).await.unwrap();
+        assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(v.log.events_of("c1"), vec![1], "one write for one key");
     }
 
     #[tokio::test]

@@ -6,10 +6,12 @@
 //! it accepts writes (503 until then).
 //!
 //! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`versions`]
-//! (version authority, reconciliation, rebuild), [`log`] (the Kafka side).
+//! (version authority, reconciliation, rebuild), [`idempotency`] (`Idempotency-Key`),
+//! [`log`] (the Kafka side).
 
 pub mod api;
 pub mod config;
+pub mod idempotency;
 pub mod log;
 pub mod versions;
 

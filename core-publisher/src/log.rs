@@ -10,6 +10,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::util::Timeout;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets, ReplayPlan};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use shared::event::IDEMPOTENCY_HEADER;
 use shared::PixelEvent;
 use std::future::Future;
 use std::time::Duration;
@@ -31,14 +33,22 @@ pub enum AppendError {
 #[error("reading the log: {0}")]
 pub struct ReadError(pub String);
 
-/// One record read back: partition, offset, event.
-pub type LoggedEvent = (i32, i64, PixelEvent);
+/// One record read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvent {
+    pub partition: i32,
+    pub offset: i64,
+    pub event: PixelEvent,
+    /// The `Idempotency-Key` the publish carried, if any (record header [`IDEMPOTENCY_HEADER`]).
+    pub idempotency_key: Option<String>,
+}
 
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends `event` to `partition` (key = canvas id) and resolves with its offset once the broker
-    /// acknowledged it (`acks=all`).
-    fn append(&self, partition: i32, event: &PixelEvent) -> impl Future<Output = Result<i64, AppendError>> + Send;
+    /// Appends `event` to `partition` (key = canvas id, the idempotency key as a header) and
+    /// resolves with its offset once the broker acknowledged it (`acks=all`).
+    fn append(&self, partition: i32, event: &PixelEvent, idempotency_key: Option<&str>)
+        -> impl Future<Output = Result<i64, AppendError>> + Send;
 
     /// Every record of `partition` from offset `from` up to the current high watermark (records of
     /// every canvas; records that are not pixel events are skipped).
@@ -73,8 +83,13 @@ impl KafkaLog {
                 .reader("core-publisher")
                 .create_with_context(FleetContext::default())
                 .map_err(|e| ReadError(e.to_string()))?;
-            let (mut plan, _) = replay::plan(&consumer, &topic, &from, Duration::from_secs(10))
+            let (mut plan, truncated) = replay::plan(&consumer, &topic, &from, Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
+            if only.is_none() && !truncated.is_empty() {
+                tracing::error!(partitions = ?truncated,
+                    "the log no longer starts at offset 0 on these partitions (records deleted by retention): canvases there \
+                     miss their first versions; their hashes cannot match clients that saw them. Keep the topic's retention infinite");
+            }
             if let Some(p) = only {
                 plan = ReplayPlan {
                     starts: plan.starts.into_iter().filter(|(q, _)| *q == p).collect(),
@@ -90,9 +105,15 @@ impl KafkaLog {
                 &plan,
                 Duration::from_secs(30),
                 &|| false,
-                |p, off, _key, value| match PixelEvent::from_record(value) {
-                    Ok(ev) => out.push((p, off, ev)),
-                    Err(e) => tracing::warn!(partition = p, offset = off, error = %e, "skipping a record that is not a pixel event"),
+                |msg| match PixelEvent::from_record(msg.payload()) {
+                    Ok(event) => out.push(LoggedEvent {
+                        partition: msg.partition(),
+                        offset: msg.offset(),
+                        event,
+                        idempotency_key: header_value(msg, IDEMPOTENCY_HEADER),
+                    }),
+                    Err(e) => tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e,
+                        "skipping a record that is not a pixel event"),
                 },
                 |pr| {
                     if total > 10_000 {
@@ -109,13 +130,16 @@ impl KafkaLog {
 }
 
 impl EventLog for KafkaLog {
-    async fn append(&self, partition: i32, event: &PixelEvent) -> Result<i64, AppendError> {
+    async fn append(&self, partition: i32, event: &PixelEvent, idempotency_key: Option<&str>) -> Result<i64, AppendError> {
         let payload = event.to_json();
-        let record = FutureRecord::to(&self.topic)
+        let mut record = FutureRecord::to(&self.topic)
             .partition(partition)
             .key(event.canvas.as_str())
             .payload(&payload)
             .timestamp(event.published_at_ms as i64);
+        if let Some(k) = idempotency_key {
+            record = record.headers(OwnedHeaders::new().insert(Header { key: IDEMPOTENCY_HEADER, value: Some(k) }));
+        }
         match self.producer.send(record, Timeout::After(Duration::from_secs(1))).await {
             Ok(delivery) => Ok(delivery.offset),
             Err((e, _)) => Err(classify(e)),
@@ -129,6 +153,15 @@ impl EventLog for KafkaLog {
     async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
         self.read(Offsets::new(), None).await
     }
+}
+
+/// The value of header `name` of `msg`, as text.
+fn header_value(msg: &impl Message, name: &str) -> Option<String> {
+    msg.headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Sorts a produce failure into "certainly not written" and "unknown".
@@ -173,12 +206,16 @@ pub async fn ensure_topic(
     }
     let admin: AdminClient<FleetContext> =
         settings.admin("core-publisher-admin").create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
-    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
+    // The log is the canvases' only state: keep every record (Kafka's `retention.ms` and
+    // `retention.bytes`, -1 = unlimited).
+    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication))
+        .set("retention.ms", "-1")
+        .set("retention.bytes", "-1");
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
     for r in results {
         match r {
-            Ok(_) => tracing::info!(topic, partitions, replication, "created topic"),
+            Ok(_) => tracing::info!(topic, partitions, replication, "created topic (retention unlimited)"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => return Err(format!("create topic {name}: {code}")),
         }
@@ -206,10 +243,11 @@ pub mod fake {
         FailUnknownNotWritten,
     }
 
-    /// An in-memory log whose appends fail on a schedule (by append attempt number).
+    /// An in-memory log whose appends fail on a schedule (by append attempt number). Records are
+    /// (event, idempotency key) per partition; the offset is the index.
     pub struct FakeLog {
         partitions: u32,
-        pub records: Mutex<BTreeMap<i32, Vec<PixelEvent>>>,
+        pub records: Mutex<BTreeMap<i32, Vec<(PixelEvent, Option<String>)>>>,
         attempts: AtomicU64,
         fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
     }
@@ -220,26 +258,34 @@ pub mod fake {
         }
         pub fn events_of(&self, canvas: &str) -> Vec<u64> {
             let recs = self.records.lock().unwrap();
-            recs.values().flatten().filter(|e| e.canvas.as_str() == canvas).map(|e| e.version).collect()
+            recs.values().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
+        }
+        fn logged(partition: i32, from: usize, v: &[(PixelEvent, Option<String>)]) -> Vec<LoggedEvent> {
+            v.iter()
+                .enumerate()
+                .skip(from)
+                .map(|(o, (e, k))| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
+                .collect()
         }
     }
 
     impl EventLog for FakeLog {
-        async fn append(&self, partition: i32, event: &PixelEvent) -> Result<i64, AppendError> {
+        async fn append(&self, partition: i32, event: &PixelEvent, key: Option<&str>) -> Result<i64, AppendError> {
             let n = self.attempts.fetch_add(1, Ordering::SeqCst);
             // Let other requests interleave, as a real network round trip would.
             tokio::task::yield_now().await;
             let fate = (self.fate)(n);
             let mut recs = self.records.lock().unwrap();
             let part = recs.entry(partition).or_default();
+            let record = (event.clone(), key.map(str::to_owned));
             match fate {
                 Fate::Ok => {
-                    part.push(event.clone());
+                    part.push(record);
                     Ok(part.len() as i64 - 1)
                 }
                 Fate::FailNotWritten => Err(AppendError::NotWritten("queue full".into())),
                 Fate::FailButWritten => {
-                    part.push(event.clone());
+                    part.push(record);
                     Err(AppendError::Unknown("timed out".into()))
                 }
                 Fate::FailUnknownNotWritten => Err(AppendError::Unknown("timed out".into())),
@@ -247,12 +293,7 @@ pub mod fake {
         }
         async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
             let recs = self.records.lock().unwrap();
-            Ok(recs
-                .get(&partition)
-                .map(|v| {
-                    v.iter().enumerate().skip(from.max(0) as usize).map(|(o, e)| (partition, o as i64, e.clone())).collect()
-                })
-                .unwrap_or_default())
+            Ok(recs.get(&partition).map(|v| Self::logged(partition, from.max(0) as usize, v)).unwrap_or_default())
         }
         async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
             let recs = self.records.lock().unwrap();
@@ -261,7 +302,7 @@ pub mod fake {
             for p in 0..self.partitions as i32 {
                 let v = recs.get(&p).cloned().unwrap_or_default();
                 high.insert(p, v.len() as i64);
-                out.extend(v.into_iter().enumerate().map(|(o, e)| (p, o as i64, e)));
+                out.extend(Self::logged(p, 0, &v));
             }
             Ok((out, high))
         }

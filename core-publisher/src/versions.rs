@@ -9,7 +9,8 @@
 //! reads its partition from just after the canvas's last known record and applies what it finds, so
 //! the version it hands out is always the log's head + 1 (no version twice, none skipped).
 
-use crate::log::{AppendError, EventLog, ReadError};
+use crate::idempotency::{Fingerprint, KeyStore, Lookup};
+use crate::log::{AppendError, EventLog, LoggedEvent, ReadError};
 use shared::partitioner::partition_for;
 use shared::replay::Offsets;
 use shared::{Canvas, CanvasDims, CanvasId, Color, PixelEvent};
@@ -41,9 +42,19 @@ pub enum PublishError {
     /// The head was not rebuilt from the log yet: retry later.
     #[error("the publisher is rebuilding canvas versions from the log")]
     NotReady,
-    /// Kafka did not acknowledge the record (or its outcome is being reconciled): retry later.
-    #[error("kafka did not acknowledge the event: {0}")]
-    Kafka(String),
+    /// Kafka certainly did not write the record: nothing was applied; retry.
+    #[error("kafka did not write the event: {0}")]
+    NotWritten(String),
+    /// Kafka did not acknowledge in time: the record may or may not be in the log. A retry with
+    /// the same `Idempotency-Key` applies it exactly once.
+    #[error("kafka did not acknowledge the event in time: {0}")]
+    Unknown(String),
+    /// The `Idempotency-Key` was used before with another request.
+    #[error("the Idempotency-Key was already used with a different request")]
+    KeyConflict,
+    /// The first request with this `Idempotency-Key` is still running.
+    #[error("a request with this Idempotency-Key is still running")]
+    KeyInFlight,
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]
     OutOfBounds { field: &'static str, limit: u32 },
@@ -68,8 +79,12 @@ pub struct Versions<L> {
     /// High watermark of each partition when the heads were rebuilt: every record below it is
     /// already accounted for, so reconciliation of a canvas never reads before it.
     floors: Mutex<Offsets>,
+    keys: Mutex<KeyStore>,
     ready: AtomicBool,
 }
+
+/// Idempotency keys remembered (the most recent ones).
+pub const KEYS_REMEMBERED: usize = 100_000;
 
 impl<L: EventLog> Versions<L> {
     /// An authority over `log` for a topic of `partitions` partitions (0: not known yet, see
@@ -81,6 +96,7 @@ impl<L: EventLog> Versions<L> {
             partitions: std::sync::atomic::AtomicU32::new(partitions),
             heads: Mutex::new(HashMap::new()),
             floors: Mutex::new(Offsets::new()),
+            keys: Mutex::new(KeyStore::new(KEYS_REMEMBERED)),
             ready: AtomicBool::new(false),
         }
     }
@@ -117,14 +133,17 @@ impl<L: EventLog> Versions<L> {
             let mut heads = self.lock_heads();
             heads.clear();
             let mut by_canvas: HashMap<CanvasId, Head> = HashMap::new();
-            for (_p, off, ev) in records {
-                let head = by_canvas.entry(ev.canvas.clone()).or_insert_with(|| Head {
+            let mut keys = self.lock_keys();
+            for rec in &records {
+                let head = by_canvas.entry(rec.event.canvas.clone()).or_insert_with(|| Head {
                     canvas: Canvas::new(self.dims),
                     last_offset: None,
                     uncertain: false,
                 });
-                apply_logged(head, off, &ev);
+                apply_logged(head, rec.offset, &rec.event);
+                learn_key(&mut keys, rec);
             }
+            drop(keys);
             for (id, head) in by_canvas {
                 heads.insert(id, Arc::new(tokio::sync::Mutex::new(head)));
             }
@@ -136,6 +155,10 @@ impl<L: EventLog> Versions<L> {
 
     fn lock_heads(&self) -> std::sync::MutexGuard<'_, HashMap<CanvasId, Arc<tokio::sync::Mutex<Head>>>> {
         self.heads.lock().expect("heads lock is never poisoned: no panics while held")
+    }
+
+    fn lock_keys(&self) -> std::sync::MutexGuard<'_, KeyStore> {
+        self.keys.lock().expect("key store lock is never poisoned: no panics while held")
     }
 
     fn head(&self, canvas: &CanvasId) -> Arc<tokio::sync::Mutex<Head>> {
@@ -160,11 +183,28 @@ impl<L: EventLog> Versions<L> {
     /// returns once the broker acknowledged it.
     ///
     /// # Errors
-    /// [`PublishError::NotReady`] before the rebuild, [`PublishError::OutOfBounds`] for a pixel
-    /// outside the canvas (nothing is published), [`PublishError::Kafka`] when the record was not
-    /// acknowledged (the version is not burned: the next publish gets it, or the version after it
-    /// when reconciliation finds the record did land).
+    /// See [`Versions::publish_with_key`].
     pub async fn publish(&self, canvas: &CanvasId, x: u32, y: u32, color: Color) -> Result<Published, PublishError> {
+        self.publish_with_key(canvas, x, y, color, None).await.map(|(p, _)| p)
+    }
+
+    /// Publishes one pixel change, at most once per `idempotency_key`: returns the result and
+    /// whether it is the replay of an earlier request with the same key.
+    ///
+    /// # Errors
+    /// [`PublishError::NotReady`] before the rebuild, [`PublishError::OutOfBounds`] for a pixel
+    /// outside the canvas (nothing is published), [`PublishError::NotWritten`] /
+    /// [`PublishError::Unknown`] when Kafka did not acknowledge (the version is not burned: the
+    /// next publish gets it, or the version after it when reconciliation finds the record did
+    /// land), [`PublishError::KeyConflict`] / [`PublishError::KeyInFlight`] for a reused key.
+    pub async fn publish_with_key(
+        &self,
+        canvas: &CanvasId,
+        x: u32,
+        y: u32,
+        color: Color,
+        idempotency_key: Option<&str>,
+    ) -> Result<(Published, bool), PublishError> {
         if !self.is_ready() {
             return Err(PublishError::NotReady);
         }
@@ -174,34 +214,56 @@ impl<L: EventLog> Versions<L> {
         if y >= self.dims.height {
             return Err(PublishError::OutOfBounds { field: "y", limit: self.dims.height });
         }
+        let fp = Fingerprint { canvas: canvas.clone(), x, y, color };
+        let Some(key) = idempotency_key else {
+            return self.publish_once(&fp, None).await;
+        };
+        match self.lock_keys().begin(key, &fp) {
+            Lookup::New => {}
+            Lookup::Replay(p) => return Ok((p, true)),
+            Lookup::Conflict => return Err(PublishError::KeyConflict),
+            Lookup::InFlight => return Err(PublishError::KeyInFlight),
+        }
+        let result = self.publish_once(&fp, Some(key)).await;
+        let applied = result.as_ref().ok().map(|(p, _)| p.clone());
+        self.lock_keys().finish(key, &fp, applied);
+        result
+    }
+
+    async fn publish_once(&self, fp: &Fingerprint, key: Option<&str>) -> Result<(Published, bool), PublishError> {
+        let canvas = &fp.canvas;
         let partition = self.partition_of(canvas);
         let head = self.head(canvas);
         let mut head = head.lock().await;
         if head.uncertain {
             self.reconcile(canvas, partition, &mut head).await?;
+            // The earlier attempt with this key may be what landed.
+            if let Some(p) = key.and_then(|k| self.lock_keys().applied(k, fp)) {
+                return Ok((p, true));
+            }
         }
         let event = PixelEvent {
             canvas: canvas.clone(),
             version: head.canvas.version() + 1,
-            x,
-            y,
-            color,
+            x: fp.x,
+            y: fp.y,
+            color: fp.color,
             published_at_ms: shared::event::now_ms(),
         };
-        match self.log.append(partition, &event).await {
+        match self.log.append(partition, &event, key).await {
             Ok(offset) => {
                 apply_logged(&mut head, offset, &event);
-                Ok(Published { canvas: canvas.clone(), version: event.version, partition, offset })
+                Ok((Published { canvas: canvas.clone(), version: event.version, partition, offset }, false))
             }
             Err(AppendError::NotWritten(e)) => {
                 tracing::warn!(canvas = %canvas, version = event.version, error = %e, "publish failed; version not used");
-                Err(PublishError::Kafka(e))
+                Err(PublishError::NotWritten(e))
             }
             Err(AppendError::Unknown(e)) => {
                 tracing::warn!(canvas = %canvas, version = event.version, error = %e,
                     "publish outcome unknown; the next publish to this canvas reads the log first");
                 head.uncertain = true;
-                Err(PublishError::Kafka(e))
+                Err(PublishError::Unknown(e))
             }
         }
     }
@@ -209,11 +271,14 @@ impl<L: EventLog> Versions<L> {
     async fn reconcile(&self, canvas: &CanvasId, partition: i32, head: &mut Head) -> Result<(), PublishError> {
         let floor = self.floors.lock().expect("floors lock").get(&partition).copied().unwrap_or(0);
         let from = head.last_offset.map_or(floor, |o| (o + 1).max(floor));
-        let records = self.log.read_partition(partition, from).await.map_err(|e| PublishError::Kafka(e.0))?;
+        let records = self.log.read_partition(partition, from).await.map_err(|e| PublishError::Unknown(e.0))?;
         let before = head.canvas.version();
-        for (_p, off, ev) in records.iter().filter(|(_, _, ev)| &ev.canvas == canvas) {
-            apply_logged(head, *off, ev);
+        let mut keys = self.lock_keys();
+        for rec in records.iter().filter(|r| &r.event.canvas == canvas) {
+            apply_logged(head, rec.offset, &rec.event);
+            learn_key(&mut keys, rec);
         }
+        drop(keys);
         tracing::info!(canvas = %canvas, partition, from_offset = from, before, after = head.canvas.version(),
             "reconciled canvas head with the log");
         head.uncertain = false;
@@ -238,6 +303,16 @@ impl<L: EventLog> Versions<L> {
     /// Number of canvases with at least one event.
     pub fn canvas_count(&self) -> usize {
         self.lock_heads().len()
+    }
+}
+
+/// Remembers the idempotency key a logged record carried.
+fn learn_key(keys: &mut KeyStore, rec: &LoggedEvent) {
+    if let Some(k) = &rec.idempotency_key {
+        let ev = &rec.event;
+        let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
+        let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: rec.partition, offset: rec.offset };
+        keys.learn(k, fp, published);
     }
 }
 
@@ -347,7 +422,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         // And the truth includes the landed pixel.
         let mut want = Canvas::new(v.dims());
-        for ev in v.log.records.lock().unwrap().values().flatten() {
+        for (ev, _) in v.log.records.lock().unwrap().values().flatten() {
             want.apply(ev);
         }
         assert_eq!(v.truth(&c).await.unwrap().hash, want.hash());
@@ -368,6 +443,51 @@ mod tests {
         assert_eq!(restarted.rebuild().await.unwrap(), 5);
         assert_eq!(restarted.truth(&id("c1")).await.unwrap(), truth);
         assert_eq!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await.unwrap().version, 6);
+    }
+
+    #[tokio::test]
+    async fn a_retry_with_the_same_key_after_an_unknown_outcome_applies_once() {
+        // Attempt 1 times out but lands; the client retries with the same key.
+        let v = ready(FakeLog::new(3, |n| if n == 0 { Fate::FailButWritten } else { Fate::Ok })).await;
+        let c = id("c1");
+        let first = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await;
+        assert!(matches!(first, Err(PublishError::Unknown(_))));
+        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await.unwrap();
+        assert_eq!((p.version, replayed), (1, true));
+        assert_eq!(v.log.events_of("c1"), vec![1], "applied exactly once");
+        // Again: the same answer, still one record.
+        assert_eq!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await.unwrap(), (p.clone(), true));
+        // The same key with another pixel is a conflict, and writes nothing.
+        assert!(matches!(v.publish_with_key(&c, 2, 2, Color([5, 5, 5]), Some("key-1")).await, Err(PublishError::KeyConflict)));
+        assert_eq!(v.log.events_of("c1"), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_retry_after_a_failure_that_did_not_land_writes_once() {
+        let v = ready(FakeLog::new(3, |n| match n {
+            0 => Fate::FailUnknownNotWritten,
+            1 => Fate::FailNotWritten,
+            _ => Fate::Ok,
+        }))
+        .await;
+        let c = id("c1");
+        for _ in 0..2 {
+            assert!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.is_err());
+        }
+        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.unwrap();
+        assert_eq!((p.version, replayed), (1, false));
+        assert_eq!(v.log.events_of("c1"), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_publisher_remembers_keys_from_the_log() {
+        let first = Versions::new(FakeLog::new(3, |_| Fate::Ok), CanvasDims { width: 8, height: 8 }, 3);
+        first.rebuild().await.unwrap();
+        let (p, _) = first.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("once")).await.unwrap();
+        let restarted = Versions::new(first.log, CanvasDims { width: 8, height: 8 }, 3);
+        restarted.rebuild().await.unwrap();
+        assert_eq!(restarted.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("once")).await.unwrap(), (p, true));
+        assert_eq!(restarted.log.events_of("c1"), vec![1]);
     }
 
     #[tokio::test]

@@ -146,7 +146,9 @@ async fn ws(
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
     let (upstream, target) = proxy::connect_upstream(&fleet, &q.canvas, q.since, &headers).await?;
     tracing::debug!(canvas = %q.canvas, since = q.since, node = %target.id, "proxying session");
-    Ok(proxy::upgrade(fleet, upgrade, upstream, target))
+    let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };
+    Ok(proxy::upgrade(fleet, upgrade, upstream, target, peer))
 }
 
 #[cfg(test)]

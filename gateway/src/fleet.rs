@@ -54,6 +54,8 @@ pub struct NodeEntry {
 pub struct Target {
     pub id: String,
     pub url: String,
+    /// The partition of the canvas being routed.
+    pub partition: i32,
 }
 
 /// An upstream's error answer (status and `{"error","message"}` body) as our own.
@@ -75,6 +77,31 @@ pub struct Fleet {
     partition_count: AtomicU32,
     /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// Proxied sessions: which node and partition each is on, and its close switch.
+    sessions: Mutex<std::collections::HashMap<u64, Proxied>>,
+    next_session: std::sync::atomic::AtomicU64,
+}
+
+/// One proxied session as the fleet tracks it.
+struct Proxied {
+    node: String,
+    partition: i32,
+    close: tokio_util::sync::CancellationToken,
+}
+
+/// Unregisters a proxied session when dropped.
+pub struct SessionTicket<'a> {
+    fleet: &'a Fleet,
+    id: u64,
+    /// Cancelled when the gateway decides the session must move (its node is down and its
+    /// partition is served elsewhere).
+    pub moved: tokio_util::sync::CancellationToken,
+}
+
+impl Drop for SessionTicket<'_> {
+    fn drop(&mut self) {
+        self.fleet.sessions.lock().expect("sessions lock").remove(&self.id);
+    }
 }
 
 impl Fleet {
@@ -95,6 +122,8 @@ impl Fleet {
             refresh: Notify::new(),
             partition_count: AtomicU32::new(partitions),
             shutdown,
+            sessions: Mutex::new(std::collections::HashMap::new()),
+            next_session: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
@@ -124,6 +153,54 @@ impl Fleet {
     /// The HTTP client shared by polls, admin calls and publisher forwarding.
     pub fn http(&self) -> &reqwest::Client {
         &self.http
+    }
+
+    /// Registers a proxied session on `node` for a canvas of `partition`.
+    pub fn register_session(&self, node: &str, partition: i32) -> SessionTicket<'_> {
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let moved = tokio_util::sync::CancellationToken::new();
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .insert(id, Proxied { node: node.to_owned(), partition, close: moved.clone() });
+        SessionTicket { fleet: self, id, moved }
+    }
+
+    /// Proxied sessions open now.
+    pub fn proxied_sessions(&self) -> usize {
+        self.sessions.lock().expect("sessions lock").len()
+    }
+
+    /// Closes the proxied sessions of nodes seen DOWN whose partitions another ready node now
+    /// serves: a frozen or half-dead node does not close them itself, and its clients must move.
+    fn move_sessions_off_down_nodes(&self) {
+        let mut owners: BTreeMap<i32, String> = BTreeMap::new();
+        let mut down: BTreeSet<String> = BTreeSet::new();
+        for n in &self.nodes {
+            let slot = n.slot.lock().expect("slot lock");
+            if slot.view.status == Status::Down {
+                down.insert(n.addr.id.clone());
+            }
+            if let Some((_, h)) = slot.health.as_ref().filter(|(_, h)| h.ready && !h.draining) {
+                for p in &h.assigned_partitions {
+                    owners.insert(*p, n.addr.id.clone());
+                }
+            }
+        }
+        if down.is_empty() {
+            return;
+        }
+        let mut moved: BTreeMap<String, usize> = BTreeMap::new();
+        for s in self.sessions.lock().expect("sessions lock").values() {
+            if down.contains(&s.node) && owners.get(&s.partition).is_some_and(|o| *o != s.node) && !s.close.is_cancelled() {
+                s.close.cancel();
+                *moved.entry(s.node.clone()).or_default() += 1;
+            }
+        }
+        for (node, n) in moved {
+            tracing::info!("[GATEWAY] closing {} sessions of {} (DOWN): their partitions are served by other nodes now", n, node);
+            self.record(&node, "sessions_moved", "node DOWN and its partitions moved", serde_json::json!({"sessions": n}));
+        }
     }
 
     /// Asks the poller for an immediate routing refresh (rate-limited by the poller).
@@ -193,6 +270,7 @@ impl Fleet {
         if scheduled {
             self.note_stand_ins();
         }
+        self.move_sessions_off_down_nodes();
     }
 
     /// While a node is away, remembers which nodes own its partitions (they stand in for it).
@@ -354,7 +432,7 @@ impl Fleet {
                 let slot = n.slot.lock().expect("slot lock");
                 slot.health.as_ref().is_some_and(|(_, h)| h.ready && !h.draining && h.assigned_partitions.contains(&p))
             })
-            .map(|n| Target { id: n.addr.id.clone(), url: n.addr.url.clone() })
+            .map(|n| Target { id: n.addr.id.clone(), url: n.addr.url.clone(), partition: p })
             .collect();
         (p, targets)
     }
@@ -388,6 +466,7 @@ impl Fleet {
         let decisions: Vec<DecisionRecord> = self.decisions.lock().expect("decision log lock").iter().rev().cloned().collect();
         serde_json::json!({
             "partition_count": self.partition_count(),
+            "proxied_sessions": self.proxied_sessions(),
             "poll_interval_ms": self.config.poll_interval_ms,
             "up_threshold": self.config.up_threshold,
             "nodes": nodes,

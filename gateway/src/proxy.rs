@@ -15,6 +15,7 @@ use futures::{SinkExt, StreamExt};
 use shared::http::ApiError;
 use shared::protocol::close;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
 
 /// Why no upstream could be opened.
@@ -108,87 +109,138 @@ impl From<Refused> for ApiError {
 }
 
 /// The client's upgrade, answered once the upstream is open.
-pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target) -> axum::response::Response {
+pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target, peer: Peer) -> axum::response::Response {
     let c = &fleet.config;
     upgrade
         .read_buffer_size(c.ws_read_buffer as usize)
         .write_buffer_size(0)
         .max_message_size(c.ws_max_message as usize)
         .max_frame_size(c.ws_max_message as usize)
-        .on_upgrade(move |client| pipe(fleet, client, upstream, target))
+        .on_upgrade(move |client| pipe(fleet, client, upstream, target, peer))
+}
+
+/// Who is on the client side, for logs.
+#[derive(Debug, Clone, Default)]
+pub struct Peer {
+    pub origin: String,
+    pub user_agent: String,
 }
 
 /// How the client side of a proxied session ended.
 enum ClientEnd {
     /// The client sent a close frame (forwarded): wait for the node's reply.
     Closed,
-    /// The client vanished or errored: the upstream was closed.
+    /// The client broke the protocol: it gets the close code naming it.
+    Protocol(u16, &'static str),
+    /// The client vanished: the upstream was closed.
     Gone,
 }
 
-/// Copies frames both ways until either side closes. A close from either side is forwarded, and
-/// the other side's close reply is passed back (bounded wait), so both closing handshakes finish.
-async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: Target) {
+/// How long a write to either side may block before the session is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pings to the client keep intermediaries from timing the connection out and find dead peers.
+const PING_INTERVAL: Duration = Duration::from_secs(20);
+
+/// Copies data frames both ways until either side closes. Control frames are per hop: each side's
+/// pings are answered here, not forwarded. A close from either side is forwarded and the other
+/// side's close reply passed back (bounded wait), so both closing handshakes finish.
+async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: Target, peer: Peer) {
+    let ticket = fleet.register_session(&target.id, target.partition);
+    let moved = ticket.moved.clone();
+    let refresh = fleet.clone();
     let shutdown = fleet.shutdown.clone();
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = upstream.split();
+    // The client side's protocol error, for the side that writes to the client.
+    let (protocol_tx, protocol_rx) = tokio::sync::oneshot::channel::<(u16, &'static str)>();
     let client_to_upstream = async move {
-        while let Some(Ok(msg)) = c_rx.next().await {
-            let closing = matches!(msg, aws::Message::Close(_));
-            let Some(out) = to_upstream(msg) else { continue };
-            if u_tx.send(out).await.is_err() {
-                break;
-            }
-            if closing {
-                return ClientEnd::Closed;
+        loop {
+            match c_rx.next().await {
+                Some(Ok(aws::Message::Ping(_) | aws::Message::Pong(_))) => continue,
+                Some(Ok(msg)) => {
+                    let closing = matches!(msg, aws::Message::Close(_));
+                    let Some(out) = to_upstream(msg) else { continue };
+                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, u_tx.send(out)).await, Ok(Ok(()))) {
+                        break;
+                    }
+                    if closing {
+                        return ClientEnd::Closed;
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, u_tx.send(ts::Message::Close(None))).await;
+                    return match shared::ws::classify(&e) {
+                        Some((code, reason)) => {
+                            let _ = protocol_tx.send((code, reason));
+                            ClientEnd::Protocol(code, reason)
+                        }
+                        None => ClientEnd::Gone,
+                    };
+                }
+                None => break,
             }
         }
-        let _ = u_tx.close().await;
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, u_tx.close()).await;
         ClientEnd::Gone
     };
     let upstream_to_client = async move {
-        let mut closed_cleanly = false;
-        loop {
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+        let mut protocol_rx = protocol_rx;
+        let end: Option<(u16, &str)> = loop {
             let msg = tokio::select! {
                 m = u_rx.next() => m,
-                _ = shutdown.cancelled() => {
-                    let _ = c_tx
-                        .send(aws::Message::Close(Some(aws::CloseFrame { code: close::GOING_AWAY, reason: "gateway shutting down".into() })))
-                        .await;
-                    let _ = c_tx.close().await;
-                    return;
+                _ = ping.tick() => {
+                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(aws::Message::Ping(Default::default()))).await, Ok(Ok(()))) {
+                        return;
+                    }
+                    continue;
                 }
+                Ok(err) = &mut protocol_rx => break Some(err),
+                _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your canvas moved; reconnect with since")),
+                _ = shutdown.cancelled() => break Some((close::GOING_AWAY, "gateway shutting down")),
             };
-            let Some(Ok(msg)) = msg else { break };
-            let closing = matches!(msg, ts::Message::Close(_));
-            let Some(out) = to_client(msg) else { continue };
-            if c_tx.send(out).await.is_err() || closing {
-                closed_cleanly = true;
-                break;
+            match msg {
+                Some(Ok(ts::Message::Ping(_) | ts::Message::Pong(_))) => {}
+                Some(Ok(msg)) => {
+                    let closing = matches!(msg, ts::Message::Close(_));
+                    let Some(out) = to_client(msg) else { continue };
+                    let sent = tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(out)).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        // The client does not read: drop it (it resumes by version).
+                        return;
+                    }
+                    if closing {
+                        break None;
+                    }
+                }
+                // The node vanished without a close frame (killed): tell the client to reconnect.
+                Some(Err(_)) | None => {
+                    tracing::info!(node = %target.id, "upstream dropped without a close; closing the client with 1012");
+                    refresh.request_refresh();
+                    break Some((close::SERVICE_RESTART, "upstream node went away; reconnect with since"));
+                }
             }
+        };
+        if let Some((code, reason)) = end {
+            let _ = tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(shared::ws::close_message(code, reason))).await;
         }
-        if !closed_cleanly {
-            // The node vanished without a close frame (killed): tell the client to reconnect.
-            tracing::info!(node = %target.id, "upstream dropped without a close; closing the client with 1012");
-            fleet.request_refresh();
-            let _ = c_tx
-                .send(aws::Message::Close(Some(aws::CloseFrame {
-                    code: close::SERVICE_RESTART,
-                    reason: "upstream node went away; reconnect with since".into(),
-                })))
-                .await;
-        }
-        let _ = c_tx.close().await;
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, c_tx.close()).await;
     };
     tokio::pin!(client_to_upstream, upstream_to_client);
     tokio::select! {
-        end = &mut client_to_upstream => {
-            if let ClientEnd::Closed = end {
-                let _ = tokio::time::timeout(std::time::Duration::from_secs(5), &mut upstream_to_client).await;
+        end = &mut client_to_upstream => match end {
+            ClientEnd::Closed => {
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut upstream_to_client).await;
             }
-        }
+            ClientEnd::Protocol(code, reason) => {
+                shared::ws::log_protocol_error(code, reason, &peer.origin, &peer.user_agent);
+                let _ = tokio::time::timeout(Duration::from_secs(5), &mut upstream_to_client).await;
+            }
+            ClientEnd::Gone => {}
+        },
         _ = &mut upstream_to_client => {}
     }
+    drop(ticket);
 }
 
 fn to_upstream(msg: aws::Message) -> Option<ts::Message> {

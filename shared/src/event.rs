@@ -10,6 +10,10 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
+/// Name of the Kafka record header that carries a publish's `Idempotency-Key` (when the client
+/// sent one), so a publisher that lost track of an outcome can find it in the log.
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
 /// Longest canvas id, in bytes.
 pub const CANVAS_ID_MAX_LEN: usize = 64;
 

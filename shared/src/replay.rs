@@ -128,8 +128,9 @@ pub fn partition_count<C: ConsumerContext>(
 
 /// Plans a replay of every partition of `topic`: the target is each partition's high watermark now;
 /// the start is `from[p]` when the reader's state already reaches offset `from[p]`, else the log
-/// start (low watermark). A start below the low watermark (records deleted by retention) is moved up
-/// to it and reported in the returned list of truncated partitions.
+/// start (low watermark). Partitions whose needed records were deleted by retention (a start
+/// below the low watermark, or a log start past offset 0 for a reader with no state) are read from
+/// the low watermark and reported in the returned list: the state built from them may miss pixels.
 ///
 /// # Errors
 /// [`ReplayError`] when metadata or watermarks cannot be read within `timeout`.
@@ -152,7 +153,13 @@ pub fn plan<C: ConsumerContext>(
                 low
             }
             Some(&pos) => pos,
-            None => low,
+            None => {
+                // Reading from the log start: if that is past offset 0, history was deleted.
+                if low > 0 {
+                    truncated.push(p);
+                }
+                low
+            }
         };
         plan.starts.insert(p, start);
         plan.targets.insert(p, high);
@@ -162,7 +169,8 @@ pub fn plan<C: ConsumerContext>(
 
 /// Runs `plan` on `consumer` (manual assignment, blocking: call it from a blocking thread).
 ///
-/// `on_record(partition, offset, key, value)` is called for every record in log order per partition;
+/// `on_record(message)` is called for every record in log order per partition (partition, offset,
+/// key, value and headers through [`rdkafka::Message`]);
 /// `on_progress` about once a second and at the end; `cancelled` is checked between polls.
 ///
 /// # Errors
@@ -174,7 +182,7 @@ pub fn run<C: ConsumerContext>(
     plan: &ReplayPlan,
     stall_timeout: Duration,
     cancelled: &dyn Fn() -> bool,
-    mut on_record: impl FnMut(i32, i64, Option<&[u8]>, Option<&[u8]>),
+    mut on_record: impl FnMut(&rdkafka::message::BorrowedMessage<'_>),
     mut on_progress: impl FnMut(&Progress),
 ) -> Result<Progress, ReplayError> {
     let mut progress = Progress::new(plan);
@@ -204,7 +212,7 @@ pub fn run<C: ConsumerContext>(
                     if progress.positions.get(&p).is_some_and(|pos| off < *pos) {
                         continue;
                     }
-                    on_record(p, off, msg.key(), msg.payload());
+                    on_record(&msg);
                     progress.record(p, off);
                     last_record = Instant::now();
                     if progress.is_complete() {

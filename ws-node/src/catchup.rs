@@ -18,6 +18,7 @@
 use crate::config::Config;
 use crate::hub::Hub;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use shared::api::{CatchupReport, CatchupStatus};
 use shared::kafka::FleetContext;
@@ -59,8 +60,9 @@ pub fn run(
         .map_err(ReplayError::Client)?;
     let (plan, truncated) = replay::plan(&consumer, &config.topic, &hub.positions(), Duration::from_secs(10))?;
     if !truncated.is_empty() {
-        tracing::warn!(partitions = ?truncated,
-            "[CATCHUP] the log start is past this node's state on these partitions (records deleted by retention); their canvases may miss old pixels");
+        tracing::error!(partitions = ?truncated,
+            "[CATCHUP] records this node needs were deleted by retention on these partitions: canvases there may miss old \
+             pixels and differ from nodes that saw them. Keep the topic's retention infinite");
     }
     let partitions = plan.targets.len() as u32;
     // The state reflects everything before the start (nothing exists before the log start).
@@ -81,11 +83,14 @@ pub fn run(
         &plan,
         STALL_TIMEOUT,
         cancelled,
-        |p, off, _key, value| match PixelEvent::from_record(value) {
-            Ok(ev) => hub.apply(p, off, &ev),
-            Err(e) => {
-                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
-                hub.skip(p, off);
+        |msg| {
+            let (p, off) = (msg.partition(), msg.offset());
+            match PixelEvent::from_record(msg.payload()) {
+                Ok(ev) => hub.apply(p, off, &ev),
+                Err(e) => {
+                    tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
+                    hub.skip(p, off);
+                }
             }
         },
         |pr| {

@@ -56,6 +56,9 @@ pub struct Config {
     /// `retry_after_ms` of the reconnect notices this node sends, ms.
     #[arg(long, env = "RECONNECT_AFTER_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub reconnect_after_ms: u64,
+    /// Interval of WebSocket pings to each client, ms; a client silent for three intervals is dropped.
+    #[arg(long, env = "PING_INTERVAL_MS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub ping_interval_ms: u64,
     /// How long a write to a client may block before the connection is dropped, ms.
     #[arg(long, env = "WRITE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub write_timeout_ms: u64,
@@ -134,6 +137,7 @@ impl Config {
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
             ("WRITE_TIMEOUT_MS", self.write_timeout_ms.to_string()),
+            ("PING_INTERVAL_MS", self.ping_interval_ms.to_string()),
             ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),
             ("WS_WRITE_BUFFER", self.ws_write_buffer.to_string()),
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),

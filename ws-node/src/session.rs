@@ -11,16 +11,15 @@
 
 use crate::hub::{Hub, SessionHandle};
 use crate::state::{Backlog, Frame};
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{Message, WebSocket};
 use futures::{SinkExt, StreamExt};
 use shared::protocol::{close, ServerMessage};
+use shared::ws::{classify, close_message};
 use shared::CanvasId;
 use std::time::Duration;
 
 /// Frames written per flush at most.
 const BATCH: usize = 64;
-/// Longest close reason we send (RFC 6455 §5.5: control frame payload ≤ 125 bytes, 2 for the code).
-const MAX_REASON: usize = 123;
 
 /// Who is on the other end, for logs.
 #[derive(Debug, Clone, Default)]
@@ -37,6 +36,9 @@ pub struct SessionSpec {
     pub since: u64,
     pub queue: usize,
     pub write_timeout: Duration,
+    /// Interval of WebSocket pings to the client (liveness both ways; a client silent for three
+    /// intervals is dropped).
+    pub ping_interval: Duration,
     pub peer: Peer,
 }
 
@@ -47,6 +49,8 @@ enum End {
     Ordered(u16, String),
     Protocol(u16, String),
     WriteFailed(String),
+    /// Nothing (not even a pong) came from the client for three ping intervals.
+    Unresponsive,
 }
 
 /// Runs the session on `socket` until it ends.
@@ -77,8 +81,12 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
         if let Err(e) = write_all(&mut sink, backlog_frames, spec.write_timeout).await {
             break 'session End::WriteFailed(e);
         }
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + spec.ping_interval, spec.ping_interval);
+        let mut last_heard = tokio::time::Instant::now();
         loop {
             tokio::select! {
+                // Close orders first; then the client (its close frames and pongs must not wait
+                // behind a busy queue); then frames; then the ping timer.
                 biased;
                 changed = rx.control.changed() => {
                     let order = rx.control.borrow().clone();
@@ -88,6 +96,23 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                         (Ok(()), None) => {}
                     }
                 }
+                msg = stream.next() => match msg {
+                    None | Some(Ok(Message::Close(_))) => break 'session End::ClientClosed,
+                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => last_heard = tokio::time::Instant::now(),
+                    Some(Ok(Message::Text(t))) => {
+                        last_heard = tokio::time::Instant::now();
+                        if serde_json::from_str::<serde::de::IgnoredAny>(t.as_str()).is_err() {
+                            break 'session End::Protocol(close::INVALID_PAYLOAD, "text frame is not JSON".into());
+                        }
+                    }
+                    Some(Ok(Message::Binary(_))) => {
+                        break 'session End::Protocol(close::UNSUPPORTED_DATA, "binary frames are not accepted".into());
+                    }
+                    Some(Err(e)) => match classify(&e) {
+                        Some((code, reason)) => break 'session End::Protocol(code, reason.into()),
+                        None => break 'session End::WriteFailed(format!("read: {e}")),
+                    },
+                },
                 frame = rx.frames.recv() => match frame {
                     Some(first) => {
                         let mut batch = vec![first];
@@ -109,43 +134,33 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                         };
                     }
                 },
-                msg = stream.next() => match msg {
-                    None | Some(Ok(Message::Close(_))) => break 'session End::ClientClosed,
-                    Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
-                    Some(Ok(Message::Text(t))) => {
-                        if serde_json::from_str::<serde::de::IgnoredAny>(t.as_str()).is_err() {
-                            break 'session End::Protocol(close::INVALID_PAYLOAD, "text frame is not JSON".into());
-                        }
+                _ = ping.tick() => {
+                    if last_heard.elapsed() > spec.ping_interval * 3 {
+                        break 'session End::Unresponsive;
                     }
-                    Some(Ok(Message::Binary(_))) => {
-                        break 'session End::Protocol(close::UNSUPPORTED_DATA, "binary frames are not accepted".into());
+                    let sent = tokio::time::timeout(spec.write_timeout, sink.send(Message::Ping(Default::default()))).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        break 'session End::WriteFailed("ping could not be written".into());
                     }
-                    Some(Err(e)) => match classify(&e) {
-                        Some((code, reason)) => break 'session End::Protocol(code, reason.into()),
-                        None => break 'session End::WriteFailed(format!("read: {e}")),
-                    },
-                },
+                }
             }
         }
     };
     hub.unsubscribe(&spec.canvas, id);
     match end {
-        End::ClientClosed => tracing::debug!(session = id, canvas = %spec.canvas, "client closed the session"),
+        End::ClientClosed => {
+            // Completes the closing handshake: sends the close reply tungstenite queued.
+            let _ = tokio::time::timeout(spec.write_timeout, sink.close()).await;
+            tracing::debug!(session = id, canvas = %spec.canvas, "client closed the session");
+        }
+        End::Unresponsive => tracing::info!(session = id, canvas = %spec.canvas, "client answered no ping; dropping the session"),
         End::Ordered(code, reason) => {
             let _ = tokio::time::timeout(spec.write_timeout, sink.send(close_message(code, &reason))).await;
             tracing::debug!(session = id, canvas = %spec.canvas, code, reason = %reason, "session closed by the node");
         }
         End::Protocol(code, reason) => {
             let _ = tokio::time::timeout(spec.write_timeout, sink.send(close_message(code, &reason))).await;
-            tracing::warn!(
-                event = "ws.protocol_error",
-                session = id,
-                close_code = code,
-                reason = %bounded(&reason),
-                origin = %bounded(&spec.peer.origin),
-                user_agent = %bounded(&spec.peer.user_agent),
-                "closing a session that broke the protocol"
-            );
+            shared::ws::log_protocol_error(code, &reason, &spec.peer.origin, &spec.peer.user_agent);
         }
         End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.canvas, error = %e, "session connection lost"),
     }
@@ -169,51 +184,5 @@ async fn write_all(
         Ok(Ok(())) => Ok(()),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err(format!("write blocked for more than {deadline:?}")),
-    }
-}
-
-/// A close frame with `reason` cut to fit a control frame.
-pub fn close_message(code: u16, reason: &str) -> Message {
-    Message::Close(Some(CloseFrame { code, reason: bounded(reason).into() }))
-}
-
-/// `s` cut to at most [`MAX_REASON`] bytes on a character boundary.
-pub fn bounded(s: &str) -> &str {
-    if s.len() <= MAX_REASON {
-        return s;
-    }
-    let mut end = MAX_REASON;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// Maps a read error to the close code that names it, `None` for errors of the connection itself
-/// (reset without a closing handshake, I/O errors): those are not the client's protocol errors.
-fn classify(e: &axum::Error) -> Option<(u16, &'static str)> {
-    use tungstenite::error::{CapacityError, Error as WsError, ProtocolError};
-    let inner = std::error::Error::source(e).and_then(|s| s.downcast_ref::<WsError>());
-    match inner? {
-        WsError::Capacity(CapacityError::MessageTooLong { .. }) => Some((close::MESSAGE_TOO_BIG, "message too big")),
-        WsError::Capacity(_) => Some((close::MESSAGE_TOO_BIG, "frame too big")),
-        WsError::Utf8(_) => Some((close::INVALID_PAYLOAD, "text frame is not valid UTF-8")),
-        WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake) => None,
-        WsError::Protocol(_) => Some((close::PROTOCOL_ERROR, "websocket protocol error")),
-        _ => None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn reasons_are_cut_on_char_boundaries() {
-        assert_eq!(bounded("short"), "short");
-        let long = "é".repeat(100); // 200 bytes
-        let b = bounded(&long);
-        assert!(b.len() <= MAX_REASON && b.is_char_boundary(b.len()));
-        assert_eq!(b.len(), 122);
     }
 }

@@ -1,6 +1,7 @@
-//! Maintenance drain through the gateway and a graceful stop (SIGTERM), with real processes and
-//! clients under steady publishing: sessions are handed over, the drained node comes back through
-//! the gateway's recovery path, and no client loses, repeats or reorders a version.
+//! Operations with real processes and clients under steady publishing, on the embedded broker:
+//! a maintenance drain through the gateway and a graceful stop (SIGTERM); a node frozen with
+//! SIGSTOP. Sessions are handed over, nodes come back through the gateway's recovery path, and
+//! no client loses, repeats or reorders a version.
 
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
@@ -139,12 +140,77 @@ async fn drain_and_graceful_stop() {
     }
 }
 
+async fn frozen_node() {
+    let tl = Timeline::new(true);
+    let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
+    let mut fleet = Fleet::start(&broker, FleetSpec::default(), tl.clone()).await.expect("fleet");
+    let state = fleet.fleet_state().await.unwrap();
+    let canvases = pick_canvases(&state, fleet.spec.partitions, 4, &["ws-1".to_owned(), "ws-2".to_owned()]);
+    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
+    let clients = spawn_clients(&fleet, &canvases, 8, dims).await.expect("clients");
+    let load = Load::start(&fleet.publisher.url(), canvases.clone(), 30.0, dims.width, dims.height);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Freeze ws-1: its sockets stay open but nothing comes through them.
+    let pid = nix::unistd::Pid::from_raw(fleet.nodes[0].pid().expect("ws-1 runs") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let frozen_at = shared::event::now_ms();
+    tl.mark("SIGSTOP ws-1: frozen, its connections stay open");
+    fleet
+        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let n = partitions(node(f, "ws-2"));
+            (n == 6 && node(f, "ws-1")["state"] == "DOWN").then_some(()).ok_or(format!("ws-2 owns {n}, ws-1 {}", node(f, "ws-1")["state"]))
+        })
+        .await
+        .unwrap();
+    // The gateway moves the frozen node's clients: every client receives live events again.
+    e2e::procs::eventually("every client to receive events published after the freeze", Duration::from_secs(30), || async {
+        let waiting = clients
+            .iter()
+            .filter(|c| !c.report().got.iter().any(|g| g.published_at_ms > frozen_at && g.at_ms > frozen_at))
+            .count();
+        if waiting == 0 { Ok(Some(())) } else { Err(format!("{waiting} clients still waiting")) }
+    })
+    .await
+    .unwrap();
+    let f = fleet.fleet_state().await.unwrap();
+    assert!(
+        f["decisions"].as_array().unwrap().iter().any(|d| d["node"] == "ws-1" && d["action"] == "sessions_moved"),
+        "the gateway recorded moving the frozen node's sessions"
+    );
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    tl.mark("SIGCONT ws-1");
+    fleet
+        .wait_fleet("ws-1 HEALTHY with partitions again", Duration::from_secs(90), |f| {
+            let ws1 = node(f, "ws-1");
+            (ws1["state"] == "HEALTHY" && partitions(ws1) > 0).then_some(()).ok_or(format!("ws-1 {} owns {}", ws1["state"], partitions(ws1)))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.stop().await;
+    let truths = wait_for_heads(&fleet, &clients, &canvases).await.expect("clients settle");
+    let (_reports, verdicts) = finish(clients, &truths).await;
+    fleet.stop().await;
+    for v in &verdicts {
+        assert!(v.ok(), "client {} did not get exactly its canvas's versions: {v:?}", v.name);
+    }
+}
+
+/// Whole fleets: one at a time on a 2-core machine.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn block_on(f: impl std::future::Future<Output = ()>) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
+}
+
 #[test]
 fn maintenance_drain_and_graceful_stop_lose_nothing() {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(drain_and_graceful_stop());
+    block_on(drain_and_graceful_stop());
+}
+
+#[test]
+fn a_frozen_node_loses_its_clients_to_the_new_owner_and_nothing_is_lost() {
+    block_on(frozen_node());
 }
