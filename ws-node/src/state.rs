@@ -31,12 +31,14 @@ pub struct CanvasState {
     recent: VecDeque<(u64, Frame)>,
     capacity: usize,
     id: String,
+    /// Whether the canvas-size mismatch was reported already (once per canvas).
+    warned_size: bool,
 }
 
 impl CanvasState {
     /// An empty (white, version 0) canvas keeping `capacity` recent events.
     pub fn new(id: &str, dims: CanvasDims, capacity: usize) -> Self {
-        Self { canvas: Canvas::new(dims), recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned() }
+        Self { canvas: Canvas::new(dims), recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned(), warned_size: false }
     }
 
     /// The version the state reflects.
@@ -51,6 +53,11 @@ impl CanvasState {
 
     /// Applies `ev`. Returns the frame to fan out when it was new, `None` for a duplicate.
     pub fn apply(&mut self, ev: &PixelEvent) -> Option<Frame> {
+        if !self.canvas.dims().contains(ev.x, ev.y) && !self.warned_size {
+            self.warned_size = true;
+            tracing::error!(canvas = %ev.canvas, x = ev.x, y = ev.y, width = self.canvas.dims().width, height = self.canvas.dims().height,
+                "an event paints outside this node's canvas: CANVAS_WIDTH/CANVAS_HEIGHT differ from the publisher's");
+        }
         match self.canvas.apply(ev) {
             Applied::Duplicate => None,
             applied => {
