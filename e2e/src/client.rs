@@ -244,7 +244,8 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
             let jitter = rand::random::<u64>() % (retry_after_ms / 2 + 1);
             Some((Next::After(Some(Duration::from_millis(retry_after_ms + jitter))), "reconnect_notice".into()))
         }
-        ServerMessage::Error { .. } => None,
+        ServerMessage::Error { retry_after_ms: Some(ms), .. } => Some((Next::After(Some(Duration::from_millis(ms))), "refused_frame".into())),
+        ServerMessage::Error { .. } | ServerMessage::Welcome { .. } => None,
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /ws?canvas=<id>&since=<version>` | WebSocket, proxied to the node that owns the canvas; `503` + `Retry-After` when none can serve it |
+//! | `GET /ws?canvas=<id>&since=<version>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
 //! | `POST /api/canvases/{id}/pixels`, `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
 use shared::http::{from_path_rejection, method_not_allowed, parse_json, parse_query, require_json, ApiError};
-use shared::protocol::WsQuery;
+use shared::protocol::{Refusal, WsQuery};
 use shared::CanvasId;
 use std::sync::Arc;
 
@@ -144,7 +144,11 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
-    let (upstream, target) = proxy::connect_upstream(&fleet, &q.canvas, q.since, &headers).await?;
+    let (upstream, target) = match proxy::connect_upstream(&fleet, &q.canvas, q.since, &headers).await {
+        Ok(open) => open,
+        Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
+        Err(refused) => return Err(refused.into()),
+    };
     tracing::debug!(canvas = %q.canvas, since = q.since, node = %target.id, "proxying session");
     let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };

@@ -108,6 +108,21 @@ impl From<Refused> for ApiError {
     }
 }
 
+/// Answers a refused session the way browsers can read: accept the WebSocket, send an `error`
+/// frame with `retry_after_ms`, close with 1013 Try Again Later, and wait briefly for the reply.
+pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::response::Response {
+    upgrade.on_upgrade(move |mut ws| async move {
+        let frame = shared::protocol::ServerMessage::Error {
+            code: refused.code.clone(),
+            message: refused.message.clone(),
+            retry_after_ms: Some(refused.retry_after_secs * 1000),
+        };
+        let _ = ws.send(aws::Message::Text(frame.to_json().into())).await;
+        let _ = ws.send(shared::ws::close_message(close::TRY_AGAIN_LATER, &format!("{}: try again later", refused.code))).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
+    })
+}
+
 /// The client's upgrade, answered once the upstream is open.
 pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target, peer: Peer) -> axum::response::Response {
     let c = &fleet.config;

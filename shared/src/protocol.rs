@@ -3,6 +3,7 @@
 //! A client opens `GET /ws?canvas=<id>&since=<last version it applied>`. The server then sends JSON
 //! text frames ([`ServerMessage`]), in this order:
 //!
+//! 0. a `welcome` naming the node that serves the session;
 //! 1. the backlog: the events after `since`, one `event` frame each, when it still holds them; a
 //!    `snapshot` otherwise, and always when `since=0` (the client has nothing: the snapshot gives it
 //!    a base and the canvas size);
@@ -23,6 +24,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ServerMessage {
+    /// First frame of every session: which node serves it (for status displays and logs).
+    Welcome { node: String, canvas: String, since: u64 },
     /// The whole canvas at `version`: `pixels` is base64 of the canonical bytes
     /// (`width * height * 3` bytes, row-major RGB).
     Snapshot {
@@ -37,8 +40,15 @@ pub enum ServerMessage {
     /// The node is handing this session over: reconnect (through the gateway) after
     /// `retry_after_ms` milliseconds plus jitter, with `since` = the last version applied.
     Reconnect { reason: DrainReason, retry_after_ms: u64 },
-    /// Something the client should know before the server closes or ignores its input.
-    Error { code: String, message: String },
+    /// Something the client should know before the server closes or ignores its input. With
+    /// `retry_after_ms`, a refusal: the connection closes with 1013 and the client should not try
+    /// again sooner (what an HTTP 503's `Retry-After` says, for clients that cannot read one).
+    Error {
+        code: String,
+        message: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_after_ms: Option<u64>,
+    },
 }
 
 impl ServerMessage {
@@ -80,12 +90,27 @@ impl std::fmt::Display for DrainReason {
     }
 }
 
-/// Query of `GET /ws`: `canvas` (a canvas id) and `since` (last version applied; 0 = nothing).
+/// How a refused handshake is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Refusal {
+    /// HTTP 503 with `Retry-After` (the default; what HTTP clients and tools read).
+    #[default]
+    Http,
+    /// Accept the WebSocket, send an `error` frame with `retry_after_ms`, close with 1013. For
+    /// browsers, which cannot read the status or headers of a refused WebSocket handshake.
+    Frame,
+}
+
+/// Query of `GET /ws`: `canvas` (a canvas id), `since` (last version applied; 0 = nothing) and
+/// `refusal` (`http` or `frame`, see [`Refusal`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
     pub canvas: String,
     #[serde(default)]
     pub since: u64,
+    #[serde(default)]
+    pub refusal: Refusal,
 }
 
 /// WebSocket close codes the fleet sends, with their source.
@@ -160,8 +185,16 @@ mod tests {
                 r#"{"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}"#,
             ),
             (
-                ServerMessage::Error { code: "not_owner".into(), message: "m".into() },
+                ServerMessage::Error { code: "not_owner".into(), message: "m".into(), retry_after_ms: None },
                 r#"{"type":"error","code":"not_owner","message":"m"}"#,
+            ),
+            (
+                ServerMessage::Error { code: "no_owner".into(), message: "m".into(), retry_after_ms: Some(1000) },
+                r#"{"type":"error","code":"no_owner","message":"m","retry_after_ms":1000}"#,
+            ),
+            (
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12 },
+                r#"{"type":"welcome","node":"ws-1","canvas":"c1","since":12}"#,
             ),
         ];
         for (msg, json) in cases {
@@ -183,8 +216,11 @@ mod tests {
     }
 
     #[test]
-    fn ws_query_since_defaults_to_zero() {
+    fn ws_query_since_defaults_to_zero_and_refusal_to_http() {
         let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1"}"#).unwrap();
-        assert_eq!(q.since, 0);
+        assert_eq!((q.since, q.refusal), (0, Refusal::Http));
+        let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1","refusal":"frame"}"#).unwrap();
+        assert_eq!(q.refusal, Refusal::Frame);
+        assert!(serde_json::from_str::<WsQuery>(r#"{"canvas":"c1","refusal":"smoke"}"#).is_err());
     }
 }

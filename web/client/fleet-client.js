@@ -211,6 +211,11 @@ export class FleetClient {
     return this.#state.version;
   }
 
+  /** @returns {string | null} the node serving the current (or last) session, from its `welcome` frame */
+  get node() {
+    return this.#state.node ?? null;
+  }
+
   /** @returns {number} id of the current (or last) attempt; 0 before the first */
   get attempt() {
     return this.#state.attempt;

@@ -158,6 +158,7 @@ export function emptyCounters() {
  * @property {string | null} reason why the client is `closed`
  * @property {number | null} retryAt when (ms) the retry timer fires, in `backoff`
  * @property {Counters} counters
+ * @property {string | null} [node] the node serving the current (or last) session, from its `welcome`
  */
 
 /**
@@ -291,7 +292,7 @@ const CANCEL_ATTEMPT_TIMERS = Object.freeze([
   Object.freeze({ type: 'cancel_timer', timer: 'close_wait' }),
   Object.freeze({ type: 'cancel_timer', timer: 'stable' }),
 ]);
-const FRAME_TYPES = new Set(['snapshot', 'event', 'notice', 'refused', 'bad_frame', 'unknown_frame']);
+const FRAME_TYPES = new Set(['welcome', 'snapshot', 'event', 'notice', 'refused', 'bad_frame', 'unknown_frame']);
 
 /**
  * The transition function: the next state and the effects to perform, for one event.
@@ -456,6 +457,8 @@ function onFrame(s, ev) {
   // Frames only arrive on an open socket; anything else is a late frame of a socket we left.
   if (s.phase !== 'probation' && s.phase !== 'stable') return keep(s);
   switch (ev.type) {
+    case 'welcome':
+      return { state: { ...s, node: ev.node }, effects: [log(`served by ${ev.node}`)] };
     case 'snapshot':
       return onSnapshot(s, ev);
     case 'event':

@@ -8,6 +8,7 @@
  *   the IANA registry of §11.7) and the reconnect cause each one is counted under.
  *
  * Server → client frames (JSON text):
+ *   {"type":"welcome","node":"ws-1","canvas":"c1","since":12}   (first frame of every session)
  *   {"type":"snapshot","canvas":"c1","version":12,"width":64,"height":64,"pixels":"<base64>"}
  *   {"type":"event","canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":…}
  *   {"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}
@@ -86,11 +87,13 @@ export function buildUrl(base, canvas, since, path = '/ws') {
  *   a `reconnect` notice: reconnect after retryAfterMs (ms) plus jitter; not a failure
  * @typedef {{type:'refused', code:string, message:string, retryAfterMs:number}} RefusedFrame
  *   an `error` frame: the server refused the session for now; wait at least retryAfterMs (ms)
+ * @typedef {{type:'welcome', node:string}} WelcomeFrame
+ *   the first frame of a session: which node serves it
  * @typedef {{type:'bad_frame', detail:string}} BadFrame
  *   a frame that cannot be trusted (not JSON, a known type with invalid fields, another canvas)
  * @typedef {{type:'unknown_frame', frameType:string}} UnknownFrame
  *   valid JSON of a type this client does not know: ignored (forward compatibility)
- * @typedef {SnapshotFrame|EventFrame|NoticeFrame|RefusedFrame|BadFrame|UnknownFrame} ParsedFrame
+ * @typedef {WelcomeFrame|SnapshotFrame|EventFrame|NoticeFrame|RefusedFrame|BadFrame|UnknownFrame} ParsedFrame
  */
 
 const isUint = (v) => Number.isSafeInteger(v) && v >= 0;
@@ -115,6 +118,8 @@ export function parseFrame(data, canvas) {
   }
   if (msg === null || typeof msg !== 'object' || typeof msg.type !== 'string') return bad('no type');
   switch (msg.type) {
+    case 'welcome':
+      return { type: 'welcome', node: String(msg.node ?? '') };
     case 'snapshot': {
       if (msg.canvas !== canvas) return bad('snapshot of another canvas');
       const { version, width, height, pixels } = msg;

@@ -128,6 +128,7 @@ async fn ws(
         queue: node.config.session_queue as usize,
         write_timeout: node.config.write_timeout(),
         ping_interval: Duration::from_millis(node.config.ping_interval_ms),
+        node_id: node.config.node_id.clone(),
         peer: Peer { origin: header_str(header::ORIGIN), user_agent: header_str(header::USER_AGENT) },
     };
     let c = &node.config;

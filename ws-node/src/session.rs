@@ -40,6 +40,8 @@ pub struct SessionSpec {
     /// intervals is dropped).
     pub ping_interval: Duration,
     pub peer: Peer,
+    /// This node's id, named in the session's `welcome` frame.
+    pub node_id: String,
 }
 
 /// Why the session ended (for the log line at its end).
@@ -63,17 +65,20 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
         Ok(b) => b,
         Err(refusal) => {
             // The handshake checks passed but ownership moved in between: tell the client to retry.
-            let msg = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string() };
+            let msg = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string(), retry_after_ms: Some(1000) };
             let _ = sink.send(Message::Text(msg.to_json().into())).await;
             let _ = sink.send(close_message(close::TRY_AGAIN_LATER, &refusal.to_string())).await;
             tracing::info!(session = id, canvas = %spec.canvas, reason = %refusal, "session refused after upgrade");
             return;
         }
     };
+    let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas: spec.canvas.to_string(), since: spec.since }
+        .to_json()
+        .into();
     let (backlog_frames, kind) = match backlog {
-        Backlog::Events(fs) => (fs, "events"),
-        Backlog::Snapshot { frame, .. } => (vec![frame], "snapshot"),
-        Backlog::Behind { .. } => (Vec::new(), "none"),
+        Backlog::Events(fs) => (std::iter::once(welcome).chain(fs).collect::<Vec<_>>(), "events"),
+        Backlog::Snapshot { frame, .. } => (vec![welcome, frame], "snapshot"),
+        Backlog::Behind { .. } => (vec![welcome], "none"),
     };
     tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, backlog = kind, frames = backlog_frames.len(), "session started");
 

@@ -146,8 +146,18 @@ fn rand_u32() -> u32 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos() ^ std::process::id()
 }
 
-/// The next frame (server message or close code), within 10 s.
+/// The next frame after the session's `welcome` (server message or close code), within 10 s.
 async fn next(ws: &mut Ws) -> Result<ServerMessage, Option<u16>> {
+    loop {
+        match next_frame(ws).await? {
+            ServerMessage::Welcome { .. } => continue,
+            m => return Ok(m),
+        }
+    }
+}
+
+/// The next frame, whatever it is.
+async fn next_frame(ws: &mut Ws) -> Result<ServerMessage, Option<u16>> {
     loop {
         match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("a frame within 10 s") {
             Some(Ok(Message::Text(t))) => return Ok(serde_json::from_str(t.as_str()).expect("a server message")),
@@ -195,8 +205,13 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     let (status, again) = h.post("/admin/start-recovery", serde_json::json!({})).await;
     assert_eq!((status, again["outcome"].as_str()), (200, Some("already_ready")));
 
-    // A new client gets a snapshot of version 5, then live events; a resuming one gets events.
+    // A new client gets a welcome naming the node, a snapshot of version 5, then live events; a
+    // resuming one gets events.
     let mut fresh = h.connect("a", 0).await.expect("served");
+    assert_eq!(
+        next_frame(&mut fresh).await.unwrap(),
+        ServerMessage::Welcome { node: "ws-test".into(), canvas: "a".into(), since: 0 }
+    );
     assert!(matches!(next(&mut fresh).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
     let mut resumed = h.connect("a", 2).await.expect("served");
     for want in 3..=5 {

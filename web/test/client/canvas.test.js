@@ -82,7 +82,7 @@ test('parseColor and decodeBase64', () => {
   assert.equal(decodeBase64('***'), null);
 });
 
-test('parseFrame: the four frame types', () => {
+test('parseFrame: the five frame types', () => {
   const bytes = pattern(2, 1);
   assert.deepEqual(parseFrame(JSON.stringify({ type: 'snapshot', canvas: 'c1', version: 12, width: 2, height: 1, pixels: b64(bytes) }), 'c1'),
     { type: 'snapshot', version: 12, width: 2, height: 1, pixels: bytes });
@@ -95,7 +95,8 @@ test('parseFrame: the four frame types', () => {
     { type: 'refused', code: 'no_owner', message: 'm', retryAfterMs: 1000 });
   assert.deepEqual(parseFrame('{"type":"error","code":"not_served_here","message":"m"}', 'c1'),
     { type: 'refused', code: 'not_served_here', message: 'm', retryAfterMs: 0 });
-  assert.deepEqual(parseFrame('{"type":"welcome"}', 'c1'), { type: 'unknown_frame', frameType: 'welcome' });
+  assert.deepEqual(parseFrame('{"type":"welcome","node":"ws-1","canvas":"c1","since":0}', 'c1'), { type: 'welcome', node: 'ws-1' });
+  assert.deepEqual(parseFrame('{"type":"hello"}', 'c1'), { type: 'unknown_frame', frameType: 'hello' });
 });
 
 test('parseFrame: untrustworthy frames are bad frames, never exceptions', () => {

@@ -169,3 +169,18 @@ test('the client canvas ends equal to the publisher: hash of events applied acro
   const expected = createHash('sha256').update(truth).digest('hex');
   assert.equal(await h.client.hash(), expected);
 });
+
+test('a welcome frame names the serving node without touching the stream', () => {
+  const h = harness({ random: 0 });
+  h.client.connect();
+  const s = h.last();
+  s.open();
+  assert.equal(h.client.node, null);
+  s.send(JSON.stringify({ type: 'welcome', node: 'ws-2', canvas: 'c1', since: 0 }));
+  assert.equal(h.client.node, 'ws-2');
+  s.send(snapshot(3));
+  s.send(eventFor(4));
+  assert.equal(h.client.version, 4);
+  assert.equal(h.client.counters.unknownFrames, 0);
+  assert.equal(h.client.counters.badFrames, 0);
+});
