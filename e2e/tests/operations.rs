@@ -197,6 +197,81 @@ async fn frozen_node() {
     }
 }
 
+/// Sends one raw frame on a fresh session of `url` and returns the close code the server answered.
+async fn close_code_for(url: &str, frame: tokio_tungstenite::tungstenite::Message) -> Option<u16> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut req = url.into_client_request().unwrap();
+    req.headers_mut().insert("origin", "http://bad-client.example".parse().unwrap());
+    req.headers_mut().insert("user-agent", "e2e-bad-client/1".parse().unwrap());
+    let (mut ws, _) = tokio_tungstenite::connect_async(req).await.expect("session opens");
+    ws.send(frame).await.expect("frame sent");
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), ws.next()).await.expect("an answer within 10 s") {
+            Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+async fn malformed_frames() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+    use tokio_tungstenite::tungstenite::protocol::frame::Frame;
+    use tokio_tungstenite::tungstenite::Message;
+    let tl = Timeline::new(true);
+    let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
+    let mut fleet = Fleet::start(&broker, FleetSpec::default(), tl.clone()).await.expect("fleet");
+    let state = fleet.fleet_state().await.unwrap();
+    let canvas = pick_canvases(&state, fleet.spec.partitions, 1, &["ws-1".to_owned()]).remove(0);
+    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
+    // A well-behaved client that must keep being served throughout.
+    let good = spawn_clients(&fleet, &[canvas.clone()], 1, dims).await.unwrap();
+    let load = Load::start(&fleet.publisher.url(), vec![canvas.clone()], 20.0, dims.width, dims.height);
+    const SECRET: &str = "PAYLOAD-MUST-NOT-BE-LOGGED";
+    let bad_utf8 = || Message::Frame(Frame::message(vec![b'{', 0xff, 0xfe, b'}'], OpCode::Data(Data::Text), true));
+    let rsv1 = || {
+        let mut f = Frame::message(b"{}".to_vec(), OpCode::Data(Data::Text), true);
+        f.header_mut().rsv1 = true;
+        Message::Frame(f)
+    };
+    let cases: Vec<(&str, Box<dyn Fn() -> Message>, u16)> = vec![
+        ("not JSON", Box::new(|| Message::Text(format!("{SECRET} not json").into())), 1007),
+        ("invalid UTF-8", Box::new(bad_utf8), 1007),
+        ("oversized", Box::new(|| Message::Text(format!("\"{}\"", SECRET.repeat(200)).into())), 1009),
+        ("reserved bit set", Box::new(rsv1), 1002),
+        ("binary", Box::new(|| Message::Binary(SECRET.as_bytes().to_vec().into())), 1003),
+    ];
+    let direct = format!("ws://127.0.0.1:{}/ws?canvas={canvas}&since=0", fleet.nodes[0].port);
+    let through_gateway = format!("{}/ws?canvas={canvas}&since=0", fleet.gateway_ws());
+    for (name, frame, want) in &cases {
+        assert_eq!(close_code_for(&direct, frame()).await, Some(*want), "{name}, straight to the node");
+        assert_eq!(close_code_for(&through_gateway, frame()).await, Some(*want), "{name}, through the gateway");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The node sees every case (the gateway forwards well-formed frames to it); the gateway's own
+    // WebSocket layer sees the frames that break the protocol itself (UTF-8, reserved bits).
+    for (source, at_least) in [("ws-1", 2 * cases.len() - 2), ("gateway", 2)] {
+        let warnings = tl.grep(source, "ws.protocol_error");
+        assert!(warnings.len() >= at_least, "{source} logs protocol errors as ws.protocol_error warnings: {warnings:?}");
+        for w in &warnings {
+            assert!(w.contains(" WARN ") && w.contains("close_code=") && w.contains("reason="), "{w}");
+            assert!(w.contains("origin=http://bad-client.example") && w.contains("user_agent=e2e-bad-client/1"), "{w}");
+        }
+        assert!(tl.logs_of(source).iter().all(|l| !l.contains(SECRET)), "{source} logged a payload");
+    }
+    // Everyone else kept being served.
+    let before = good[0].version();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(good[0].version() > before, "the well-behaved client kept receiving events");
+    load.stop().await;
+    let truths = wait_for_heads(&fleet, &good, &[canvas.clone()]).await.unwrap();
+    let (_r, verdicts) = finish(good, &truths).await;
+    fleet.stop().await;
+    assert!(verdicts[0].ok(), "{:?}", verdicts[0]);
+}
+
 /// Whole fleets: one at a time on a 2-core machine.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -208,6 +283,11 @@ fn block_on(f: impl std::future::Future<Output = ()>) {
 #[test]
 fn maintenance_drain_and_graceful_stop_lose_nothing() {
     block_on(drain_and_graceful_stop());
+}
+
+#[test]
+fn malformed_frames_get_their_close_codes_and_warnings_and_others_keep_being_served() {
+    block_on(malformed_frames());
 }
 
 #[test]

@@ -41,6 +41,22 @@ pub fn classify(e: &axum::Error) -> Option<(u16, &'static str)> {
     }
 }
 
+/// Whether a read error is the connection going away (a reset without a closing handshake, a
+/// broken pipe, an EOF): normal on real networks, not worth an error line.
+pub fn is_connection_loss(e: &axum::Error) -> bool {
+    use std::io::ErrorKind;
+    use tungstenite::error::{Error as WsError, ProtocolError};
+    match std::error::Error::source(e).and_then(|s| s.downcast_ref::<WsError>()) {
+        Some(WsError::ConnectionClosed | WsError::AlreadyClosed) => true,
+        Some(WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => true,
+        Some(WsError::Io(io)) => matches!(
+            io.kind(),
+            ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof | ErrorKind::ConnectionAborted
+        ),
+        _ => false,
+    }
+}
+
 /// Logs a peer's protocol error as the warning operators filter on (`ws.protocol_error`):
 /// close code, a bounded reason, origin and user agent, never the payload.
 pub fn log_protocol_error(code: u16, reason: &str, origin: &str, user_agent: &str) {

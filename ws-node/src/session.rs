@@ -53,6 +53,8 @@ enum End {
     WriteFailed(String),
     /// Nothing (not even a pong) came from the client for three ping intervals.
     Unresponsive,
+    /// A socket error that is neither the peer's protocol error nor the connection going away.
+    SocketError(String),
 }
 
 /// Runs the session on `socket` until it ends.
@@ -115,7 +117,8 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                     }
                     Some(Err(e)) => match classify(&e) {
                         Some((code, reason)) => break 'session End::Protocol(code, reason.into()),
-                        None => break 'session End::WriteFailed(format!("read: {e}")),
+                        None if shared::ws::is_connection_loss(&e) => break 'session End::WriteFailed(format!("read: {e}")),
+                        None => break 'session End::SocketError(e.to_string()),
                     },
                 },
                 frame = rx.frames.recv() => match frame {
@@ -168,6 +171,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
             shared::ws::log_protocol_error(code, &reason, &spec.peer.origin, &spec.peer.user_agent);
         }
         End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.canvas, error = %e, "session connection lost"),
+        End::SocketError(e) => tracing::error!(session = id, canvas = %spec.canvas, error = %e, "websocket error; session ended"),
     }
 }
 

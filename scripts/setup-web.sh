@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what the web tests need on a clean machine: Debian's Chromium (apt-get) for the
+# real-browser test, and playwright-core (npm ci in web/, pinned by web/package-lock.json) to
+# drive it. Idempotent: does nothing that is already done.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+chromium="${CHROMIUM_PATH:-/usr/bin/chromium}"
+if [ ! -x "${chromium}" ]; then
+  echo "setup-web: installing Debian's chromium with apt-get (a minute or two)"
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  ${sudo} apt-get update -q
+  DEBIAN_FRONTEND=noninteractive ${sudo} apt-get install -y -q --no-install-recommends chromium
+fi
+echo "setup-web: $("${chromium}" --version 2>/dev/null || echo "chromium at ${chromium}")"
+
+if [ ! -d web/node_modules/playwright-core ]; then
+  echo "setup-web: npm ci in web/ (playwright-core, no browser download)"
+  (cd web && npm ci --no-audit --no-fund)
+fi
+echo "setup-web: playwright-core $(node -p "require('./web/node_modules/playwright-core/package.json').version")"
