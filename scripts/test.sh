@@ -3,9 +3,13 @@
 #
 #   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
 #      are on the machine), for the real-broker end-to-end test.
-#   2. The three binaries, release profile (the end-to-end tests spawn them as processes).
-#   3. Every test of the workspace: unit tests, in-process integration tests, and the end-to-end
-#      scenario against the embedded broker and against real Apache Kafka.
+#   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
+#   3. The browser client library's unit tests (node --test web/test/client/).
+#   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
+#   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
+#      scenario against the embedded broker and against real Apache Kafka, operations (drain,
+#      SIGTERM, SIGSTOP, malformed frames) and the live pages in headless Chromium (screenshots in
+#      target/browser-artifacts/).
 #
 # Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
 set -euo pipefail
@@ -15,6 +19,12 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "Kafka broker jars from Maven Central (scripts/kafka/fetch.sh)"
 scripts/kafka/fetch.sh
+
+step "Chromium and playwright-core for the browser test (scripts/setup-web.sh)"
+scripts/setup-web.sh
+
+step "browser client library unit tests (node --test web/test/client/)"
+node --test web/test/client/
 
 step "building the fleet's binaries (cargo build --release --workspace --bins)"
 cargo build --release --workspace --bins

@@ -7,6 +7,7 @@
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
 //! | `POST /api/canvases/{id}/pixels`, `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
+//! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
 use crate::fleet::Fleet;
 use crate::proxy;
@@ -36,6 +37,10 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/canvases/{id}/pixels", post(forward_pixel))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
+        .route("/", get(crate::assets::index))
+        .route("/fleet", get(crate::assets::fleet))
+        .route("/assets/{file}", get(crate::assets::page_asset))
+        .route("/client/{file}", get(crate::assets::client_asset))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))

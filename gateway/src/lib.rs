@@ -6,9 +6,11 @@
 //! reason. It proxies each client's WebSocket to the node that owns the client's canvas.
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
-//! routing), [`proxy`] (WebSocket pass-through), [`api`] (routes).
+//! routing), [`proxy`] (WebSocket pass-through), [`api`] (routes), [`assets`] (the pages and the
+//! browser client, built in).
 
 pub mod api;
+pub mod assets;
 pub mod config;
 pub mod fleet;
 pub mod lifecycle;

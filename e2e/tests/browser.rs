@@ -1,0 +1,134 @@
+//! The live pages in a real browser: headless Chromium (Debian's, driven by playwright-core from
+//! `web/test/browser/pages.mjs`) opens `/` on two canvases and `/fleet` while this harness runs
+//! kill -9 → takeover → recovery → failback under steady publishing. Then: each page's canvas
+//! ends equal to the publisher's (version and hash), the page of the killed node's canvas passed
+//! through `backoff` and came back to `stable`, and `/fleet` showed ws-1 DOWN, then UP, then
+//! HEALTHY. Screenshots of both pages are saved in `target/browser-artifacts/`.
+//!
+//! Needs Node.js, `npm ci` in `web/` and Chromium at `/usr/bin/chromium` (or `CHROMIUM_PATH`):
+//! `scripts/setup-web.sh` installs them; this test fails (never skips) without them.
+
+use e2e::broker::{repo_root, Broker, BrokerKind};
+use e2e::fleet::{Fleet, FleetSpec};
+use e2e::load::Load;
+use e2e::procs::Timeline;
+use e2e::scenario::pick_canvases;
+use std::process::Stdio;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+fn node<'a>(f: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == id)).unwrap_or(&serde_json::Value::Null)
+}
+
+/// Whether `want` appears in `seq` in this order (not necessarily adjacent).
+fn in_order(seq: &[String], want: &[&str]) -> bool {
+    let mut i = 0;
+    for s in seq {
+        if i < want.len() && s == want[i] {
+            i += 1;
+        }
+    }
+    i == want.len()
+}
+
+async fn pages_follow_the_fleet() {
+    let root = repo_root();
+    let chromium = std::env::var("CHROMIUM_PATH").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(std::path::Path::new(&chromium).exists(), "Chromium not found at {chromium}: run scripts/setup-web.sh");
+    assert!(root.join("web/node_modules/playwright-core").exists(), "playwright-core missing: run scripts/setup-web.sh");
+    let artifacts = root.join("target/browser-artifacts");
+    let _ = std::fs::remove_dir_all(&artifacts);
+
+    let tl = Timeline::new(true);
+    let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
+    let mut fleet = Fleet::start(&broker, FleetSpec::default(), tl.clone()).await.expect("fleet");
+    let state = fleet.fleet_state().await.unwrap();
+    // One canvas on each node: the kill moves the first.
+    let canvases = pick_canvases(&state, fleet.spec.partitions, 2, &["ws-1".to_owned(), "ws-2".to_owned()]);
+    let load = Load::start(&fleet.publisher.url(), canvases.clone(), 20.0, fleet.spec.width, fleet.spec.height);
+
+    let mut driver = tokio::process::Command::new("node")
+        .arg(root.join("web/test/browser/pages.mjs"))
+        .args(["--gateway", &fleet.gateway.url(), "--canvases", &canvases.join(","), "--out"])
+        .arg(&artifacts)
+        .args(["--chromium", &chromium])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run node web/test/browser/pages.mjs");
+    let mut stdin = driver.stdin.take().unwrap();
+    let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+    let ready = tokio::time::timeout(Duration::from_secs(120), lines.next_line()).await.expect("the pages within 120 s");
+    assert_eq!(ready.unwrap().as_deref(), Some("READY"), "the pages did not come up");
+    tl.mark("browser pages are up and stable");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    fleet.nodes[0].kill9().await;
+    fleet
+        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let n = node(f, "ws-2")["assigned_partitions"].as_array().map_or(0, |a| a.len());
+            (n == 6).then_some(()).ok_or(format!("ws-2 owns {n}"))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restart_at = shared::event::now_ms();
+    fleet.nodes[0].start().unwrap();
+    fleet
+        .wait_fleet("the failback to ws-1 to complete", Duration::from_secs(120), |f| {
+            let done = f["decisions"].as_array().into_iter().flatten().any(|d| {
+                d["node"] == "ws-1" && d["action"] == "failback_completed" && d["at_ms"].as_u64().unwrap_or(0) > restart_at
+            });
+            done.then_some(()).ok_or(format!("ws-1 {}", node(f, "ws-1")["state"]))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.stop().await;
+    let mut truth = serde_json::Map::new();
+    for c in &canvases {
+        let (version, hash) = fleet.truth(c).await.unwrap();
+        truth.insert(c.clone(), serde_json::json!({"version": version, "hash": hash}));
+    }
+    stdin.write_all(format!("FINISH {}\n", serde_json::Value::Object(truth)).as_bytes()).await.unwrap();
+    stdin.flush().await.unwrap();
+    let result_line = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+        .await
+        .expect("the pages' result within 120 s")
+        .unwrap()
+        .unwrap_or_default();
+    let status = driver.wait().await.unwrap();
+    fleet.stop().await;
+    let result: serde_json::Value = serde_json::from_str(result_line.strip_prefix("RESULT ").expect("a RESULT line")).unwrap();
+    println!("browser result: {}", serde_json::to_string_pretty(&result).unwrap());
+
+    assert!(status.success(), "the pages' checks failed: {}", result["failures"]);
+    let seq = |v: &serde_json::Value| -> Vec<String> {
+        v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
+    };
+    let killed = &result["pages"][&canvases[0]];
+    assert!(
+        in_order(&seq(&killed["states"]), &["stable", "backoff", "stable"]),
+        "the killed node's canvas page went stable → backoff → stable: {}",
+        killed["states"]
+    );
+    for c in &canvases {
+        let page = &result["pages"][c];
+        assert_eq!(page["hash"], page["publisher"]["hash"], "{c}: the page's canvas is the publisher's");
+        assert_eq!(seq(&page["states"]).last().map(String::as_str), Some("stable"));
+    }
+    let ws1 = seq(&result["fleet"]["ws-1"]);
+    assert!(in_order(&ws1, &["HEALTHY", "DOWN", "UP", "HEALTHY"]), "/fleet showed ws-1 DOWN, UP, HEALTHY: {ws1:?}");
+    for shot in ["fleet.png".to_owned(), format!("canvas-{}.png", canvases[0]), format!("canvas-{}.png", canvases[1])] {
+        let path = artifacts.join(&shot);
+        assert!(std::fs::metadata(&path).map(|m| m.len() > 1000).unwrap_or(false), "screenshot {} saved", path.display());
+    }
+}
+
+#[test]
+fn pages_follow_kill_recovery_and_failback_in_a_real_browser() {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(pages_follow_the_fleet());
+}

@@ -1,0 +1,108 @@
+//! The pages and the browser client library, built into the binary (they work wherever the
+//! binary runs):
+//!
+//! | path | file |
+//! |---|---|
+//! | `/` | `web/pages/index.html`: a canvas, live, click to paint, connection status |
+//! | `/fleet` | `web/pages/fleet.html`: node states, streaks, partitions, catch-up, decisions |
+//! | `/assets/{file}` | `web/pages/{file}`: the pages' scripts and style |
+//! | `/client/{file}` | `web/client/{file}`: the client library (ES modules) |
+
+use axum::extract::Path;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use shared::http::ApiError;
+
+/// One embedded file: its name, content type and text.
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+macro_rules! asset {
+    ($name:literal, $ty:expr, $path:literal) => {
+        Asset { name: $name, content_type: $ty, body: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../", $path)) }
+    };
+}
+
+const JS: &str = "text/javascript; charset=utf-8";
+
+static PAGES: &[Asset] = &[
+    asset!("index.html", "text/html; charset=utf-8", "web/pages/index.html"),
+    asset!("fleet.html", "text/html; charset=utf-8", "web/pages/fleet.html"),
+    asset!("app.js", JS, "web/pages/app.js"),
+    asset!("fleet.js", JS, "web/pages/fleet.js"),
+    asset!("style.css", "text/css; charset=utf-8", "web/pages/style.css"),
+];
+
+static CLIENT: &[Asset] = &[
+    asset!("fleet-client.js", JS, "web/client/fleet-client.js"),
+    asset!("machine.js", JS, "web/client/machine.js"),
+    asset!("canvas.js", JS, "web/client/canvas.js"),
+    asset!("protocol.js", JS, "web/client/protocol.js"),
+];
+
+fn serve(set: &[Asset], name: &str) -> Response {
+    match set.iter().find(|a| a.name == name) {
+        Some(a) => (
+            [
+                (header::CONTENT_TYPE, a.content_type),
+                // Built into the binary: a new binary may bring new files under the same names.
+                (header::CACHE_CONTROL, "no-cache"),
+                (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            ],
+            a.body,
+        )
+            .into_response(),
+        None => ApiError::not_found(format!("no asset {name}")).into_response(),
+    }
+}
+
+/// `GET /`.
+pub async fn index() -> Response {
+    serve(PAGES, "index.html")
+}
+
+/// `GET /fleet`.
+pub async fn fleet() -> Response {
+    serve(PAGES, "fleet.html")
+}
+
+/// `GET /assets/{file}`.
+pub async fn page_asset(Path(name): Path<String>) -> Response {
+    serve(PAGES, &name)
+}
+
+/// `GET /client/{file}`.
+pub async fn client_asset(Path(name): Path<String>) -> Response {
+    serve(CLIENT, &name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_client_module_the_library_imports_is_embedded() {
+        for a in CLIENT {
+            for line in a.body.lines().filter(|l| l.trim_start().starts_with("import ")) {
+                if let Some(spec) = line.split('\'').nth(1).and_then(|s| s.strip_prefix("./")) {
+                    assert!(CLIENT.iter().any(|c| c.name == spec), "{} imports {spec}, which is not served", a.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn pages_reference_only_served_files() {
+        for page in PAGES.iter().filter(|a| a.name.ends_with(".html") || a.name.ends_with(".js")) {
+            for (prefix, set) in [("/assets/", PAGES), ("/client/", CLIENT)] {
+                for part in page.body.split(prefix).skip(1) {
+                    let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).collect();
+                    assert!(set.iter().any(|a| a.name == name), "{} references {prefix}{name}, which is not served", page.name);
+                }
+            }
+        }
+    }
+}

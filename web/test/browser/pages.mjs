@@ -1,0 +1,156 @@
+/**
+ * pages.mjs — drives the live pages in a real headless Chromium (Debian's, through
+ * playwright-core) while the Rust end-to-end harness runs kill → recover → failback.
+ *
+ * Usage: node web/test/browser/pages.mjs --gateway http://127.0.0.1:8000 --canvases a,b --out DIR
+ *        [--chromium /usr/bin/chromium]
+ *
+ * Protocol with the harness (stdin/stdout, one line each):
+ *   → stdout `READY`          every canvas page is `stable` and /fleet shows every node HEALTHY
+ *   ← stdin  `FINISH <json>`  publishing stopped; <json> = {"<canvas>": {"version": n, "hash": "…"}}
+ *   → stdout `RESULT <json>`  what the pages showed; exit 0 when every check held, 1 otherwise
+ *
+ * While running it samples the pages every 200 ms and records each page's sequence of client
+ * states (#state) and serving nodes (#node), and /fleet's sequence of states per node.
+ * At FINISH it waits for each canvas page to reach the publisher's head version, compares the
+ * page's canvas hash with the publisher's, reads the client's counters, and saves screenshots.
+ */
+
+import { chromium } from 'playwright-core';
+import { mkdirSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+
+function arg(name, fallback) {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 && process.argv[i + 1] ? process.argv[i + 1] : fallback;
+}
+
+const gateway = arg('gateway');
+const canvases = (arg('canvases', '') || '').split(',').filter(Boolean);
+const out = arg('out', 'target/browser-artifacts');
+const executablePath = arg('chromium', process.env.CHROMIUM_PATH || '/usr/bin/chromium');
+if (!gateway || canvases.length === 0) {
+  console.error('usage: pages.mjs --gateway URL --canvases a,b --out DIR');
+  process.exit(2);
+}
+mkdirSync(out, { recursive: true });
+
+const say = (line) => process.stdout.write(`${line}\n`);
+const note = (line) => process.stderr.write(`[pages] ${line}\n`);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Appends `v` to `seq` unless it repeats the last element. */
+function push(seq, v) {
+  if (v !== undefined && v !== null && v !== '' && seq[seq.length - 1] !== v) seq.push(v);
+}
+
+const browser = await chromium.launch({
+  executablePath,
+  headless: true,
+  // As the machine's probe found: without the background-networking flags Chromium keeps trying
+  // hosts this closed network refuses.
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+});
+const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+// Uncaught exceptions fail the test; console errors are reported (Chromium also logs network
+// failures there, which page code cannot prevent).
+const pageErrors = [];
+const consoleErrors = [];
+const open = async (path) => {
+  const page = await context.newPage();
+  page.on('pageerror', (e) => pageErrors.push(`${path}: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error') consoleErrors.push(`${path}: ${m.text()}`); });
+  await page.goto(`${gateway}${path}`, { waitUntil: 'load' });
+  return page;
+};
+
+const canvasPages = {};
+for (const c of canvases) canvasPages[c] = await open(`/?canvas=${encodeURIComponent(c)}`);
+const fleetPage = await open('/fleet');
+
+const seen = { canvases: {}, nodes: {}, fleet: {} };
+for (const c of canvases) { seen.canvases[c] = []; seen.nodes[c] = []; }
+
+async function sample() {
+  for (const [c, page] of Object.entries(canvasPages)) {
+    const [state, node] = await page.evaluate(() => [
+      document.querySelector('#state')?.textContent?.trim(),
+      document.querySelector('#node')?.textContent?.trim(),
+    ]).catch(() => [undefined, undefined]);
+    push(seen.canvases[c], state);
+    push(seen.nodes[c], node);
+  }
+  const rows = await fleetPage.evaluate(() => [...document.querySelectorAll('#nodes tr[data-node]')]
+    .map((tr) => [tr.dataset.node, tr.querySelector('.state')?.textContent?.trim()])).catch(() => []);
+  for (const [node, state] of rows) {
+    seen.fleet[node] ??= [];
+    push(seen.fleet[node], state);
+  }
+  return rows;
+}
+
+let sampling = true;
+const sampler = (async () => {
+  while (sampling) {
+    await sample();
+    await sleep(200);
+  }
+})();
+
+// READY: every canvas page stable, every node HEALTHY on /fleet.
+const readyBy = Date.now() + 90_000;
+for (;;) {
+  const states = Object.values(seen.canvases).map((s) => s[s.length - 1]);
+  const nodes = Object.values(seen.fleet).map((s) => s[s.length - 1]);
+  if (states.every((s) => s === 'stable') && nodes.length > 0 && nodes.every((s) => s === 'HEALTHY')) break;
+  if (Date.now() > readyBy) {
+    note(`not ready: canvas states ${JSON.stringify(seen.canvases)}, fleet ${JSON.stringify(seen.fleet)}`);
+    await browser.close();
+    process.exit(1);
+  }
+  await sleep(200);
+}
+say('READY');
+
+// Wait for FINISH with the publisher's truth.
+const rl = createInterface({ input: process.stdin });
+const truth = await new Promise((resolve) => {
+  rl.on('line', (line) => {
+    if (line.startsWith('FINISH ')) resolve(JSON.parse(line.slice(7)));
+  });
+});
+
+const failures = [];
+const result = { pages: {}, fleet: seen.fleet, pageErrors, consoleErrors };
+for (const [c, page] of Object.entries(canvasPages)) {
+  const want = truth[c];
+  const deadline = Date.now() + 60_000;
+  let got;
+  for (;;) {
+    got = await page.evaluate(async () => ({
+      version: window.fleetClient.version,
+      state: window.fleetClient.state,
+      node: window.fleetClient.node,
+      hash: await window.fleetClient.hash(),
+      counters: window.fleetClient.counters,
+    }));
+    if ((got.version === want.version && got.state === 'stable') || Date.now() > deadline) break;
+    await sleep(250);
+  }
+  result.pages[c] = { ...got, states: seen.canvases[c], nodes: seen.nodes[c], publisher: want };
+  if (got.version !== want.version) failures.push(`${c}: page at version ${got.version}, publisher at ${want.version}`);
+  if (got.hash !== want.hash) failures.push(`${c}: page hash ${got.hash} != publisher hash ${want.hash}`);
+  if (got.state !== 'stable') failures.push(`${c}: page ends ${got.state}, not stable`);
+  await page.screenshot({ path: `${out}/canvas-${c}.png`, fullPage: true });
+}
+sampling = false;
+await sampler;
+await sample();
+await fleetPage.screenshot({ path: `${out}/fleet.png`, fullPage: true });
+result.screenshots = [...canvases.map((c) => `${out}/canvas-${c}.png`), `${out}/fleet.png`];
+if (pageErrors.length) failures.push(`page errors: ${pageErrors.join(' | ')}`);
+result.failures = failures;
+await browser.close();
+say(`RESULT ${JSON.stringify(result)}`);
+process.exit(failures.length === 0 ? 0 : 1);
