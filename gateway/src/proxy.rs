@@ -183,14 +183,16 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                     }
                 }
                 Some(Err(e)) => {
-                    let _ = tokio::time::timeout(WRITE_TIMEOUT, u_tx.send(ts::Message::Close(None))).await;
-                    return match shared::ws::classify(&e) {
+                    // Tell the writer first, so the client gets this code, not the node's reply.
+                    let end = match shared::ws::classify(&e) {
                         Some((code, reason)) => {
                             let _ = protocol_tx.send((code, reason));
                             ClientEnd::Protocol(code, reason)
                         }
                         None => ClientEnd::Gone,
                     };
+                    let _ = tokio::time::timeout(WRITE_TIMEOUT, u_tx.send(ts::Message::Close(None))).await;
+                    return end;
                 }
                 None => break,
             }
@@ -203,6 +205,8 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
         let mut protocol_rx = protocol_rx;
         let end: Option<(u16, &str)> = loop {
             let msg = tokio::select! {
+                biased;
+                Ok(err) = &mut protocol_rx => break Some(err),
                 m = u_rx.next() => m,
                 _ = ping.tick() => {
                     if !matches!(tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(aws::Message::Ping(Default::default()))).await, Ok(Ok(()))) {
@@ -210,7 +214,6 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                     }
                     continue;
                 }
-                Ok(err) = &mut protocol_rx => break Some(err),
                 _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your canvas moved; reconnect with since")),
                 _ = shutdown.cancelled() => break Some((close::GOING_AWAY, "gateway shutting down")),
             };

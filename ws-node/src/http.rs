@@ -139,7 +139,9 @@ async fn ws(
         .write_buffer_size(c.ws_write_buffer as usize)
         .max_write_buffer_size((c.ws_write_buffer as usize).max(64 * 1024) + c.session_queue as usize * 256)
         .max_message_size(c.ws_max_message as usize)
-        .max_frame_size(c.ws_max_message as usize)
+        // A frame a little over the message limit is read whole and refused with 1009 (a clean
+        // close); only a much larger one is cut off at its header.
+        .max_frame_size((c.ws_max_message as usize * 16).max(64 * 1024))
         .on_upgrade(move |socket| tracker.track_future(async move { session::run(socket, &node2.hub, spec).await })))
 }
 

@@ -164,15 +164,31 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
         End::Unresponsive => tracing::info!(session = id, canvas = %spec.canvas, "client answered no ping; dropping the session"),
         End::Ordered(code, reason) => {
             let _ = tokio::time::timeout(spec.write_timeout, sink.send(close_message(code, &reason))).await;
+            linger(&mut stream).await;
             tracing::debug!(session = id, canvas = %spec.canvas, code, reason = %reason, "session closed by the node");
         }
         End::Protocol(code, reason) => {
             let _ = tokio::time::timeout(spec.write_timeout, sink.send(close_message(code, &reason))).await;
+            linger(&mut stream).await;
             shared::ws::log_protocol_error(code, &reason, &spec.peer.origin, &spec.peer.user_agent);
         }
         End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.canvas, error = %e, "session connection lost"),
         End::SocketError(e) => tracing::error!(session = id, canvas = %spec.canvas, error = %e, "websocket error; session ended"),
     }
+}
+
+/// After our close frame: reads (and drops) what the client still sends, until its close reply or
+/// 1 s, instead of dropping the socket at once. A socket closed with unread data is reset by the
+/// kernel, and a reset can destroy our close frame before the peer reads it.
+async fn linger(stream: &mut futures::stream::SplitStream<WebSocket>) {
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        while let Some(Ok(msg)) = stream.next().await {
+            if matches!(msg, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 async fn write_all(
