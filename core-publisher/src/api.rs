@@ -4,7 +4,8 @@
 //! |---|---|
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","canvases","partitions"}` |
+//! | `GET /health` | `200 {"ready","canvases","partitions","width","height"}` (always 200 while the process answers) |
+//! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (for container health checks and readiness probes) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
 //! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB, 415 for a body
@@ -122,12 +123,21 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     .into_response()
 }
 
+async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Response, ApiError> {
+    if v.is_ready() {
+        Ok(Json(serde_json::json!({"ready": true})).into_response())
+    } else {
+        Err(ApiError::unavailable("not_ready", "the publisher is preparing the topic or rebuilding canvas versions", RETRY_AFTER_SECS))
+    }
+}
+
 /// The publisher's router over `versions`.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
     Router::new()
         .route("/canvases/{id}/pixels", post(post_pixel::<L>))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
+        .route("/ready", get(ready::<L>))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -211,6 +221,16 @@ mod tests {
         }
         assert_eq!(v.canvas_count(), 0, "a rejected request created a canvas head");
         assert!(v.log.events_of("c1").is_empty());
+    }
+
+    #[tokio::test]
+    async fn ready_is_503_until_the_heads_are_rebuilt() {
+        let (app, v) = make_app(Fate::Ok, false).await;
+        let (s, j, retry) = call(&app, "GET", "/ready", Body::empty()).await;
+        assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")));
+        v.rebuild().await.unwrap();
+        let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
+        assert_eq!((s, j["ready"].as_bool()), (StatusCode::OK, Some(true)));
     }
 
     #[tokio::test]

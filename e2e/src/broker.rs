@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | embedded | librdkafka's mock cluster (`rdkafka::mocking`), hosted by the harness process on loopback | default |
 //! | real | Apache Kafka 4.x (KRaft, single node) from Maven Central, run with the machine's Java by `scripts/kafka/start.sh` | `E2E_BROKER=real` / `--kafka real` |
+//! | container | the official `apache/kafka` image in Docker, through testcontainers | `E2E_BROKER=container` |
 //! | external | any broker you run | `KAFKA_BOOTSTRAP=host:port` |
 
 use anyhow::{bail, Context};
@@ -16,6 +17,8 @@ use std::time::{Duration, Instant};
 pub enum BrokerKind {
     Embedded,
     Real,
+    /// `apache/kafka` in a container started with testcontainers (needs a Docker engine).
+    Container,
     External(String),
 }
 
@@ -29,6 +32,7 @@ impl BrokerKind {
         }
         match std::env::var("E2E_BROKER").as_deref() {
             Ok("real") => BrokerKind::Real,
+            Ok("container") => BrokerKind::Container,
             _ => BrokerKind::Embedded,
         }
     }
@@ -38,9 +42,45 @@ impl BrokerKind {
         match self {
             BrokerKind::Embedded => "embedded: librdkafka mock cluster".into(),
             BrokerKind::Real => "Apache Kafka 4.4.0, KRaft, single node, on the JVM".into(),
+            BrokerKind::Container => format!("Apache Kafka in Docker ({KAFKA_IMAGE}:{KAFKA_TAG}), via testcontainers"),
             BrokerKind::External(b) => format!("external broker at {b}"),
         }
     }
+}
+
+/// The official Apache Kafka image the container broker runs (the same version as the JVM broker
+/// from Maven Central and as `docker-compose.yml`).
+pub const KAFKA_IMAGE: &str = "apache/kafka";
+/// Its tag.
+pub const KAFKA_TAG: &str = "4.4.0";
+
+/// Why no Docker engine can be used here, or `None` when one answers: `DOCKER_HOST` when set
+/// (`unix://` or `tcp://`), else the usual sockets.
+pub async fn docker_unreachable() -> Option<String> {
+    let host = std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty());
+    let candidates: Vec<String> = match &host {
+        Some(h) => vec![h.clone()],
+        None => {
+            let mut v = vec!["unix:///var/run/docker.sock".to_owned()];
+            if let Some(home) = std::env::var_os("HOME") {
+                v.push(format!("unix://{}/.docker/run/docker.sock", std::path::Path::new(&home).display()));
+            }
+            v
+        }
+    };
+    for c in &candidates {
+        let ok = if let Some(path) = c.strip_prefix("unix://") {
+            tokio::net::UnixStream::connect(path).await.is_ok()
+        } else if let Some(addr) = c.strip_prefix("tcp://") {
+            tokio::net::TcpStream::connect(addr).await.is_ok()
+        } else {
+            false
+        };
+        if ok {
+            return None;
+        }
+    }
+    Some(format!("no Docker engine reachable at {}", candidates.join(" or ")))
 }
 
 /// A running broker; stopped when dropped.
@@ -53,6 +93,7 @@ pub struct Broker {
 enum Inner {
     Embedded { stop: Option<std::sync::mpsc::Sender<MockCommand>>, thread: Option<std::thread::JoinHandle<()>> },
     Real { child: std::process::Child, _dir: tempfile::TempDir },
+    Container { _container: Box<testcontainers::ContainerAsync<testcontainers::GenericImage>> },
     External,
 }
 
@@ -134,6 +175,41 @@ impl Broker {
                 println!("[harness] Kafka is listening on {bootstrap} after {:.1} s", started.elapsed().as_secs_f64());
                 Ok(broker)
             }
+            BrokerKind::Container => {
+                use testcontainers::core::{IntoContainerPort, WaitFor};
+                use testcontainers::runners::AsyncRunner;
+                use testcontainers::{GenericImage, ImageExt};
+                if let Some(why) = docker_unreachable().await {
+                    bail!("the container broker needs a Docker engine: {why}");
+                }
+                // The advertised listener must be the address the host reaches: a fixed mapping.
+                let port = free_port()?;
+                println!("[harness] starting {KAFKA_IMAGE}:{KAFKA_TAG} in Docker on 127.0.0.1:{port}");
+                let container = GenericImage::new(KAFKA_IMAGE, KAFKA_TAG)
+                    .with_wait_for(WaitFor::message_on_stdout("Kafka Server started"))
+                    .with_mapped_port(port, 9092.tcp())
+                    .with_env_var("KAFKA_NODE_ID", "1")
+                    .with_env_var("KAFKA_PROCESS_ROLES", "broker,controller")
+                    .with_env_var("KAFKA_LISTENERS", "PLAINTEXT://:9092,CONTROLLER://:9093")
+                    .with_env_var("KAFKA_ADVERTISED_LISTENERS", format!("PLAINTEXT://127.0.0.1:{port}"))
+                    .with_env_var("KAFKA_CONTROLLER_LISTENER_NAMES", "CONTROLLER")
+                    .with_env_var("KAFKA_LISTENER_SECURITY_PROTOCOL_MAP", "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT")
+                    .with_env_var("KAFKA_CONTROLLER_QUORUM_VOTERS", "1@localhost:9093")
+                    .with_env_var("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "1")
+                    .with_env_var("KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR", "1")
+                    .with_env_var("KAFKA_TRANSACTION_STATE_LOG_MIN_ISR", "1")
+                    .with_env_var("KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS", "0")
+                    .with_env_var("KAFKA_AUTO_CREATE_TOPICS_ENABLE", "false")
+                    .with_startup_timeout(Duration::from_secs(180))
+                    .start()
+                    .await
+                    .context("start the Kafka container")?;
+                Ok(Self {
+                    kind,
+                    bootstrap: format!("127.0.0.1:{port}"),
+                    inner: Inner::Container { _container: Box::new(container) },
+                })
+            }
             BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External }),
         }
     }
@@ -183,7 +259,7 @@ impl Drop for Broker {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            Inner::External => {}
+            Inner::Container { .. } | Inner::External => {}
         }
     }
 }

@@ -16,8 +16,10 @@ use std::time::Duration;
 enum KafkaChoice {
     /// librdkafka's mock cluster, hosted by this process.
     Embedded,
-    /// Apache Kafka from Maven Central (run `scripts/kafka/fetch.sh` once first).
+    /// Apache Kafka from Maven Central, run with the machine's Java (jars fetched on first use).
     Real,
+    /// The official apache/kafka image in Docker, through testcontainers (needs a Docker engine).
+    Container,
 }
 
 /// Runs kill → takeover → recovery → failback against a broker and checks every client.
@@ -75,6 +77,7 @@ async fn main() -> anyhow::Result<()> {
         _ => match args.kafka {
             KafkaChoice::Embedded => BrokerKind::Embedded,
             KafkaChoice::Real => BrokerKind::Real,
+            KafkaChoice::Container => BrokerKind::Container,
         },
     };
     if args.no_scenario {
