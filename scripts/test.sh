@@ -7,9 +7,11 @@
 #   3. The browser client library's unit tests (node --test web/test/client/).
 #   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
 #   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
-#      scenario against the embedded broker and against real Apache Kafka, operations (drain,
-#      SIGTERM, SIGSTOP, malformed frames) and the live pages in headless Chromium (screenshots in
-#      target/browser-artifacts/).
+#      scenario against the embedded broker and against real Apache Kafka (and against Kafka in
+#      Docker via testcontainers where an engine is reachable; skipped, saying so, elsewhere),
+#      operations (drain, SIGTERM, SIGSTOP, malformed frames), the Docker deployment checks
+#      (compose-go validation with the machine's Go) and the live pages in headless Chromium
+#      (screenshots in target/browser-artifacts/).
 #
 # Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
 set -euo pipefail
