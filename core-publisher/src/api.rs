@@ -15,19 +15,16 @@
 
 use crate::log::EventLog;
 use crate::versions::{PublishError, Versions};
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::http::{from_path_rejection, method_not_allowed, parse_json, require_json, ApiError};
-use shared::{CanvasId, Color};
+use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody};
+use shared::Color;
 use std::sync::Arc;
 
-/// Largest accepted request body (bytes); larger gets 413.
-pub const MAX_BODY_BYTES: usize = 4096;
+pub use shared::http::MAX_BODY_BYTES;
 /// `Retry-After` of a 503, seconds.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
@@ -69,20 +66,12 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Response header set to `true` when the answer is the replay of an earlier request.
 pub const REPLAYED: &str = "idempotent-replayed";
 
-fn canvas_id(raw: &str) -> Result<CanvasId, ApiError> {
-    CanvasId::parse(raw).map_err(|e| ApiError::field("canvas", e.to_string()))
-}
-
 async fn post_pixel<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
-    path: Result<Path<String>, PathRejection>,
+    CanvasPath(canvas): CanvasPath,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    let Path(id) = path.map_err(from_path_rejection)?;
-    require_json(&headers)?;
-    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY_BYTES))?;
-    let canvas = canvas_id(&id)?;
     let req: PixelRequest = parse_json(&body)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
@@ -103,12 +92,7 @@ async fn post_pixel<L: EventLog>(
     Ok(resp)
 }
 
-async fn get_canvas<L: EventLog>(
-    State(v): State<Arc<Versions<L>>>,
-    path: Result<Path<String>, PathRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = path.map_err(from_path_rejection)?;
-    let canvas = canvas_id(&id)?;
+async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
     Ok(Json(v.truth(&canvas).await.map_err(publish_error)?).into_response())
 }
 
@@ -184,7 +168,7 @@ mod tests {
         assert_eq!(s, StatusCode::CREATED);
         assert_eq!(j["canvas"], "c1");
         assert_eq!(j["version"], 1);
-        assert_eq!(j["partition"], v.partition_of(&CanvasId::parse("c1").unwrap()));
+        assert_eq!(j["partition"], v.partition_of(&shared::CanvasId::parse("c1").unwrap()));
         assert_eq!(j["offset"], 0);
         let (s, j, _) = call(&app, "GET", "/canvases/c1", Body::empty()).await;
         assert_eq!(s, StatusCode::OK);

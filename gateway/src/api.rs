@@ -11,22 +11,18 @@
 
 use crate::fleet::Fleet;
 use crate::proxy;
-use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
-use shared::http::{from_path_rejection, method_not_allowed, parse_json, parse_query, require_json, ApiError};
+use shared::http::{method_not_allowed, parse_json, parse_query, ApiError, CanvasPath, JsonBody, PathSegment, MAX_BODY_BYTES};
 use shared::protocol::{Refusal, WsQuery};
-use shared::CanvasId;
 use std::sync::Arc;
 
-const MAX_BODY: usize = 4096;
 
 /// The gateway's router.
 pub fn router(fleet: Arc<Fleet>) -> Router {
@@ -43,7 +39,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/client/{file}", get(crate::assets::client_asset))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(fleet)
 }
 
@@ -73,15 +69,7 @@ fn default_grace() -> u64 {
     DEFAULT_GRACE_MS
 }
 
-async fn drain(
-    State(fleet): State<Arc<Fleet>>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = path.map_err(from_path_rejection)?;
-    require_json(&headers)?;
-    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
+async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let req: DrainBody = if body.is_empty() { DrainBody { grace_ms: DEFAULT_GRACE_MS } } else { parse_json(&body)? };
     if req.grace_ms > MAX_GRACE_MS {
         return Err(ApiError::field("grace_ms", format!("grace_ms must be at most {MAX_GRACE_MS}")));
@@ -109,36 +97,19 @@ async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder) -> Result<Res
     Ok(out)
 }
 
-fn canvas_path(id: &str) -> Result<CanvasId, ApiError> {
-    CanvasId::parse(id).map_err(|e| ApiError::field("canvas", e.to_string()))
-}
-
-async fn forward_pixel(
-    State(fleet): State<Arc<Fleet>>,
-    path: Result<Path<String>, PathRejection>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
-    let Path(id) = path.map_err(from_path_rejection)?;
-    require_json(&headers)?;
-    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
-    let canvas = canvas_path(&id)?;
+async fn forward_pixel(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let url = format!("{}/canvases/{canvas}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
     to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, path: Result<Path<String>, PathRejection>) -> Result<Response, ApiError> {
-    let Path(id) = path.map_err(from_path_rejection)?;
-    let canvas = canvas_path(&id)?;
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
     let url = format!("{}/canvases/{canvas}", fleet.config.publisher_url.trim_end_matches('/'));
     to_publisher(&fleet, fleet.http().get(url)).await
 }
 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
-    let q: WsQuery = parse_query(raw.unwrap_or(""))?;
-    CanvasId::parse(&q.canvas).map_err(|e| ApiError::field("canvas", e.to_string()))?;
-    Ok(q)
+    parse_query(raw.unwrap_or(""))
 }
 
 async fn ws(
@@ -149,7 +120,7 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
-    let (upstream, target) = match proxy::connect_upstream(&fleet, &q.canvas, q.since, &headers).await {
+    let (upstream, target) = match proxy::connect_upstream(&fleet, q.canvas.as_str(), q.since, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
         Err(refused) => return Err(refused.into()),

@@ -4,11 +4,59 @@
 //! a 503 carries `Retry-After` (seconds, RFC 9110 §10.2.3).
 
 use crate::api::ErrorBody;
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::de::DeserializeOwned;
+
+/// Largest request body the fleet's APIs accept (bytes); larger gets 413. Routers apply it with
+/// `DefaultBodyLimit::max(MAX_BODY_BYTES)`.
+pub const MAX_BODY_BYTES: usize = 4096;
+
+/// A request body declared as JSON (or not declared), read whole: 415 for another `Content-Type`,
+/// 413 over [`MAX_BODY_BYTES`].
+pub struct JsonBody(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        require_json(req.headers())?;
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY_BYTES))?;
+        Ok(Self(bytes))
+    }
+}
+
+/// The single `{...}` path parameter of a route, percent-decoded (400 `invalid_path` when it is
+/// not UTF-8).
+pub struct PathSegment(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathSegment {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let Path(s) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|r| ApiError::bad_request("invalid_path", r.body_text()))?;
+        Ok(Self(s))
+    }
+}
+
+/// A `{id}` path parameter that is a valid canvas id (400 naming `canvas` otherwise).
+pub struct CanvasPath(pub crate::CanvasId);
+
+impl<S: Send + Sync> FromRequestParts<S> for CanvasPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let PathSegment(raw) = PathSegment::from_request_parts(parts, state).await?;
+        crate::CanvasId::parse(&raw).map(Self).map_err(|e| ApiError::field("canvas", e.to_string()))
+    }
+}
 
 /// An error answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,7 +171,7 @@ pub fn parse_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 ///
 /// # Errors
 /// 415 `unsupported_media_type` for any other declared type.
-pub fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
+fn require_json(headers: &axum::http::HeaderMap) -> Result<(), ApiError> {
     match headers.get(axum::http::header::CONTENT_TYPE) {
         None => Ok(()),
         Some(v) => {
@@ -146,10 +194,6 @@ pub async fn method_not_allowed() -> ApiError {
     ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method")
 }
 
-/// Maps a path-parameter rejection (e.g. a segment that is not UTF-8 once percent-decoded).
-pub fn from_path_rejection(r: axum::extract::rejection::PathRejection) -> ApiError {
-    ApiError::bad_request("invalid_path", r.body_text())
-}
 
 /// Parses a URL query string (`a=1&b=x`, percent-decoded) into `T`, naming the field at fault.
 ///

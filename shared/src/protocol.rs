@@ -106,7 +106,8 @@ pub enum Refusal {
 /// `refusal` (`http` or `frame`, see [`Refusal`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
-    pub canvas: String,
+    /// Validated while parsing (a bad id is an error naming `canvas`).
+    pub canvas: crate::CanvasId,
     #[serde(default)]
     pub since: u64,
     #[serde(default)]

@@ -9,8 +9,6 @@
 
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{RawQuery, State};
@@ -19,15 +17,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DrainRequest, MAX_GRACE_MS};
-use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, require_json, ApiError};
+use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
 use shared::protocol::{close, DrainReason, WsQuery};
 use shared::CanvasId;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Largest admin request body (bytes).
-const MAX_BODY: usize = 4096;
 
 /// The node's router.
 pub fn router(node: Arc<Node>) -> Router {
@@ -38,7 +34,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/ws", get(ws))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(node)
 }
 
@@ -52,9 +48,7 @@ async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiEr
     Ok((status, Json(ack)).into_response())
 }
 
-async fn drain(State(node): State<Arc<Node>>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    require_json(&headers)?;
-    let body = body.map_err(|r| ApiError::from_body_rejection(r, MAX_BODY))?;
+async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let req: DrainRequest = parse_json(&body)?;
     if !matches!(req.reason, DrainReason::FailbackToRecoveredServer | DrainReason::Maintenance) {
         return Err(ApiError::field(
@@ -86,8 +80,7 @@ const RETRY_AFTER_SECS: u64 = 1;
 
 fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64), ApiError> {
     let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
-    let canvas = CanvasId::parse(&q.canvas).map_err(|e| ApiError::field("canvas", e.to_string()))?;
-    Ok((canvas, q.since))
+    Ok((q.canvas, q.since))
 }
 
 async fn ws(
