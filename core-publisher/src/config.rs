@@ -81,3 +81,18 @@ impl Config {
         Duration::from_millis(self.produce_timeout_ms)
     }
 }
+
+impl shared::shutdown::ServiceConfig for Config {
+    fn problems(&self) -> Vec<String> {
+        Config::problems(self)
+    }
+    fn describe(&self) -> String {
+        Config::describe(self)
+    }
+    fn check_only(&self) -> bool {
+        self.check_config
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+}

@@ -159,3 +159,18 @@ mod tests {
         }
     }
 }
+
+impl shared::shutdown::ServiceConfig for Config {
+    fn problems(&self) -> Vec<String> {
+        Config::problems(self)
+    }
+    fn describe(&self) -> String {
+        Config::describe(self)
+    }
+    fn check_only(&self) -> bool {
+        self.check_config
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+}

@@ -8,6 +8,50 @@ use tokio_util::sync::CancellationToken;
 /// running (a Kafka metadata call can block for seconds when the broker is unreachable).
 pub const BLOCKING_GRACE: Duration = Duration::from_secs(2);
 
+/// What a service binary's configuration offers the launcher.
+pub trait ServiceConfig {
+    /// Every problem the per-value checks cannot see, all at once (empty when valid).
+    fn problems(&self) -> Vec<String>;
+    /// The effective configuration, `VARIABLE=value` lines.
+    fn describe(&self) -> String;
+    /// Whether `--check-config` was given.
+    fn check_only(&self) -> bool;
+    /// Where to listen.
+    fn listen(&self) -> std::net::SocketAddr;
+}
+
+/// The whole `main` of a service: reports configuration problems (exit 2), or with
+/// `--check-config` prints the configuration; else sets up logging and the shutdown signal, binds
+/// the listener and runs `run(config, listener, shutdown)` on [`run_main`]'s runtime.
+///
+/// # Errors
+/// When binding fails or `run` fails.
+pub fn service_main<C, F, Fut, E>(config: C, run: F) -> Result<(), E>
+where
+    C: ServiceConfig,
+    F: FnOnce(C, tokio::net::TcpListener, CancellationToken) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: From<std::io::Error>,
+{
+    let problems = config.problems();
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("error: {p}");
+        }
+        std::process::exit(2);
+    }
+    if config.check_only() {
+        println!("{}", config.describe());
+        return Ok(());
+    }
+    run_main(async move {
+        crate::telemetry::init();
+        let shutdown = signal_token();
+        let listener = tokio::net::TcpListener::bind(config.listen()).await?;
+        run(config, listener, shutdown).await
+    })
+}
+
 /// Runs `main` on a multi-threaded tokio runtime and returns its output once it finished and
 /// blocking work ended, or [`BLOCKING_GRACE`] passed, so SIGTERM stops a process promptly.
 ///

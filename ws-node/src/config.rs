@@ -205,3 +205,18 @@ mod tests {
         assert!(c.describe().lines().any(|l| l == "CATCHUP_GROUP=ws-catchup-ws-7"));
     }
 }
+
+impl shared::shutdown::ServiceConfig for Config {
+    fn problems(&self) -> Vec<String> {
+        Config::problems(self)
+    }
+    fn describe(&self) -> String {
+        Config::describe(self)
+    }
+    fn check_only(&self) -> bool {
+        self.check_config
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+}
