@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 #
 # One image with the fleet's binaries (core-publisher, ws-node, gateway) and the `load`
-# generator: the services share every dependency (librdkafka above all), so one build serves
+# generator (package loadgen): the services share every dependency (librdkafka above all), so one build serves
 # them all and docker compose builds it once. Each service picks its binary with `command:`.
 #
 # The build is the project's own release build (the same profile and binaries as scripts/test.sh;
@@ -17,7 +17,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --bins -p core-publisher -p ws-node -p gateway -p e2e \
+    cargo build --release --locked --bins -p core-publisher -p ws-node -p gateway -p loadgen \
     && mkdir -p /out \
     && cp target/release/core-publisher target/release/ws-node target/release/gateway target/release/load /out/
 

@@ -10,6 +10,9 @@ pub mod broker;
 pub mod checker;
 pub mod client;
 pub mod fleet;
-pub mod load;
+/// Steady publishing through the publisher's HTTP API (the `loadgen` crate).
+pub mod load {
+    pub use loadgen::*;
+}
 pub mod procs;
 pub mod scenario;

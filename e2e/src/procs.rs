@@ -97,8 +97,8 @@ pub fn bin_dir() -> PathBuf {
 }
 
 /// The fleet's binaries, built when the harness runs under cargo (`cargo run`, `cargo test`):
-/// `cargo build` of `core-publisher`, `ws-node` and `gateway` in the harness's own profile, once
-/// per process (a no-op when they are up to date). With `FLEET_BIN_DIR` set, nothing is built.
+/// `cargo build --workspace --bins` in the harness's own profile, once per process (a no-op when
+/// they are up to date). With `FLEET_BIN_DIR` set, nothing is built.
 ///
 /// # Errors
 /// When the build fails, or a binary is missing and there is no cargo to build it.
@@ -114,7 +114,9 @@ pub fn ensure_binaries() -> anyhow::Result<()> {
             let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
             let manifest = crate::broker::repo_root().join("Cargo.toml");
             let mut cmd = std::process::Command::new(cargo);
-            cmd.args(["build", "--bins", "-p", "core-publisher", "-p", "ws-node", "-p", "gateway", "--manifest-path"]).arg(&manifest);
+            // The whole workspace, as the test command builds it: the same features, so nothing is
+            // built twice.
+            cmd.args(["build", "--workspace", "--bins", "--manifest-path"]).arg(&manifest);
             match profile.as_str() {
                 "debug" => {}
                 "release" => {

@@ -204,6 +204,8 @@ pub async fn finish(clients: Vec<Client>, truths: &BTreeMap<String, (u64, String
 pub struct Running {
     pub fleet: Fleet,
     pub broker: Broker,
+    /// The canvases the scenario painted.
+    pub canvases: Vec<String>,
 }
 
 /// Runs the scenario and stops the fleet.
@@ -359,7 +361,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     }
 
     let running = if keep {
-        Some(Running { fleet, broker })
+        Some(Running { fleet, broker, canvases: canvases.clone() })
     } else {
         fleet.stop().await;
         drop(broker);

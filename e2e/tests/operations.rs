@@ -41,6 +41,18 @@ async fn drain_and_graceful_stop() {
         .unwrap();
     assert_eq!(r.status().as_u16(), 201);
     let published: serde_json::Value = r.json().await.unwrap();
+    // The Idempotency-Key goes through the gateway: the same request again is the first answer.
+    let keyed = || {
+        http.post(format!("{}/api/canvases/{}/pixels", fleet.gateway.url(), canvases[0]))
+            .header("idempotency-key", "operations-test-key")
+            .json(&serde_json::json!({"x": 2, "y": 2, "color": "#654321"}))
+    };
+    let first = keyed().send().await.unwrap();
+    assert_eq!(first.status().as_u16(), 201);
+    let first: serde_json::Value = first.json().await.unwrap();
+    let again = keyed().send().await.unwrap();
+    assert_eq!(again.headers().get("idempotent-replayed").map(|v| v.to_str().unwrap().to_owned()), Some("true".into()));
+    assert_eq!(again.json::<serde_json::Value>().await.unwrap()["version"], first["version"], "one write for one key");
     let r = http.get(format!("{}/api/canvases/{}", fleet.gateway.url(), canvases[0])).send().await.unwrap();
     let truth: serde_json::Value = r.json().await.unwrap();
     assert!(truth["version"].as_u64() >= published["version"].as_u64(), "{truth} vs {published}");

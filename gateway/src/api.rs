@@ -88,18 +88,40 @@ async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder) -> Result<Res
         ApiError::unavailable("publisher_unavailable", format!("the publisher at {} did not answer", fleet.config.publisher_url), 1)
     })?;
     let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
-    let retry_after = resp.headers().get(axum::http::header::RETRY_AFTER).cloned();
+    let passed: Vec<(&'static str, axum::http::HeaderValue)> = FORWARDED_ANSWER_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let v = resp.headers().get(*name)?;
+            Some((*name, axum::http::HeaderValue::from_bytes(v.as_bytes()).ok()?))
+        })
+        .collect();
     let body = resp.bytes().await.map_err(|e| ApiError::bad_gateway(format!("reading the publisher's answer: {e}")))?;
     let mut out = (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
-    if let Some(v) = retry_after {
-        out.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+    for (name, v) in passed {
+        out.headers_mut().insert(name, v);
     }
     Ok(out)
 }
 
-async fn forward_pixel(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+/// Request headers passed on to the publisher with a forwarded publish.
+const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key"];
+/// Answer headers passed back from the publisher.
+const FORWARDED_ANSWER_HEADERS: &[&str] = &["retry-after", "idempotent-replayed"];
+
+async fn forward_pixel(
+    State(fleet): State<Arc<Fleet>>,
+    CanvasPath(canvas): CanvasPath,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody,
+) -> Result<Response, ApiError> {
     let url = format!("{}/canvases/{canvas}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
-    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
+    let mut req = fleet.http().post(url).header("content-type", "application/json").body(body);
+    for name in FORWARDED_REQUEST_HEADERS {
+        if let Some(v) = headers.get(*name) {
+            req = req.header(*name, v.as_bytes());
+        }
+    }
+    to_publisher(&fleet, req).await
 }
 
 async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {

@@ -49,7 +49,7 @@ struct Args {
     no_scenario: bool,
 }
 
-fn print_running(fleet: &Fleet, broker: &Broker) {
+fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], rate: f64) {
     println!("\nThe fleet is running (Ctrl-C stops it):");
     let where_ = broker.pid().map_or_else(|| "in this process".to_owned(), |p| format!("pid {p}"));
     println!("  broker     {}  ({}, {where_})", broker.bootstrap, broker.kind.label());
@@ -60,12 +60,20 @@ fn print_running(fleet: &Fleet, broker: &Broker) {
         println!("  {:<10} {}  (/health)  pid {}", n.name, n.url(), n.pid().map_or("stopped".into(), |p| p.to_string()));
     }
     println!("  topic {}  broadcast group {}", fleet.topic, fleet.group);
+    println!("\nPages (publishing {rate} events/s over these canvases until Ctrl-C):");
+    for c in canvases {
+        println!("  {}/?canvas={c}", fleet.gateway.url());
+    }
+    println!("  {}/fleet", fleet.gateway.url());
 }
 
-async fn hold(mut running: Running) {
-    print_running(&running.fleet, &running.broker);
+async fn hold(mut running: Running, rate: f64) {
+    let spec = &running.fleet.spec;
+    let load = e2e::load::Load::start(&running.fleet.publisher.url(), running.canvases.clone(), rate, spec.width, spec.height);
+    print_running(&running.fleet, &running.broker, &running.canvases, rate);
     shared::shutdown::signal_token().cancelled().await;
     println!("\nstopping the fleet");
+    load.stop().await;
     running.fleet.stop().await;
 }
 
@@ -84,7 +92,8 @@ async fn main() -> anyhow::Result<()> {
         let timeline = Timeline::new(true);
         let b = Broker::start(broker).await?;
         let fleet = Fleet::start(&b, FleetSpec::default(), timeline).await?;
-        hold(Running { fleet, broker: b }).await;
+        let canvases = (1..=args.canvases.max(1)).map(|i| format!("c{i}")).collect();
+        hold(Running { fleet, broker: b, canvases }, args.rate).await;
         return Ok(());
     }
     println!("Scenario: normal → kill -9 ws-1 → ws-2 takes over → ws-1 restarts, UP×5, start-recovery, catch-up → failback drain → clients back.");
@@ -111,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
     let passed = report.passed();
     println!("{}", if passed { "PASSED: every client saw every version once, in order, and ends with the publisher's canvas." } else { "FAILED" });
     if let Some(r) = running {
-        hold(r).await;
+        hold(r, args.rate).await;
     }
     std::process::exit(if passed { 0 } else { 1 });
 }

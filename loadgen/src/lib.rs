@@ -1,4 +1,6 @@
-//! Steady publishing through the publisher's HTTP API.
+//! Steady publishing through the publisher's HTTP API: random pixels and colours, round-robin over
+//! a few canvases, at a fixed rate. Used by the `load` binary (the `load` service of
+//! `docker-compose.yml`) and by the end-to-end harness.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};

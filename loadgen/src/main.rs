@@ -3,7 +3,7 @@
 //! `docker-compose.yml`). Prints a line of counts every 5 s.
 
 use clap::Parser;
-use e2e::load::Load;
+use loadgen::Load;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
