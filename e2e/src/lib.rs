@@ -16,3 +16,4 @@ pub mod load {
 }
 pub mod procs;
 pub mod scenario;
+pub mod bench;

@@ -1,0 +1,181 @@
+//! Fan-out: events delivered per second by one server to many WebSocket clients, and the server's
+//! CPU per delivered event.
+
+use super::kafka::DirectProducer;
+use super::report::{Better, Cell, Row};
+use super::servers::{Server, PARTITIONS};
+use super::subs::{self, System};
+use super::sys;
+use super::Ctx;
+use anyhow::bail;
+use std::time::{Duration, Instant};
+
+/// One fan-out shape.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    /// Canvases receiving events; the active clients are spread evenly over them.
+    pub active_canvases: usize,
+    pub active_clients: usize,
+    /// Clients subscribed to canvases that receive nothing.
+    pub idle_clients: usize,
+    /// Events per second produced over the active canvases.
+    pub rate: f64,
+}
+
+/// What one system did in one case.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Outcome {
+    pub delivered: u64,
+    pub expected: u64,
+    /// From the first produced event to the last delivery, s.
+    pub seconds: f64,
+    /// CPU seconds of the server process over the same window.
+    pub cpu_seconds: f64,
+    /// Client connections the server closed during the run.
+    pub closed: usize,
+}
+
+impl Outcome {
+    fn per_second(&self) -> f64 {
+        self.delivered as f64 / self.seconds.max(1e-9)
+    }
+    fn per_cpu_second(&self) -> f64 {
+        self.delivered as f64 / self.cpu_seconds.max(0.01)
+    }
+}
+
+async fn run_case(ctx: &Ctx, system: System, case: &Case) -> anyhow::Result<Outcome> {
+    let server = Server::start(system, &ctx.broker).await?;
+    let result = measure(ctx, &server, case).await;
+    server.stop().await;
+    result
+}
+
+async fn measure(ctx: &Ctx, server: &Server, case: &Case) -> anyhow::Result<Outcome> {
+    let tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let active: Vec<String> = (0..case.active_canvases).map(|i| format!("fo{tag}-a{i}")).collect();
+    let idle: Vec<String> = (0..100).map(|i| format!("fo{tag}-i{i}")).collect();
+    let label = server.system.label();
+    let _idle = if case.idle_clients > 0 { subs::subscribe_many(server.system, &server.ws_base, &idle, case.idle_clients, false).await? } else { Vec::new() };
+    let subs = subs::subscribe_many(server.system, &server.ws_base, &active, case.active_clients, false).await?;
+    let mut producer = DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, active.clone(), false)?;
+    // Warm-up: one event per canvas at a time until every client received one (the server's
+    // consumer may still be joining its group).
+    let started = Instant::now();
+    loop {
+        for i in 0..active.len() {
+            producer.send(i).await?;
+        }
+        producer.flush()?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let waiting = subs.iter().filter(|s| s.seen.events.load(std::sync::atomic::Ordering::Relaxed) == 0).count();
+        if waiting == 0 {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            bail!("{label}: {waiting} of {} clients received nothing in 90 s of warm-up", subs.len());
+        }
+        if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 300 {
+            println!("[bench]   {label}: warming up, {waiting}/{} clients have received nothing yet", subs.len());
+        }
+    }
+    // Quiesce: everything of the warm-up delivered.
+    let warm = producer.sent * (case.active_clients / case.active_canvases) as u64;
+    wait_for(&subs, warm, Duration::from_secs(10)).await;
+    let before = subs::total_events(&subs);
+    let per_canvas = (case.active_clients / case.active_canvases) as u64;
+    let cpu0 = sys::cpu_seconds(server.pid)?;
+    let t0 = Instant::now();
+    println!("[bench]   {label}: producing {} events/s for {} s", case.rate, ctx.size.duration.as_secs());
+    let sent = producer.run_at(case.rate, ctx.size.duration).await?;
+    producer.flush()?;
+    let expected = sent * per_canvas;
+    let last = wait_for(&subs, before + expected, Duration::from_secs(30)).await;
+    let cpu1 = sys::cpu_seconds(server.pid)?;
+    let delivered = subs::total_events(&subs) - before;
+    let seconds = last.map_or_else(|| t0.elapsed(), |l| l.duration_since(t0)).as_secs_f64();
+    let o = Outcome { delivered, expected, seconds, cpu_seconds: cpu1 - cpu0, closed: subs::ended(&subs) };
+    println!(
+        "[bench]   {label}: delivered {delivered}/{expected} in {seconds:.1} s = {:.0}/s, {:.2} CPU-s, {} connections closed",
+        o.per_second(), o.cpu_seconds, o.closed
+    );
+    Ok(o)
+}
+
+/// Waits until the clients received `target` events in total or nothing arrived for 3 s (or
+/// `max` passed); returns when the last event arrived, if the total was reached.
+async fn wait_for(subs: &[subs::Sub], target: u64, max: Duration) -> Option<Instant> {
+    let start = Instant::now();
+    let mut seen = subs::total_events(subs);
+    let mut last_change = Instant::now();
+    loop {
+        if seen >= target {
+            return Some(last_change);
+        }
+        if start.elapsed() > max || last_change.elapsed() > Duration::from_secs(3) {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = subs::total_events(subs);
+        if now != seen {
+            seen = now;
+            last_change = Instant::now();
+        }
+    }
+}
+
+/// Runs every case on every system; returns the rows.
+pub async fn run(ctx: &Ctx, cases: &[Case]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for case in cases {
+        println!("[bench] fan-out: {}", case.name);
+        let mut outcomes = Vec::new();
+        for system in ctx.systems() {
+            let o = run_case(ctx, system, case).await;
+            if let Err(e) = &o {
+                ctx.error(format!("fan-out {} on {}: {e:#}", case.name, system.label()));
+            }
+            outcomes.push((system, o.ok()));
+        }
+        let cell = |s: System, f: &dyn Fn(&Outcome) -> f64| -> Cell {
+            match outcomes.iter().find(|(x, _)| *x == s) {
+                Some((_, Some(o))) => Cell::Value(f(o)),
+                Some((_, None)) => Cell::na("failed: see errors"),
+                None => Cell::na("not run (--no-peers)"),
+            }
+        };
+        let setup = format!(
+            "{} active clients over {} canvases{}, {} events/s for {} s produced straight to Kafka ({} B JSON values, acks=all), \
+             one server process (for the fleet, one ws-node, clients connected to it directly); CPU = user+system time of the server process from /proc; {}",
+            case.active_clients, case.active_canvases,
+            if case.idle_clients > 0 { format!(" plus {} idle clients on 100 silent canvases", case.idle_clients) } else { String::new() },
+            case.rate, ctx.size.duration.as_secs(), super::kafka::event("x", 1).to_json().len(), ctx.broker_label
+        );
+        let mk = |figure: &str, better: Better, f: &dyn Fn(&Outcome) -> f64| Row {
+            section: "fan-out".into(),
+            figure: format!("{}: {figure}", case.name),
+            setup: setup.clone(),
+            better,
+            ours: cell(System::Fleet, f),
+            centrifugo: cell(System::Peer(super::peers::Peer::Centrifugo), f),
+            socketio: cell(System::Peer(super::peers::Peer::SocketIo), f),
+            target: None,
+            met: None,
+        };
+        rows.push(mk("delivered events/s", Better::Higher, &Outcome::per_second));
+        let mut per_cpu = mk("delivered events per CPU-second", Better::Higher, &Outcome::per_cpu_second);
+        rows.push(mk("CPU-s per million delivered", Better::Lower, &|o: &Outcome| o.cpu_seconds / (o.delivered.max(1) as f64) * 1e6));
+        rows.push(mk("events not delivered (of those produced × clients)", Better::Lower, &|o: &Outcome| o.expected.saturating_sub(o.delivered) as f64));
+        // The bar: ≥ 5× Socket.IO and ≥ 2× Centrifugo per CPU-second.
+        if let Cell::Value(ours) = per_cpu.ours {
+            let c = match per_cpu.centrifugo { Cell::Value(v) => Some(ours / v.max(1e-9)), _ => None };
+            let s = match per_cpu.socketio { Cell::Value(v) => Some(ours / v.max(1e-9)), _ => None };
+            if let (Some(c), Some(s)) = (c, s) {
+                per_cpu = per_cpu.with_target("≥ 2× Centrifugo and ≥ 5× Socket.IO", c >= 2.0 && s >= 5.0);
+            }
+        }
+        rows.insert(rows.len() - 2, per_cpu);
+    }
+    rows
+}

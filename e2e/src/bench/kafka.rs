@@ -1,0 +1,255 @@
+//! The benchmark's own Kafka clients: topic creation, a rate-controlled producer writing fleet
+//! events straight to the topic (what the peers consume: they have no publisher), and a bare
+//! librdkafka consumer (the ceiling and the baseline the fleet is compared with).
+
+use anyhow::{bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use shared::kafka::KafkaSettings;
+use shared::partitioner::partition_for;
+use shared::{CanvasId, Color, PixelEvent};
+use std::time::{Duration, Instant};
+
+/// The record header Centrifugo's Kafka consumer reads the target channels from, in its
+/// publication data mode (`consumers[].kafka.publication_data_mode.channels_header`).
+pub const CHANNELS_HEADER: &str = "centrifugo-channels";
+
+/// Creates `topic` with `partitions` partitions (replication factor 1).
+///
+/// # Errors
+/// When the broker refuses or does not answer.
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = KafkaSettings::new(bootstrap).admin("bench-admin").create()?;
+    let res = admin
+        .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))))
+        .await?;
+    for r in res {
+        if let Err((t, e)) = r {
+            bail!("create topic {t}: {e}");
+        }
+    }
+    Ok(())
+}
+
+/// One pixel event of `canvas` at `version`, as the publisher would write it. Its JSON is about
+/// 110 bytes.
+pub fn event(canvas: &str, version: u64) -> PixelEvent {
+    PixelEvent {
+        canvas: CanvasId::parse(canvas).expect("bench canvas ids are valid"),
+        version,
+        x: (version % 64) as u32,
+        y: ((version / 64) % 64) as u32,
+        color: Color([(version % 251) as u8, 0x40, 0x80]),
+        published_at_ms: shared::event::now_ms(),
+    }
+}
+
+/// Writes fleet events straight to a topic: key = canvas id, explicit partition from
+/// [`partition_for`] (the fleet's murmur2), the [`CHANNELS_HEADER`] header, contiguous versions per
+/// canvas from 1. Uses the publisher's producer settings (`acks=all`, idempotent, `linger.ms=1`).
+pub struct DirectProducer {
+    producer: FutureProducer,
+    topic: String,
+    partitions: u32,
+    canvases: Vec<String>,
+    next_version: Vec<u64>,
+    /// (canvas index, version, enqueue time) of each event sent while `record` is on.
+    pub log: Vec<(usize, u64, Instant)>,
+    /// Whether [`DirectProducer::send`] appends to `log`.
+    pub record: bool,
+    /// Events enqueued.
+    pub sent: u64,
+    /// Bytes of the last record value.
+    pub value_bytes: usize,
+}
+
+impl DirectProducer {
+    /// A producer for `canvases` of `topic`; with `record`, the enqueue time of every event is kept
+    /// (see [`DirectProducer::log`]).
+    ///
+    /// # Errors
+    /// When the client cannot be created.
+    pub fn new(bootstrap: &str, topic: &str, partitions: u32, canvases: Vec<String>, record: bool) -> anyhow::Result<Self> {
+        let mut cfg = KafkaSettings::new(bootstrap).producer("bench-producer", Duration::from_secs(30));
+        cfg.set("queue.buffering.max.messages", "2000000").set("queue.buffering.max.kbytes", "1048576");
+        let producer: FutureProducer = cfg.create()?;
+        let n = canvases.len();
+        Ok(Self { producer, topic: topic.into(), partitions, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0 })
+    }
+
+    /// Enqueues the next event of canvas number `i` (without waiting for the broker).
+    ///
+    /// # Errors
+    /// When librdkafka's queue is full for longer than 10 s.
+    pub async fn send(&mut self, i: usize) -> anyhow::Result<()> {
+        let canvas = &self.canvases[i];
+        let version = self.next_version[i];
+        let value = event(canvas, version).to_json();
+        self.value_bytes = value.len();
+        let partition = partition_for(canvas.as_bytes(), self.partitions) as i32;
+        let headers = OwnedHeaders::new().insert(Header { key: CHANNELS_HEADER, value: Some(canvas.as_bytes()) });
+        let t0 = Instant::now();
+        let mut record = FutureRecord::to(&self.topic).key(canvas.as_bytes()).payload(value.as_bytes()).partition(partition).headers(headers);
+        let started = Instant::now();
+        loop {
+            match self.producer.send_result(record) {
+                Ok(_delivery) => break,
+                Err((e, r)) => {
+                    if started.elapsed() > Duration::from_secs(10) {
+                        bail!("produce to {}: {e}", self.topic);
+                    }
+                    record = r;
+                    self.producer.poll(Duration::from_millis(1));
+                    tokio::task::yield_now().await;
+                }
+            }
+        }
+        if self.record {
+            self.log.push((i, version, t0));
+        }
+        self.next_version[i] += 1;
+        self.sent += 1;
+        Ok(())
+    }
+
+    /// Sends `rate` events/s round-robin over the canvases for `duration` (in 1 ms slices).
+    /// Returns the events sent.
+    ///
+    /// # Errors
+    /// As [`DirectProducer::send`].
+    pub async fn run_at(&mut self, rate: f64, duration: Duration) -> anyhow::Result<u64> {
+        let start = Instant::now();
+        let before = self.sent;
+        let mut tick = tokio::time::interval(Duration::from_millis(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+        let mut i = 0usize;
+        while start.elapsed() < duration {
+            tick.tick().await;
+            let due = (start.elapsed().as_secs_f64() * rate) as u64;
+            while self.sent - before < due {
+                self.send(i % self.canvases.len()).await?;
+                i += 1;
+            }
+        }
+        Ok(self.sent - before)
+    }
+
+    /// Waits until every enqueued event was acknowledged.
+    ///
+    /// # Errors
+    /// When the broker does not acknowledge within 60 s.
+    pub fn flush(&self) -> anyhow::Result<()> {
+        self.producer.flush(Duration::from_secs(60)).context("flush the bench producer")
+    }
+
+    /// Versions sent so far per canvas (the head of each).
+    pub fn heads(&self) -> Vec<u64> {
+        self.next_version.iter().map(|v| v - 1).collect()
+    }
+}
+
+/// A bare librdkafka consumer reading every partition of `topic` from the log start until it
+/// reaches the high watermarks taken at the start: the replay ceiling. Returns (records, seconds),
+/// timed from the consumer's creation as the node's catch-up is.
+///
+/// # Errors
+/// When the broker does not answer.
+pub fn bare_read_all(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::Result<(u64, f64)> {
+    // Timed like the node's catch-up (its tookMs): from creating the consumer, watermarks included.
+    let start = Instant::now();
+    let mut cfg = KafkaSettings::new(bootstrap).catchup_consumer(&format!("bench-bare-{:08x}", rand::random::<u32>()), "bench-bare");
+    cfg.set("enable.partition.eof", "false");
+    let consumer: BaseConsumer = cfg.create()?;
+    let mut targets = Vec::new();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions as i32 {
+        let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        targets.push(high);
+        tpl.add_partition_offset(topic, p, Offset::Beginning)?;
+    }
+    consumer.assign(&tpl)?;
+    let mut done: Vec<bool> = targets.iter().map(|t| *t == 0).collect();
+    let mut n = 0u64;
+    let mut last_progress = Instant::now();
+    while done.iter().any(|d| !d) {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                // Touch the payload as a reader would (decode nothing: this is the ceiling).
+                std::hint::black_box(m.payload().map(<[u8]>::len));
+                n += 1;
+                if m.offset() + 1 >= targets[m.partition() as usize] {
+                    done[m.partition() as usize] = true;
+                }
+            }
+            Some(Err(e)) => bail!("bare consumer: {e}"),
+            None => {}
+        }
+        if last_progress.elapsed() > Duration::from_secs(5) {
+            println!("[bench]   bare consumer: {n} records read ({:.0} s)", start.elapsed().as_secs_f64());
+            last_progress = Instant::now();
+        }
+        if start.elapsed() > Duration::from_secs(600) {
+            bail!("bare consumer did not reach the high watermarks in 600 s ({n} read)");
+        }
+    }
+    Ok((n, start.elapsed().as_secs_f64()))
+}
+
+/// A bare consumer at the end of every partition of `topic`, recording the receive time of each
+/// event by (canvas index, version): the baseline "produce → consume" round trip.
+pub struct BareTail {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<anyhow::Result<Vec<(usize, u64, Instant)>>>>,
+}
+
+impl BareTail {
+    /// Starts tailing; returns once the consumer is assigned at the high watermarks.
+    ///
+    /// # Errors
+    /// When the broker does not answer.
+    pub fn start(bootstrap: &str, topic: &str, partitions: u32, canvases: &[String]) -> anyhow::Result<Self> {
+        let cfg = KafkaSettings::new(bootstrap).reader(&format!("bench-tail-{:08x}", rand::random::<u32>()));
+        let consumer: BaseConsumer = cfg.create()?;
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions as i32 {
+            let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+            tpl.add_partition_offset(topic, p, Offset::Offset(high))?;
+        }
+        consumer.assign(&tpl)?;
+        let index: std::collections::HashMap<String, usize> = canvases.iter().enumerate().map(|(i, c)| (c.clone(), i)).collect();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new().name("bench-tail".into()).spawn(move || {
+            let mut out = Vec::new();
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                match consumer.poll(Duration::from_millis(50)) {
+                    Some(Ok(m)) => {
+                        let at = Instant::now();
+                        if let Ok(ev) = PixelEvent::from_record(m.payload()) {
+                            if let Some(i) = index.get(ev.canvas.as_str()) {
+                                out.push((*i, ev.version, at));
+                            }
+                        }
+                    }
+                    Some(Err(e)) => return Err(anyhow::anyhow!("tail consumer: {e}")),
+                    None => {}
+                }
+            }
+            Ok(out)
+        })?;
+        Ok(Self { stop, thread: Some(thread) })
+    }
+
+    /// Stops and returns what was received.
+    ///
+    /// # Errors
+    /// When the consumer failed.
+    pub fn stop(mut self) -> anyhow::Result<Vec<(usize, u64, Instant)>> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().expect("joined once").join().map_err(|_| anyhow::anyhow!("tail thread panicked"))?
+    }
+}

@@ -1,0 +1,339 @@
+//! End-to-end latency at fixed offered loads: publish → client receive, p50/p99/p99.9, for the
+//! fleet (through its HTTP publisher, and produced straight to Kafka like the peers), the peers,
+//! and a bare librdkafka produce → consume round trip; plus what the gateway proxy adds.
+
+use super::kafka::{BareTail, DirectProducer};
+use super::peers::Peer;
+use super::report::{Better, Cell, Row};
+use super::servers::{Server, PARTITIONS};
+use super::subs::{self, Sub, System};
+use super::Ctx;
+use anyhow::bail;
+use hdrhistogram::Histogram;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Latencies of one path at one load, µs.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Dist {
+    pub samples: u64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+    /// Events sent in the window that some subscriber of their canvas never received.
+    pub missing: u64,
+    /// Events/s actually sent (accepted, for HTTP).
+    pub achieved_rate: f64,
+}
+
+fn dist(h: &Histogram<u64>, missing: u64, achieved_rate: f64) -> Dist {
+    let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
+    Dist { samples: h.len(), p50_ms: ms(0.5), p99_ms: ms(0.99), p999_ms: ms(0.999), missing, achieved_rate }
+}
+
+fn histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds")
+}
+
+/// Joins send times with receive times: latency of every (canvas, version) each subscriber got.
+fn join(sent: &[(usize, u64, Instant)], subs: &[&Sub]) -> (Histogram<u64>, u64) {
+    let by_key: HashMap<(usize, u64), Instant> = sent.iter().map(|(c, v, t)| ((*c, *v), *t)).collect();
+    let mut h = histogram();
+    let mut got = 0u64;
+    let mut expected = 0u64;
+    for s in subs {
+        expected += sent.iter().filter(|(c, _, _)| *c == s.canvas).count() as u64;
+        for (v, at) in s.seen.times.lock().expect("times lock").iter() {
+            if let Some(t0) = by_key.get(&(s.canvas, *v)) {
+                let _ = h.record(at.saturating_duration_since(*t0).as_micros().max(1) as u64);
+                got += 1;
+            }
+        }
+    }
+    (h, expected.saturating_sub(got))
+}
+
+/// Waits until every subscriber got at least one event (the server's consumer is live), sending
+/// one event per canvas with `poke` every 300 ms.
+async fn warm_up<F, Fut>(label: &str, subs: &[&Sub], mut poke: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let started = Instant::now();
+    loop {
+        poke().await?;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let waiting = subs.iter().filter(|s| s.seen.events.load(Ordering::Relaxed) == 0).count();
+        if waiting == 0 {
+            // Let the warm-up's tail arrive, then forget it.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            for s in subs {
+                s.seen.times.lock().expect("times lock").clear();
+            }
+            return Ok(());
+        }
+        if started.elapsed() > Duration::from_secs(90) {
+            bail!("{label}: {waiting}/{} subscribers received nothing in 90 s of warm-up", subs.len());
+        }
+    }
+}
+
+/// Publishes through the fleet's HTTP publisher at `rate` for `duration`, open loop (at most
+/// 512 requests in flight): (canvas index, version, time the request was sent) of each accepted.
+async fn http_load(publisher: &str, canvases: &[String], rate: f64, duration: Duration) -> Vec<(usize, u64, Instant)> {
+    let http = reqwest::Client::builder().pool_max_idle_per_host(512).build().expect("http client");
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let permits = Arc::new(tokio::sync::Semaphore::new(512));
+    let start = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut n = 0u64;
+    while start.elapsed() < duration {
+        tick.tick().await;
+        let due = (start.elapsed().as_secs_f64() * rate) as u64;
+        while n < due {
+            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let i = (n as usize) % canvases.len();
+            n += 1;
+            let url = format!("{publisher}/canvases/{}/pixels", canvases[i]);
+            let (http, log) = (http.clone(), log.clone());
+            tokio::spawn(async move {
+                let _permit = permit;
+                let body = serde_json::json!({"x": rand::random::<u32>() % 64, "y": rand::random::<u32>() % 64, "color": "#336699"});
+                let t0 = Instant::now();
+                if let Ok(r) = http.post(&url).json(&body).timeout(Duration::from_secs(30)).send().await {
+                    if r.status().as_u16() == 201 {
+                        if let Ok(v) = r.json::<serde_json::Value>().await {
+                            log.lock().expect("log lock").push((i, v["version"].as_u64().unwrap_or(0), t0));
+                        }
+                    }
+                }
+            });
+        }
+    }
+    let _ = permits.acquire_many(512).await;
+    let out = std::mem::take(&mut *log.lock().expect("log lock"));
+    out
+}
+
+/// Results of one load level.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Level {
+    pub rate: f64,
+    pub fleet_http_direct: Option<Dist>,
+    pub fleet_http_gateway: Option<Dist>,
+    pub fleet_kafka: Option<Dist>,
+    pub centrifugo: Option<Dist>,
+    pub socketio: Option<Dist>,
+    pub bare: Option<Dist>,
+}
+
+async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -> anyhow::Result<()> {
+    let n = ctx.size.latency_canvases;
+    let tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let (gw_base, _) = server.gateway.clone().expect("the fleet has a gateway");
+    let publisher = server.publisher.clone().expect("the fleet has a publisher");
+    // Through the HTTP publisher: one subscriber per canvas directly on the node, one through the gateway.
+    let canvases: Vec<String> = (0..n).map(|i| format!("lh{tag}-{i}")).collect();
+    let direct = subs::subscribe_many(System::Fleet, &server.ws_base, &canvases, n, true).await?;
+    let via_gw = subs::subscribe_many(System::Fleet, &gw_base, &canvases, n, true).await?;
+    let all: Vec<&Sub> = direct.iter().chain(via_gw.iter()).collect();
+    let http = reqwest::Client::new();
+    warm_up("fleet (HTTP)", &all, || {
+        let (http, publisher, canvases) = (http.clone(), publisher.clone(), canvases.clone());
+        async move {
+            for c in &canvases {
+                http.post(format!("{publisher}/canvases/{c}/pixels")).json(&serde_json::json!({"x":0,"y":0,"color":"#000000"})).send().await?;
+            }
+            Ok(())
+        }
+    })
+    .await?;
+    println!("[bench]   fleet: publishing {rate} events/s through the HTTP publisher for {} s", ctx.size.duration.as_secs());
+    let sent = http_load(&publisher, &canvases, rate, ctx.size.duration).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let achieved = sent.len() as f64 / ctx.size.duration.as_secs_f64();
+    let (h, m) = join(&sent, &direct.iter().collect::<Vec<_>>());
+    level.fleet_http_direct = Some(dist(&h, m, achieved));
+    let (h, m) = join(&sent, &via_gw.iter().collect::<Vec<_>>());
+    level.fleet_http_gateway = Some(dist(&h, m, achieved));
+    println!("[bench]   fleet (HTTP): {} accepted ({achieved:.0}/s); direct {:?}; via gateway {:?}", sent.len(), level.fleet_http_direct, level.fleet_http_gateway);
+    drop((direct, via_gw));
+
+    // Produced straight to Kafka, like the peers.
+    let canvases: Vec<String> = (0..n).map(|i| format!("lk{tag}-{i}")).collect();
+    level.fleet_kafka = Some(kafka_in(ctx, server, &canvases, rate).await?);
+    Ok(())
+}
+
+/// Produces straight to Kafka at `rate` to `canvases` of the server's topic with one subscriber
+/// per canvas.
+async fn kafka_in(ctx: &Ctx, server: &Server, canvases: &[String], rate: f64) -> anyhow::Result<Dist> {
+    let label = server.system.label();
+    let subs = subs::subscribe_many(server.system, &server.ws_base, canvases, canvases.len(), true).await?;
+    let refs: Vec<&Sub> = subs.iter().collect();
+    let producer = Arc::new(tokio::sync::Mutex::new(DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, canvases.to_vec(), false)?));
+    warm_up(label, &refs, || {
+        let p = producer.clone();
+        async move {
+            let mut p = p.lock().await;
+            for i in 0..p.heads().len() {
+                p.send(i).await?;
+            }
+            p.flush()
+        }
+    })
+    .await?;
+    let mut p = producer.lock().await;
+    p.record = true;
+    println!("[bench]   {label}: producing {rate} events/s straight to Kafka for {} s", ctx.size.duration.as_secs());
+    let sent = p.run_at(rate, ctx.size.duration).await?;
+    p.flush()?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (h, m) = join(&p.log, &refs);
+    let d = dist(&h, m, sent as f64 / ctx.size.duration.as_secs_f64());
+    println!("[bench]   {label}: {d:?}");
+    Ok(d)
+}
+
+async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
+    let topic = format!("bench-bare-{:08x}", rand::random::<u32>());
+    super::kafka::create_topic(&ctx.broker.bootstrap, &topic, PARTITIONS as i32).await?;
+    let canvases: Vec<String> = (0..ctx.size.latency_canvases).map(|i| format!("lb-{i}")).collect();
+    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, canvases.clone(), false)?;
+    let tail = BareTail::start(&ctx.broker.bootstrap, &topic, PARTITIONS, &canvases)?;
+    // Warm-up: let the consumer start fetching.
+    p.run_at(50.0, Duration::from_secs(2)).await?;
+    p.flush()?;
+    p.record = true;
+    println!("[bench]   bare librdkafka: producing {rate} events/s for {} s", ctx.size.duration.as_secs());
+    let sent = p.run_at(rate, ctx.size.duration).await?;
+    p.flush()?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = tail.stop()?;
+    let by_key: HashMap<(usize, u64), Instant> = p.log.iter().map(|(c, v, t)| ((*c, *v), *t)).collect();
+    let mut h = histogram();
+    for (c, v, at) in &got {
+        if let Some(t0) = by_key.get(&(*c, *v)) {
+            let _ = h.record(at.saturating_duration_since(*t0).as_micros().max(1) as u64);
+        }
+    }
+    let d = dist(&h, (p.log.len() as u64).saturating_sub(h.len()), sent as f64 / ctx.size.duration.as_secs_f64());
+    println!("[bench]   bare librdkafka: {d:?}");
+    Ok(d)
+}
+
+/// Runs every load level; returns the rows.
+pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
+    let mut levels = Vec::new();
+    for &rate in rates {
+        println!("[bench] latency at {rate} events/s");
+        let mut level = Level { rate, ..Level::default() };
+        match bare_level(ctx, rate).await {
+            Ok(d) => level.bare = Some(d),
+            Err(e) => ctx.error(format!("latency {rate}/s, bare librdkafka: {e:#}")),
+        }
+        for system in ctx.systems() {
+            let server = match Server::start(system, &ctx.broker).await {
+                Ok(s) => s,
+                Err(e) => {
+                    ctx.error(format!("latency {rate}/s, start {}: {e:#}", system.label()));
+                    continue;
+                }
+            };
+            let r = match system {
+                System::Fleet => fleet_level(ctx, &server, rate, &mut level).await,
+                System::Peer(p) => {
+                    let canvases: Vec<String> = (0..ctx.size.latency_canvases).map(|i| format!("lp-{i}")).collect();
+                    kafka_in(ctx, &server, &canvases, rate).await.map(|d| match p {
+                        Peer::Centrifugo => level.centrifugo = Some(d),
+                        Peer::SocketIo => level.socketio = Some(d),
+                    })
+                }
+            };
+            if let Err(e) = r {
+                ctx.error(format!("latency {rate}/s on {}: {e:#}", system.label()));
+            }
+            server.stop().await;
+        }
+        levels.push(level);
+    }
+    rows(ctx, &levels)
+}
+
+fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let peers_run = ctx.systems().len() > 1;
+    for l in levels {
+        let bare = l.bare.as_ref();
+        let setup = format!(
+            "offered {} events/s round-robin over {} canvases, {} s, one subscriber per canvas (the fleet: one on the ws-node and one through the gateway); \
+             latency = client receive − the moment the bench sent the event (HTTP POST for \"publish\", librdkafka produce() for \"produce\"), same clock; \
+             bare baseline: librdkafka producer → librdkafka consumer on the same topic layout{}; {}",
+            l.rate, ctx.size.latency_canvases, ctx.size.duration.as_secs(),
+            bare.map_or(String::new(), |b| format!(" (p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms)", b.p50_ms, b.p99_ms, b.p999_ms)),
+            ctx.broker_label
+        );
+        let pick = |d: &Option<Dist>, f: fn(&Dist) -> f64, run: bool| -> Cell {
+            match d {
+                Some(d) => Cell::Value(f(d)),
+                None if run => Cell::na("failed: see errors"),
+                None => Cell::na("not run (--no-peers)"),
+            }
+        };
+        for (q, f) in [("p50", (|d: &Dist| d.p50_ms) as fn(&Dist) -> f64), ("p99", |d: &Dist| d.p99_ms), ("p99.9", |d: &Dist| d.p999_ms)] {
+            // Publish through the fleet's HTTP API (peers have no publisher: their row is the next).
+            let mut r = Row {
+                section: "latency".into(),
+                figure: format!("{} ev/s: HTTP publish → client {q}, ms (achieved {:.0} ev/s)", l.rate, l.fleet_http_direct.as_ref().map_or(0.0, |d| d.achieved_rate)),
+                setup: setup.clone(),
+                better: Better::Lower,
+                ours: pick(&l.fleet_http_direct, f, true),
+                centrifugo: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
+                socketio: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
+                target: None,
+                met: None,
+            };
+            if q == "p99" {
+                if let (Some(o), Some(b)) = (&l.fleet_http_direct, bare) {
+                    r = r.with_target(format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms), o.p99_ms <= 2.0 * b.p99_ms);
+                }
+            }
+            rows.push(r);
+            rows.push(Row {
+                section: "latency".into(),
+                figure: format!("{} ev/s: Kafka produce → client {q}, ms", l.rate),
+                setup: setup.clone(),
+                better: Better::Lower,
+                ours: pick(&l.fleet_kafka, f, true),
+                centrifugo: pick(&l.centrifugo, f, peers_run),
+                socketio: pick(&l.socketio, f, peers_run),
+                target: None,
+                met: None,
+            });
+        }
+        if let (Some(d), Some(g)) = (&l.fleet_http_direct, &l.fleet_http_gateway) {
+            let added = g.p99_ms - d.p99_ms;
+            rows.push(
+                Row::ours_only("latency", &format!("{} ev/s: what the gateway proxy adds at p99, ms (p50: {:.2})", l.rate, g.p50_ms - d.p50_ms), setup.clone(), Better::Lower, added, "no proxy of theirs")
+                    .with_target("< 1 ms", added < 1.0),
+            );
+        }
+        let missing: u64 = [&l.fleet_http_direct, &l.fleet_http_gateway, &l.fleet_kafka].iter().filter_map(|d| d.as_ref()).map(|d| d.missing).sum();
+        rows.push(Row {
+            section: "latency".into(),
+            figure: format!("{} ev/s: events a subscriber never received", l.rate),
+            setup: setup.clone(),
+            better: Better::Lower,
+            ours: Cell::Value(missing as f64),
+            centrifugo: pick(&l.centrifugo, |d| d.missing as f64, peers_run),
+            socketio: pick(&l.socketio, |d| d.missing as f64, peers_run),
+            target: None,
+            met: None,
+        });
+    }
+    rows
+}

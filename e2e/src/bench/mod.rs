@@ -1,0 +1,149 @@
+//! The benchmarks (`cargo run --release -p e2e --bin bench`): fan-out, latency, replay, memory,
+//! failover — the fleet side by side with Centrifugo and Socket.IO, on the same broker and machine,
+//! in one run.
+//!
+//! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
+//! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
+//! serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
+//! measures on a fresh topic and stops it afterwards, so runs do not disturb each other.
+
+pub mod failover;
+pub mod fanout;
+pub mod kafka;
+pub mod latency;
+pub mod memory;
+pub mod peers;
+pub mod replay;
+pub mod report;
+pub mod servers;
+pub mod subs;
+pub mod sys;
+
+use crate::broker::Broker;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The sizes of a run.
+#[derive(Debug, Clone)]
+pub struct Size {
+    pub name: &'static str,
+    /// Traffic time of each fan-out and latency run.
+    pub duration: Duration,
+    pub fanout: Vec<fanout::Case>,
+    /// Offered loads of the latency runs, events/s.
+    pub latency_rates: Vec<f64>,
+    pub latency_canvases: usize,
+    pub replay_events: u64,
+    pub replay_canvases: usize,
+    /// Idle connection counts of the memory measure, ascending.
+    pub memory_levels: Vec<usize>,
+    pub failover_clients: usize,
+    pub failover_canvases: usize,
+    pub failover_rate: f64,
+}
+
+impl Size {
+    /// The sizes the issue asks for: about 25 minutes on 2 cores.
+    pub fn full() -> Self {
+        Self {
+            name: "full",
+            duration: Duration::from_secs(10),
+            fanout: vec![
+                fanout::Case { name: "1,000 clients over 10 canvases".into(), active_canvases: 10, active_clients: 1000, idle_clients: 0, rate: 500.0 },
+                fanout::Case { name: "100 clients on 1 canvas".into(), active_canvases: 1, active_clients: 100, idle_clients: 0, rate: 500.0 },
+                fanout::Case { name: "5,000 idle + 100 active over 10 canvases".into(), active_canvases: 10, active_clients: 100, idle_clients: 5000, rate: 5000.0 },
+            ],
+            latency_rates: vec![1000.0, 10_000.0, 50_000.0],
+            latency_canvases: 100,
+            replay_events: 1_000_000,
+            replay_canvases: 1000,
+            memory_levels: vec![1000, 5000, 10_000],
+            failover_clients: 1000,
+            failover_canvases: 10,
+            failover_rate: 100.0,
+        }
+    }
+
+    /// A few seconds of everything, so the tool cannot rot (what CI runs).
+    pub fn tiny() -> Self {
+        Self {
+            name: "tiny",
+            duration: Duration::from_secs(2),
+            fanout: vec![fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 }],
+            latency_rates: vec![200.0],
+            latency_canvases: 5,
+            replay_events: 20_000,
+            replay_canvases: 50,
+            memory_levels: vec![50, 100],
+            failover_clients: 20,
+            failover_canvases: 4,
+            failover_rate: 40.0,
+        }
+    }
+}
+
+/// Which measures to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, serde::Serialize)]
+pub enum Measure {
+    Fanout,
+    Latency,
+    Replay,
+    Memory,
+    Failover,
+}
+
+/// What every measure needs.
+pub struct Ctx {
+    pub broker: Broker,
+    pub broker_label: String,
+    pub size: Size,
+    /// Measure Centrifugo and Socket.IO too.
+    pub peers: bool,
+    errors: Mutex<Vec<String>>,
+}
+
+impl Ctx {
+    /// A context over a started broker.
+    pub fn new(broker: Broker, size: Size, peers: bool) -> Self {
+        let broker_label = format!("broker: {}", broker.kind.label());
+        Self { broker, broker_label, size, peers, errors: Mutex::new(Vec::new()) }
+    }
+
+    /// The systems measured: the fleet, then the peers (unless `--no-peers`).
+    pub fn systems(&self) -> Vec<subs::System> {
+        let mut v = vec![subs::System::Fleet];
+        if self.peers {
+            v.push(subs::System::Peer(peers::Peer::Centrifugo));
+            v.push(subs::System::Peer(peers::Peer::SocketIo));
+        }
+        v
+    }
+
+    /// Records a measure that failed (the run goes on; the tool exits non-zero at the end).
+    pub fn error(&self, e: String) {
+        eprintln!("[bench] ERROR {e}");
+        self.errors.lock().expect("errors lock").push(e);
+    }
+
+    /// The failures so far.
+    pub fn errors(&self) -> Vec<String> {
+        self.errors.lock().expect("errors lock").clone()
+    }
+}
+
+/// Runs `measures` in order; returns every row.
+pub async fn run(ctx: &Ctx, measures: &[Measure]) -> Vec<report::Row> {
+    let mut rows = Vec::new();
+    for m in measures {
+        let started = std::time::Instant::now();
+        rows.extend(match m {
+            Measure::Fanout => fanout::run(ctx, &ctx.size.fanout).await,
+            Measure::Latency => latency::run(ctx, &ctx.size.latency_rates).await,
+            Measure::Replay => replay::run(ctx).await,
+            Measure::Memory => memory::run(ctx, &ctx.size.memory_levels).await,
+            Measure::Failover => failover::run(ctx).await,
+        });
+        println!("[bench] {m:?} done in {:.0} s", started.elapsed().as_secs_f64());
+    }
+    rows
+}

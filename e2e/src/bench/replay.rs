@@ -1,0 +1,131 @@
+//! Catch-up replay rate: how fast a recovering ws-node replays and applies the log, against a bare
+//! librdkafka consumer reading the same records from the same broker (the ceiling).
+
+use super::kafka::{bare_read_all, create_topic, DirectProducer};
+use super::report::{Better, Row};
+use super::servers::PARTITIONS;
+use super::Ctx;
+use crate::broker::free_port;
+use crate::procs::{eventually, get_json, Service, Timeline};
+use anyhow::Context;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// What one replay measure found.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Outcome {
+    pub events: u64,
+    pub canvases: usize,
+    pub bare_events_per_s: f64,
+    pub node_events_per_s: f64,
+    /// The node's own catch-up time (`tookMs` of its `[CATCHUP] completed` line), ms.
+    pub node_took_ms: u64,
+    /// From `POST /admin/start-recovery` to `/health` ready, ms.
+    pub node_ready_ms: u64,
+}
+
+async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
+    let events = ctx.size.replay_events;
+    let canvases: Vec<String> = (0..ctx.size.replay_canvases).map(|i| format!("rp-{i}")).collect();
+    let topic = format!("bench-replay-{:08x}", rand::random::<u32>());
+    create_topic(&ctx.broker.bootstrap, &topic, PARTITIONS as i32).await?;
+    println!("[bench]   writing {events} events over {} canvases and {PARTITIONS} partitions to {topic}", canvases.len());
+    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, canvases.clone(), false)?;
+    let started = Instant::now();
+    let mut last = Instant::now();
+    for k in 0..events {
+        p.send((k as usize) % canvases.len()).await?;
+        if last.elapsed() > Duration::from_secs(5) {
+            println!("[bench]   {k}/{events} written ({:.0} s)", started.elapsed().as_secs_f64());
+            last = Instant::now();
+        }
+    }
+    p.flush()?;
+    println!("[bench]   written in {:.1} s", started.elapsed().as_secs_f64());
+
+    println!("[bench]   bare librdkafka consumer reading them from the log start");
+    let (bs, topic2) = (ctx.broker.bootstrap.clone(), topic.clone());
+    let (n, secs) = tokio::task::spawn_blocking(move || bare_read_all(&bs, &topic2, PARTITIONS)).await??;
+    anyhow::ensure!(n == events, "the bare consumer read {n} records, {events} were written");
+    let bare = n as f64 / secs;
+    println!("[bench]   bare consumer: {n} records in {secs:.2} s = {bare:.0}/s");
+
+    // A ws-node that starts UP with no state and recovers by replaying the whole topic.
+    let port = free_port()?;
+    let tag = format!("{:08x}", rand::random::<u32>());
+    let env: BTreeMap<String, String> = [
+        ("KAFKA_BOOTSTRAP", ctx.broker.bootstrap.clone()),
+        ("KAFKA_TOPIC", topic.clone()),
+        ("TOPIC_PARTITIONS", PARTITIONS.to_string()),
+        ("NODE_ID", "ws-replay".into()),
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("BROADCAST_GROUP", format!("bench-broadcast-{tag}")),
+        ("CATCHUP_GROUP", format!("bench-catchup-{tag}")),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let tl = Timeline::new(false);
+    let mut node = Service::new("ws-replay", "ws-node", port, env, tl.clone());
+    node.start()?;
+    let http = reqwest::Client::new();
+    let url = node.url();
+    let result = async {
+        eventually("the replay node to answer /health", Duration::from_secs(30), || async {
+            Ok(get_json(&http, &format!("{url}/health")).await.ok().map(|_| ()))
+        })
+        .await?;
+        let t0 = Instant::now();
+        let r = http.post(format!("{url}/admin/start-recovery")).send().await?;
+        anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
+        println!("[bench]   ws-node replaying (start-recovery sent)");
+        eventually("the replay node to be ready", Duration::from_secs(900), || async {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            if h["ready"] == true {
+                Ok(Some(()))
+            } else {
+                Err(format!("replayed {}", h["catchup"]["replay_count"]))
+            }
+        })
+        .await?;
+        let ready_ms = t0.elapsed().as_millis() as u64;
+        let line = tl.grep("ws-replay", "[CATCHUP] completed").pop().context("no [CATCHUP] completed line")?;
+        let field = |name: &str| -> Option<u64> { line.split(&format!("{name}=")).nth(1)?.split_whitespace().next()?.parse().ok() };
+        let count = field("replayCount").context("replayCount")?;
+        let took = field("tookMs").context("tookMs")?;
+        anyhow::ensure!(count == events, "the node replayed {count} events, {events} were written");
+        Ok((count, took, ready_ms))
+    }
+    .await;
+    node.terminate(Duration::from_secs(10)).await;
+    let (count, took, ready_ms) = result?;
+    let rate = count as f64 / (took.max(1) as f64 / 1000.0);
+    println!("[bench]   ws-node: {count} events replayed and applied in {took} ms = {rate:.0}/s ({:.0}% of the bare consumer); ready {ready_ms} ms after start-recovery", 100.0 * rate / bare);
+    Ok(Outcome { events, canvases: canvases.len(), bare_events_per_s: bare, node_events_per_s: rate, node_took_ms: took, node_ready_ms: ready_ms })
+}
+
+/// Runs the replay measure; returns the rows.
+pub async fn run(ctx: &Ctx) -> Vec<Row> {
+    println!("[bench] catch-up replay of {} events", ctx.size.replay_events);
+    let o = match measure(ctx).await {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.error(format!("replay: {e:#}"));
+            return Vec::new();
+        }
+    };
+    let setup = format!(
+        "{} events ({} B JSON values) over {} canvases and {PARTITIONS} partitions, written before the reader starts; the ws-node starts with no state \
+         and replays from the log start to the high watermarks (rate = replayCount / its tookMs: decode, apply to the canvas, keep recent events); \
+         the ceiling is a bare librdkafka BaseConsumer with the node's catch-up fetch settings, reading the same records without decoding; {}",
+        o.events, super::kafka::event("x", 1).to_json().len(), o.canvases, ctx.broker_label
+    );
+    let why = "no replay from the log: its consumer starts at the committed offset, history lives in memory";
+    let ratio = o.node_events_per_s / o.bare_events_per_s;
+    vec![
+        Row::ours_only("replay", "bare librdkafka consumer, events/s (the ceiling)", setup.clone(), Better::Higher, o.bare_events_per_s, why),
+        Row::ours_only("replay", "ws-node catch-up, events/s replayed and applied", setup.clone(), Better::Higher, o.node_events_per_s, why),
+        Row::ours_only("replay", "ws-node catch-up ÷ bare consumer, %", setup.clone(), Better::Higher, 100.0 * ratio, why).with_target("≥ 70%", ratio >= 0.7),
+        Row::ours_only("replay", "start-recovery → ready, ms", setup, Better::Lower, o.node_ready_ms as f64, why),
+    ]
+}

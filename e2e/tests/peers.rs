@@ -1,0 +1,201 @@
+//! The peers of the benchmarks, end to end on a real broker: Apache Kafka (KRaft, on the JVM),
+//! then for each peer (Centrifugo, Socket.IO) a fresh 6-partition topic, the peer consuming it,
+//! 3 clients on each of 2 canvases, and 20 events per canvas produced the way the benchmark does
+//! (key = canvas, explicit partition, `centrifugo-channels` header). Every client must get exactly
+//! versions 1..=20 of its canvas, in order.
+//!
+//! Fails, never skips, when a peer cannot be installed or started: its install script needs Go
+//! and the Go module proxy (Centrifugo), Node.js 20.19+ and the npm registry (Socket.IO).
+//!
+//! `cargo test --release -p e2e --test peers -- --nocapture`
+
+use anyhow::{bail, Context};
+use e2e::bench::peers::{on_text, subscribe, Peer, PeerServer, Ws};
+use e2e::broker::{Broker, BrokerKind};
+use futures::{SinkExt, StreamExt};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::ClientConfig;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio_tungstenite::tungstenite::Message;
+
+const PARTITIONS: i32 = 6;
+const CANVASES: usize = 2;
+const CLIENTS_PER_CANVAS: usize = 3;
+const EVENTS_PER_CANVAS: u64 = 20;
+/// How long the clients may take to receive every event once all are produced.
+const DELIVERY_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a client keeps listening after its last expected event, to catch duplicates.
+const QUIET_AFTER: Duration = Duration::from_millis(500);
+
+/// Two canvas ids on different partitions of the topic (so both the partition routing and more
+/// than one partition consumer are exercised).
+fn canvases() -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut seen = Vec::new();
+    for i in 0.. {
+        let canvas = format!("bench-c{i}");
+        let p = shared::partitioner::partition_for(canvas.as_bytes(), PARTITIONS as u32);
+        if !seen.contains(&p) {
+            seen.push(p);
+            out.push(canvas);
+        }
+        if out.len() == CANVASES {
+            break;
+        }
+    }
+    out
+}
+
+async fn create_topic(bootstrap: &str, topic: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("admin client")?;
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .context("create_topics")?;
+    for r in results {
+        r.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Produces `EVENTS_PER_CANVAS` events per canvas, canvases interleaved, as the benchmark does.
+async fn produce(producer: &FutureProducer, topic: &str, canvases: &[String]) -> anyhow::Result<()> {
+    for version in 1..=EVENTS_PER_CANVAS {
+        for canvas in canvases {
+            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
+            let value = serde_json::json!({
+                "canvas": canvas, "version": version, "x": version % 7, "y": version % 5,
+                "color": "#ff0000", "published_at_ms": now_ms,
+            })
+            .to_string();
+            let partition = shared::partitioner::partition_for(canvas.as_bytes(), PARTITIONS as u32) as i32;
+            let headers = OwnedHeaders::new().insert(Header { key: "centrifugo-channels", value: Some(canvas.as_str()) });
+            producer
+                .send(
+                    FutureRecord::to(topic).key(canvas).payload(&value).partition(partition).headers(headers),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| anyhow::anyhow!("produce {canvas} v{version}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads `ws` until it has `EVENTS_PER_CANVAS` versions (then `QUIET_AFTER` more), answering pings.
+async fn receive(peer: Peer, mut ws: Ws, deadline: tokio::time::Instant) -> (Vec<u64>, Option<String>) {
+    let mut versions = Vec::new();
+    let mut quiet_until: Option<tokio::time::Instant> = None;
+    loop {
+        let until = quiet_until.unwrap_or(deadline);
+        let msg = match tokio::time::timeout_at(until, ws.next()).await {
+            Err(_) if quiet_until.is_some() => return (versions, None),
+            Err(_) => return (versions, Some("timed out".into())),
+            Ok(m) => m,
+        };
+        match msg {
+            Some(Ok(Message::Text(t))) => {
+                if let Some(reply) = on_text(peer, &t, &mut versions) {
+                    if let Err(e) = ws.send(Message::text(reply)).await {
+                        return (versions, Some(format!("send pong: {e}")));
+                    }
+                }
+            }
+            Some(Ok(Message::Close(f))) => return (versions, Some(format!("closed by the server: {f:?}"))),
+            Some(Ok(_)) => {}
+            Some(Err(e)) => return (versions, Some(format!("WebSocket error: {e}"))),
+            None => return (versions, Some("the WebSocket ended".into())),
+        }
+        if quiet_until.is_none() && versions.len() as u64 >= EVENTS_PER_CANVAS {
+            quiet_until = Some(tokio::time::Instant::now() + QUIET_AFTER);
+        }
+    }
+}
+
+async fn check_peer(peer: Peer, bootstrap: &str, producer: &FutureProducer) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let topic = format!("peers-{}-{:08x}", peer.slug(), rand::random::<u32>());
+    create_topic(bootstrap, &topic).await?;
+    println!("[test] {}: topic {topic} ({PARTITIONS} partitions) created", peer.label());
+    let server = PeerServer::start(peer, bootstrap, &topic).await?;
+    let started = t0.elapsed();
+    println!("[test] {} ready (pid {}) at {} after {:.1} s", peer.label(), server.pid(), server.ws_url(), started.as_secs_f64());
+
+    let canvases = canvases();
+    let mut clients = Vec::new();
+    for canvas in &canvases {
+        for i in 0..CLIENTS_PER_CANVAS {
+            let ws = subscribe(peer, &server.ws_url(), canvas)
+                .await
+                .with_context(|| format!("{}: subscribe client {i} to {canvas}", peer.label()))?;
+            clients.push((canvas.clone(), i, ws));
+        }
+    }
+    println!("[test] {}: {} clients subscribed to {canvases:?}", peer.label(), clients.len());
+
+    let deadline = tokio::time::Instant::now() + DELIVERY_TIMEOUT;
+    let readers: Vec<_> = clients
+        .into_iter()
+        .map(|(canvas, i, ws)| (canvas, i, tokio::spawn(receive(peer, ws, deadline))))
+        .collect();
+    let produce_start = Instant::now();
+    produce(producer, &topic, &canvases).await?;
+    println!("[test] {}: produced {} events per canvas in {:.2} s; waiting for the clients (up to {} s)",
+        peer.label(), EVENTS_PER_CANVAS, produce_start.elapsed().as_secs_f64(), DELIVERY_TIMEOUT.as_secs());
+
+    let expected: Vec<u64> = (1..=EVENTS_PER_CANVAS).collect();
+    let mut failures = Vec::new();
+    for (canvas, i, reader) in readers {
+        let (versions, problem) = reader.await?;
+        if versions != expected {
+            failures.push(format!(
+                "client {i} of {canvas} got versions {versions:?} (expected 1..={EVENTS_PER_CANVAS} in order){}",
+                problem.map(|p| format!("; {p}")).unwrap_or_default()
+            ));
+        }
+    }
+    let delivered = produce_start.elapsed();
+    let stop_start = Instant::now();
+    server.stop().await;
+    println!("[test] {}: stopped in {:.2} s", peer.label(), stop_start.elapsed().as_secs_f64());
+    if !failures.is_empty() {
+        bail!("{} did not deliver every event to every client within {} s of producing:\n  {}",
+            peer.label(), DELIVERY_TIMEOUT.as_secs(), failures.join("\n  "));
+    }
+    println!("[test] {}: every client got versions 1..={EVENTS_PER_CANVAS} in order ({:.2} s from the first produce to the last check, incl. {} ms of quiet); {:.1} s in all",
+        peer.label(), delivered.as_secs_f64(), QUIET_AFTER.as_millis(), t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peers_deliver_every_event_in_order() -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let broker = Broker::start(BrokerKind::Real).await?;
+    let bootstrap = broker.bootstrap.clone();
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", &bootstrap)
+        .set("linger.ms", "0")
+        .set("acks", "all")
+        .create()
+        .context("producer")?;
+    let mut errors = Vec::new();
+    for peer in Peer::ALL {
+        println!("[test] === {} ({:.1} s) ===", peer.label(), t0.elapsed().as_secs_f64());
+        if let Err(e) = check_peer(peer, &bootstrap, &producer).await {
+            println!("[test] {} FAILED: {e:#}", peer.label());
+            errors.push(format!("{}: {e:#}", peer.label()));
+        }
+    }
+    println!("[test] done in {:.1} s", t0.elapsed().as_secs_f64());
+    if !errors.is_empty() {
+        bail!("{}", errors.join("\n"));
+    }
+    Ok(())
+}
