@@ -12,6 +12,8 @@
 #      operations (drain, SIGTERM, SIGSTOP, malformed frames), the Docker deployment checks
 #      (compose-go validation with the machine's Go) and the live pages in headless Chromium
 #      (screenshots in target/browser-artifacts/).
+#   6. The benchmark tool once at its tiny size, against Centrifugo and Socket.IO too (they are
+#      installed from the Go module proxy and npm on first use), so it cannot rot.
 #
 # Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
 set -euo pipefail
@@ -33,5 +35,8 @@ cargo build --release --workspace --bins
 
 step "running every test (cargo test --release --workspace)"
 cargo test --release --workspace -- --nocapture "$@"
+
+step "the benchmark tool at its tiny size, peers included (cargo run --release -p e2e --bin bench -- --size tiny)"
+cargo run --release -p e2e --bin bench -- --size tiny --out target/bench/tiny
 
 step "all tests passed"

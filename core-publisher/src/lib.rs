@@ -75,7 +75,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     tokio::spawn(prepare);
 
     tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
-    axum::serve(listener, api::router(versions))
+    axum::serve(shared::http::no_delay(listener), api::router(versions))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;
     tracing::info!("publisher stopped");

@@ -74,6 +74,8 @@ pub struct Fleet {
     decisions: Mutex<VecDeque<DecisionRecord>>,
     http: reqwest::Client,
     refresh: Notify,
+    /// Counts completed polls (scheduled or refresh): the proxy waits for the next one to re-route.
+    polled: tokio::sync::watch::Sender<u64>,
     partition_count: AtomicU32,
     /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
     pub shutdown: tokio_util::sync::CancellationToken,
@@ -120,6 +122,7 @@ impl Fleet {
             decisions: Mutex::new(VecDeque::new()),
             http: reqwest::Client::builder().build().expect("build the HTTP client"),
             refresh: Notify::new(),
+            polled: tokio::sync::watch::Sender::new(0),
             partition_count: AtomicU32::new(partitions),
             shutdown,
             sessions: Mutex::new(std::collections::HashMap::new()),
@@ -208,6 +211,16 @@ impl Fleet {
         self.refresh.notify_one();
     }
 
+    /// Asks for a routing refresh and waits until it completed (at most `max`): the proxy's one
+    /// re-route after a refused or unroutable handshake, so a partition that just moved is found
+    /// at its new owner within one refresh instead of after the client's retry.
+    pub async fn refreshed(&self, max: Duration) {
+        let mut rx = self.polled.subscribe();
+        rx.borrow_and_update();
+        self.request_refresh();
+        let _ = tokio::time::timeout(max, rx.changed()).await;
+    }
+
     /// Partition count used for routing (the topic's, once a node reported it).
     pub fn partition_count(&self) -> u32 {
         self.partition_count.load(Ordering::Relaxed)
@@ -271,6 +284,7 @@ impl Fleet {
             self.note_stand_ins();
         }
         self.move_sessions_off_down_nodes();
+        self.polled.send_modify(|n| *n += 1);
     }
 
     /// While a node is away, remembers which nodes own its partitions (they stand in for it).

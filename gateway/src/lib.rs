@@ -35,7 +35,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         "[GATEWAY] listening; polling nodes"
     );
     tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
-    let serve = axum::serve(listener, api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {
         shutdown.cancelled().await;

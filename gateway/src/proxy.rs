@@ -2,9 +2,10 @@
 //!
 //! The gateway opens the upstream WebSocket to the node that owns the canvas's partition *before*
 //! it accepts the client's upgrade, so a node's refusal (503 + Retry-After: not ready, draining,
-//! not the owner, behind the client) reaches the client as the same 503. It tries at most two
-//! nodes (one re-route, never a loop). Once both sides are open, frames pass through unchanged in
-//! both directions; a close on either side is forwarded and ends both. When the upstream drops
+//! not the owner, behind the client) reaches the client as the same 503. It tries the owners it
+//! knows, then once more after a fresh poll of the nodes (a partition in the middle of moving is
+//! found at its new owner), never more: at most four handshakes, no loop. Once both sides are
+//! open, frames pass through unchanged in both directions; a close on either side is forwarded and ends both. When the upstream drops
 //! without a close frame (its process died) the client gets 1012 Service Restart, and reconnects;
 //! when the gateway shuts down, 1001 Going Away.
 
@@ -38,28 +39,40 @@ pub async fn connect_upstream(
     since: u64,
     headers: &HeaderMap,
 ) -> Result<(Upstream, Target), Refused> {
-    let (partition, targets) = fleet.route(canvas);
-    if targets.is_empty() {
-        fleet.request_refresh();
-        return Err(Refused {
-            code: "no_owner".into(),
-            message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
-            retry_after_secs: 1,
-        });
-    }
+    // At most two rounds: the routing as polled, then once more after a fresh poll of every node
+    // (a partition that is moving between nodes is found at its new owner without sending the
+    // client away). Each round tries at most two owners.
     let mut last = None;
-    for target in targets.into_iter().take(2) {
-        match open(fleet, &target, canvas, since, headers).await {
-            Ok(ws) => return Ok((ws, target)),
-            Err(refused) => {
-                tracing::info!(node = %target.id, canvas, code = %refused.code, reason = %refused.message, "upstream refused the handshake");
-                fleet.request_refresh();
-                last = Some(refused);
+    for round in 0..2 {
+        if round == 1 {
+            fleet.refreshed(REROUTE_WAIT).await;
+        }
+        let (partition, targets) = fleet.route(canvas);
+        if targets.is_empty() {
+            last = Some(Refused {
+                code: "no_owner".into(),
+                message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
+                retry_after_secs: 1,
+            });
+            continue;
+        }
+        for target in targets.into_iter().take(2) {
+            match open(fleet, &target, canvas, since, headers).await {
+                Ok(ws) => return Ok((ws, target)),
+                Err(refused) => {
+                    tracing::info!(node = %target.id, canvas, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
+                    last = Some(refused);
+                }
             }
         }
     }
-    Err(last.expect("at least one target was tried"))
+    fleet.request_refresh();
+    Err(last.expect("a round either routes or records why not"))
 }
+
+/// How long the proxy waits for a routing refresh before its second round (the poller refreshes
+/// at most every 200 ms; a poll answers within the poll timeout).
+const REROUTE_WAIT: Duration = Duration::from_millis(1000);
 
 async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);

@@ -43,7 +43,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     );
     let app = http::router(node.clone());
     let n = node.clone();
-    axum::serve(listener, app)
+    axum::serve(shared::http::no_delay(listener), app)
         .with_graceful_shutdown(async move {
             shutdown.cancelled().await;
             tracing::info!("[NODE] {} shutting down: draining sessions and leaving the group", n.config.node_id);
