@@ -134,9 +134,6 @@ impl Broker {
                 Ok(Self { kind, bootstrap, inner: Inner::Embedded { stop: Some(cmd_tx), thread: Some(thread) } })
             }
             BrokerKind::Real => {
-                let port = free_port()?;
-                let dir = tempfile::Builder::new().prefix("e2e-kafka-").tempdir()?;
-                let script = repo_root().join("scripts/kafka/start.sh");
                 // Resolve the jars from Maven Central when they are not there yet (a no-op otherwise).
                 let fetch = repo_root().join("scripts/kafka/fetch.sh");
                 println!("[harness] making sure Apache Kafka's jars are present ({})", fetch.display());
@@ -145,35 +142,20 @@ impl Broker {
                 if !status.success() {
                     bail!("{} failed ({status}): Kafka's jars could not be resolved from Maven Central", fetch.display());
                 }
-                println!("[harness] starting Apache Kafka on 127.0.0.1:{port} (logs: {}/server.log)", dir.path().display());
-                let mut cmd = std::process::Command::new("bash");
-                cmd.arg(&script).arg(port.to_string()).arg(dir.path()).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::inherit());
-                crate::procs::die_with_parent(&mut cmd);
-                let child = cmd
-                    .spawn()
-                    .with_context(|| format!("run {}", script.display()))?;
-                let bootstrap = format!("127.0.0.1:{port}");
-                let started = Instant::now();
-                let mut broker = Self { kind, bootstrap: bootstrap.clone(), inner: Inner::Real { child, _dir: dir } };
-                loop {
-                    if tokio::net::TcpStream::connect(&bootstrap).await.is_ok() {
-                        break;
-                    }
-                    if let Inner::Real { child, .. } = &mut broker.inner {
-                        if let Some(status) = child.try_wait()? {
-                            bail!("Kafka exited during start-up ({status}); see its server.log");
+                // Both ports come from the kernel's free ports; one can still be taken between
+                // the check and the JVM's bind (an outgoing connection's local port, say), so a
+                // broker that exits during start-up is retried on fresh ports.
+                let mut last = None;
+                for attempt in 1..=3 {
+                    match Self::start_jvm(kind.clone()).await {
+                        Ok(b) => return Ok(b),
+                        Err(e) => {
+                            println!("[harness] Kafka start attempt {attempt} failed: {e:#}");
+                            last = Some(e);
                         }
                     }
-                    if started.elapsed() > Duration::from_secs(90) {
-                        bail!("Kafka did not open {bootstrap} within 90 s");
-                    }
-                    if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 250 {
-                        println!("[harness] waiting for Kafka to listen on {bootstrap} ({} s)", started.elapsed().as_secs());
-                    }
-                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
-                println!("[harness] Kafka is listening on {bootstrap} after {:.1} s", started.elapsed().as_secs_f64());
-                Ok(broker)
+                Err(last.expect("three attempts were made"))
             }
             BrokerKind::Container => {
                 use testcontainers::core::{IntoContainerPort, WaitFor};
@@ -212,6 +194,52 @@ impl Broker {
             }
             BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External }),
         }
+    }
+
+    /// Starts the JVM broker once on fresh ports and waits until it listens.
+    async fn start_jvm(kind: BrokerKind) -> anyhow::Result<Self> {
+        let port = free_port()?;
+        let mut controller = free_port()?;
+        while controller == port {
+            controller = free_port()?;
+        }
+        let dir = tempfile::Builder::new().prefix("e2e-kafka-").tempdir()?;
+        let script = repo_root().join("scripts/kafka/start.sh");
+        println!("[harness] starting Apache Kafka on 127.0.0.1:{port} (logs: {}/server.log)", dir.path().display());
+        let mut cmd = std::process::Command::new("bash");
+        cmd.arg(&script)
+            .arg(port.to_string())
+            .arg(dir.path())
+            .env("KAFKA_CONTROLLER_PORT", controller.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        crate::procs::die_with_parent(&mut cmd);
+        let child = cmd.spawn().with_context(|| format!("run {}", script.display()))?;
+        let bootstrap = format!("127.0.0.1:{port}");
+        let started = Instant::now();
+        let mut broker = Self { kind, bootstrap: bootstrap.clone(), inner: Inner::Real { child, _dir: dir } };
+        loop {
+            if tokio::net::TcpStream::connect(&bootstrap).await.is_ok() {
+                break;
+            }
+            if let Inner::Real { child, _dir: dir } = &mut broker.inner {
+                if let Some(status) = child.try_wait()? {
+                    let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap_or_default();
+                    let why = log.lines().filter(|l| l.contains("ERROR") || l.contains("Exception")).take(3).collect::<Vec<_>>().join(" | ");
+                    bail!("Kafka exited during start-up ({status}): {why}");
+                }
+            }
+            if started.elapsed() > Duration::from_secs(90) {
+                bail!("Kafka did not open {bootstrap} within 90 s");
+            }
+            if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 250 {
+                println!("[harness] waiting for Kafka to listen on {bootstrap} ({} s)", started.elapsed().as_secs());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        println!("[harness] Kafka is listening on {bootstrap} after {:.1} s", started.elapsed().as_secs_f64());
+        Ok(broker)
     }
 
     /// The broker's pid when the harness runs it as a process (the real Kafka JVM).

@@ -46,7 +46,7 @@ impl Outcome {
 }
 
 async fn run_case(ctx: &Ctx, system: System, case: &Case) -> anyhow::Result<Outcome> {
-    let server = Server::start(system, &ctx.broker).await?;
+    let server = Server::start(system, ctx).await?;
     let result = measure(ctx, &server, case).await;
     server.stop().await;
     result
@@ -59,7 +59,7 @@ async fn measure(ctx: &Ctx, server: &Server, case: &Case) -> anyhow::Result<Outc
     let label = server.system.label();
     let _idle = if case.idle_clients > 0 { subs::subscribe_many(server.system, &server.ws_base, &idle, case.idle_clients, false).await? } else { Vec::new() };
     let subs = subs::subscribe_many(server.system, &server.ws_base, &active, case.active_clients, false).await?;
-    let mut producer = DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, active.clone(), false)?;
+    let mut producer = DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, ctx.canvas_side, active.clone(), false)?;
     // Warm-up: one event per canvas at a time until every client received one (the server's
     // consumer may still be joining its group).
     let started = Instant::now();
@@ -150,7 +150,7 @@ pub async fn run(ctx: &Ctx, cases: &[Case]) -> Vec<Row> {
              one server process (for the fleet, one ws-node, clients connected to it directly); CPU = user+system time of the server process from /proc; {}",
             case.active_clients, case.active_canvases,
             if case.idle_clients > 0 { format!(" plus {} idle clients on 100 silent canvases", case.idle_clients) } else { String::new() },
-            case.rate, ctx.size.duration.as_secs(), super::kafka::event("x", 1).to_json().len(), ctx.broker_label
+            case.rate, ctx.size.duration.as_secs(), super::kafka::event("canvas-1", 1, ctx.canvas_side).to_json().len(), ctx.broker_label
         );
         let mk = |figure: &str, better: Better, f: &dyn Fn(&Outcome) -> f64| Row {
             section: "fan-out".into(),

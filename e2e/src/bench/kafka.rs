@@ -35,14 +35,14 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyh
     Ok(())
 }
 
-/// One pixel event of `canvas` at `version`, as the publisher would write it. Its JSON is about
-/// 110 bytes.
-pub fn event(canvas: &str, version: u64) -> PixelEvent {
+/// One pixel event of `canvas` (`side` × `side` pixels) at `version`, as the publisher would
+/// write it. Its JSON is about 90 bytes.
+pub fn event(canvas: &str, version: u64, side: u32) -> PixelEvent {
     PixelEvent {
         canvas: CanvasId::parse(canvas).expect("bench canvas ids are valid"),
         version,
-        x: (version % 64) as u32,
-        y: ((version / 64) % 64) as u32,
+        x: (version % u64::from(side)) as u32,
+        y: ((version / u64::from(side)) % u64::from(side)) as u32,
         color: Color([(version % 251) as u8, 0x40, 0x80]),
         published_at_ms: shared::event::now_ms(),
     }
@@ -55,6 +55,7 @@ pub struct DirectProducer {
     producer: FutureProducer,
     topic: String,
     partitions: u32,
+    side: u32,
     canvases: Vec<String>,
     next_version: Vec<u64>,
     /// (canvas index, version, enqueue time) of each event sent while `record` is on.
@@ -68,17 +69,17 @@ pub struct DirectProducer {
 }
 
 impl DirectProducer {
-    /// A producer for `canvases` of `topic`; with `record`, the enqueue time of every event is kept
+    /// A producer for `canvases` (`side` × `side` pixels) of `topic`; with `record`, the enqueue time of every event is kept
     /// (see [`DirectProducer::log`]).
     ///
     /// # Errors
     /// When the client cannot be created.
-    pub fn new(bootstrap: &str, topic: &str, partitions: u32, canvases: Vec<String>, record: bool) -> anyhow::Result<Self> {
+    pub fn new(bootstrap: &str, topic: &str, partitions: u32, side: u32, canvases: Vec<String>, record: bool) -> anyhow::Result<Self> {
         let mut cfg = KafkaSettings::new(bootstrap).producer("bench-producer", Duration::from_secs(30));
         cfg.set("queue.buffering.max.messages", "2000000").set("queue.buffering.max.kbytes", "1048576");
         let producer: FutureProducer = cfg.create()?;
         let n = canvases.len();
-        Ok(Self { producer, topic: topic.into(), partitions, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0 })
+        Ok(Self { producer, topic: topic.into(), partitions, side, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0 })
     }
 
     /// Enqueues the next event of canvas number `i` (without waiting for the broker).
@@ -88,7 +89,7 @@ impl DirectProducer {
     pub async fn send(&mut self, i: usize) -> anyhow::Result<()> {
         let canvas = &self.canvases[i];
         let version = self.next_version[i];
-        let value = event(canvas, version).to_json();
+        let value = event(canvas, version, self.side).to_json();
         self.value_bytes = value.len();
         let partition = partition_for(canvas.as_bytes(), self.partitions) as i32;
         let headers = OwnedHeaders::new().insert(Header { key: CHANNELS_HEADER, value: Some(canvas.as_bytes()) });

@@ -83,7 +83,7 @@ where
 
 /// Publishes through the fleet's HTTP publisher at `rate` for `duration`, open loop (at most
 /// 512 requests in flight): (canvas index, version, time the request was sent) of each accepted.
-async fn http_load(publisher: &str, canvases: &[String], rate: f64, duration: Duration) -> Vec<(usize, u64, Instant)> {
+async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> Vec<(usize, u64, Instant)> {
     let http = reqwest::Client::builder().pool_max_idle_per_host(512).build().expect("http client");
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(512));
@@ -102,7 +102,7 @@ async fn http_load(publisher: &str, canvases: &[String], rate: f64, duration: Du
             let (http, log) = (http.clone(), log.clone());
             tokio::spawn(async move {
                 let _permit = permit;
-                let body = serde_json::json!({"x": rand::random::<u32>() % 64, "y": rand::random::<u32>() % 64, "color": "#336699"});
+                let body = serde_json::json!({"x": rand::random::<u32>() % side, "y": rand::random::<u32>() % side, "color": "#336699"});
                 let t0 = Instant::now();
                 if let Ok(r) = http.post(&url).json(&body).timeout(Duration::from_secs(30)).send().await {
                     if r.status().as_u16() == 201 {
@@ -153,7 +153,7 @@ async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -
     })
     .await?;
     println!("[bench]   fleet: publishing {rate} events/s through the HTTP publisher for {} s", ctx.size.duration.as_secs());
-    let sent = http_load(&publisher, &canvases, rate, ctx.size.duration).await;
+    let sent = http_load(&publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let achieved = sent.len() as f64 / ctx.size.duration.as_secs_f64();
     let (h, m) = join(&sent, &direct.iter().collect::<Vec<_>>());
@@ -175,7 +175,7 @@ async fn kafka_in(ctx: &Ctx, server: &Server, canvases: &[String], rate: f64) ->
     let label = server.system.label();
     let subs = subs::subscribe_many(server.system, &server.ws_base, canvases, canvases.len(), true).await?;
     let refs: Vec<&Sub> = subs.iter().collect();
-    let producer = Arc::new(tokio::sync::Mutex::new(DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, canvases.to_vec(), false)?));
+    let producer = Arc::new(tokio::sync::Mutex::new(DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, ctx.canvas_side, canvases.to_vec(), false)?));
     warm_up(label, &refs, || {
         let p = producer.clone();
         async move {
@@ -203,7 +203,7 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
     let topic = format!("bench-bare-{:08x}", rand::random::<u32>());
     super::kafka::create_topic(&ctx.broker.bootstrap, &topic, PARTITIONS as i32).await?;
     let canvases: Vec<String> = (0..ctx.size.latency_canvases).map(|i| format!("lb-{i}")).collect();
-    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, canvases.clone(), false)?;
+    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
     let tail = BareTail::start(&ctx.broker.bootstrap, &topic, PARTITIONS, &canvases)?;
     // Warm-up: let the consumer start fetching.
     p.run_at(50.0, Duration::from_secs(2)).await?;
@@ -237,7 +237,7 @@ pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
             Err(e) => ctx.error(format!("latency {rate}/s, bare librdkafka: {e:#}")),
         }
         for system in ctx.systems() {
-            let server = match Server::start(system, &ctx.broker).await {
+            let server = match Server::start(system, ctx).await {
                 Ok(s) => s,
                 Err(e) => {
                     ctx.error(format!("latency {rate}/s, start {}: {e:#}", system.label()));

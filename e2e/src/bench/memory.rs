@@ -52,7 +52,7 @@ fn proxy_cap() -> usize {
 }
 
 async fn one(ctx: &Ctx, system: System, levels: &[usize]) -> anyhow::Result<Growth> {
-    let server = Server::start(system, &ctx.broker).await?;
+    let server = Server::start(system, ctx).await?;
     let result = async {
         let mut g = Growth { levels: grow(system, &server.ws_base, server.pid, levels, system.label()).await?, gateway: Vec::new() };
         if let Some((gw_base, gw_pid)) = &server.gateway {

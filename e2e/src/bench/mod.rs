@@ -99,14 +99,16 @@ pub struct Ctx {
     pub size: Size,
     /// Measure Centrifugo and Socket.IO too.
     pub peers: bool,
+    /// Canvas width = height, pixels (64 by default: a 16 KiB snapshot frame).
+    pub canvas_side: u32,
     errors: Mutex<Vec<String>>,
 }
 
 impl Ctx {
     /// A context over a started broker.
-    pub fn new(broker: Broker, size: Size, peers: bool) -> Self {
+    pub fn new(broker: Broker, size: Size, peers: bool, canvas_side: u32) -> Self {
         let broker_label = format!("broker: {}", broker.kind.label());
-        Self { broker, broker_label, size, peers, errors: Mutex::new(Vec::new()) }
+        Self { broker, broker_label, size, peers, canvas_side, errors: Mutex::new(Vec::new()) }
     }
 
     /// The systems measured: the fleet, then the peers (unless `--no-peers`).

@@ -30,7 +30,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
     let topic = format!("bench-replay-{:08x}", rand::random::<u32>());
     create_topic(&ctx.broker.bootstrap, &topic, PARTITIONS as i32).await?;
     println!("[bench]   writing {events} events over {} canvases and {PARTITIONS} partitions to {topic}", canvases.len());
-    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, canvases.clone(), false)?;
+    let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
     let started = Instant::now();
     let mut last = Instant::now();
     for k in 0..events {
@@ -58,6 +58,8 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ("KAFKA_TOPIC", topic.clone()),
         ("TOPIC_PARTITIONS", PARTITIONS.to_string()),
         ("NODE_ID", "ws-replay".into()),
+        ("CANVAS_WIDTH", ctx.canvas_side.to_string()),
+        ("CANVAS_HEIGHT", ctx.canvas_side.to_string()),
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
         ("BROADCAST_GROUP", format!("bench-broadcast-{tag}")),
         ("CATCHUP_GROUP", format!("bench-catchup-{tag}")),
@@ -118,7 +120,7 @@ pub async fn run(ctx: &Ctx) -> Vec<Row> {
         "{} events ({} B JSON values) over {} canvases and {PARTITIONS} partitions, written before the reader starts; the ws-node starts with no state \
          and replays from the log start to the high watermarks (rate = replayCount / its tookMs: decode, apply to the canvas, keep recent events); \
          the ceiling is a bare librdkafka BaseConsumer with the node's catch-up fetch settings, reading the same records without decoding; {}",
-        o.events, super::kafka::event("x", 1).to_json().len(), o.canvases, ctx.broker_label
+        o.events, super::kafka::event("canvas-1", 1, ctx.canvas_side).to_json().len(), o.canvases, ctx.broker_label
     );
     let why = "no replay from the log: its consumer starts at the committed offset, history lives in memory";
     let ratio = o.node_events_per_s / o.bare_events_per_s;

@@ -3,7 +3,6 @@
 
 use super::peers::{Peer, PeerServer};
 use super::subs::System;
-use crate::broker::Broker;
 use crate::fleet::{Fleet, FleetSpec};
 use crate::procs::Timeline;
 
@@ -31,15 +30,17 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `system` against `broker` on a fresh topic and waits until it serves.
+    /// Starts `system` against the context's broker on a fresh topic (the fleet with
+    /// `ctx.canvas_side`-pixel square canvases) and waits until it serves.
     ///
     /// # Errors
     /// When it does not come up.
-    pub async fn start(system: System, broker: &Broker) -> anyhow::Result<Self> {
+    pub async fn start(system: System, ctx: &super::Ctx) -> anyhow::Result<Self> {
+        let broker = &ctx.broker;
         println!("[bench]   starting {}", system.label());
         match system {
             System::Fleet => {
-                let spec = FleetSpec { nodes: 1, partitions: PARTITIONS, ..FleetSpec::default() };
+                let spec = FleetSpec { nodes: 1, partitions: PARTITIONS, width: ctx.canvas_side, height: ctx.canvas_side, ..FleetSpec::default() };
                 let fleet = Fleet::start(broker, spec, Timeline::new(false)).await?;
                 let pid = fleet.nodes[0].pid().unwrap_or(0);
                 Ok(Self {

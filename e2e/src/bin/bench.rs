@@ -31,6 +31,9 @@ struct Args {
     /// Measure the fleet alone (skip Centrifugo and Socket.IO).
     #[arg(long)]
     no_peers: bool,
+    /// Canvas side for the fleet, pixels (its snapshot frames grow with it: 64 → 16 KiB).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    canvas_side: u32,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -64,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         };
         println!("[bench] starting the broker: {}", kind.label());
         let broker = Broker::start(kind).await?;
-        let ctx = Ctx::new(broker, size.clone(), !args.no_peers);
+        let ctx = Ctx::new(broker, size.clone(), !args.no_peers, args.canvas_side);
         let rows = bench::run(&ctx, &measures).await;
         let mut command = format!("cargo run --release -p e2e --bin bench -- --size {}", size.name);
         for m in &args.only {
@@ -72,6 +75,9 @@ fn main() -> anyhow::Result<()> {
         }
         if args.no_peers {
             command += " --no-peers";
+        }
+        if args.canvas_side != 64 {
+            command += &format!(" --canvas-side {}", args.canvas_side);
         }
         let results = Results {
             size: size.name.into(),
