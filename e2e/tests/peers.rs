@@ -10,15 +10,11 @@
 //! `cargo test --release -p e2e --test peers -- --nocapture`
 
 use anyhow::{bail, Context};
+use e2e::bench::kafka::{create_topic, DirectProducer};
 use e2e::bench::peers::{on_text, subscribe, Peer, PeerServer, Ws};
 use e2e::broker::{Broker, BrokerKind};
 use futures::{SinkExt, StreamExt};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
 const PARTITIONS: i32 = 6;
@@ -49,44 +45,16 @@ fn canvases() -> Vec<String> {
     out
 }
 
-async fn create_topic(bootstrap: &str, topic: &str) -> anyhow::Result<()> {
-    let admin: AdminClient<DefaultClientContext> =
-        ClientConfig::new().set("bootstrap.servers", bootstrap).create().context("admin client")?;
-    let results = admin
-        .create_topics(
-            &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
-            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-        )
-        .await
-        .context("create_topics")?;
-    for r in results {
-        r.map_err(|(t, e)| anyhow::anyhow!("create topic {t}: {e}"))?;
-    }
-    Ok(())
-}
-
-/// Produces `EVENTS_PER_CANVAS` events per canvas, canvases interleaved, as the benchmark does.
-async fn produce(producer: &FutureProducer, topic: &str, canvases: &[String]) -> anyhow::Result<()> {
-    for version in 1..=EVENTS_PER_CANVAS {
-        for canvas in canvases {
-            let now_ms = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis() as u64;
-            let value = serde_json::json!({
-                "canvas": canvas, "version": version, "x": version % 7, "y": version % 5,
-                "color": "#ff0000", "published_at_ms": now_ms,
-            })
-            .to_string();
-            let partition = shared::partitioner::partition_for(canvas.as_bytes(), PARTITIONS as u32) as i32;
-            let headers = OwnedHeaders::new().insert(Header { key: "centrifugo-channels", value: Some(canvas.as_str()) });
-            producer
-                .send(
-                    FutureRecord::to(topic).key(canvas).payload(&value).partition(partition).headers(headers),
-                    Duration::from_secs(10),
-                )
-                .await
-                .map_err(|(e, _)| anyhow::anyhow!("produce {canvas} v{version}: {e}"))?;
+/// Produces `EVENTS_PER_CANVAS` events per canvas, canvases interleaved, with the benchmark's
+/// own producer (key = canvas, explicit partition, `centrifugo-channels` header).
+async fn produce(bootstrap: &str, topic: &str, canvases: &[String]) -> anyhow::Result<()> {
+    let mut producer = DirectProducer::new(bootstrap, topic, PARTITIONS as u32, 64, canvases.to_vec(), false)?;
+    for _ in 1..=EVENTS_PER_CANVAS {
+        for i in 0..canvases.len() {
+            producer.send(i).await?;
         }
     }
-    Ok(())
+    producer.flush()
 }
 
 /// Reads `ws` until it has `EVENTS_PER_CANVAS` versions (then `QUIET_AFTER` more), answering pings.
@@ -119,10 +87,10 @@ async fn receive(peer: Peer, mut ws: Ws, deadline: tokio::time::Instant) -> (Vec
     }
 }
 
-async fn check_peer(peer: Peer, bootstrap: &str, producer: &FutureProducer) -> anyhow::Result<()> {
+async fn check_peer(peer: Peer, bootstrap: &str) -> anyhow::Result<()> {
     let t0 = Instant::now();
     let topic = format!("peers-{}-{:08x}", peer.slug(), rand::random::<u32>());
-    create_topic(bootstrap, &topic).await?;
+    create_topic(bootstrap, &topic, PARTITIONS).await?;
     println!("[test] {}: topic {topic} ({PARTITIONS} partitions) created", peer.label());
     let server = PeerServer::start(peer, bootstrap, &topic).await?;
     let started = t0.elapsed();
@@ -146,7 +114,7 @@ async fn check_peer(peer: Peer, bootstrap: &str, producer: &FutureProducer) -> a
         .map(|(canvas, i, ws)| (canvas, i, tokio::spawn(receive(peer, ws, deadline))))
         .collect();
     let produce_start = Instant::now();
-    produce(producer, &topic, &canvases).await?;
+    produce(bootstrap, &topic, &canvases).await?;
     println!("[test] {}: produced {} events per canvas in {:.2} s; waiting for the clients (up to {} s)",
         peer.label(), EVENTS_PER_CANVAS, produce_start.elapsed().as_secs_f64(), DELIVERY_TIMEOUT.as_secs());
 
@@ -179,16 +147,10 @@ async fn peers_deliver_every_event_in_order() -> anyhow::Result<()> {
     let t0 = Instant::now();
     let broker = Broker::start(BrokerKind::Real).await?;
     let bootstrap = broker.bootstrap.clone();
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", &bootstrap)
-        .set("linger.ms", "0")
-        .set("acks", "all")
-        .create()
-        .context("producer")?;
     let mut errors = Vec::new();
     for peer in Peer::ALL {
         println!("[test] === {} ({:.1} s) ===", peer.label(), t0.elapsed().as_secs_f64());
-        if let Err(e) = check_peer(peer, &bootstrap, &producer).await {
+        if let Err(e) = check_peer(peer, &bootstrap).await {
             println!("[test] {} FAILED: {e:#}", peer.label());
             errors.push(format!("{}: {e:#}", peer.label()));
         }

@@ -5,9 +5,9 @@
 //! not the owner, behind the client) reaches the client as the same 503. It tries the owners it
 //! knows, then once more after a fresh poll of the nodes (a partition in the middle of moving is
 //! found at its new owner), never more: at most four handshakes, no loop. Once both sides are
-//! open, frames pass through unchanged in both directions; a close on either side is forwarded and ends both. When the upstream drops
-//! without a close frame (its process died) the client gets 1012 Service Restart, and reconnects;
-//! when the gateway shuts down, 1001 Going Away.
+//! open, frames pass through unchanged in both directions; a close on either side is forwarded and
+//! ends both. When the upstream drops without a close frame (its process died) the client gets
+//! 1012 Service Restart, and reconnects; when the gateway shuts down, 1001 Going Away.
 
 use crate::fleet::{Fleet, Target};
 use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};

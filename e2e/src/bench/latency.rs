@@ -22,7 +22,8 @@ pub struct Dist {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
-    /// Events sent in the window that some subscriber of their canvas never received.
+    /// Events sent in the window that a subscriber of their canvas had not received 2 s after
+    /// the last was sent (late or lost).
     pub missing: u64,
     /// Events/s actually sent (accepted, for HTTP).
     pub achieved_rate: f64,
@@ -325,7 +326,7 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
         let missing: u64 = [&l.fleet_http_direct, &l.fleet_http_gateway, &l.fleet_kafka].iter().filter_map(|d| d.as_ref()).map(|d| d.missing).sum();
         rows.push(Row {
             section: "latency".into(),
-            figure: format!("{} ev/s: events a subscriber never received", l.rate),
+            figure: format!("{} ev/s: events not received 2 s after the last was sent", l.rate),
             setup: setup.clone(),
             better: Better::Lower,
             ours: Cell::Value(missing as f64),
