@@ -3,10 +3,10 @@
 //! The gateway opens the upstream WebSocket to the node that owns the canvas's partition *before*
 //! it accepts the client's upgrade, so a node's refusal (503 + Retry-After: not ready, draining,
 //! not the owner, behind the client) reaches the client as the same 503. It tries the owners it
-//! knows, then once more after a fresh poll of the nodes (a partition in the middle of moving is
-//! found at its new owner), never more: at most four handshakes, no loop. Once both sides are
-//! open, frames pass through unchanged in both directions; a close on either side is forwarded and
-//! ends both. When the upstream drops without a close frame (its process died) the client gets
+//! knows, then once more after fresh polls of the nodes, holding the handshake up to 2 s until the
+//! partition has an owner (a partition in the middle of moving is found at its new owner): at most
+//! four upstream handshakes, no loop. Once both sides are open, frames pass through unchanged in
+//! both directions; a close on either side is forwarded and ends both. When the upstream drops without a close frame (its process died) the client gets
 //! 1012 Service Restart, and reconnects; when the gateway shuts down, 1001 Going Away.
 
 use crate::fleet::{Fleet, Target};
@@ -39,23 +39,29 @@ pub async fn connect_upstream(
     since: u64,
     headers: &HeaderMap,
 ) -> Result<(Upstream, Target), Refused> {
-    // At most two rounds: the routing as polled, then once more after a fresh poll of every node
-    // (a partition that is moving between nodes is found at its new owner without sending the
-    // client away). Each round tries at most two owners.
+    // Two rounds at most: the routing as polled; then, if that failed, the routing after fresh
+    // polls of every node, waiting (at most REROUTE_WAIT) until some node owns the partition — a
+    // partition in the middle of moving (a drain, a cooperative rebalance) has no owner for a
+    // moment, and holding the handshake is better than sending the client away for a second.
+    let deadline = tokio::time::Instant::now() + REROUTE_WAIT;
     let mut last = None;
     for round in 0..2 {
-        if round == 1 {
-            fleet.refreshed(REROUTE_WAIT).await;
-        }
-        let (partition, targets) = fleet.route(canvas);
-        if targets.is_empty() {
+        let targets = loop {
+            let (partition, targets) = fleet.route(canvas);
+            if !targets.is_empty() {
+                break targets;
+            }
             last = Some(Refused {
                 code: "no_owner".into(),
                 message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
                 retry_after_secs: 1,
             });
-            continue;
-        }
+            let now = tokio::time::Instant::now();
+            if round == 0 || now >= deadline {
+                break Vec::new();
+            }
+            fleet.refreshed(deadline - now).await;
+        };
         for target in targets.into_iter().take(2) {
             match open(fleet, &target, canvas, since, headers).await {
                 Ok(ws) => return Ok((ws, target)),
@@ -65,14 +71,17 @@ pub async fn connect_upstream(
                 }
             }
         }
+        if round == 0 {
+            fleet.refreshed(deadline - tokio::time::Instant::now()).await;
+        }
     }
     fleet.request_refresh();
     Err(last.expect("a round either routes or records why not"))
 }
 
-/// How long the proxy waits for a routing refresh before its second round (the poller refreshes
-/// at most every 200 ms; a poll answers within the poll timeout).
-const REROUTE_WAIT: Duration = Duration::from_millis(1000);
+/// How long the proxy may hold a handshake waiting for the partition's owner (fresh polls come at
+/// most every 200 ms; a cooperative rebalance's hand-over takes about a second).
+const REROUTE_WAIT: Duration = Duration::from_millis(2000);
 
 async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);
