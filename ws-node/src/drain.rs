@@ -33,7 +33,7 @@ pub async fn hand_over(
     final_code: u16,
 ) -> HandOverOutcome {
     let started = Instant::now();
-    let notice: axum::extract::ws::Utf8Bytes = ServerMessage::Reconnect { reason, retry_after_ms }.to_json().into();
+    let notice: tungstenite::Utf8Bytes = ServerMessage::Reconnect { reason, retry_after_ms }.to_json().into();
     let mut notified = 0;
     for s in &sessions {
         match s.try_send(notice.clone()) {

@@ -9,9 +9,8 @@
 
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
-use axum::extract::{RawQuery, State};
+use axum::body::Body;
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -83,14 +82,32 @@ fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64), ApiError> {
     Ok((q.canvas, q.since))
 }
 
-async fn ws(
-    State(node): State<Arc<Node>>,
-    RawQuery(raw): RawQuery,
-    headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Result<Response, ApiError> {
+/// Checks an upgrade request (RFC 6455 §4.2.1) and returns its `Sec-WebSocket-Accept` value.
+fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
+    let has = |name: header::HeaderName, token: &str| {
+        headers.get_all(name).iter().filter_map(|v| v.to_str().ok()).any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+    };
+    let bad = |why: &str| ApiError::bad_request("not_a_websocket", why.to_owned());
+    if !has(header::CONNECTION, "upgrade") {
+        return Err(bad("Connection header did not include 'upgrade'"));
+    }
+    if !has(header::UPGRADE, "websocket") {
+        return Err(bad("`Upgrade` header did not include 'websocket'"));
+    }
+    if headers.get(header::SEC_WEBSOCKET_VERSION).map(|v| v.as_bytes()) != Some(b"13") {
+        return Err(bad("`Sec-WebSocket-Version` header did not include '13'"));
+    }
+    let key = headers.get(header::SEC_WEBSOCKET_KEY).ok_or_else(|| bad("`Sec-WebSocket-Key` header missing"))?;
+    Ok(tungstenite::handshake::derive_accept_key(key.as_bytes()))
+}
+
+/// `GET /ws`: the handshake is answered here (not with axum's `WebSocketUpgrade`) so the session
+/// runs on tokio-tungstenite's stream, which can send a long message as fragments (see
+/// [`shared::ws::text_frames`]).
+async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Request) -> Result<Response, ApiError> {
     let (canvas, since) = parse_query(raw.as_deref())?;
-    let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    let accept = accept_key(req.headers())?;
+    let headers = req.headers().clone();
     if !node.is_ready() {
         let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
         return Err(ApiError::unavailable(code, format!("node {} is not serving ({code})", node.config.node_id), RETRY_AFTER_SECS));
@@ -125,17 +142,34 @@ async fn ws(
         peer: Peer { origin: header_str(header::ORIGIN), user_agent: header_str(header::USER_AGENT) },
     };
     let c = &node.config;
-    let tracker = node.sessions.clone();
-    let node2 = node.clone();
-    Ok(upgrade
+    let cfg = tungstenite::protocol::WebSocketConfig::default()
         .read_buffer_size(c.ws_read_buffer as usize)
         .write_buffer_size(c.ws_write_buffer as usize)
         .max_write_buffer_size((c.ws_write_buffer as usize).max(64 * 1024) + c.session_queue as usize * 256)
-        .max_message_size(c.ws_max_message as usize)
+        .max_message_size(Some(c.ws_max_message as usize))
         // A frame a little over the message limit is read whole and refused with 1009 (a clean
         // close); only a much larger one is cut off at its header.
-        .max_frame_size((c.ws_max_message as usize * 16).max(64 * 1024))
-        .on_upgrade(move |socket| tracker.track_future(async move { session::run(socket, &node2.hub, spec).await })))
+        .max_frame_size(Some((c.ws_max_message as usize * 16).max(64 * 1024)));
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let tracker = node.sessions.clone();
+    let node2 = node.clone();
+    tokio::spawn(tracker.track_future(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let io = hyper_util::rt::TokioIo::new(upgraded);
+                let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(io, tungstenite::protocol::Role::Server, Some(cfg)).await;
+                session::run(socket, &node2.hub, spec).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "the WebSocket upgrade did not complete"),
+        }
+    }));
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(Body::empty())
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
 }
 
 #[cfg(test)]

@@ -11,10 +11,10 @@
 
 use crate::hub::{Hub, SessionHandle};
 use crate::state::{Backlog, Frame};
-use axum::extract::ws::{Message, WebSocket};
+use tungstenite::Message;
 use futures::{SinkExt, StreamExt};
 use shared::protocol::{close, ServerMessage};
-use shared::ws::{classify, close_message};
+use shared::ws::{classify_ws as classify, close_frame as close_message, is_connection_loss_ws, text_frames};
 use shared::CanvasId;
 use std::time::Duration;
 
@@ -56,6 +56,9 @@ enum End {
     /// A socket error that is neither the peer's protocol error nor the connection going away.
     SocketError(String),
 }
+
+/// The upgraded connection a session runs on.
+pub type WebSocket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
 
 /// Runs the session on `socket` until it ends.
 pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
@@ -115,9 +118,11 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                     Some(Ok(Message::Binary(_))) => {
                         break 'session End::Protocol(close::UNSUPPORTED_DATA, "binary frames are not accepted".into());
                     }
+                    // Reading yields whole messages, never raw frames.
+                    Some(Ok(Message::Frame(_))) => {}
                     Some(Err(e)) => match classify(&e) {
                         Some((code, reason)) => break 'session End::Protocol(code, reason.into()),
-                        None if shared::ws::is_connection_loss(&e) => break 'session End::WriteFailed(format!("read: {e}")),
+                        None if is_connection_loss_ws(&e) => break 'session End::WriteFailed(format!("read: {e}")),
                         None => break 'session End::SocketError(e.to_string()),
                     },
                 },
@@ -201,7 +206,9 @@ async fn write_all(
     }
     let work = async {
         for f in frames {
-            sink.feed(Message::Text(f)).await?;
+            for m in text_frames(f) {
+                sink.feed(m).await?;
+            }
         }
         sink.flush().await
     };

@@ -3,7 +3,7 @@
 //! The recent events let a resuming client (`since = n`) get events `n+1..` instead of a
 //! snapshot, for as long as they are held (the last `capacity` versions).
 
-use axum::extract::ws::Utf8Bytes;
+use tungstenite::Utf8Bytes;
 use shared::canvas::Applied;
 use shared::protocol::ServerMessage;
 use shared::{Canvas, CanvasDims, PixelEvent};
