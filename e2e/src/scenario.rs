@@ -200,6 +200,46 @@ pub async fn finish(clients: Vec<Client>, truths: &BTreeMap<String, (u64, String
     (reports, verdicts)
 }
 
+/// Waits until every client received an event published after `from_ms` (epoch ms); returns the
+/// latest first receipt over the clients minus `from_ms`, ms: how long until every client was
+/// receiving live events again.
+///
+/// # Errors
+/// When some client receives nothing new within `timeout`.
+pub async fn all_receiving(clients: &[Client], from_ms: u64, what: &str, timeout: Duration) -> anyhow::Result<u64> {
+    eventually(what, timeout, || async {
+        let firsts: Vec<Option<u64>> = clients
+            .iter()
+            .map(|c| c.report().got.iter().find(|g| g.kind == Kind::Event && g.at_ms > from_ms && g.published_at_ms > from_ms).map(|g| g.at_ms))
+            .collect();
+        let waiting = firsts.iter().filter(|f| f.is_none()).count();
+        if waiting == 0 {
+            Ok(Some(firsts.iter().flatten().max().copied().unwrap_or(from_ms) - from_ms))
+        } else {
+            Err(format!("{waiting}/{} clients not receiving yet", clients.len()))
+        }
+    })
+    .await
+}
+
+/// Waits until the gateway recorded `failback_completed` for `node` after `since_ms` (epoch ms).
+///
+/// # Errors
+/// When it does not within 120 s (the error shows the node's state, streak and partitions).
+pub async fn wait_failback(fleet: &Fleet, node: &str, since_ms: u64) -> anyhow::Result<()> {
+    fleet
+        .wait_fleet(&format!("the failback to {node} to complete"), Duration::from_secs(120), |f| {
+            let done = f["decisions"].as_array().into_iter().flatten().any(|d| {
+                d["node"] == node && d["action"] == "failback_completed" && d["at_ms"].as_u64().unwrap_or(0) > since_ms
+            });
+            done.then_some(()).ok_or_else(|| {
+                let n = f["nodes"].as_array().and_then(|ns| ns.iter().find(|n| n["id"] == node).cloned()).unwrap_or_default();
+                format!("{node} {} streak {} partitions {}", n["state"], n["up_streak"], n["assigned_partitions"])
+            })
+        })
+        .await
+}
+
 /// A fleet left running after the scenario (`--keep-running`).
 pub struct Running {
     pub fleet: Fleet,
@@ -268,19 +308,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         })
         .await?;
     tl.mark("ws-2 owns every partition");
-    let failover_ms = eventually("every client to receive events again after the kill", Duration::from_secs(60), || async {
-        let firsts: Vec<Option<u64>> = clients
-            .iter()
-            .map(|c| c.report().got.iter().find(|g| g.kind == Kind::Event && g.at_ms > kill_at && g.published_at_ms > kill_at).map(|g| g.at_ms))
-            .collect();
-        let waiting = firsts.iter().filter(|f| f.is_none()).count();
-        if waiting == 0 {
-            Ok(Some(firsts.iter().flatten().max().copied().unwrap_or(kill_at) - kill_at))
-        } else {
-            Err(format!("{waiting} clients not receiving yet"))
-        }
-    })
-    .await?;
+    let failover_ms = all_receiving(&clients, kill_at, "every client to receive events again after the kill", Duration::from_secs(60)).await?;
     tl.mark(format!("failover: every client receiving again {failover_ms} ms after the kill"));
     tokio::time::sleep(cfg.phase).await;
 
@@ -299,17 +327,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         .and_then(|s| s.split_whitespace().next())
         .and_then(|s| s.parse().ok())
         .context("replayCount in the catch-up line")?;
-    fleet
-        .wait_fleet("the failback to ws-1 to complete", Duration::from_secs(90), |f| {
-            let done = f["decisions"].as_array().into_iter().flatten().any(|d| {
-                d["node"] == "ws-1" && d["action"] == "failback_completed" && d["at_ms"].as_u64().unwrap_or(0) > restart_at
-            });
-            done.then_some(()).ok_or_else(|| {
-                let ws1 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-1").cloned()).unwrap_or_default();
-                format!("ws-1 {} streak {} partitions {}", ws1["state"], ws1["up_streak"], ws1["assigned_partitions"])
-            })
-        })
-        .await?;
+    wait_failback(&fleet, "ws-1", restart_at).await?;
     tl.mark("failback completed");
 
     // ---- settle

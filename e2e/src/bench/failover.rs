@@ -4,11 +4,11 @@
 
 use super::report::{Better, Row};
 use super::Ctx;
-use crate::client::{Client, Kind};
+use crate::client::Kind;
 use crate::fleet::{Fleet, FleetSpec};
 use crate::load::Load;
-use crate::procs::{eventually, Timeline};
-use crate::scenario::{finish, pick_canvases, spawn_clients, wait_for_heads};
+use crate::procs::Timeline;
+use crate::scenario::{all_receiving, finish, pick_canvases, spawn_clients, wait_failback, wait_for_heads};
 use shared::CanvasDims;
 use std::time::Duration;
 
@@ -29,38 +29,6 @@ pub struct Outcome {
     pub lost: usize,
     pub duplicated: usize,
     pub out_of_order: usize,
-}
-
-/// Every client receiving again: the latest, over clients, of the first receipt of an event
-/// published after `from_ms`, minus `from_ms`.
-async fn all_receiving(clients: &[Client], from_ms: u64, what: &str) -> anyhow::Result<u64> {
-    eventually(what, Duration::from_secs(120), || async {
-        let firsts: Vec<Option<u64>> = clients
-            .iter()
-            .map(|c| c.report().got.iter().find(|g| g.kind == Kind::Event && g.at_ms > from_ms && g.published_at_ms > from_ms).map(|g| g.at_ms))
-            .collect();
-        let waiting = firsts.iter().filter(|f| f.is_none()).count();
-        if waiting == 0 {
-            Ok(Some(firsts.iter().flatten().max().copied().unwrap_or(from_ms) - from_ms))
-        } else {
-            Err(format!("{waiting}/{} clients not receiving yet", clients.len()))
-        }
-    })
-    .await
-}
-
-async fn failback(fleet: &Fleet, since_ms: u64) -> anyhow::Result<()> {
-    fleet
-        .wait_fleet("the failback to ws-1 to complete", Duration::from_secs(120), |f| {
-            let done = f["decisions"].as_array().into_iter().flatten().any(|d| {
-                d["node"] == "ws-1" && d["action"] == "failback_completed" && d["at_ms"].as_u64().unwrap_or(0) > since_ms
-            });
-            done.then_some(()).ok_or_else(|| {
-                let ws1 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-1").cloned()).unwrap_or_default();
-                format!("ws-1 {} streak {} partitions {}", ws1["state"], ws1["up_streak"], ws1["assigned_partitions"])
-            })
-        })
-        .await
 }
 
 async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
@@ -84,13 +52,13 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let at = shared::event::now_ms();
         fleet.nodes[0].kill9().await;
         println!("[bench]   kill -9 ws-1");
-        o.kill_ms = all_receiving(&clients, at, "every client receiving again after kill -9 of ws-1").await?;
+        o.kill_ms = all_receiving(&clients, at, "every client receiving again after kill -9 of ws-1", Duration::from_secs(120)).await?;
         println!("[bench]   every client receiving again {} ms after the kill", o.kill_ms);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let restart = shared::event::now_ms();
         fleet.nodes[0].start()?;
         println!("[bench]   ws-1 restarted; waiting for its recovery and the failback");
-        failback(&fleet, restart).await?;
+        wait_failback(&fleet, "ws-1", restart).await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         windows.push((restart, shared::event::now_ms()));
         println!("[bench]   failback to ws-1 completed");
@@ -101,12 +69,12 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let at = shared::event::now_ms();
         fleet.nodes[0].terminate(Duration::from_secs(15)).await;
         println!("[bench]   SIGTERM ws-1");
-        o.graceful_ms = all_receiving(&clients, at, "every client receiving again after SIGTERM of ws-1").await?;
+        o.graceful_ms = all_receiving(&clients, at, "every client receiving again after SIGTERM of ws-1", Duration::from_secs(120)).await?;
         println!("[bench]   every client receiving again {} ms after the SIGTERM", o.graceful_ms);
         tokio::time::sleep(Duration::from_secs(2)).await;
         let restart = shared::event::now_ms();
         fleet.nodes[0].start()?;
-        failback(&fleet, restart).await?;
+        wait_failback(&fleet, "ws-1", restart).await?;
         tokio::time::sleep(Duration::from_secs(3)).await;
         windows.push((restart, shared::event::now_ms()));
         println!("[bench]   second failback to ws-1 completed");
