@@ -53,6 +53,12 @@ pub struct Config {
     /// Grace period of the hand-over when Kafka revokes partitions from this node, ms.
     #[arg(long, env = "REVOKE_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub revoke_grace_ms: u64,
+    /// How long this node keeps serving the sessions of partitions a cooperative rebalance moved
+    /// to another node (reading them from the log) while the new owner starts, ms. They are handed
+    /// over when a scoped drain asks (the gateway's failback) or when this runs out; 0 hands them
+    /// over at once, in the rebalance callback.
+    #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub revoke_hold_ms: u64,
     /// `retry_after_ms` of the reconnect notices this node sends, ms.
     #[arg(long, env = "RECONNECT_AFTER_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub reconnect_after_ms: u64,
@@ -135,6 +141,7 @@ impl Config {
             ("SESSION_QUEUE", self.session_queue.to_string()),
             ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
+            ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
             ("WRITE_TIMEOUT_MS", self.write_timeout_ms.to_string()),
             ("PING_INTERVAL_MS", self.ping_interval_ms.to_string()),
@@ -171,6 +178,11 @@ impl Config {
     /// `revoke_grace_ms` as a duration.
     pub fn revoke_grace(&self) -> Duration {
         Duration::from_millis(self.revoke_grace_ms)
+    }
+
+    /// `revoke_hold_ms` as a duration.
+    pub fn revoke_hold(&self) -> Duration {
+        Duration::from_millis(self.revoke_hold_ms)
     }
 
     /// `write_timeout_ms` as a duration.

@@ -11,6 +11,11 @@
 //! The hub also holds the node's *position* per partition (the next offset its state needs: last
 //! applied + 1), which catch-up starts from and the broadcast consumer seeks to on assignment, and
 //! the set of partitions the broadcast consumer owns.
+//!
+//! A partition Kafka moved to another node is *held* for a while (make-before-break): this node no
+//! longer admits sessions for it, but its open sessions keep getting events, read from the log by
+//! the broadcast module's release reader, until a scoped drain hands them over (the gateway's
+//! failback, once the new owner serves) or the hold runs out.
 
 use crate::state::{Backlog, CanvasState, Frame};
 use shared::protocol::close;
@@ -99,6 +104,8 @@ struct Inner {
     canvases: HashMap<CanvasId, Channel>,
     positions: Offsets,
     owned: BTreeSet<i32>,
+    /// Moved to another node, sessions still served here from the log (see the module docs).
+    held: BTreeSet<i32>,
     paused: BTreeSet<i32>,
     last_broadcast_poll: Option<Instant>,
 }
@@ -124,6 +131,7 @@ impl Hub {
                 canvases: HashMap::new(),
                 positions: Offsets::new(),
                 owned: BTreeSet::new(),
+                held: BTreeSet::new(),
                 paused: BTreeSet::new(),
                 last_broadcast_poll: None,
             }),
@@ -140,12 +148,13 @@ impl Hub {
     }
 
     /// Applies the record at `offset` of `partition` and fans the event out to the canvas's
-    /// sessions when it is new and this node owns the partition and is not handing it over.
+    /// sessions when it is new and this node owns (or holds) the partition and is not handing it
+    /// over.
     pub fn apply(&self, partition: i32, offset: i64, ev: &PixelEvent) {
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
-        let live = inner.owned.contains(&partition) && !inner.paused.contains(&partition);
+        let live = (inner.owned.contains(&partition) || inner.held.contains(&partition)) && !inner.paused.contains(&partition);
         let (dims, recent) = (self.dims, self.recent);
         let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel {
             state: CanvasState::new(ev.canvas.as_str(), dims, recent),
@@ -196,8 +205,42 @@ impl Hub {
     }
 
     /// Marks `partitions` as owned by this node's broadcast consumer.
+    /// A held partition assigned back ends its hold: its sessions simply stay.
     pub fn assign(&self, partitions: &[i32]) {
-        self.lock().owned.extend(partitions.iter().copied());
+        let mut inner = self.lock();
+        for p in partitions {
+            inner.held.remove(p);
+        }
+        inner.owned.extend(partitions.iter().copied());
+    }
+
+    /// Marks `partitions` as moved to another node but *held*: no new sessions here, and the open
+    /// ones keep their events (read by the release reader) until [`Hub::end_hold`] or a scoped
+    /// drain ([`Hub::pause_and_take`]) takes them. Returns how many sessions are held.
+    pub fn hold(&self, partitions: &[i32]) -> usize {
+        let mut inner = self.lock();
+        for p in partitions {
+            inner.owned.remove(p);
+            inner.held.insert(*p);
+        }
+        let scope: BTreeSet<i32> = partitions.iter().copied().collect();
+        inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count()
+    }
+
+    /// Partitions held now (see [`Hub::hold`]), sorted.
+    pub fn held(&self) -> Vec<i32> {
+        self.lock().held.iter().copied().collect()
+    }
+
+    /// Ends the hold of those of `partitions` still held, taking their sessions out for the
+    /// caller to hand over (none when a drain took them already or the partition came back).
+    pub fn end_hold(&self, partitions: &[i32]) -> Vec<SessionHandle> {
+        let mut inner = self.lock();
+        let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| inner.held.remove(p)).collect();
+        if scope.is_empty() {
+            return Vec::new();
+        }
+        take_sessions(&mut inner, Some(&scope))
     }
 
     /// Marks `partitions` as no longer owned and takes the sessions of their canvases out of the
@@ -206,6 +249,7 @@ impl Hub {
         let mut inner = self.lock();
         for p in partitions {
             inner.owned.remove(p);
+            inner.held.remove(p);
         }
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
         take_sessions(&mut inner, Some(&scope))
@@ -215,6 +259,7 @@ impl Hub {
     pub fn revoke_all(&self) -> Vec<SessionHandle> {
         let mut inner = self.lock();
         inner.owned.clear();
+        inner.held.clear();
         take_sessions(&mut inner, None)
     }
 
@@ -224,11 +269,16 @@ impl Hub {
     }
 
     /// Stops fan-out and new sessions on `partitions` (or everywhere with `None`) and takes their
-    /// sessions out, for a drain. [`Hub::resume`] undoes the pause.
+    /// sessions out, for a drain. [`Hub::resume`] undoes the pause. Held partitions in scope stop
+    /// being held (their sessions are the drain's now).
     pub fn pause_and_take(&self, partitions: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        if let Some(ps) = partitions {
-            inner.paused.extend(ps.iter().copied());
+        match partitions {
+            Some(ps) => {
+                inner.paused.extend(ps.iter().copied());
+                inner.held.retain(|p| !ps.contains(p));
+            }
+            None => inner.held.clear(),
         }
         take_sessions(&mut inner, partitions)
     }
@@ -489,6 +539,45 @@ mod tests {
         assert_eq!(h.owned(), vec![0]);
         assert_eq!(h.revoke_all().len(), 1);
         assert!(h.owned().is_empty());
+    }
+
+    #[test]
+    fn a_held_partition_keeps_its_sessions_live_but_admits_nobody_new() {
+        let h = hub();
+        h.assign(&[0, 1]);
+        let (a, mut ra) = SessionHandle::new(1, id("a"), 0, 8);
+        let (b, mut rb) = SessionHandle::new(2, id("b"), 1, 8);
+        h.subscribe(a, 0).unwrap();
+        h.subscribe(b, 0).unwrap();
+        assert_eq!(h.hold(&[1]), 1);
+        assert_eq!((h.owned(), h.held()), (vec![0], vec![1]));
+        assert_eq!(h.admits(1), Err(Refusal::NotOwner { partition: 1 }));
+        h.apply(1, 0, &ev("b", 1));
+        h.apply(0, 0, &ev("a", 1));
+        assert!(ra.frames.try_recv().is_ok() && rb.frames.try_recv().is_ok(), "held sessions still get events");
+        // A scoped drain takes the held sessions and ends the hold; ending it later finds nothing.
+        assert_eq!(h.pause_and_take(Some(&BTreeSet::from([1]))).len(), 1);
+        assert!(h.held().is_empty());
+        assert!(h.end_hold(&[1]).is_empty());
+    }
+
+    #[test]
+    fn a_hold_ends_by_handing_over_or_by_the_partition_coming_back() {
+        let h = hub();
+        h.assign(&[0, 1]);
+        let (a, _ra) = SessionHandle::new(1, id("a"), 0, 8);
+        let (b, _rb) = SessionHandle::new(2, id("b"), 1, 8);
+        h.subscribe(a, 0).unwrap();
+        h.subscribe(b, 0).unwrap();
+        h.hold(&[0, 1]);
+        h.assign(&[0]); // partition 0 came back: its session stays, nothing to hand over
+        let taken = h.end_hold(&[0, 1]);
+        assert_eq!(taken.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
+        assert_eq!((h.owned(), h.held()), (vec![0], vec![]));
+        let (c, mut rc) = SessionHandle::new(3, id("b"), 1, 8);
+        assert!(h.subscribe(c, 0).is_err());
+        h.apply(1, 0, &ev("b", 1));
+        assert!(rc.frames.try_recv().is_err());
     }
 
     #[tokio::test]

@@ -4,7 +4,7 @@
 //! effects (start the replay, start or stop the broadcast consumer, hand sessions over) and logs
 //! each transition.
 
-use crate::broadcast::{Broadcast, HandOver};
+use crate::broadcast::{Broadcast, Revoked};
 use crate::catchup;
 use crate::config::Config;
 use crate::drain::{self, HandOverOutcome};
@@ -38,7 +38,7 @@ pub struct Node {
     catchup: Arc<Mutex<CatchupReport>>,
     broadcast: tokio::sync::Mutex<Option<Broadcast>>,
     partition_count: AtomicU32,
-    handover_tx: mpsc::UnboundedSender<HandOver>,
+    handover_tx: mpsc::UnboundedSender<Revoked>,
     /// Session tasks, awaited on the way out.
     pub sessions: TaskTracker,
     pub shutdown: CancellationToken,
@@ -48,7 +48,7 @@ impl Node {
     /// A node in phase `Up`, with its hand-over task running until `shutdown`.
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
         let hub = Arc::new(Hub::new(config.dims(), config.recent_events as usize));
-        let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<HandOver>();
+        let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let node = Arc::new(Self {
             config,
             hub,
@@ -60,13 +60,29 @@ impl Node {
             sessions: TaskTracker::new(),
             shutdown,
         });
-        // Sessions of revoked partitions are handed over here, each revocation on its own.
+        // Sessions of revoked partitions are handed over here, each revocation on its own; held
+        // partitions when their hold runs out (unless a drain took them or they came back).
         let weak = Arc::downgrade(&node);
         tokio::spawn(async move {
-            while let Some((partitions, sessions)) = handover_rx.recv().await {
+            while let Some(revoked) = handover_rx.recv().await {
                 let Some(node) = weak.upgrade() else { break };
-                let (grace, after) = (node.config.revoke_grace(), node.config.reconnect_after_ms);
+                let (grace, after, hold) = (node.config.revoke_grace(), node.config.reconnect_after_ms, node.config.revoke_hold());
+                let hub = node.hub.clone();
+                drop(node);
                 tokio::spawn(async move {
+                    let (partitions, sessions) = match revoked {
+                        Revoked::HandOver(partitions, sessions) => (partitions, sessions),
+                        Revoked::Held(partitions) => {
+                            tokio::time::sleep(hold).await;
+                            let sessions = hub.end_hold(&partitions);
+                            if sessions.is_empty() {
+                                tracing::info!("[DRAIN] hold of partitions={:?} ended: nothing left to hand over (drained or assigned back)", partitions);
+                                return;
+                            }
+                            tracing::info!("[DRAIN] hold of partitions={:?} ran out after {}ms with {} sessions; handing them over", partitions, hold.as_millis(), sessions.len());
+                            (partitions, sessions)
+                        }
+                    };
                     tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", DrainReason::PartitionsRevoked, grace.as_millis(), partitions);
                     let out = drain::hand_over(sessions, DrainReason::PartitionsRevoked, grace, after, close::SERVICE_RESTART).await;
                     tracing::info!("[DRAIN] completed reason={} notified={} forceClosed={} tookMs={}", DrainReason::PartitionsRevoked, out.notified, out.force_closed, out.took.as_millis());
