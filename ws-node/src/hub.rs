@@ -12,9 +12,8 @@
 //! applied + 1), which catch-up starts from and the broadcast consumer seeks to on assignment, and
 //! the set of partitions the broadcast consumer owns.
 
-use crate::session::{Offer, Outbox};
+use crate::session::{Fanout, Offer, Outbox};
 use crate::state::{Backlog, CanvasState, Frame};
-use shared::protocol::close;
 use shared::replay::Offsets;
 use shared::{CanvasDims, CanvasId, PixelEvent};
 use std::collections::{BTreeSet, HashMap};
@@ -127,7 +126,7 @@ pub struct Hub {
     applied: Notify,
     open_sessions: AtomicUsize,
     next_session_id: AtomicU64,
-    slow_closed: AtomicU64,
+    fanout: Fanout,
 }
 
 impl Hub {
@@ -146,7 +145,7 @@ impl Hub {
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
-            slow_closed: AtomicU64::new(0),
+            fanout: Fanout::new(),
         }
     }
 
@@ -169,20 +168,8 @@ impl Hub {
         });
         let Some(frame) = channel.state.apply(ev) else { return };
         if live && !channel.sessions.is_empty() {
-            let mut slow = Vec::new();
-            channel.sessions.retain(|s| match s.out.offer(&frame) {
-                Offer::Taken => true,
-                Offer::Full => {
-                    slow.push(s.id);
-                    s.close(close::TRY_AGAIN_LATER, "slow consumer: outbound queue full; resume with since");
-                    false
-                }
-                Offer::Closed => false,
-            });
-            if !slow.is_empty() {
-                self.slow_closed.fetch_add(slow.len() as u64, Ordering::Relaxed);
-                tracing::warn!(canvas = %ev.canvas, sessions = ?slow, "closing sessions too slow to keep up (1013)");
-            }
+            // Written by the fan-out thread, in apply order, to the sessions registered now.
+            self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
         }
         drop(inner);
         self.applied.notify_waiters();
@@ -338,7 +325,7 @@ impl Hub {
 
     /// Sessions closed so far because their queue was full.
     pub fn slow_closed(&self) -> u64 {
-        self.slow_closed.load(Ordering::Relaxed)
+        self.fanout.slow_closed()
     }
 
     /// Notes that the broadcast consumer polled (health uses it to spot a stalled consumer).
@@ -399,7 +386,7 @@ fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::protocol::ServerMessage;
+    use shared::protocol::{close, ServerMessage};
     use shared::Color;
 
     fn id(s: &str) -> CanvasId {
@@ -450,6 +437,7 @@ mod tests {
             h.apply(0, v as i64 - 1, &ev("c1", v));
         }
         h.apply(0, 7, &ev("c1", 8)); // redelivered record: not sent again
+        h.fanout.settle();
         seen.extend(rx.out.take_waiting().iter().map(version_of_wire));
         assert_eq!(seen, vec![4, 5, 6, 7, 8]);
         assert_eq!(h.positions()[&0], 8);
@@ -467,6 +455,7 @@ mod tests {
         assert_eq!(taken.len(), 1);
         assert_eq!(h.admits(2), Err(Refusal::Paused { partition: 2 }));
         h.apply(2, 0, &ev("c1", 1));
+        h.fanout.settle();
         assert!(rx.out.take_waiting().is_empty(), "a taken session got an event");
         h.resume(&BTreeSet::from([2]));
         assert_eq!(h.admits(2), Ok(()));
@@ -493,6 +482,7 @@ mod tests {
         for v in 1..=5 {
             h.apply(0, v as i64 - 1, &ev("c1", v));
         }
+        h.fanout.settle();
         let order = slow_rx.out.order().expect("slow session closed");
         assert_eq!(order.code, close::TRY_AGAIN_LATER);
         assert_eq!(h.slow_closed(), 1);

@@ -142,7 +142,7 @@ impl Outbox {
     /// else queues it (or what the kernel did not take) for the session task. Never blocks.
     pub fn offer(&self, frame: &Frame) -> Offer {
         let mut st = self.lock();
-        if st.closing || st.failed.is_some() || self.ended.load(Ordering::Relaxed) {
+        if st.closing || st.order.is_some() || st.failed.is_some() || self.ended.load(Ordering::Relaxed) {
             return Offer::Closed;
         }
         if !st.pending.is_empty() || !st.started || st.sock.is_none() {
@@ -156,6 +156,43 @@ impl Outbox {
             Offer::Taken
         } else {
             Offer::Closed
+        }
+    }
+
+    /// [`Outbox::offer`] for several frames, written with one system call when nothing waits.
+    pub fn offer_many(&self, frames: Vec<Bytes>) -> Offer {
+        let mut st = self.lock();
+        if st.closing || st.order.is_some() || st.failed.is_some() || self.ended.load(Ordering::Relaxed) {
+            return Offer::Closed;
+        }
+        let direct = st.pending.is_empty() && st.started && st.sock.is_some();
+        if !direct {
+            for f in frames {
+                if st.queued >= self.limit {
+                    return Offer::Full;
+                }
+                self.enqueue(&mut st, f, true);
+            }
+            return Offer::Taken;
+        }
+        st.queued += frames.len();
+        st.pending.extend(frames.into_iter().map(|f| (f, true)));
+        match Self::flush_locked(&mut st) {
+            Ok(true) => Offer::Taken,
+            Ok(false) => {
+                // The kernel took part: the session task writes the rest.
+                st.progress = Some(Instant::now());
+                self.wake.notify_one();
+                if st.queued > self.limit {
+                    Offer::Full
+                } else {
+                    Offer::Taken
+                }
+            }
+            Err(_) => {
+                self.wake.notify_one();
+                Offer::Closed
+            }
         }
     }
 
@@ -575,4 +612,143 @@ async fn linger(ctx: &mut WebSocketContext, sock: &TcpStream) {
         }
     })
     .await;
+}
+
+/// The fan-out writer: the thread that writes each event's frame to its sessions.
+///
+/// [`Hub::apply`] hands it (sessions, frame) under the hub lock, in apply order, and returns; the
+/// thread takes everything handed over since it last looked and writes, to each session, all of
+/// its frames in one system call. Nothing waits to fill a batch: a lone event is written at once;
+/// events that arrive while the thread is writing leave together (fewer system calls, and fewer
+/// wake-ups of the clients, when the load is high). A session gets the events in apply order, and
+/// only those applied after it registered (the list of sessions is taken under the hub lock).
+pub struct Fanout {
+    shared: Arc<FanoutShared>,
+}
+
+struct FanoutShared {
+    jobs: Mutex<Jobs>,
+    more: std::sync::Condvar,
+    idle: std::sync::Condvar,
+    slow_closed: std::sync::atomic::AtomicU64,
+}
+
+#[derive(Default)]
+struct Jobs {
+    queue: Vec<(Vec<Arc<Outbox>>, Frame)>,
+    busy: bool,
+    stop: bool,
+}
+
+impl Fanout {
+    /// Starts the writer thread (it stops when the `Fanout` is dropped).
+    pub fn new() -> Self {
+        let shared = Arc::new(FanoutShared {
+            jobs: Mutex::new(Jobs::default()),
+            more: std::sync::Condvar::new(),
+            idle: std::sync::Condvar::new(),
+            slow_closed: std::sync::atomic::AtomicU64::new(0),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new().name("fanout".into()).spawn(move || s.run()).expect("spawn the fan-out thread");
+        Self { shared }
+    }
+
+    /// Hands `frame` over for `sessions` (called under the hub lock, in apply order).
+    pub fn send(&self, sessions: Vec<Arc<Outbox>>, frame: Frame) {
+        let mut jobs = self.shared.jobs.lock().expect("fan-out lock poisoned");
+        let wake = jobs.queue.is_empty() && !jobs.busy;
+        jobs.queue.push((sessions, frame));
+        drop(jobs);
+        if wake {
+            self.shared.more.notify_one();
+        }
+    }
+
+    /// Waits until everything handed over was written or queued (tests).
+    pub fn settle(&self) {
+        let mut jobs = self.shared.jobs.lock().expect("fan-out lock poisoned");
+        while !jobs.queue.is_empty() || jobs.busy {
+            jobs = self.shared.idle.wait(jobs).expect("fan-out lock poisoned");
+        }
+    }
+
+    /// Sessions closed so far because too many of their frames waited.
+    pub fn slow_closed(&self) -> u64 {
+        self.shared.slow_closed.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Fanout {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for Fanout {
+    fn drop(&mut self) {
+        self.shared.jobs.lock().expect("fan-out lock poisoned").stop = true;
+        self.shared.more.notify_one();
+    }
+}
+
+impl FanoutShared {
+    fn run(&self) {
+        let mut batch = Vec::new();
+        loop {
+            {
+                let mut jobs = self.jobs.lock().expect("fan-out lock poisoned");
+                jobs.busy = false;
+                if jobs.queue.is_empty() {
+                    self.idle.notify_all();
+                }
+                while jobs.queue.is_empty() && !jobs.stop {
+                    jobs = self.more.wait(jobs).expect("fan-out lock poisoned");
+                }
+                if jobs.queue.is_empty() {
+                    return;
+                }
+                jobs.busy = true;
+                std::mem::swap(&mut batch, &mut jobs.queue);
+            }
+            self.write(&mut batch);
+            batch.clear();
+        }
+    }
+
+    fn write(&self, batch: &mut [(Vec<Arc<Outbox>>, Frame)]) {
+        let mut slow = Vec::new();
+        if let [(sessions, frame)] = batch {
+            for s in sessions.iter() {
+                if s.offer(frame) == Offer::Full {
+                    slow.push(s.clone());
+                }
+            }
+        } else {
+            // Each session's frames, in order, for one write each.
+            let mut index: std::collections::HashMap<*const Outbox, usize> = std::collections::HashMap::new();
+            let mut per: Vec<(Arc<Outbox>, Vec<Bytes>)> = Vec::new();
+            for (sessions, frame) in batch.iter_mut() {
+                for s in sessions.drain(..) {
+                    let i = *index.entry(Arc::as_ptr(&s)).or_insert_with(|| {
+                        per.push((s.clone(), Vec::new()));
+                        per.len() - 1
+                    });
+                    per[i].1.push(frame.wire().clone());
+                }
+            }
+            for (s, frames) in per {
+                if s.offer_many(frames) == Offer::Full {
+                    slow.push(s);
+                }
+            }
+        }
+        if !slow.is_empty() {
+            for s in &slow {
+                s.order_close(CloseOrder { code: close::TRY_AGAIN_LATER, reason: "slow consumer: outbound queue full; resume with since".into() });
+            }
+            self.slow_closed.fetch_add(slow.len() as u64, Ordering::Relaxed);
+            tracing::warn!(sessions = slow.len(), "closing sessions too slow to keep up (1013)");
+        }
+    }
 }
