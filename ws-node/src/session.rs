@@ -420,12 +420,16 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
             return;
         }
     };
-    let sock = Arc::new(parts.io.into_inner());
-    let mut ctx = if parts.read_buf.is_empty() {
+    let hyper_util::server::conn::auto::upgrade::Parts { io, read_buf, .. } = parts;
+    let sock = Arc::new(io.into_inner());
+    let mut ctx = if read_buf.is_empty() {
         WebSocketContext::new(Role::Server, Some(cfg))
     } else {
-        WebSocketContext::from_partially_read(parts.read_buf.to_vec(), Role::Server, Some(cfg))
+        WebSocketContext::from_partially_read(read_buf.to_vec(), Role::Server, Some(cfg))
     };
+    // Even empty, `read_buf` may be a slice of hyper's read buffer: holding it would pin that
+    // buffer (8 KiB and more) for the connection's life.
+    drop(read_buf);
     let (handle, rx) = SessionHandle::new(id, spec.canvas.clone(), spec.partition, spec.queue);
     let out = rx.out.clone();
     let backlog = match hub.subscribe(handle, spec.since) {
