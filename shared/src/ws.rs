@@ -43,6 +43,55 @@ pub fn text_frames(text: tungstenite::Utf8Bytes) -> Vec<tungstenite::Message> {
         .collect()
 }
 
+/// `text` as the bytes of the frames a server sends for it (unmasked, so the same for every
+/// client): one final text frame when it fits in [`FRAGMENT`] bytes, else a text frame and
+/// continuation frames of at most [`FRAGMENT`] payload bytes, the last one final (RFC 6455 §5.4).
+/// Encoded once per message and written to every session as is.
+pub fn encode_text(text: &[u8]) -> bytes::Bytes {
+    let n = text.len().div_ceil(FRAGMENT).max(1);
+    let mut out = Vec::with_capacity(text.len() + n * 4);
+    for i in 0..n {
+        let chunk = &text[(i * FRAGMENT).min(text.len())..((i + 1) * FRAGMENT).min(text.len())];
+        let opcode = if i == 0 { 0x1 } else { 0x0 };
+        let fin = if i + 1 == n { 0x80 } else { 0 };
+        push_frame(&mut out, fin | opcode, chunk);
+    }
+    out.into()
+}
+
+/// The bytes of a close frame with `code` and `reason` (cut to fit a control frame).
+pub fn encode_close(code: u16, reason: &str) -> bytes::Bytes {
+    let reason = bounded(reason).as_bytes();
+    let mut payload = Vec::with_capacity(2 + reason.len());
+    payload.extend_from_slice(&code.to_be_bytes());
+    payload.extend_from_slice(reason);
+    let mut out = Vec::with_capacity(4 + payload.len());
+    push_frame(&mut out, 0x88, &payload);
+    out.into()
+}
+
+/// The bytes of an empty ping frame.
+pub fn encode_ping() -> bytes::Bytes {
+    bytes::Bytes::from_static(&[0x89, 0x00])
+}
+
+/// Appends an unmasked frame: `first` is the FIN bit and opcode, then the length and `payload`.
+fn push_frame(out: &mut Vec<u8>, first: u8, payload: &[u8]) {
+    out.push(first);
+    match payload.len() {
+        n if n < 126 => out.push(n as u8),
+        n if n <= u16::MAX as usize => {
+            out.push(126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+}
+
 /// `s` cut to at most [`MAX_REASON`] bytes on a character boundary (also used to bound what
 /// goes into logs).
 pub fn bounded(s: &str) -> &str {
@@ -132,6 +181,57 @@ mod tests {
             joined.extend_from_slice(f.payload());
         }
         assert_eq!(joined, long.as_bytes());
+    }
+
+    /// Parses `wire` as a server's frames with tungstenite: (opcode, final, payload) of each.
+    fn parse(wire: &[u8]) -> Vec<(tungstenite::protocol::frame::coding::OpCode, bool, Vec<u8>)> {
+        use tungstenite::protocol::frame::FrameHeader;
+        let mut cur = std::io::Cursor::new(wire);
+        let mut out = Vec::new();
+        while (cur.position() as usize) < wire.len() {
+            let (h, len) = FrameHeader::parse(&mut cur).unwrap().expect("a whole header");
+            assert!(h.mask.is_none(), "server frames are unmasked");
+            let at = cur.position() as usize;
+            out.push((h.opcode, h.is_final, wire[at..at + len as usize].to_vec()));
+            cur.set_position((at + len as usize) as u64);
+        }
+        out
+    }
+
+    #[test]
+    fn encoded_texts_are_the_frames_tungstenite_would_send() {
+        use tungstenite::protocol::frame::coding::{Data, OpCode};
+        for len in [0, 5, 125, 126, 127, 300, FRAGMENT, FRAGMENT + 1, FRAGMENT * 2 + 7, 70_000] {
+            let text: String = (0..len).map(|i| char::from(b'a' + (i % 26) as u8)).collect();
+            let frames = parse(&encode_text(text.as_bytes()));
+            assert_eq!(frames.len(), len.div_ceil(FRAGMENT).max(1), "{len}");
+            let mut joined = Vec::new();
+            for (i, (op, fin, payload)) in frames.iter().enumerate() {
+                assert_eq!(*op, if i == 0 { OpCode::Data(Data::Text) } else { OpCode::Data(Data::Continue) });
+                assert_eq!(*fin, i + 1 == frames.len());
+                assert!(payload.len() <= FRAGMENT);
+                joined.extend_from_slice(payload);
+            }
+            assert_eq!(joined, text.as_bytes());
+            // The same bytes as tungstenite's own formatting when it fits in one frame.
+            if len <= FRAGMENT {
+                let f = tungstenite::protocol::frame::Frame::message(text.clone(), OpCode::Data(Data::Text), true);
+                let mut theirs = Vec::new();
+                f.format(&mut theirs).unwrap();
+                assert_eq!(&encode_text(text.as_bytes())[..], &theirs[..], "{len}");
+            }
+        }
+    }
+
+    #[test]
+    fn encoded_control_frames() {
+        use tungstenite::protocol::frame::coding::{Control, OpCode};
+        let frames = parse(&encode_close(1013, &"x".repeat(300)));
+        assert_eq!(frames.len(), 1);
+        assert_eq!(frames[0].0, OpCode::Control(Control::Close));
+        assert_eq!(&frames[0].2[..2], &1013u16.to_be_bytes());
+        assert_eq!(frames[0].2.len(), 2 + MAX_REASON);
+        assert_eq!(parse(&encode_ping()), vec![(OpCode::Control(Control::Ping), true, vec![])]);
     }
 
     #[test]

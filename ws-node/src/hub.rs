@@ -17,15 +17,15 @@
 //! the broadcast module's release reader, until a scoped drain hands them over (the gateway's
 //! failback, once the new owner serves) or the hold runs out.
 
+use crate::session::{Fanout, Offer, Outbox};
 use crate::state::{Backlog, CanvasState, Frame};
-use shared::protocol::close;
 use shared::replay::Offsets;
 use shared::{CanvasDims, CanvasId, PixelEvent};
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, watch, Notify};
+use tokio::sync::{mpsc, Notify};
 
 /// An order to close a session, with the WebSocket close code and reason to send.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,53 +34,68 @@ pub struct CloseOrder {
     pub reason: String,
 }
 
-/// The hub's end of a session: its queue and its close switch.
+/// The hub's end of a session: its writer (see [`Outbox`]) and its close switch.
 #[derive(Debug)]
 pub struct SessionHandle {
     pub id: u64,
     pub canvas: CanvasId,
     pub partition: i32,
-    tx: mpsc::Sender<Frame>,
-    control: watch::Sender<Option<CloseOrder>>,
+    out: Arc<Outbox>,
 }
 
-/// The session task's end: frames to write and close orders.
+/// The session task's end: the same writer, with the close orders. Dropping it marks the session
+/// ended (and releases its socket).
 #[derive(Debug)]
 pub struct SessionRx {
-    pub frames: mpsc::Receiver<Frame>,
-    pub control: watch::Receiver<Option<CloseOrder>>,
+    pub out: Arc<Outbox>,
+}
+
+impl Drop for SessionRx {
+    fn drop(&mut self) {
+        self.out.finish();
+    }
+}
+
+impl Drop for SessionHandle {
+    fn drop(&mut self) {
+        self.out.handle_dropped();
+    }
 }
 
 impl SessionHandle {
-    /// A handle with a queue of `queue` frames, and the session task's end of it.
+    /// A handle that lets at most `queue` frames wait, and the session task's end of it.
     pub fn new(id: u64, canvas: CanvasId, partition: i32, queue: usize) -> (Self, SessionRx) {
-        let (tx, frames) = mpsc::channel(queue.max(1));
-        let (control, control_rx) = watch::channel(None);
-        (Self { id, canvas, partition, tx, control }, SessionRx { frames, control: control_rx })
+        let out = Arc::new(Outbox::new(queue));
+        (Self { id, canvas, partition, out: out.clone() }, SessionRx { out })
     }
 
-    /// Queues `frame` without waiting.
+    /// Sends `frame` without waiting: written to the socket at once when it takes it, else queued.
     ///
     /// # Errors
     /// When the queue is full or the session ended.
-    pub fn try_send(&self, frame: Frame) -> Result<(), mpsc::error::TrySendError<Frame>> {
-        self.tx.try_send(frame)
+    pub fn try_send(&self, frame: impl Into<Frame>) -> Result<(), mpsc::error::TrySendError<Frame>> {
+        let frame = frame.into();
+        match self.out.offer(&frame) {
+            Offer::Taken => Ok(()),
+            Offer::Full => Err(mpsc::error::TrySendError::Full(frame)),
+            Offer::Closed => Err(mpsc::error::TrySendError::Closed(frame)),
+        }
     }
 
-    /// Tells the session task to close with `code` and `reason` (it sends what is queued first only
-    /// if it gets to it; the client resumes by version either way).
+    /// Tells the session task to close with `code` and `reason` (frames that did not start
+    /// leaving are dropped; the client resumes by version either way).
     pub fn close(&self, code: u16, reason: impl Into<String>) {
-        self.control.send_replace(Some(CloseOrder { code, reason: reason.into() }));
+        self.out.order_close(CloseOrder { code, reason: reason.into() });
     }
 
     /// Whether the session task has ended.
     pub fn is_closed(&self) -> bool {
-        self.tx.is_closed()
+        self.out.is_closed()
     }
 
     /// Resolves when the session task has ended.
     pub async fn closed(&self) {
-        self.tx.closed().await
+        self.out.closed().await
     }
 }
 
@@ -118,7 +133,7 @@ pub struct Hub {
     applied: Notify,
     open_sessions: AtomicUsize,
     next_session_id: AtomicU64,
-    slow_closed: AtomicU64,
+    fanout: Fanout,
 }
 
 impl Hub {
@@ -138,7 +153,7 @@ impl Hub {
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
-            slow_closed: AtomicU64::new(0),
+            fanout: Fanout::new(),
         }
     }
 
@@ -162,20 +177,8 @@ impl Hub {
         });
         let Some(frame) = channel.state.apply(ev) else { return };
         if live && !channel.sessions.is_empty() {
-            let mut slow = Vec::new();
-            channel.sessions.retain(|s| match s.try_send(frame.clone()) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    slow.push(s.id);
-                    s.close(close::TRY_AGAIN_LATER, "slow consumer: outbound queue full; resume with since");
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            });
-            if !slow.is_empty() {
-                self.slow_closed.fetch_add(slow.len() as u64, Ordering::Relaxed);
-                tracing::warn!(canvas = %ev.canvas, sessions = ?slow, "closing sessions too slow to keep up (1013)");
-            }
+            // Written by the fan-out thread, in apply order, to the sessions registered now.
+            self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
         }
         drop(inner);
         self.applied.notify_waiters();
@@ -372,7 +375,7 @@ impl Hub {
 
     /// Sessions closed so far because their queue was full.
     pub fn slow_closed(&self) -> u64 {
-        self.slow_closed.load(Ordering::Relaxed)
+        self.fanout.slow_closed()
     }
 
     /// Notes that the broadcast consumer polled (health uses it to spot a stalled consumer).
@@ -433,7 +436,7 @@ fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::protocol::ServerMessage;
+    use shared::protocol::{close, ServerMessage};
     use shared::Color;
 
     fn id(s: &str) -> CanvasId {
@@ -452,6 +455,19 @@ mod tests {
         }
     }
 
+    /// The version in the event frame `wire` (one unfragmented text frame, as the fan-out wrote it).
+    fn version_of_wire(wire: &bytes::Bytes) -> u64 {
+        assert_eq!(wire[0], 0x81, "a final text frame");
+        let start = match wire[1] {
+            126 => 4,
+            127 => 10,
+            _ => 2,
+        };
+        let text: Frame = String::from_utf8(wire[start..].to_vec()).unwrap().into();
+        assert_eq!(text.wire(), wire);
+        version_of_frame(&text)
+    }
+
     fn hub() -> Hub {
         Hub::new(CanvasDims { width: 4, height: 4 }, 100)
     }
@@ -463,7 +479,7 @@ mod tests {
         for v in 1..=5 {
             h.apply(0, v as i64 - 1, &ev("c1", v));
         }
-        let (handle, mut rx) = SessionHandle::new(1, id("c1"), 0, 16);
+        let (handle, rx) = SessionHandle::new(1, id("c1"), 0, 16);
         let backlog = h.subscribe(handle, 3).unwrap();
         let Backlog::Events(frames) = backlog else { panic!("events expected") };
         let mut seen: Vec<u64> = frames.iter().map(version_of_frame).collect();
@@ -471,9 +487,8 @@ mod tests {
             h.apply(0, v as i64 - 1, &ev("c1", v));
         }
         h.apply(0, 7, &ev("c1", 8)); // redelivered record: not sent again
-        while let Ok(f) = rx.frames.try_recv() {
-            seen.push(version_of_frame(&f));
-        }
+        h.fanout.settle();
+        seen.extend(rx.out.take_waiting().iter().map(version_of_wire));
         assert_eq!(seen, vec![4, 5, 6, 7, 8]);
         assert_eq!(h.positions()[&0], 8);
     }
@@ -484,13 +499,14 @@ mod tests {
         let (handle, _rx) = SessionHandle::new(1, id("c1"), 2, 16);
         assert_eq!(h.subscribe(handle, 0).unwrap_err(), Refusal::NotOwner { partition: 2 });
         h.assign(&[2]);
-        let (handle, mut rx) = SessionHandle::new(2, id("c1"), 2, 16);
+        let (handle, rx) = SessionHandle::new(2, id("c1"), 2, 16);
         assert!(matches!(h.subscribe(handle, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
         let taken = h.pause_and_take(Some(&BTreeSet::from([2])));
         assert_eq!(taken.len(), 1);
         assert_eq!(h.admits(2), Err(Refusal::Paused { partition: 2 }));
         h.apply(2, 0, &ev("c1", 1));
-        assert!(rx.frames.try_recv().is_err(), "a taken session got an event");
+        h.fanout.settle();
+        assert!(rx.out.take_waiting().is_empty(), "a taken session got an event");
         h.resume(&BTreeSet::from([2]));
         assert_eq!(h.admits(2), Ok(()));
         assert_eq!(h.version_of(&id("c1")), 1, "events are applied while paused");
@@ -510,20 +526,17 @@ mod tests {
         let h = hub();
         h.assign(&[0]);
         let (slow, slow_rx) = SessionHandle::new(1, id("c1"), 0, 2);
-        let (fast, mut fast_rx) = SessionHandle::new(2, id("c1"), 0, 64);
+        let (fast, fast_rx) = SessionHandle::new(2, id("c1"), 0, 64);
         h.subscribe(slow, 0).unwrap();
         h.subscribe(fast, 0).unwrap();
         for v in 1..=5 {
             h.apply(0, v as i64 - 1, &ev("c1", v));
         }
-        let order = slow_rx.control.borrow().clone().expect("slow session closed");
+        h.fanout.settle();
+        let order = slow_rx.out.order().expect("slow session closed");
         assert_eq!(order.code, close::TRY_AGAIN_LATER);
         assert_eq!(h.slow_closed(), 1);
-        let mut n = 0;
-        while fast_rx.frames.try_recv().is_ok() {
-            n += 1;
-        }
-        assert_eq!(n, 5);
+        assert_eq!(fast_rx.out.take_waiting().len(), 5);
     }
 
     #[test]

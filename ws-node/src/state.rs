@@ -9,8 +9,39 @@ use shared::protocol::ServerMessage;
 use shared::{Canvas, CanvasDims, PixelEvent};
 use std::collections::VecDeque;
 
-/// A serialised server frame, shared by every session it is sent to (cloning is a reference count).
-pub type Frame = Utf8Bytes;
+/// A serialised server message, shared by every session it is sent to (cloning is a reference
+/// count): its JSON text, and the WebSocket frames that carry it, encoded once (server frames are
+/// unmasked, so the bytes are the same for every client; long texts as 2 KiB fragments).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    text: Utf8Bytes,
+    wire: bytes::Bytes,
+}
+
+impl Frame {
+    /// The message's JSON text.
+    pub fn as_str(&self) -> &str {
+        self.text.as_str()
+    }
+
+    /// The bytes to write to a client's socket.
+    pub fn wire(&self) -> &bytes::Bytes {
+        &self.wire
+    }
+}
+
+impl From<Utf8Bytes> for Frame {
+    fn from(text: Utf8Bytes) -> Self {
+        let wire = shared::ws::encode_text(text.as_bytes());
+        Self { text, wire }
+    }
+}
+
+impl From<String> for Frame {
+    fn from(text: String) -> Self {
+        Utf8Bytes::from(text).into()
+    }
+}
 
 /// What a new session gets before live events.
 #[derive(Debug, Clone, PartialEq, Eq)]
