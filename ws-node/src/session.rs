@@ -1,8 +1,9 @@
 //! One WebSocket session: backlog, then live frames from the hub, until a close.
 //!
 //! Writing: every frame is encoded once (see [`crate::state::Frame`]) and the fan-out writes its
-//! bytes straight to the session's socket with a non-blocking write, from the thread that applies
-//! the event; no task is woken for a delivery. Only when the kernel's send buffer is full (or the
+//! bytes straight to the session's socket with a non-blocking write, from the fan-out thread
+//! ([`Fanout`]: `Hub::apply` hands it each event with the sessions registered at that moment); no
+//! task is woken for a delivery. Only when the kernel's send buffer is full (or the
 //! session has not written its backlog yet) do bytes wait in the session's [`Outbox`], in order,
 //! for the session task to write them when the socket is writable, several frames per system call.
 //! All writes to a socket (frames, pings, pongs, close frames) go through its outbox, under its
