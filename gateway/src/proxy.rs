@@ -145,12 +145,19 @@ pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::r
     })
 }
 
+/// Most bytes waiting to be written to one client, bytes (a 64 × 64 snapshot is 16 KiB).
+pub const MAX_CLIENT_WRITE_BUFFER: usize = 1 << 20;
+
 /// The client's upgrade, answered once the upstream is open.
 pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target, peer: Peer) -> axum::response::Response {
     let c = &fleet.config;
     upgrade
         .read_buffer_size(c.ws_read_buffer as usize)
         .write_buffer_size(0)
+        // Bytes a client leaves unread (its frames, or pongs to a ping flood) may wait up to this
+        // much; beyond it the write fails and the session ends, so one client cannot grow the
+        // gateway's memory without bound.
+        .max_write_buffer_size(MAX_CLIENT_WRITE_BUFFER)
         .max_message_size(c.ws_max_message as usize)
         .max_frame_size(c.ws_max_message as usize)
         .on_upgrade(move |client| pipe(fleet, client, upstream, target, peer))

@@ -197,7 +197,9 @@ impl Outbox {
         }
     }
 
-    /// Writes a control frame (ping, pong, close reply) in order with the frames.
+    /// Writes a control frame (ping, pong, close reply) in order with the frames. Waiting control
+    /// frames count against the same bound as frames: a client that sends pings faster than it
+    /// reads the pongs ends its session instead of growing the node's memory.
     fn push_raw(&self, bytes: Bytes) {
         if bytes.is_empty() {
             return;
@@ -207,7 +209,12 @@ impl Outbox {
             return;
         }
         if !st.pending.is_empty() || !st.started || st.sock.is_none() {
-            self.enqueue(&mut st, bytes, false);
+            if st.queued >= self.limit {
+                st.failed = Some("the client sends control frames faster than it reads the replies".into());
+                self.wake.notify_one();
+                return;
+            }
+            self.enqueue(&mut st, bytes, true);
         } else {
             self.write_direct(&mut st, &bytes, false);
         }
@@ -487,7 +494,11 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                 let read = read_ready(&mut ctx, &sock, &mut replies, &mut last_heard);
                 let made = Bytes::from(std::mem::take(&mut replies));
                 match read {
-                    Ok(()) => out.push_raw(made),
+                    Ok(()) => {
+                        out.push_raw(made);
+                        // The client may have more to read: let other tasks run first.
+                        tokio::task::yield_now().await;
+                    }
                     Err(End::ClientClosed) => {
                         close_reply = made;
                         break End::ClientClosed;
@@ -546,10 +557,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     drop(rx);
 }
 
-/// Reads and handles what the client sent until reading would block. Pong and close replies that
-/// tungstenite makes are appended to `replies`.
+/// Messages read from a client per wake-up at most; then the task yields, so a client that never
+/// stops sending cannot hold a runtime worker.
+const READ_BATCH: usize = 64;
+
+/// Reads and handles what the client sent until reading would block, or [`READ_BATCH`] messages.
+/// Pong and close replies that tungstenite makes are appended to `replies`.
 fn read_ready(ctx: &mut WebSocketContext, sock: &TcpStream, replies: &mut Vec<u8>, last_heard: &mut Instant) -> Result<(), End> {
-    loop {
+    for _ in 0..READ_BATCH {
         let mut io = ReadSide { sock, replies };
         let msg = match ctx.read(&mut io) {
             Ok(msg) => msg,
@@ -580,6 +595,7 @@ fn read_ready(ctx: &mut WebSocketContext, sock: &TcpStream, replies: &mut Vec<u8
             Message::Frame(_) => {}
         }
     }
+    Ok(())
 }
 
 /// Writes what waits in `out` until nothing does, the socket fails, or `deadline`.
