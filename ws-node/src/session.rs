@@ -773,3 +773,24 @@ impl FanoutShared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_frames_waiting_beyond_the_bound_end_the_session() {
+        // No socket yet: everything waits, as for a client that does not read.
+        let out = Outbox::new(4);
+        for _ in 0..4 {
+            out.push_raw(encode_ping());
+        }
+        assert!(out.status().failed.is_none(), "within the bound nothing fails");
+        assert_eq!(out.take_waiting().len(), 4);
+        for _ in 0..5 {
+            out.push_raw(encode_ping());
+        }
+        assert!(out.status().failed.is_some(), "a fifth waiting control frame ends the session");
+        assert_eq!(out.take_waiting().len(), 4, "nothing is queued past the bound");
+    }
+}
