@@ -139,11 +139,16 @@ impl Outbox {
         self.st.lock().expect("outbox lock poisoned")
     }
 
+    /// Whether frames are no longer taken: the session is closing, ordered closed, failed or ended.
+    fn refuses(&self, st: &OutState) -> bool {
+        st.closing || st.order.is_some() || st.failed.is_some() || self.ended.load(Ordering::Relaxed)
+    }
+
     /// Writes `frame` to the socket now when nothing waits before it and the kernel takes it,
     /// else queues it (or what the kernel did not take) for the session task. Never blocks.
     pub fn offer(&self, frame: &Frame) -> Offer {
         let mut st = self.lock();
-        if st.closing || st.order.is_some() || st.failed.is_some() || self.ended.load(Ordering::Relaxed) {
+        if self.refuses(&st) {
             return Offer::Closed;
         }
         if !st.pending.is_empty() || !st.started || st.sock.is_none() {
@@ -163,7 +168,7 @@ impl Outbox {
     /// [`Outbox::offer`] for several frames, written with one system call when nothing waits.
     pub fn offer_many(&self, frames: Vec<Bytes>) -> Offer {
         let mut st = self.lock();
-        if st.closing || st.order.is_some() || st.failed.is_some() || self.ended.load(Ordering::Relaxed) {
+        if self.refuses(&st) {
             return Offer::Closed;
         }
         let direct = st.pending.is_empty() && st.started && st.sock.is_some();
