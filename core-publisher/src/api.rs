@@ -3,12 +3,14 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
+//! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
 //! | `GET /health` | `200 {"ready","canvases","partitions","width","height"}` (always 200 while the process answers) |
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (for container health checks and readiness probes) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
-//! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB, 415 for a body
+//! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (256 KiB for a
+//! batch), 415 for a body
 //! that is not declared JSON, 503 with `Retry-After` while the heads are rebuilt or when Kafka did
 //! not acknowledge (`kafka_unavailable`: nothing applied; `kafka_outcome_unknown`: retry with the
 //! same `Idempotency-Key`).
@@ -20,8 +22,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody};
-use shared::Color;
+use shared::api::ErrorBody;
+use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody, JsonBodyUpTo};
+use shared::{CanvasId, Color};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 pub use shared::http::MAX_BODY_BYTES;
@@ -35,6 +39,56 @@ pub struct PixelRequest {
     pub x: u32,
     pub y: u32,
     pub color: Color,
+}
+
+/// Most events one `POST /pixels` takes.
+pub const MAX_BATCH_EVENTS: usize = 1000;
+/// Largest body of `POST /pixels`, bytes (1,000 events with 128-character keys fit).
+pub const MAX_BATCH_BODY_BYTES: usize = 256 * 1024;
+
+/// Body of `POST /pixels`: several publishes in one request, to any canvases.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchRequest {
+    pub events: Vec<BatchEvent>,
+}
+
+/// One event of a [`BatchRequest`]: what `POST /canvases/{id}/pixels` takes, plus the canvas and
+/// the `Idempotency-Key` as fields.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchEvent {
+    pub canvas: CanvasId,
+    pub x: u32,
+    pub y: u32,
+    pub color: Color,
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+/// The answer for one event of a batch: `status` is what `POST /canvases/{id}/pixels` would have
+/// answered for it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(untagged)]
+pub enum BatchResult {
+    Published {
+        status: u16,
+        #[serde(flatten)]
+        published: crate::versions::Published,
+        /// The answer of an earlier request with the same idempotency key.
+        replayed: bool,
+    },
+    Failed {
+        status: u16,
+        #[serde(flatten)]
+        error: ErrorBody,
+    },
+}
+
+impl BatchResult {
+    fn failed(e: ApiError) -> Self {
+        Self::Failed { status: e.status.as_u16(), error: e.body }
+    }
 }
 
 fn publish_error(e: PublishError) -> ApiError {
@@ -92,6 +146,89 @@ async fn post_pixel<L: EventLog>(
     Ok(resp)
 }
 
+/// `POST /pixels`: the events are checked first (any bad one: 400 naming it, e.g.
+/// `events[3].x`, and nothing is published); then each canvas's events are published in their
+/// order in the batch, one after the other, and different canvases side by side. After a failed
+/// event the canvas's later events are not attempted (`503 not_attempted`), so a canvas never
+/// gets a later change of the batch without an earlier one. `Retry-After` is set when any event
+/// got a 503.
+async fn post_batch<L: EventLog>(
+    State(v): State<Arc<Versions<L>>>,
+    JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
+) -> Result<Response, ApiError> {
+    let req: BatchRequest = parse_json(&body)?;
+    if req.events.is_empty() {
+        return Err(ApiError::field("events", "at least one event is needed"));
+    }
+    if req.events.len() > MAX_BATCH_EVENTS {
+        return Err(ApiError::field("events", format!("at most {MAX_BATCH_EVENTS} events per request")));
+    }
+    let dims = v.dims();
+    for (i, e) in req.events.iter().enumerate() {
+        if e.x >= dims.width {
+            return Err(ApiError::field(format!("events[{i}].x"), format!("x must be below {}", dims.width)));
+        }
+        if e.y >= dims.height {
+            return Err(ApiError::field(format!("events[{i}].y"), format!("y must be below {}", dims.height)));
+        }
+        if let Some(problem) = e.idempotency_key.as_deref().and_then(crate::idempotency::key_problem) {
+            return Err(ApiError::field(format!("events[{i}].idempotency_key"), problem));
+        }
+    }
+    if !v.is_ready() {
+        return Err(publish_error(PublishError::NotReady));
+    }
+    // Each canvas's events, in batch order.
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: HashMap<&CanvasId, usize> = HashMap::new();
+    for (i, e) in req.events.iter().enumerate() {
+        let g = *group_of.entry(&e.canvas).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    let events = &req.events;
+    let v = &v;
+    let done = futures::future::join_all(groups.into_iter().map(|group| async move {
+        let mut out = Vec::with_capacity(group.len());
+        let mut failed = false;
+        for i in group {
+            let e = &events[i];
+            if failed {
+                let skipped = ApiError::unavailable(
+                    "not_attempted",
+                    "an earlier event of this canvas in the batch failed; this one was not published, retry it after that one",
+                    RETRY_AFTER_SECS,
+                );
+                out.push((i, BatchResult::failed(skipped)));
+                continue;
+            }
+            let r = match v.publish_with_key(&e.canvas, e.x, e.y, e.color, e.idempotency_key.as_deref()).await {
+                Ok((published, replayed)) => BatchResult::Published { status: StatusCode::CREATED.as_u16(), published, replayed },
+                Err(err) => {
+                    failed = true;
+                    BatchResult::failed(publish_error(err))
+                }
+            };
+            out.push((i, r));
+        }
+        out
+    }))
+    .await;
+    let mut results: Vec<Option<BatchResult>> = vec![None; events.len()];
+    for (i, r) in done.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    let results: Vec<BatchResult> = results.into_iter().map(|r| r.expect("every event of the batch has a result")).collect();
+    let any_unavailable = results.iter().any(|r| matches!(r, BatchResult::Failed { status: 503, .. }));
+    let mut resp = Json(serde_json::json!({ "results": results })).into_response();
+    if any_unavailable {
+        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+    }
+    Ok(resp)
+}
+
 async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
     Ok(Json(v.truth(&canvas).await.map_err(publish_error)?).into_response())
 }
@@ -119,6 +256,7 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
     Router::new()
         .route("/canvases/{id}/pixels", post(post_pixel::<L>))
+        .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
         .route("/ready", get(ready::<L>))
@@ -268,5 +406,105 @@ mod tests {
         let resp = app.clone().oneshot(req).await.unwrap();
         assert_eq!(resp.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
         assert!(v.log.events_of("c1").is_empty());
+    }
+
+    fn ev(canvas: &str, x: u32) -> serde_json::Value {
+        serde_json::json!({"canvas": canvas, "x": x, "y": 0, "color": "#102030"})
+    }
+
+    #[tokio::test]
+    async fn a_batch_publishes_each_canvas_in_order_and_answers_in_request_order() {
+        let (app, v) = make_app(Fate::Ok, true).await;
+        let body = serde_json::json!({"events": [ev("c1", 0), ev("c2", 1), ev("c1", 2), ev("c1", 3), ev("c2", 4)]});
+        let (s, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        assert_eq!(retry, None);
+        let got: Vec<(String, u64, u64)> = j["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["canvas"].as_str().unwrap().to_owned(), r["version"].as_u64().unwrap(), r["status"].as_u64().unwrap()))
+            .collect();
+        let want: Vec<(String, u64, u64)> =
+            [("c1", 1), ("c2", 1), ("c1", 2), ("c1", 3), ("c2", 2)].iter().map(|(c, v)| (c.to_string(), *v, 201)).collect();
+        assert_eq!(got, want);
+        assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
+        assert_eq!(v.log.events_of("c2"), vec![1, 2]);
+        // Each event is the pixel the request named, at the version answered.
+        let xs: Vec<u32> = v.log.records.lock().unwrap().values().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
+        assert_eq!(xs, vec![0, 2, 3]);
+        // The same batch again continues the versions (and a body over the single route's 4 KiB is fine).
+        let many: Vec<serde_json::Value> = (0..200).map(|i| ev("c3", i % 64)).collect();
+        let (s, j, _) = call(&app, "POST", "/pixels", serde_json::json!({ "events": many }).to_string()).await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        assert_eq!(j["results"][199]["version"], 200);
+        assert_eq!(v.log.events_of("c3"), (1..=200).collect::<Vec<u64>>());
+    }
+
+    #[tokio::test]
+    async fn after_a_failed_event_the_canvas_s_later_events_are_not_attempted() {
+        // Attempt 1 (the second event of c1) is not written.
+        let v = Arc::new(Versions::new(FakeLog::new(6, |n| if n == 1 { Fate::FailNotWritten } else { Fate::Ok }), CanvasDims::default(), 6));
+        v.rebuild().await.unwrap();
+        let app = router(v.clone());
+        let body = serde_json::json!({"events": [ev("c1", 0), ev("c1", 1), ev("c1", 2)]});
+        let (s, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        assert_eq!(retry.as_deref(), Some("1"), "a 503 inside the batch sets Retry-After");
+        let r = j["results"].as_array().unwrap();
+        assert_eq!((r[0]["status"].as_u64(), r[0]["version"].as_u64()), (Some(201), Some(1)));
+        assert_eq!((r[1]["status"].as_u64(), r[1]["error"].as_str()), (Some(503), Some("kafka_unavailable")));
+        assert_eq!((r[2]["status"].as_u64(), r[2]["error"].as_str()), (Some(503), Some("not_attempted")));
+        assert_eq!(v.log.events_of("c1"), vec![1], "nothing after the failed event was published");
+        // Retrying the two gives them the next versions, in order.
+        let body = serde_json::json!({"events": [ev("c1", 1), ev("c1", 2)]});
+        let (_, j, _) = call(&app, "POST", "/pixels", body.to_string()).await;
+        assert_eq!(j["results"][1]["version"], 3);
+        assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_batch_with_idempotency_keys_applies_each_once() {
+        let (app, v) = make_app(Fate::Ok, true).await;
+        let mut a = ev("c1", 5);
+        a["idempotency_key"] = "k-1".into();
+        let body = serde_json::json!({ "events": [a.clone()] }).to_string();
+        let (_, first, _) = call(&app, "POST", "/pixels", body.clone()).await;
+        assert_eq!(first["results"][0]["replayed"], false);
+        let (_, again, _) = call(&app, "POST", "/pixels", body).await;
+        assert_eq!(again["results"][0]["replayed"], true);
+        assert_eq!(again["results"][0]["version"], first["results"][0]["version"]);
+        assert_eq!(v.log.events_of("c1"), vec![1]);
+    }
+
+    /// Each bad batch: (body, status, code, field). Nothing of it may be published.
+    #[tokio::test]
+    async fn a_bad_batch_is_refused_whole_naming_the_event_and_field() {
+        let (app, v) = make_app(Fate::Ok, true).await;
+        let mut bad_key = ev("c1", 0);
+        bad_key["idempotency_key"] = "".into();
+        let huge: Vec<serde_json::Value> = (0..1001).map(|i| ev("c1", i % 64)).collect();
+        let padded = format!(r##"{{"events":[{}]}}"##, vec![r##"{"canvas":"c1","x":1,"y":1,"color":"#000000"}"##; 6000].join(","));
+        let cases: Vec<(String, StatusCode, &str, Option<&str>)> = vec![
+            (serde_json::json!({"events": [ev("c1", 0), ev("c1", 64)]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].x")),
+            (serde_json::json!({"events": [ev("c1", 0), ev("bad id", 1)]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].canvas")),
+            (serde_json::json!({"events": [ev("c1", 0), {"canvas":"c1","x":1,"y":1,"color":"#000000","z":1}]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].z")),
+            (serde_json::json!({"events": [ev("c1", 0), bad_key]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].idempotency_key")),
+            (serde_json::json!({"events": []}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events")),
+            (serde_json::json!({"events": huge}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events")),
+            (serde_json::json!({"pixels": []}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("pixels")),
+            (padded, StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", None),
+            ("{nope".into(), StatusCode::BAD_REQUEST, "malformed_json", None),
+        ];
+        for (body, status, code, field) in cases {
+            let (s, j, _) = call(&app, "POST", "/pixels", body.clone()).await;
+            assert_eq!(s, status, "{body:.80}: {j}");
+            assert_eq!(j["error"], code, "{body:.80}");
+            assert_eq!(j["field"].as_str(), field, "{body:.80}");
+        }
+        assert!(v.log.events_of("c1").is_empty());
+        let (app, _) = make_app(Fate::Ok, false).await;
+        let (s, j, retry) = call(&app, "POST", "/pixels", serde_json::json!({"events": [ev("c1", 0)]}).to_string()).await;
+        assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")));
     }
 }

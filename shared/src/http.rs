@@ -31,6 +31,21 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// A JSON request body of up to `LIMIT` bytes, for the routes that take more than
+/// [`MAX_BODY_BYTES`] (the route also needs `DefaultBodyLimit::max(LIMIT)`): 415 for another
+/// `Content-Type`, 413 over `LIMIT`.
+pub struct JsonBodyUpTo<const LIMIT: usize>(pub Bytes);
+
+impl<S: Send + Sync, const LIMIT: usize> FromRequest<S> for JsonBodyUpTo<LIMIT> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        require_json(req.headers())?;
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| ApiError::from_body_rejection(r, LIMIT))?;
+        Ok(Self(bytes))
+    }
+}
+
 /// The single `{...}` path parameter of a route, percent-decoded (400 `invalid_path` when it is
 /// not UTF-8).
 pub struct PathSegment(pub String);

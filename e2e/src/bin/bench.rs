@@ -34,6 +34,10 @@ struct Args {
     /// Canvas side for the fleet, pixels (its snapshot frames grow with it: 64 → 16 KiB).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     canvas_side: u32,
+    /// The latency measure's offered loads, events/s (repeatable); the size's by default
+    /// (full: 1000, 10000, 50000).
+    #[arg(long = "rate", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    rates: Vec<u32>,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -47,10 +51,13 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(async move {
         let started = Instant::now();
         let started_at = now_rfc3339();
-        let size = match args.size {
+        let mut size = match args.size {
             SizeChoice::Tiny => Size::tiny(),
             SizeChoice::Full => Size::full(),
         };
+        if !args.rates.is_empty() {
+            size.latency_rates = args.rates.iter().map(|&r| f64::from(r)).collect();
+        }
         let mut measures = if args.only.is_empty() {
             vec![Measure::Fanout, Measure::Latency, Measure::Replay, Measure::Memory, Measure::Failover]
         } else {
@@ -75,6 +82,9 @@ fn main() -> anyhow::Result<()> {
         }
         if args.no_peers {
             command += " --no-peers";
+        }
+        for r in &args.rates {
+            command += &format!(" --rate {r}");
         }
         if args.canvas_side != 64 {
             command += &format!(" --canvas-side {}", args.canvas_side);
