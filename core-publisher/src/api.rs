@@ -28,7 +28,7 @@ use shared::{CanvasId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-pub use shared::http::MAX_BODY_BYTES;
+pub use shared::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
 /// `Retry-After` of a 503, seconds.
 pub const RETRY_AFTER_SECS: u64 = 1;
 
@@ -43,8 +43,6 @@ pub struct PixelRequest {
 
 /// Most events one `POST /pixels` takes.
 pub const MAX_BATCH_EVENTS: usize = 1000;
-/// Largest body of `POST /pixels`, bytes (1,000 events with 128-character keys fit).
-pub const MAX_BATCH_BODY_BYTES: usize = 256 * 1024;
 
 /// Body of `POST /pixels`: several publishes in one request, to any canvases.
 #[derive(Debug, serde::Deserialize)]

@@ -59,6 +59,23 @@ async fn drain_and_graceful_stop() {
     let r = http.post(format!("{}/api/canvases/{}/pixels", fleet.gateway.url(), canvases[0])).body("{\"x\":1}").send().await.unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "y");
+    // A batch publish through the gateway: each canvas's events in order, answered in request order.
+    let ev = |c: &str, x: u32| serde_json::json!({"canvas": c, "x": x, "y": 3, "color": "#0a0b0c"});
+    let r = http
+        .post(format!("{}/api/pixels", fleet.gateway.url()))
+        .json(&serde_json::json!({"events": [ev(&canvases[0], 1), ev(&canvases[1], 2), ev(&canvases[0], 3)]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let batch: serde_json::Value = r.json().await.unwrap();
+    let results = batch["results"].as_array().expect("results");
+    assert!(results.iter().all(|r| r["status"] == 201), "{batch}");
+    assert_eq!(results[0]["canvas"], canvases[0].as_str());
+    assert!(results[2]["version"].as_u64() > results[0]["version"].as_u64(), "{batch}");
+    let r = http.post(format!("{}/api/pixels", fleet.gateway.url())).json(&serde_json::json!({"events": [{"canvas": canvases[0], "x": 9999, "y": 0, "color": "#000000"}]})).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "events[0].x");
 
     // Bad requests are refused with JSON and change nothing.
     let r = http.post(format!("{}/api/fleet/nodes/ws-9/drain", fleet.gateway.url())).send().await.unwrap();

@@ -5,7 +5,7 @@
 //! | `GET /ws?canvas=<id>&since=<version>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
-//! | `POST /api/canvases/{id}/pixels`, `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
+//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
@@ -19,7 +19,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
-use shared::http::{method_not_allowed, parse_json, parse_query, ApiError, CanvasPath, JsonBody, PathSegment, MAX_BODY_BYTES};
+use shared::http::{
+    method_not_allowed, parse_json, parse_query, ApiError, CanvasPath, JsonBody, JsonBodyUpTo, PathSegment, MAX_BATCH_BODY_BYTES,
+    MAX_BODY_BYTES,
+};
 use shared::protocol::{Refusal, WsQuery};
 use std::sync::Arc;
 
@@ -31,6 +34,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/fleet", get(fleet_state))
         .route("/api/fleet/nodes/{id}/drain", post(drain))
         .route("/api/canvases/{id}/pixels", post(forward_pixel))
+        .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .route("/", get(crate::assets::index))
@@ -122,6 +126,12 @@ async fn forward_pixel(
         }
     }
     to_publisher(&fleet, req).await
+}
+
+/// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
+async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Result<Response, ApiError> {
+    let url = format!("{}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
+    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
 }
 
 async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {

@@ -16,6 +16,9 @@ use serde::de::DeserializeOwned;
 /// Largest request body the fleet's APIs accept (bytes); larger gets 413. Routers apply it with
 /// `DefaultBodyLimit::max(MAX_BODY_BYTES)`.
 pub const MAX_BODY_BYTES: usize = 4096;
+/// Largest body of a batch publish (`POST /pixels` on the publisher, `/api/pixels` on the
+/// gateway), bytes: 1,000 events with 128-character idempotency keys fit.
+pub const MAX_BATCH_BODY_BYTES: usize = 256 * 1024;
 
 /// A request body declared as JSON (or not declared), read whole: 415 for another `Content-Type`,
 /// 413 over [`MAX_BODY_BYTES`].
