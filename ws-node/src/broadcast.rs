@@ -41,8 +41,9 @@ use tokio::sync::mpsc;
 pub enum Revoked {
     /// Sessions taken out of the hub, to be handed over now, and the partitions revoked.
     HandOver(Vec<i32>, Vec<SessionHandle>),
-    /// Partitions held (see the module docs): hand over whatever is still held after the hold.
-    Held(Vec<i32>),
+    /// Partitions held by hold number `.0` (see the module docs): hand over whatever is still in
+    /// that hold when it runs out.
+    Held(u64, Vec<i32>),
 }
 
 struct BroadcastContext {
@@ -102,7 +103,7 @@ impl ConsumerContext for BroadcastContext {
                 let lost = consumer.assignment_lost();
                 let holding = cooperative && !lost && !self.hold.is_zero() && !self.stop.load(Ordering::Acquire);
                 if holding {
-                    let held = self.hub.hold(&partitions);
+                    let (hold, held) = self.hub.hold(&partitions);
                     tracing::info!(
                         "[BROADCAST] revoked partitions={:?} (moved to another node); serving their {} sessions from the log until the new owner serves them (hold at most {}ms) owned={:?}",
                         partitions,
@@ -110,7 +111,7 @@ impl ConsumerContext for BroadcastContext {
                         self.hold.as_millis(),
                         self.hub.owned()
                     );
-                    let _ = self.handover.send(Revoked::Held(partitions.clone()));
+                    let _ = self.handover.send(Revoked::Held(hold, partitions.clone()));
                     if let Err(e) = consumer.incremental_unassign(tpl) {
                         tracing::error!(partitions = ?partitions, error = %e, "[BROADCAST] unassign failed");
                     }

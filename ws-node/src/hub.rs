@@ -21,7 +21,7 @@ use crate::session::{Fanout, Offer, Outbox};
 use crate::state::{Backlog, CanvasState, Frame};
 use shared::replay::Offsets;
 use shared::{CanvasDims, CanvasId, PixelEvent};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -119,8 +119,11 @@ struct Inner {
     canvases: HashMap<CanvasId, Channel>,
     positions: Offsets,
     owned: BTreeSet<i32>,
-    /// Moved to another node, sessions still served here from the log (see the module docs).
-    held: BTreeSet<i32>,
+    /// Moved to another node, sessions still served here from the log (see the module docs):
+    /// partition → the hold it belongs to ([`Hub::hold`]'s number).
+    held: BTreeMap<i32, u64>,
+    /// Number of the last hold.
+    holds: u64,
     paused: BTreeSet<i32>,
     last_broadcast_poll: Option<Instant>,
 }
@@ -146,7 +149,8 @@ impl Hub {
                 canvases: HashMap::new(),
                 positions: Offsets::new(),
                 owned: BTreeSet::new(),
-                held: BTreeSet::new(),
+                held: BTreeMap::new(),
+                holds: 0,
                 paused: BTreeSet::new(),
                 last_broadcast_poll: None,
             }),
@@ -169,7 +173,7 @@ impl Hub {
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
-        let live = (inner.owned.contains(&partition) || inner.held.contains(&partition)) && !inner.paused.contains(&partition);
+        let live = (inner.owned.contains(&partition) || inner.held.contains_key(&partition)) && !inner.paused.contains(&partition);
         let (dims, recent) = (self.dims, self.recent);
         let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel {
             state: CanvasState::new(ev.canvas.as_str(), dims, recent),
@@ -219,27 +223,34 @@ impl Hub {
 
     /// Marks `partitions` as moved to another node but *held*: no new sessions here, and the open
     /// ones keep their events (read by the release reader) until [`Hub::end_hold`] or a scoped
-    /// drain ([`Hub::pause_and_take`]) takes them. Returns how many sessions are held.
-    pub fn hold(&self, partitions: &[i32]) -> usize {
+    /// drain ([`Hub::pause_and_take`]) takes them. Returns the hold's number (for
+    /// [`Hub::end_hold`]) and how many sessions are held.
+    pub fn hold(&self, partitions: &[i32]) -> (u64, usize) {
         let mut inner = self.lock();
+        inner.holds += 1;
+        let hold = inner.holds;
         for p in partitions {
             inner.owned.remove(p);
-            inner.held.insert(*p);
+            inner.held.insert(*p, hold);
         }
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
-        inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count()
+        (hold, inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
     }
 
     /// Partitions held now (see [`Hub::hold`]), sorted.
     pub fn held(&self) -> Vec<i32> {
-        self.lock().held.iter().copied().collect()
+        self.lock().held.keys().copied().collect()
     }
 
-    /// Ends the hold of those of `partitions` still held, taking their sessions out for the
-    /// caller to hand over (none when a drain took them already or the partition came back).
-    pub fn end_hold(&self, partitions: &[i32]) -> Vec<SessionHandle> {
+    /// Ends hold number `hold` of those of `partitions` still in it, taking their sessions out
+    /// for the caller to hand over (none when a drain took them already, the partition came
+    /// back, or a later hold has it now: that one ends on its own timer).
+    pub fn end_hold(&self, hold: u64, partitions: &[i32]) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| inner.held.remove(p)).collect();
+        let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| inner.held.get(p) == Some(&hold)).collect();
+        for p in &scope {
+            inner.held.remove(p);
+        }
         if scope.is_empty() {
             return Vec::new();
         }
@@ -279,7 +290,7 @@ impl Hub {
         match partitions {
             Some(ps) => {
                 inner.paused.extend(ps.iter().copied());
-                inner.held.retain(|p| !ps.contains(p));
+                inner.held.retain(|p, _| !ps.contains(p));
             }
             None => inner.held.clear(),
         }
@@ -562,7 +573,8 @@ mod tests {
         let (b, rb) = SessionHandle::new(2, id("b"), 1, 8);
         h.subscribe(a, 0).unwrap();
         h.subscribe(b, 0).unwrap();
-        assert_eq!(h.hold(&[1]), 1);
+        let (hold, held) = h.hold(&[1]);
+        assert_eq!(held, 1);
         assert_eq!((h.owned(), h.held()), (vec![0], vec![1]));
         assert_eq!(h.admits(1), Err(Refusal::NotOwner { partition: 1 }));
         h.apply(1, 0, &ev("b", 1));
@@ -572,7 +584,7 @@ mod tests {
         // A scoped drain takes the held sessions and ends the hold; ending it later finds nothing.
         assert_eq!(h.pause_and_take(Some(&BTreeSet::from([1]))).len(), 1);
         assert!(h.held().is_empty());
-        assert!(h.end_hold(&[1]).is_empty());
+        assert!(h.end_hold(hold, &[1]).is_empty());
     }
 
     #[test]
@@ -583,9 +595,9 @@ mod tests {
         let (b, _rb) = SessionHandle::new(2, id("b"), 1, 8);
         h.subscribe(a, 0).unwrap();
         h.subscribe(b, 0).unwrap();
-        h.hold(&[0, 1]);
+        let (hold, _) = h.hold(&[0, 1]);
         h.assign(&[0]); // partition 0 came back: its session stays, nothing to hand over
-        let taken = h.end_hold(&[0, 1]);
+        let taken = h.end_hold(hold, &[0, 1]);
         assert_eq!(taken.iter().map(|s| s.id).collect::<Vec<_>>(), vec![2]);
         assert_eq!((h.owned(), h.held()), (vec![0], vec![]));
         let (c, rc) = SessionHandle::new(3, id("b"), 1, 8);
@@ -593,6 +605,22 @@ mod tests {
         h.apply(1, 0, &ev("b", 1));
         h.fanout.settle();
         assert!(rc.out.take_waiting().is_empty());
+    }
+
+    #[test]
+    fn an_earlier_hold_s_timer_does_not_end_a_later_hold_of_the_same_partition() {
+        let h = hub();
+        h.assign(&[1]);
+        let (b, _rb) = SessionHandle::new(2, id("b"), 1, 8);
+        h.subscribe(b, 0).unwrap();
+        let (first, _) = h.hold(&[1]);
+        h.assign(&[1]); // back before the first hold ran out
+        let (second, held) = h.hold(&[1]); // and moved again
+        assert_eq!(held, 1);
+        assert!(h.end_hold(first, &[1]).is_empty(), "the first hold's timer finds its hold over");
+        assert_eq!(h.held(), vec![1], "the second hold goes on");
+        assert_eq!(h.end_hold(second, &[1]).len(), 1);
+        assert!(h.held().is_empty());
     }
 
     #[tokio::test]

@@ -72,11 +72,11 @@ impl Node {
                 tokio::spawn(async move {
                     let (partitions, sessions) = match revoked {
                         Revoked::HandOver(partitions, sessions) => (partitions, sessions),
-                        Revoked::Held(partitions) => {
+                        Revoked::Held(number, partitions) => {
                             tokio::time::sleep(hold).await;
-                            let sessions = hub.end_hold(&partitions);
+                            let sessions = hub.end_hold(number, &partitions);
                             if sessions.is_empty() {
-                                tracing::info!("[DRAIN] hold of partitions={:?} ended: nothing left to hand over (drained or assigned back)", partitions);
+                                tracing::info!("[DRAIN] hold of partitions={:?} ended: nothing left to hand over (drained, assigned back, or held again)", partitions);
                                 return;
                             }
                             tracing::info!("[DRAIN] hold of partitions={:?} ran out after {}ms with {} sessions; handing them over", partitions, hold.as_millis(), sessions.len());
