@@ -114,12 +114,12 @@ pub struct KafkaSettings {
 }
 
 impl KafkaSettings {
-    /// Settings with the fleet's default timings (6 s session, 1 s heartbeat).
+    /// Settings with the fleet's default timings (6 s session, 250 ms heartbeat).
     pub fn new(bootstrap: impl Into<String>) -> Self {
         Self {
             bootstrap: bootstrap.into(),
             session_timeout: Duration::from_secs(6),
-            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_interval: Duration::from_millis(250),
         }
     }
 

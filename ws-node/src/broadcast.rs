@@ -13,6 +13,9 @@
 //!   The new owner is assigned them only in the rebalance's second round (about a second later);
 //!   the sessions are handed over when it serves: by the gateway's scoped failback drain, or when
 //!   the hold (`REVOKE_HOLD_MS`) runs out. So no client goes without events while nobody consumes.
+//!   Until that second round librdkafka delivers nothing of the partitions this node keeps either
+//!   (measured: about 1 s, every session of the node waiting), so the release reader reads those
+//!   too until the round comes ([`Hub::bridge`]); the hub drops what both deliver by version.
 //! - When the assignment was lost (the group gave the partitions away after a session timeout), or
 //!   the node is leaving the group, or the hold is 0, the sessions are taken out of the hub at once,
 //!   inside the callback, and handed to the drain task, which sends the reconnect notice and closes
@@ -55,6 +58,9 @@ struct BroadcastContext {
     /// Set when the node leaves the group: nothing is held then.
     stop: Arc<AtomicBool>,
     logs: FleetContext,
+    /// Partitions assigned and not read from yet, with when they were assigned (logged once the
+    /// first record comes: how long a moved partition's sessions waited for the consumer).
+    first_record: std::sync::Mutex<std::collections::HashMap<i32, std::time::Instant>>,
 }
 
 impl ClientContext for BroadcastContext {
@@ -73,6 +79,9 @@ impl ConsumerContext for BroadcastContext {
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
+                // The second after a revocation is the rebalance's next round: the consumer
+                // delivers the kept partitions again.
+                self.hub.assignment_came();
                 let positions = self.hub.positions();
                 let mut starts = shared::replay::Offsets::new();
                 for p in &partitions {
@@ -89,6 +98,8 @@ impl ConsumerContext for BroadcastContext {
                 match r {
                     Ok(()) => {
                         self.hub.assign(&partitions);
+                        let now = std::time::Instant::now();
+                        self.first_record.lock().expect("first-record lock").extend(partitions.iter().map(|p| (*p, now)));
                         tracing::info!(
                             "[BROADCAST] assigned partitions={:?} startOffsets={} owned={:?}",
                             partitions,
@@ -112,6 +123,7 @@ impl ConsumerContext for BroadcastContext {
                         self.hub.owned()
                     );
                     let _ = self.handover.send(Revoked::Held(hold, partitions.clone()));
+                    self.hub.bridge(&self.hub.owned());
                     if let Err(e) = consumer.incremental_unassign(tpl) {
                         tracing::error!(partitions = ?partitions, error = %e, "[BROADCAST] unassign failed");
                     }
@@ -167,6 +179,7 @@ impl Broadcast {
             hold: config.revoke_hold(),
             stop: stop.clone(),
             logs: FleetContext::default(),
+            first_record: std::sync::Mutex::new(std::collections::HashMap::new()),
         };
         let reader: BaseConsumer<FleetContext> =
             config.kafka().reader(&format!("{}-release", config.node_id)).create_with_context(FleetContext::default())?;
@@ -205,7 +218,11 @@ impl Drop for Broadcast {
 
 /// The release reader: reads the held partitions ([`Hub::hold`]) from the node's positions and
 /// applies their records, so held sessions keep their events until they are handed over. Its
-/// assignment follows the hub's held set (checked every poll, at most 50 ms apart).
+/// assignment follows the hub's held and bridged sets (checked every poll, at most 50 ms apart).
+/// Longest the release reader reads kept partitions for the broadcast consumer after a revocation
+/// (the rebalance's next round normally comes within about a second).
+const BRIDGE_AT_MOST: Duration = Duration::from_secs(10);
+
 fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     // Learn the topic's leaders now: a first assignment without them waits for a metadata round
     // and a connection (measured: 0.8–1.3 s on a real broker, against 0.2 s when warm).
@@ -215,8 +232,10 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
     let mut reading: Vec<i32> = Vec::new();
     let mut assigned_at: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Acquire) {
-        let held = hub.held();
-        if held != reading {
+        let (held, bridged) = hub.release_scope(BRIDGE_AT_MOST);
+        let scope: Vec<i32> = held.iter().chain(&bridged).copied().collect::<std::collections::BTreeSet<i32>>().into_iter().collect();
+        if scope != reading {
+            let held = scope;
             let positions = hub.positions();
             let mut tpl = TopicPartitionList::new();
             for p in &held {
@@ -229,8 +248,10 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
             match r {
                 Ok(()) if held.is_empty() => tracing::info!("[RELEASE] stopped reading partitions={:?} (handed over or back)", reading),
                 Ok(()) => tracing::info!(
-                    "[RELEASE] reading held partitions={:?} from offsets={} for their sessions",
+                    "[RELEASE] reading partitions={:?} (held={:?}, kept but stalled until the rebalance's next round={:?}) from offsets={} for their sessions",
                     held,
+                    held.iter().filter(|p| !bridged.contains(p)).collect::<Vec<_>>(),
+                    bridged,
                     fmt_offsets(&held.iter().filter_map(|p| positions.get(p).map(|o| (*p, *o))).collect())
                 ),
                 Err(e) => tracing::error!(partitions = ?held, error = %e, "[RELEASE] assign failed"),
@@ -264,6 +285,9 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
             Some(Ok(msg)) => {
                 use rdkafka::message::Message;
                 let (p, off) = (msg.partition(), msg.offset());
+                if let Some(t) = consumer.context().first_record.lock().expect("first-record lock").remove(&p) {
+                    tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
+                }
                 match PixelEvent::from_record(msg.payload()) {
                     Ok(ev) => hub.apply(p, off, &ev),
                     Err(e) => {

@@ -31,8 +31,11 @@ pub struct Config {
     /// Kafka `session.timeout.ms` of the broadcast consumer, ms (broker minimum is 6000 by default).
     #[arg(long, env = "KAFKA_SESSION_TIMEOUT_MS", default_value_t = 6000, value_parser = clap::value_parser!(u64).range(1000..=300_000))]
     pub session_timeout_ms: u64,
-    /// Kafka `heartbeat.interval.ms` of the broadcast consumer, ms.
-    #[arg(long, env = "KAFKA_HEARTBEAT_INTERVAL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    /// Kafka `heartbeat.interval.ms` of the broadcast consumer, ms. A member learns that the group
+    /// rebalances (another node joined or left) with its next heartbeat, so this bounds how long
+    /// partitions wait for their new owner after a graceful stop or a failback (measured with 1,000
+    /// clients: SIGTERM → every client receiving 0.8–2.1 s with 1000, 0.4–1.9 s with 250).
+    #[arg(long, env = "KAFKA_HEARTBEAT_INTERVAL_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub heartbeat_interval_ms: u64,
     /// Canvas width in pixels (must match the publisher's).
     #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]

@@ -15,7 +15,11 @@
 //! A partition Kafka moved to another node is *held* for a while (make-before-break): this node no
 //! longer admits sessions for it, but its open sessions keep getting events, read from the log by
 //! the broadcast module's release reader, until a scoped drain hands them over (the gateway's
-//! failback, once the new owner serves) or the hold runs out.
+//! failback, once the new owner serves) or the hold runs out. Between such a revocation and the
+//! rebalance's next round the partitions this node keeps are *bridged*: the release reader reads
+//! them too, because librdkafka hands the broadcast consumer nothing of them until that round
+//! (measured: about 1 s); events already applied are dropped by version, so each is fanned out
+//! once.
 
 use crate::session::{Fanout, Offer, Outbox};
 use crate::state::{Backlog, CanvasState, Frame};
@@ -124,6 +128,12 @@ struct Inner {
     held: BTreeMap<i32, u64>,
     /// Number of the last hold.
     holds: u64,
+    /// Owned partitions the release reader also reads until the rebalance's next round, and since
+    /// when (see the module docs).
+    bridged: BTreeSet<i32>,
+    bridged_since: Option<Instant>,
+    /// Assignment callbacks still to come before the bridge ends.
+    bridge_assigns_left: u8,
     paused: BTreeSet<i32>,
     last_broadcast_poll: Option<Instant>,
 }
@@ -151,6 +161,9 @@ impl Hub {
                 owned: BTreeSet::new(),
                 held: BTreeMap::new(),
                 holds: 0,
+                bridged: BTreeSet::new(),
+                bridged_since: None,
+                bridge_assigns_left: 0,
                 paused: BTreeSet::new(),
                 last_broadcast_poll: None,
             }),
@@ -235,6 +248,42 @@ impl Hub {
         }
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
         (hold, inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
+    }
+
+    /// Has the release reader also read `partitions` (owned, kept by this node) until the
+    /// rebalance's next round: the revocation that moved others away stalls them until then.
+    /// librdkafka follows a cooperative revocation with an assignment callback of the same round
+    /// (nothing new) and then one of the next round; the bridge ends with the second
+    /// ([`Hub::assignment_came`]).
+    pub fn bridge(&self, partitions: &[i32]) {
+        let mut inner = self.lock();
+        inner.bridged = partitions.iter().copied().collect();
+        inner.bridged_since = Some(Instant::now());
+        inner.bridge_assigns_left = 2;
+    }
+
+    /// An assignment callback came; the second after [`Hub::bridge`] ends the bridge (the
+    /// broadcast consumer delivers the kept partitions again).
+    pub fn assignment_came(&self) {
+        let mut inner = self.lock();
+        inner.bridge_assigns_left = inner.bridge_assigns_left.saturating_sub(1);
+        if inner.bridge_assigns_left == 0 {
+            inner.bridged.clear();
+            inner.bridged_since = None;
+        }
+    }
+
+    /// What the release reader reads now: the held partitions and the bridged ones, sorted. A
+    /// bridge older than `longest` ends here (a next round that never came).
+    pub fn release_scope(&self, longest: Duration) -> (Vec<i32>, Vec<i32>) {
+        let mut inner = self.lock();
+        if inner.bridged_since.is_some_and(|t| t.elapsed() > longest) {
+            tracing::warn!("[RELEASE] no rebalance round came {}ms after a revocation; stop reading partitions={:?} for the broadcast consumer", longest.as_millis(), inner.bridged);
+            inner.bridged.clear();
+            inner.bridged_since = None;
+        }
+        let bridged: Vec<i32> = inner.bridged.iter().copied().filter(|p| inner.owned.contains(p)).collect();
+        (inner.held.keys().copied().collect(), bridged)
     }
 
     /// Partitions held now (see [`Hub::hold`]), sorted.
@@ -621,6 +670,31 @@ mod tests {
         assert_eq!(h.held(), vec![1], "the second hold goes on");
         assert_eq!(h.end_hold(second, &[1]).len(), 1);
         assert!(h.held().is_empty());
+    }
+
+    #[test]
+    fn bridged_partitions_are_read_until_the_next_round_and_each_event_goes_out_once() {
+        let h = hub();
+        h.assign(&[0, 1]);
+        let (a, ra) = SessionHandle::new(1, id("a"), 0, 8);
+        h.subscribe(a, 0).unwrap();
+        h.hold(&[1]);
+        h.bridge(&h.owned());
+        assert_eq!(h.release_scope(Duration::from_secs(10)), (vec![1], vec![0]));
+        // Both readers deliver the same record of partition 0: one frame.
+        h.apply(0, 0, &ev("a", 1));
+        h.apply(0, 0, &ev("a", 1));
+        h.apply(0, 1, &ev("a", 2));
+        h.fanout.settle();
+        assert_eq!(ra.out.take_waiting().len(), 2);
+        h.assignment_came(); // the revocation's own round: still stalled
+        assert_eq!(h.release_scope(Duration::from_secs(10)), (vec![1], vec![0]));
+        h.assignment_came(); // the next round
+        assert_eq!(h.release_scope(Duration::from_secs(10)), (vec![1], vec![]));
+        // A bridge whose round never comes ends by itself.
+        h.bridge(&[0]);
+        std::thread::sleep(Duration::from_millis(5));
+        assert_eq!(h.release_scope(Duration::from_millis(1)), (vec![1], vec![]));
     }
 
     #[tokio::test]

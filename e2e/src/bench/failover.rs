@@ -71,6 +71,21 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         println!("[bench]   SIGTERM ws-1");
         o.graceful_ms = all_receiving(&clients, at, "every client receiving again after SIGTERM of ws-1", Duration::from_secs(120)).await?;
         println!("[bench]   every client receiving again {} ms after the SIGTERM", o.graceful_ms);
+        if std::env::var_os("BENCH_TIMELINE").is_some() {
+            // The client that waited longest, and why.
+            let slowest = clients
+                .iter()
+                .map(|c| c.report())
+                .max_by_key(|r| r.got.iter().find(|g| g.kind == Kind::Event && g.at_ms > at && g.published_at_ms > at).map_or(u64::MAX, |g| g.at_ms));
+            let refusals = tl.grep("gateway", "refused");
+            println!("[bench] gateway refusals so far: {} (last 5: {:?})", refusals.len(), refusals.iter().rev().take(5).collect::<Vec<_>>());
+            println!("[bench] ws-2 refusals so far: {:?}", tl.grep("ws-2", "503").iter().rev().take(5).collect::<Vec<_>>());
+            if let Some(r) = slowest {
+                let t0 = shared::event::now_ms() - tl.start.elapsed().as_millis() as u64;
+                println!("[bench] slowest after SIGTERM: {} {} causes {:?} sessions {:?}", r.name, r.canvas, r.causes,
+                    r.sessions.iter().map(|s| format!("#{} {:.2}-{:.2} {:?}", s.n, (s.opened_ms.saturating_sub(t0)) as f64 / 1000.0, s.closed_ms.map_or(0.0, |c| (c.saturating_sub(t0)) as f64 / 1000.0), s.end)).collect::<Vec<_>>());
+            }
+        }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let restart = shared::event::now_ms();
         fleet.nodes[0].start()?;
