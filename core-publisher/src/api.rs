@@ -9,7 +9,7 @@
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (for container health checks and readiness probes) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
-//! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (256 KiB for a
+//! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (512 KiB for a
 //! batch), 415 for a body
 //! that is not declared JSON, 503 with `Retry-After` while the heads are rebuilt or when Kafka did
 //! not acknowledge (`kafka_unavailable`: nothing applied; `kafka_outcome_unknown`: retry with the
@@ -135,8 +135,16 @@ async fn post_pixel<L: EventLog>(
             Some(k.to_owned())
         }
     };
-    let (published, replayed) =
-        v.publish_with_key(&canvas, req.x, req.y, req.color, key.as_deref()).await.map_err(publish_error)?;
+    // Run to the end even if the client goes away: a publish cut off while Kafka writes its
+    // record would leave the canvas's head behind the log.
+    let task = tokio::spawn(async move { v.publish_with_key(&canvas, req.x, req.y, req.color, key.as_deref()).await });
+    let (published, replayed) = task
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "a publish task failed");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the publish failed; GET /canvases/{id} shows the head")
+        })?
+        .map_err(publish_error)?;
     let mut resp = (StatusCode::CREATED, Json(published)).into_response();
     if replayed {
         resp.headers_mut().insert(REPLAYED, axum::http::HeaderValue::from_static("true"));
@@ -144,12 +152,13 @@ async fn post_pixel<L: EventLog>(
     Ok(resp)
 }
 
-/// `POST /pixels`: the events are checked first (any bad one: 400 naming it, e.g.
-/// `events[3].x`, and nothing is published); then each canvas's events are published in their
-/// order in the batch, one after the other, and different canvases side by side. After a failed
-/// event the canvas's later events are not attempted (`503 not_attempted`), so a canvas never
-/// gets a later change of the batch without an earlier one. `Retry-After` is set when any event
-/// got a 503.
+/// `POST /pixels`: the events are checked first (any bad one, or an `idempotency_key` used twice:
+/// 400 naming it, e.g. `events[3].x`, and nothing is published); then each canvas's events are
+/// published in their order in the batch, one after the other, and different canvases side by
+/// side, in a task of their own (a client that goes away does not cut a publish short). After a
+/// failed event the canvas's later events are not attempted (`not_attempted`: 503 when the
+/// failure was a "not now", else 409), so a canvas never gets a later change of the batch without
+/// an earlier one. `Retry-After` is set when any event may be retried later.
 async fn post_batch<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
@@ -173,40 +182,71 @@ async fn post_batch<L: EventLog>(
             return Err(ApiError::field(format!("events[{i}].idempotency_key"), problem));
         }
     }
+    let mut seen_keys: HashMap<&str, usize> = HashMap::new();
+    for (i, e) in req.events.iter().enumerate() {
+        if let Some(k) = e.idempotency_key.as_deref() {
+            if let Some(first) = seen_keys.insert(k, i) {
+                return Err(ApiError::field(
+                    format!("events[{i}].idempotency_key"),
+                    format!("the same Idempotency-Key as events[{first}]: one key names one publish"),
+                ));
+            }
+        }
+    }
     if !v.is_ready() {
         return Err(publish_error(PublishError::NotReady));
     }
+    // Run to the end even if the client goes away: a publish cut off while Kafka writes its
+    // record would leave the canvas's head behind the log.
+    let results = tokio::spawn(publish_batch(v, req.events)).await.map_err(|e| {
+        tracing::error!(error = %e, "a batch publish task failed");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the batch publish failed; GET /canvases/{id} shows each canvas's head")
+    })?;
+    let retry = results.iter().any(|(_, retry)| *retry);
+    let results: Vec<BatchResult> = results.into_iter().map(|(r, _)| r).collect();
+    let mut resp = Json(serde_json::json!({ "results": results })).into_response();
+    if retry {
+        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+    }
+    Ok(resp)
+}
+
+/// Publishes checked batch `events`: each canvas's in order, canvases side by side. Returns each
+/// event's result, in request order, and whether it asks for a retry later.
+async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, bool)> {
     // Each canvas's events, in batch order.
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut group_of: HashMap<&CanvasId, usize> = HashMap::new();
-    for (i, e) in req.events.iter().enumerate() {
+    for (i, e) in events.iter().enumerate() {
         let g = *group_of.entry(&e.canvas).or_insert_with(|| {
             groups.push(Vec::new());
             groups.len() - 1
         });
         groups[g].push(i);
     }
-    let events = &req.events;
-    let v = &v;
+    let (events, v) = (&events, &v);
     let done = futures::future::join_all(groups.into_iter().map(|group| async move {
         let mut out = Vec::with_capacity(group.len());
-        let mut failed = false;
+        // Set once an event of this canvas failed: whether that failure asked for a retry later.
+        let mut failed: Option<bool> = None;
         for i in group {
             let e = &events[i];
-            if failed {
-                let skipped = ApiError::unavailable(
-                    "not_attempted",
-                    "an earlier event of this canvas in the batch failed; this one was not published, retry it after that one",
-                    RETRY_AFTER_SECS,
-                );
+            if let Some(retryable) = failed {
+                let message = "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)";
+                let skipped = if retryable {
+                    ApiError::unavailable("not_attempted", message, RETRY_AFTER_SECS)
+                } else {
+                    ApiError::conflict("not_attempted", message)
+                };
                 out.push((i, BatchResult::failed(skipped)));
                 continue;
             }
             let r = match v.publish_with_key(&e.canvas, e.x, e.y, e.color, e.idempotency_key.as_deref()).await {
                 Ok((published, replayed)) => BatchResult::Published { status: StatusCode::CREATED.as_u16(), published, replayed },
                 Err(err) => {
-                    failed = true;
-                    BatchResult::failed(publish_error(err))
+                    let err = publish_error(err);
+                    failed = Some(err.retry_after_secs.is_some());
+                    BatchResult::failed(err)
                 }
             };
             out.push((i, r));
@@ -214,17 +254,13 @@ async fn post_batch<L: EventLog>(
         out
     }))
     .await;
-    let mut results: Vec<Option<BatchResult>> = vec![None; events.len()];
+    let mut results: Vec<Option<(BatchResult, bool)>> = vec![None; events.len()];
     for (i, r) in done.into_iter().flatten() {
-        results[i] = Some(r);
+        let retry = matches!(&r, BatchResult::Failed { status, .. } if *status == 503)
+            || matches!(&r, BatchResult::Failed { error, .. } if error.error == "idempotency_key_in_flight");
+        results[i] = Some((r, retry));
     }
-    let results: Vec<BatchResult> = results.into_iter().map(|r| r.expect("every event of the batch has a result")).collect();
-    let any_unavailable = results.iter().any(|r| matches!(r, BatchResult::Failed { status: 503, .. }));
-    let mut resp = Json(serde_json::json!({ "results": results })).into_response();
-    if any_unavailable {
-        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
-    }
-    Ok(resp)
+    results.into_iter().map(|r| r.expect("every event of the batch has a result")).collect()
 }
 
 async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
@@ -479,15 +515,21 @@ mod tests {
     #[tokio::test]
     async fn a_bad_batch_is_refused_whole_naming_the_event_and_field() {
         let (app, v) = make_app(Fate::Ok, true).await;
+        let keyed = |c: &str, k: &str| {
+            let mut e = ev(c, 0);
+            e["idempotency_key"] = k.into();
+            e
+        };
         let mut bad_key = ev("c1", 0);
         bad_key["idempotency_key"] = "".into();
         let huge: Vec<serde_json::Value> = (0..1001).map(|i| ev("c1", i % 64)).collect();
-        let padded = format!(r##"{{"events":[{}]}}"##, vec![r##"{"canvas":"c1","x":1,"y":1,"color":"#000000"}"##; 6000].join(","));
+        let padded = format!(r##"{{"events":[{}]}}"##, vec![r##"{"canvas":"c1","x":1,"y":1,"color":"#000000"}"##; 12_000].join(","));
         let cases: Vec<(String, StatusCode, &str, Option<&str>)> = vec![
             (serde_json::json!({"events": [ev("c1", 0), ev("c1", 64)]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].x")),
             (serde_json::json!({"events": [ev("c1", 0), ev("bad id", 1)]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].canvas")),
             (serde_json::json!({"events": [ev("c1", 0), {"canvas":"c1","x":1,"y":1,"color":"#000000","z":1}]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].z")),
             (serde_json::json!({"events": [ev("c1", 0), bad_key]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[1].idempotency_key")),
+            (serde_json::json!({"events": [keyed("c1", "k"), ev("c1", 1), keyed("c2", "k")]}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events[2].idempotency_key")),
             (serde_json::json!({"events": []}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events")),
             (serde_json::json!({"events": huge}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("events")),
             (serde_json::json!({"pixels": []}).to_string(), StatusCode::BAD_REQUEST, "invalid_field", Some("pixels")),

@@ -85,11 +85,33 @@ async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, Js
     }
 }
 
+/// How long a forwarded single publish or read may take.
+const PUBLISHER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+/// How long a forwarded batch may take: each canvas's events go one Kafka acknowledgement at a
+/// time, and a Kafka outage fails each canvas's first event after the publisher's produce timeout.
+const PUBLISHER_BATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Relays one request to the publisher and its answer back (status, `Retry-After`, JSON body).
-async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder) -> Result<Response, ApiError> {
-    let resp = req.timeout(std::time::Duration::from_secs(15)).send().await.map_err(|e| {
+/// When the publisher could not be reached nothing was done: 503 `publisher_unavailable` with
+/// `Retry-After`. When the request went out but no answer came in `timeout`, the publish may have
+/// happened: 504 `publisher_outcome_unknown` (retry with the same idempotency key(s)).
+async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder, timeout: std::time::Duration) -> Result<Response, ApiError> {
+    let resp = req.timeout(timeout).send().await.map_err(|e| {
         tracing::warn!(error = %e, "publisher did not answer a forwarded request");
-        ApiError::unavailable("publisher_unavailable", format!("the publisher at {} did not answer", fleet.config.publisher_url), 1)
+        if e.is_connect() {
+            ApiError::unavailable("publisher_unavailable", format!("the publisher at {} could not be reached", fleet.config.publisher_url), 1)
+        } else {
+            ApiError::new(
+                axum::http::StatusCode::GATEWAY_TIMEOUT,
+                "publisher_outcome_unknown",
+                format!(
+                    "the publisher at {} did not answer (in {} s): the request may or may not have been applied; \
+                     retry with the same Idempotency-Key / idempotency_key to apply it once",
+                    fleet.config.publisher_url,
+                    timeout.as_secs()
+                ),
+            )
+        }
     })?;
     let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
     let passed: Vec<(&'static str, axum::http::HeaderValue)> = FORWARDED_ANSWER_HEADERS
@@ -125,18 +147,18 @@ async fn forward_pixel(
             req = req.header(*name, v.as_bytes());
         }
     }
-    to_publisher(&fleet, req).await
+    to_publisher(&fleet, req, PUBLISHER_TIMEOUT).await
 }
 
 /// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
 async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Result<Response, ApiError> {
     let url = format!("{}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
-    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body)).await
+    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body), PUBLISHER_BATCH_TIMEOUT).await
 }
 
 async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
     let url = format!("{}/canvases/{canvas}", fleet.config.publisher_url.trim_end_matches('/'));
-    to_publisher(&fleet, fleet.http().get(url)).await
+    to_publisher(&fleet, fleet.http().get(url), PUBLISHER_TIMEOUT).await
 }
 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).

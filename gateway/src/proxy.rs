@@ -43,7 +43,8 @@ pub async fn connect_upstream(
     // polls of every node, waiting (at most REROUTE_WAIT) until some node owns the partition — a
     // partition in the middle of moving (a drain, a cooperative rebalance) has no owner for a
     // moment, and holding the handshake is better than sending the client away for a second.
-    let deadline = tokio::time::Instant::now() + REROUTE_WAIT;
+    let started = tokio::time::Instant::now();
+    let deadline = started + REROUTE_WAIT;
     let mut last = None;
     for round in 0..2 {
         let targets = loop {
@@ -64,7 +65,13 @@ pub async fn connect_upstream(
         };
         for target in targets.into_iter().take(2) {
             match open(fleet, &target, canvas, since, headers).await {
-                Ok(ws) => return Ok((ws, target)),
+                Ok(ws) => {
+                    if round > 0 {
+                        tracing::info!(node = %target.id, canvas, held_ms = started.elapsed().as_millis() as u64,
+                            "handshake held until the canvas's partition had a serving owner");
+                    }
+                    return Ok((ws, target));
+                }
                 Err(refused) => {
                     tracing::info!(node = %target.id, canvas, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
                     last = Some(refused);

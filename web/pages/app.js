@@ -239,8 +239,9 @@ async function describeError(res) {
 
 /**
  * Posts one pixel. Retries with the same Idempotency-Key (so it lands once) after a network error,
- * a 503 (publisher rebuilding, Kafka unavailable, outcome unknown) or a 409 with Retry-After (the
- * first attempt with that key is still running). Never throws.
+ * a 503 (publisher rebuilding, Kafka unavailable, outcome unknown), a 504 (the gateway got no
+ * answer from the publisher in time: outcome unknown) or a 409 with Retry-After (the first attempt
+ * with that key is still running). Never throws.
  */
 async function paint(x, y, color) {
   const key = newKey();
@@ -277,7 +278,7 @@ async function paint(x, y, color) {
         : `painted (${x}, ${y}) ${color}`;
       return;
     }
-    const retryable = res.status === 503 || (res.status === 409 && res.headers.has('Retry-After'));
+    const retryable = res.status === 503 || res.status === 504 || (res.status === 409 && res.headers.has('Retry-After'));
     if (retryable && !last) {
       await sleep(retryAfterMs(res));
       continue;

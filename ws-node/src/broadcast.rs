@@ -216,13 +216,13 @@ impl Drop for Broadcast {
     }
 }
 
-/// The release reader: reads the held partitions ([`Hub::hold`]) from the node's positions and
-/// applies their records, so held sessions keep their events until they are handed over. Its
-/// assignment follows the hub's held and bridged sets (checked every poll, at most 50 ms apart).
 /// Longest the release reader reads kept partitions for the broadcast consumer after a revocation
 /// (the rebalance's next round normally comes within about a second).
 const BRIDGE_AT_MOST: Duration = Duration::from_secs(10);
 
+/// The release reader: reads the held partitions ([`Hub::hold`]) from the node's positions and
+/// applies their records, so held sessions keep their events until they are handed over. Its
+/// assignment follows the hub's held and bridged sets (checked every poll, at most 50 ms apart).
 fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     // Learn the topic's leaders now: a first assignment without them waits for a metadata round
     // and a connection (measured: 0.8–1.3 s on a real broker, against 0.2 s when warm).

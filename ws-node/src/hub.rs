@@ -250,7 +250,7 @@ impl Hub {
         (hold, inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
     }
 
-    /// Has the release reader also read `partitions` (owned, kept by this node) until the
+    /// Makes the release reader also read `partitions` (owned, kept by this node) until the
     /// rebalance's next round: the revocation that moved others away stalls them until then.
     /// librdkafka follows a cooperative revocation with an assignment callback of the same round
     /// (nothing new) and then one of the next round; the bridge ends with the second

@@ -79,7 +79,8 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
                 .max_by_key(|r| r.got.iter().find(|g| g.kind == Kind::Event && g.at_ms > at && g.published_at_ms > at).map_or(u64::MAX, |g| g.at_ms));
             let refusals = tl.grep("gateway", "refused");
             println!("[bench] gateway refusals so far: {} (last 5: {:?})", refusals.len(), refusals.iter().rev().take(5).collect::<Vec<_>>());
-            println!("[bench] ws-2 refusals so far: {:?}", tl.grep("ws-2", "503").iter().rev().take(5).collect::<Vec<_>>());
+            let held = tl.grep("gateway", "handshake held");
+            println!("[bench] handshakes held by the gateway: {} (last 3: {:?})", held.len(), held.iter().rev().take(3).collect::<Vec<_>>());
             if let Some(r) = slowest {
                 let t0 = shared::event::now_ms() - tl.start.elapsed().as_millis() as u64;
                 println!("[bench] slowest after SIGTERM: {} {} causes {:?} sessions {:?}", r.name, r.canvas, r.causes,
