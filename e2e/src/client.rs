@@ -43,6 +43,8 @@ pub struct Got {
 pub struct SessionInfo {
     pub n: u32,
     pub since: u64,
+    /// When the connect attempt that opened it started (Unix epoch ms).
+    pub dialed_ms: u64,
     pub opened_ms: u64,
     pub closed_ms: Option<u64>,
     /// Why it ended (`close_1012`, `reconnect_notice`, `dropped`, `gap_resync`, ...).
@@ -156,6 +158,7 @@ async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: Canva
     loop {
         let since = state.lock().expect("client lock").report.version;
         let url = format!("{base}/ws?canvas={canvas}&since={since}");
+        let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
             _ = cancel.cancelled() => return,
@@ -180,7 +183,7 @@ async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: Canva
             Ok((ws, _)) => {
                 n += 1;
                 let opened = Instant::now();
-                state.lock().expect("client lock").report.sessions.push(SessionInfo { n, since, opened_ms: now_ms(), closed_ms: None, end: None });
+                state.lock().expect("client lock").report.sessions.push(SessionInfo { n, since, dialed_ms, opened_ms: now_ms(), closed_ms: None, end: None });
                 let (next, end) = session(&state, ws, n, dims, &cancel).await;
                 let mut s = state.lock().expect("client lock");
                 if let Some(last) = s.report.sessions.last_mut() {

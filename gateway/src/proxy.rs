@@ -90,6 +90,9 @@ pub async fn connect_upstream(
 /// most every 200 ms; a cooperative rebalance's hand-over takes about a second).
 const REROUTE_WAIT: Duration = Duration::from_millis(2000);
 
+/// An upstream handshake slower than this is logged.
+const SLOW_UPSTREAM: Duration = Duration::from_millis(250);
+
 async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
     let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);
     let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
@@ -108,7 +111,12 @@ async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers:
         .max_message_size(Some(fleet.config.ws_max_message as usize))
         .max_frame_size(Some(fleet.config.ws_max_message as usize));
     let connect = tokio_tungstenite::connect_async_with_config(req, Some(cfg), true);
-    match tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await {
+    let started = tokio::time::Instant::now();
+    let answer = tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await;
+    if started.elapsed() > SLOW_UPSTREAM {
+        tracing::info!(node = %target.id, canvas, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
+    }
+    match answer {
         Ok(Ok((ws, _))) => Ok(ws),
         Ok(Err(ts::Error::Http(resp))) => {
             let retry = resp

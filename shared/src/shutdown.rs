@@ -47,9 +47,29 @@ where
     run_main(async move {
         crate::telemetry::init();
         let shutdown = signal_token();
-        let listener = tokio::net::TcpListener::bind(config.listen()).await?;
+        let listener = listen(config.listen())?;
         run(config, listener, shutdown).await
     })
+}
+
+/// Accept-queue length asked for each service's listening socket. Reconnect bursts (every client
+/// of a draining node at once, and the gateway's upstream connections for them) overflowed the
+/// standard library's 128 (what `TcpListener::bind` uses): the kernel dropped the extra SYNs and
+/// those clients retried after TCP's 1 s initial retransmission timeout (measured: SIGTERM with
+/// 1,000 clients took 1.5–1.9 s in a third of runs, 0.4–0.5 s otherwise). Linux caps the value at
+/// `net.core.somaxconn` (4096 by default since 5.4).
+pub const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` with an accept queue of [`LISTEN_BACKLOG`] (`SO_REUSEADDR` set,
+/// as `TcpListener::bind` does).
+///
+/// # Errors
+/// When the address cannot be bound (in use, not local) or the socket cannot listen.
+pub fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Runs `main` on a multi-threaded tokio runtime and returns its output once it finished and
@@ -90,5 +110,29 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// A burst of connections bigger than the standard library's backlog (128) is queued by the
+    /// kernel while nobody accepts: each connect completes at once instead of waiting for a SYN
+    /// retransmission (1 s).
+    #[tokio::test]
+    async fn a_burst_of_connections_is_queued_without_accepting() {
+        let listener = listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut open = Vec::new();
+        for i in 0..400 {
+            let c = tokio::time::timeout(Duration::from_millis(500), tokio::net::TcpStream::connect(addr)).await;
+            match c {
+                Ok(Ok(s)) => open.push(s),
+                other => panic!("connection {i} was not queued: {other:?}"),
+            }
+        }
+        assert_eq!(open.len(), 400);
     }
 }

@@ -121,7 +121,12 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     if have < since {
         // The client is ahead of this node's state (it is still reading the partition): hold the
         // handshake until the state catches up, bounded.
+        let waiting = std::time::Instant::now();
         let have = node.hub.wait_for_version(&canvas, since, node.config.behind_wait()).await;
+        if waiting.elapsed() > std::time::Duration::from_millis(100) {
+            tracing::info!(canvas = %canvas, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
+                "handshake waited for its state to reach the client's version");
+        }
         if have < since {
             return Err(ApiError::unavailable(
                 "behind",

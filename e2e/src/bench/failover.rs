@@ -84,8 +84,12 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
             if let Some(r) = slowest {
                 let t0 = shared::event::now_ms() - tl.start.elapsed().as_millis() as u64;
                 println!("[bench] slowest after SIGTERM: {} {} causes {:?} sessions {:?}", r.name, r.canvas, r.causes,
-                    r.sessions.iter().map(|s| format!("#{} {:.2}-{:.2} {:?}", s.n, (s.opened_ms.saturating_sub(t0)) as f64 / 1000.0, s.closed_ms.map_or(0.0, |c| (c.saturating_sub(t0)) as f64 / 1000.0), s.end)).collect::<Vec<_>>());
+                    r.sessions.iter().map(|s| format!("#{} dialed {:.2} open {:.2}-{:.2} {:?}", s.n, (s.dialed_ms.saturating_sub(t0)) as f64 / 1000.0, (s.opened_ms.saturating_sub(t0)) as f64 / 1000.0, s.closed_ms.map_or(0.0, |c| (c.saturating_sub(t0)) as f64 / 1000.0), s.end)).collect::<Vec<_>>());
             }
+            let slow = tl.grep("gateway", "slow upstream");
+            println!("[bench] slow upstream handshakes: {} (last 3: {:?})", slow.len(), slow.iter().rev().take(3).collect::<Vec<_>>());
+            let waited = tl.grep("ws-2", "waited for its state");
+            println!("[bench] ws-2 handshakes that waited for the state: {} (last 3: {:?})", waited.len(), waited.iter().rev().take(3).collect::<Vec<_>>());
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         let restart = shared::event::now_ms();
