@@ -182,62 +182,77 @@ pub struct Level {
     pub bare: Option<Dist>,
 }
 
-async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -> anyhow::Result<()> {
+/// How the bench publishes through the HTTP publisher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Publish {
+    /// `POST /canvases/{id}/pixels`, one event per request.
+    OnePerRequest,
+    /// `POST /pixels`, the events due each millisecond in one request.
+    Batch,
+}
+
+/// Publishes `rate` events/s through the HTTP publisher the `how` way to fresh canvases, each with
+/// one subscriber directly on the node and one through the gateway: (direct, via gateway).
+async fn http_phase(
+    ctx: &Ctx,
+    server: &Server,
+    publisher: &str,
+    gw_base: &str,
+    tag: &str,
+    how: Publish,
+    rate: f64,
+) -> anyhow::Result<(Option<Dist>, Option<Dist>)> {
     let n = ctx.size.latency_canvases;
-    let tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
-    let (gw_base, _) = server.gateway.clone().expect("the fleet has a gateway");
-    let publisher = server.publisher.clone().expect("the fleet has a publisher");
-    // Through the HTTP publisher: one subscriber per canvas directly on the node, one through the gateway.
-    let canvases: Vec<String> = (0..n).map(|i| format!("lh{tag}-{i}")).collect();
+    let (prefix, label) = match how {
+        Publish::OnePerRequest => ("lh", "HTTP"),
+        Publish::Batch => ("lhb", "HTTP batch"),
+    };
+    let canvases: Vec<String> = (0..n).map(|i| format!("{prefix}{tag}-{i}")).collect();
     let direct = subs::subscribe_many(System::Fleet, &server.ws_base, &canvases, n, true).await?;
-    let via_gw = subs::subscribe_many(System::Fleet, &gw_base, &canvases, n, true).await?;
+    let via_gw = subs::subscribe_many(System::Fleet, gw_base, &canvases, n, true).await?;
     let all: Vec<&Sub> = direct.iter().chain(via_gw.iter()).collect();
     let http = reqwest::Client::new();
-    warm_up("fleet (HTTP)", &all, || {
-        let (http, publisher, canvases) = (http.clone(), publisher.clone(), canvases.clone());
+    warm_up(&format!("fleet ({label})"), &all, || {
+        let (http, publisher, canvases) = (http.clone(), publisher.to_owned(), canvases.clone());
         async move {
-            for c in &canvases {
-                http.post(format!("{publisher}/canvases/{c}/pixels")).json(&serde_json::json!({"x":0,"y":0,"color":"#000000"})).send().await?;
+            match how {
+                Publish::OnePerRequest => {
+                    for c in &canvases {
+                        http.post(format!("{publisher}/canvases/{c}/pixels")).json(&serde_json::json!({"x":0,"y":0,"color":"#000000"})).send().await?;
+                    }
+                }
+                Publish::Batch => {
+                    let events: Vec<serde_json::Value> = canvases.iter().map(|c| serde_json::json!({"canvas": c, "x": 0, "y": 0, "color": "#000000"})).collect();
+                    http.post(format!("{publisher}/pixels")).json(&serde_json::json!({ "events": events })).send().await?;
+                }
             }
             Ok(())
         }
     })
     .await?;
-    println!("[bench]   fleet: publishing {rate} events/s through the HTTP publisher for {} s", ctx.size.duration.as_secs());
-    let sent = http_load(&publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await;
+    println!("[bench]   fleet: publishing {rate} events/s through the {label} endpoint for {} s", ctx.size.duration.as_secs());
+    let sent = match how {
+        Publish::OnePerRequest => http_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
+        Publish::Batch => http_batch_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
+    };
     tokio::time::sleep(Duration::from_secs(2)).await;
     let achieved = sent.len() as f64 / ctx.size.duration.as_secs_f64();
     let (h, m) = join(&sent, &direct.iter().collect::<Vec<_>>());
-    level.fleet_http_direct = Some(dist(&h, m, achieved));
+    let d = dist(&h, m, achieved);
     let (h, m) = join(&sent, &via_gw.iter().collect::<Vec<_>>());
-    level.fleet_http_gateway = Some(dist(&h, m, achieved));
-    println!("[bench]   fleet (HTTP): {} accepted ({achieved:.0}/s); direct {:?}; via gateway {:?}", sent.len(), level.fleet_http_direct, level.fleet_http_gateway);
-    drop((direct, via_gw));
+    let g = dist(&h, m, achieved);
+    println!("[bench]   fleet ({label}): {} accepted ({achieved:.0}/s); direct {d:?}; via gateway {g:?}", sent.len());
+    Ok((Some(d), Some(g)))
+}
 
-    // Through the batch endpoint: the events due each millisecond in one request.
-    let canvases: Vec<String> = (0..n).map(|i| format!("lhb{tag}-{i}")).collect();
-    let direct = subs::subscribe_many(System::Fleet, &server.ws_base, &canvases, n, true).await?;
-    let via_gw = subs::subscribe_many(System::Fleet, &gw_base, &canvases, n, true).await?;
-    let all: Vec<&Sub> = direct.iter().chain(via_gw.iter()).collect();
-    warm_up("fleet (HTTP batch)", &all, || {
-        let (http, publisher, canvases) = (http.clone(), publisher.clone(), canvases.clone());
-        async move {
-            let events: Vec<serde_json::Value> = canvases.iter().map(|c| serde_json::json!({"canvas": c, "x": 0, "y": 0, "color": "#000000"})).collect();
-            http.post(format!("{publisher}/pixels")).json(&serde_json::json!({ "events": events })).send().await?;
-            Ok(())
-        }
-    })
-    .await?;
-    println!("[bench]   fleet: publishing {rate} events/s through the HTTP batch endpoint (the events due each ms in one request) for {} s", ctx.size.duration.as_secs());
-    let sent = http_batch_load(&publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let achieved = sent.len() as f64 / ctx.size.duration.as_secs_f64();
-    let (h, m) = join(&sent, &direct.iter().collect::<Vec<_>>());
-    level.fleet_batch_direct = Some(dist(&h, m, achieved));
-    let (h, m) = join(&sent, &via_gw.iter().collect::<Vec<_>>());
-    level.fleet_batch_gateway = Some(dist(&h, m, achieved));
-    println!("[bench]   fleet (HTTP batch): {} accepted ({achieved:.0}/s); direct {:?}; via gateway {:?}", sent.len(), level.fleet_batch_direct, level.fleet_batch_gateway);
-    drop((direct, via_gw));
+async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -> anyhow::Result<()> {
+    let n = ctx.size.latency_canvases;
+    let tag = format!("{:06x}", rand::random::<u32>() & 0xff_ffff);
+    let (gw_base, _) = server.gateway.clone().expect("the fleet has a gateway");
+    let publisher = server.publisher.clone().expect("the fleet has a publisher");
+    // Through the HTTP publisher, one event per request and as batches.
+    (level.fleet_http_direct, level.fleet_http_gateway) = http_phase(ctx, server, &publisher, &gw_base, &tag, Publish::OnePerRequest, rate).await?;
+    (level.fleet_batch_direct, level.fleet_batch_gateway) = http_phase(ctx, server, &publisher, &gw_base, &tag, Publish::Batch, rate).await?;
 
     // Produced straight to Kafka, like the peers.
     let canvases: Vec<String> = (0..n).map(|i| format!("lk{tag}-{i}")).collect();
