@@ -377,44 +377,28 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
         };
         for (q, f) in [("p50", (|d: &Dist| d.p50_ms) as fn(&Dist) -> f64), ("p99", |d: &Dist| d.p99_ms), ("p99.9", |d: &Dist| d.p999_ms)] {
             // Publish through the fleet's HTTP API (peers have no publisher: their row is the next).
-            let mut r = Row {
-                section: "latency".into(),
-                figure: format!("{} ev/s: HTTP publish → client {q}, ms (achieved {:.0} ev/s)", l.rate, l.fleet_http_direct.as_ref().map_or(0.0, |d| d.achieved_rate)),
-                setup: setup.clone(),
-                better: Better::Lower,
-                ours: pick(&l.fleet_http_direct, f, true),
-                centrifugo: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
-                socketio: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
-                target: None,
-                met: None,
-            };
-            if q == "p99" {
-                if let (Some(o), Some(b)) = (&l.fleet_http_direct, bare) {
-                    r = r.with_target(format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms), o.p99_ms <= 2.0 * b.p99_ms);
+            for (how, d) in [
+                ("HTTP publish", &l.fleet_http_direct),
+                ("HTTP batch publish (the events due each ms in one POST /pixels)", &l.fleet_batch_direct),
+            ] {
+                let mut r = Row {
+                    section: "latency".into(),
+                    figure: format!("{} ev/s: {how} → client {q}, ms (achieved {:.0} ev/s)", l.rate, d.as_ref().map_or(0.0, |d| d.achieved_rate)),
+                    setup: setup.clone(),
+                    better: Better::Lower,
+                    ours: pick(d, f, true),
+                    centrifugo: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
+                    socketio: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
+                    target: None,
+                    met: None,
+                };
+                if q == "p99" {
+                    if let (Some(o), Some(b)) = (d, bare) {
+                        r = r.with_target(format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms), o.p99_ms <= 2.0 * b.p99_ms);
+                    }
                 }
+                rows.push(r);
             }
-            rows.push(r);
-            let mut r = Row {
-                section: "latency".into(),
-                figure: format!(
-                    "{} ev/s: HTTP batch publish (the events due each ms in one POST /pixels) → client {q}, ms (achieved {:.0} ev/s)",
-                    l.rate,
-                    l.fleet_batch_direct.as_ref().map_or(0.0, |d| d.achieved_rate)
-                ),
-                setup: setup.clone(),
-                better: Better::Lower,
-                ours: pick(&l.fleet_batch_direct, f, true),
-                centrifugo: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
-                socketio: Cell::na("they have no HTTP publisher; their Kafka-in latency is in the produce rows"),
-                target: None,
-                met: None,
-            };
-            if q == "p99" {
-                if let (Some(o), Some(b)) = (&l.fleet_batch_direct, bare) {
-                    r = r.with_target(format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms), o.p99_ms <= 2.0 * b.p99_ms);
-                }
-            }
-            rows.push(r);
             rows.push(Row {
                 section: "latency".into(),
                 figure: format!("{} ev/s: Kafka produce → client {q}, ms", l.rate),
