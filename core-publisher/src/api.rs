@@ -465,7 +465,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         assert_eq!(v.log.events_of("c2"), vec![1, 2]);
         // Each event is the pixel the request named, at the version answered.
-        let xs: Vec<u32> = v.log.records.lock().unwrap().values().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
+        let xs: Vec<u32> = v.log.records.lock().unwrap().values().flatten().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
         assert_eq!(xs, vec![0, 2, 3]);
         // The same batch again continues the versions (and a body over the single route's 4 KiB is fine).
         let many: Vec<serde_json::Value> = (0..200).map(|i| ev("c3", i % 64)).collect();

@@ -1,5 +1,6 @@
-//! The publisher's side of the Kafka log: append one event and wait for the acknowledgement, and
-//! read records back (head rebuild at start, reconciliation after an uncertain failure).
+//! The publisher's side of the Kafka log: append one record (one event, or a canvas's group of
+//! consecutive versions) and wait for the acknowledgement, and read records back (head rebuild at
+//! start, reconciliation after an uncertain failure).
 //!
 //! [`EventLog`] is the seam the version logic is written against, so its contiguity rules are
 //! unit-tested with a fake log; [`KafkaLog`] is the real one.
@@ -33,10 +34,11 @@ pub enum AppendError {
 #[error("reading the log: {0}")]
 pub struct ReadError(pub String);
 
-/// One record read back.
+/// One event read back (a group record gives one per event, all with the record's offset).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoggedEvent {
     pub partition: i32,
+    /// Offset of the record that carried the event.
     pub offset: i64,
     pub event: PixelEvent,
     /// The `Idempotency-Key` the publish carried, if any (record header [`IDEMPOTENCY_HEADER`]).
@@ -45,9 +47,11 @@ pub struct LoggedEvent {
 
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends `event` to `partition` (key = canvas id, the idempotency key as a header) and
-    /// resolves with its offset once the broker acknowledged it (`acks=all`).
-    fn append(&self, partition: i32, event: &PixelEvent, idempotency_key: Option<&str>)
+    /// Appends one record carrying `events` (1..=[`shared::event::MAX_EVENTS_PER_RECORD`] of one
+    /// canvas, consecutive versions) to `partition` (key = canvas id; `keys[i]` is the
+    /// idempotency key of `events[i]`, as headers) and resolves with the record's offset once the
+    /// broker acknowledged it (`acks=all`). The record lands whole or not at all.
+    fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>])
         -> impl Future<Output = Result<i64, AppendError>> + Send;
 
     /// Every record of `partition` from offset `from` up to the current high watermark (records of
@@ -105,13 +109,19 @@ impl KafkaLog {
                 &plan,
                 Duration::from_secs(30),
                 &|| false,
-                |msg| match PixelEvent::from_record(msg.payload()) {
-                    Ok(event) => out.push(LoggedEvent {
-                        partition: msg.partition(),
-                        offset: msg.offset(),
-                        event,
-                        idempotency_key: header_value(msg, IDEMPOTENCY_HEADER),
-                    }),
+                |msg| match PixelEvent::decode_record(msg.payload()) {
+                    Ok(events) => {
+                        let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
+                        if keys.len() != events.len() {
+                            keys = vec![None; events.len()];
+                        }
+                        out.extend(events.into_iter().zip(keys).map(|(event, idempotency_key)| LoggedEvent {
+                            partition: msg.partition(),
+                            offset: msg.offset(),
+                            event,
+                            idempotency_key,
+                        }));
+                    }
                     Err(e) => tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e,
                         "skipping a record that is not a pixel event"),
                 },
@@ -130,15 +140,21 @@ impl KafkaLog {
 }
 
 impl EventLog for KafkaLog {
-    async fn append(&self, partition: i32, event: &PixelEvent, idempotency_key: Option<&str>) -> Result<i64, AppendError> {
-        let payload = event.to_json();
+    async fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>]) -> Result<i64, AppendError> {
+        let first = events.first().ok_or_else(|| AppendError::NotWritten("a record needs at least one event".into()))?;
+        let payload = PixelEvent::record_value(events);
         let mut record = FutureRecord::to(&self.topic)
             .partition(partition)
-            .key(event.canvas.as_str())
+            .key(first.canvas.as_str())
             .payload(&payload)
-            .timestamp(event.published_at_ms as i64);
-        if let Some(k) = idempotency_key {
-            record = record.headers(OwnedHeaders::new().insert(Header { key: IDEMPOTENCY_HEADER, value: Some(k) }));
+            .timestamp(first.published_at_ms as i64);
+        // One header per event, in order (a null value: that event has no key), or none at all.
+        if keys.iter().any(Option::is_some) {
+            let mut headers = OwnedHeaders::new_with_capacity(keys.len());
+            for k in keys {
+                headers = headers.insert(Header { key: IDEMPOTENCY_HEADER, value: *k });
+            }
+            record = record.headers(headers);
         }
         match self.producer.send(record, Timeout::After(Duration::from_secs(1))).await {
             Ok(delivery) => Ok(delivery.offset),
@@ -155,13 +171,11 @@ impl EventLog for KafkaLog {
     }
 }
 
-/// The value of header `name` of `msg`, as text.
-fn header_value(msg: &impl Message, name: &str) -> Option<String> {
-    msg.headers()?
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+/// The values of every header `name` of `msg`, in order, as text (`None` for a null value).
+fn header_values(msg: &impl Message, name: &str) -> Vec<Option<String>> {
+    msg.headers().map_or_else(Vec::new, |hs| {
+        hs.iter().filter(|h| h.key == name).map(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned())).collect()
+    })
 }
 
 /// Sorts a produce failure into "certainly not written" and "unknown".
@@ -243,11 +257,14 @@ pub mod fake {
         FailUnknownNotWritten,
     }
 
+    /// A record of the fake log: its events with their idempotency keys.
+    pub type FakeRecord = Vec<(PixelEvent, Option<String>)>;
+
     /// An in-memory log whose appends fail on a schedule (by append attempt number). Records are
-    /// (event, idempotency key) per partition; the offset is the index.
+    /// kept per partition; the offset is the index.
     pub struct FakeLog {
         partitions: u32,
-        pub records: Mutex<BTreeMap<i32, Vec<(PixelEvent, Option<String>)>>>,
+        pub records: Mutex<BTreeMap<i32, Vec<FakeRecord>>>,
         attempts: AtomicU64,
         fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
     }
@@ -258,26 +275,34 @@ pub mod fake {
         }
         pub fn events_of(&self, canvas: &str) -> Vec<u64> {
             let recs = self.records.lock().unwrap();
-            recs.values().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
+            recs.values().flatten().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
         }
-        fn logged(partition: i32, from: usize, v: &[(PixelEvent, Option<String>)]) -> Vec<LoggedEvent> {
+        /// Records appended, over all partitions.
+        pub fn record_count(&self) -> usize {
+            self.records.lock().unwrap().values().map(Vec::len).sum()
+        }
+        fn logged(partition: i32, from: usize, v: &[FakeRecord]) -> Vec<LoggedEvent> {
             v.iter()
                 .enumerate()
                 .skip(from)
-                .map(|(o, (e, k))| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
+                .flat_map(|(o, rec)| {
+                    rec.iter().map(move |(e, k)| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
+                })
                 .collect()
         }
     }
 
     impl EventLog for FakeLog {
-        async fn append(&self, partition: i32, event: &PixelEvent, key: Option<&str>) -> Result<i64, AppendError> {
+        async fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>]) -> Result<i64, AppendError> {
+            assert_eq!(events.len(), keys.len(), "one key slot per event");
+            assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&events.len()), "a record carries 1..=MAX events");
             let n = self.attempts.fetch_add(1, Ordering::SeqCst);
             // Let other requests interleave, as a real network round trip would.
             tokio::task::yield_now().await;
             let fate = (self.fate)(n);
             let mut recs = self.records.lock().unwrap();
             let part = recs.entry(partition).or_default();
-            let record = (event.clone(), key.map(str::to_owned));
+            let record: FakeRecord = events.iter().cloned().zip(keys.iter().map(|k| k.map(str::to_owned))).collect();
             match fate {
                 Fate::Ok => {
                     part.push(record);

@@ -1,8 +1,16 @@
 //! Per-canvas versions: contiguous from 1, never burned by a failed publish, rebuilt from the log.
 //!
 //! Each canvas has a head (its canvas state and version) behind its own async mutex, held across
-//! the publish: version `v + 1` is only handed to the next request after the broker acknowledged
-//! `v`, or after `v`'s publish failed and was accounted for. Canvases do not wait for each other.
+//! the append: version `v + 1` is only handed out after the broker acknowledged the record with
+//! `v`, or after its append failed and was accounted for. Canvases do not wait for each other.
+//!
+//! Group commit: publishes to a canvas queue up while its previous record is in flight; the next
+//! request to take the head appends *all* of them (up to [`MAX_EVENTS_PER_RECORD`]) as one record
+//! with consecutive versions, in arrival order, and answers each. A record lands whole or not at
+//! all, so a group cannot leave a gap either; and a canvas takes as many publishes per second as
+//! arrive, not one per Kafka round trip. (Several records of one canvas in flight at once would
+//! also lift that ceiling, but one of them failing while a later one lands leaves a version gap no
+//! consumer can close; librdkafka's idempotent producer does not rule that out for timeouts.)
 //!
 //! When a publish fails with an unknown outcome (the ack timed out after the request was sent) the
 //! record may be in the log. The head is marked *uncertain*; the next publish to that canvas first
@@ -13,8 +21,9 @@ use crate::idempotency::{Fingerprint, KeyStore, Lookup};
 use crate::log::{AppendError, EventLog, LoggedEvent, ReadError};
 use shared::partitioner::partition_for;
 use shared::replay::Offsets;
+use shared::event::MAX_EVENTS_PER_RECORD;
 use shared::{Canvas, CanvasDims, CanvasId, Color, PixelEvent};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -37,7 +46,7 @@ pub struct CanvasTruth {
 }
 
 /// Why a publish was not accepted.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum PublishError {
     /// The head was not rebuilt from the log yet: retry later.
     #[error("the publisher is rebuilding canvas versions from the log")]
@@ -60,6 +69,32 @@ pub enum PublishError {
     OutOfBounds { field: &'static str, limit: u32 },
 }
 
+/// A publish waiting for its canvas's next record.
+struct Waiting {
+    fp: Fingerprint,
+    key: Option<String>,
+    done: tokio::sync::oneshot::Sender<Result<(Published, bool), PublishError>>,
+}
+
+/// One canvas: its head, and the publishes waiting to go out in its next record.
+struct Slot {
+    head: tokio::sync::Mutex<Head>,
+    waiting: Mutex<VecDeque<Waiting>>,
+}
+
+impl Slot {
+    fn new(head: Head) -> Self {
+        Self { head: tokio::sync::Mutex::new(head), waiting: Mutex::new(VecDeque::new()) }
+    }
+
+    /// Takes the oldest waiting publishes, at most a record's worth.
+    fn take_group(&self) -> Vec<Waiting> {
+        let mut w = self.waiting.lock().expect("waiting lock is never poisoned: no panics while held");
+        let n = w.len().min(MAX_EVENTS_PER_RECORD);
+        w.drain(..n).collect()
+    }
+}
+
 #[derive(Debug)]
 struct Head {
     canvas: Canvas,
@@ -75,7 +110,7 @@ pub struct Versions<L> {
     dims: CanvasDims,
     /// Partition count of the topic; 0 until known (then the publisher is not ready anyway).
     partitions: std::sync::atomic::AtomicU32,
-    heads: Mutex<HashMap<CanvasId, Arc<tokio::sync::Mutex<Head>>>>,
+    heads: Mutex<HashMap<CanvasId, Arc<Slot>>>,
     /// High watermark of each partition when the heads were rebuilt: every record below it is
     /// already accounted for, so reconciliation of a canvas never reads before it.
     floors: Mutex<Offsets>,
@@ -145,7 +180,7 @@ impl<L: EventLog> Versions<L> {
             }
             drop(keys);
             for (id, head) in by_canvas {
-                heads.insert(id, Arc::new(tokio::sync::Mutex::new(head)));
+                heads.insert(id, Arc::new(Slot::new(head)));
             }
         }
         *self.floors.lock().expect("floors lock") = high;
@@ -153,7 +188,7 @@ impl<L: EventLog> Versions<L> {
         Ok(n)
     }
 
-    fn lock_heads(&self) -> std::sync::MutexGuard<'_, HashMap<CanvasId, Arc<tokio::sync::Mutex<Head>>>> {
+    fn lock_heads(&self) -> std::sync::MutexGuard<'_, HashMap<CanvasId, Arc<Slot>>> {
         self.heads.lock().expect("heads lock is never poisoned: no panics while held")
     }
 
@@ -161,16 +196,10 @@ impl<L: EventLog> Versions<L> {
         self.keys.lock().expect("key store lock is never poisoned: no panics while held")
     }
 
-    fn head(&self, canvas: &CanvasId) -> Arc<tokio::sync::Mutex<Head>> {
+    fn slot(&self, canvas: &CanvasId) -> Arc<Slot> {
         self.lock_heads()
             .entry(canvas.clone())
-            .or_insert_with(|| {
-                Arc::new(tokio::sync::Mutex::new(Head {
-                    canvas: Canvas::new(self.dims),
-                    last_offset: None,
-                    uncertain: false,
-                }))
-            })
+            .or_insert_with(|| Arc::new(Slot::new(Head { canvas: Canvas::new(self.dims), last_offset: None, uncertain: false })))
             .clone()
     }
 
@@ -179,8 +208,9 @@ impl<L: EventLog> Versions<L> {
         partition_for(canvas.as_str().as_bytes(), self.partitions().max(1)) as i32
     }
 
-    /// Publishes one pixel change: hands out the canvas's next version, appends it to the log and
-    /// returns once the broker acknowledged it.
+    /// Publishes one pixel change: hands out the canvas's next version, appends it to the log
+    /// (alone, or in one record with other publishes to the canvas that waited for the same
+    /// round trip) and returns once the broker acknowledged it.
     ///
     /// # Errors
     /// See [`Versions::publish_with_key`].
@@ -230,41 +260,86 @@ impl<L: EventLog> Versions<L> {
         result
     }
 
+    /// Queues the publish for its canvas's next record and waits for its answer. Whoever takes
+    /// the head appends every publish waiting then (see the module docs). Callers run it in a task
+    /// of its own: a publish that stops waiting may still be written by another request's append.
     async fn publish_once(&self, fp: &Fingerprint, key: Option<&str>) -> Result<(Published, bool), PublishError> {
-        let canvas = &fp.canvas;
-        let partition = self.partition_of(canvas);
-        let head = self.head(canvas);
-        let mut head = head.lock().await;
-        if head.uncertain {
-            self.reconcile(canvas, partition, &mut head).await?;
-            // The earlier attempt with this key may be what landed.
-            if let Some(p) = key.and_then(|k| self.lock_keys().applied(k, fp)) {
-                return Ok((p, true));
+        let slot = self.slot(&fp.canvas);
+        let (done, mut answer) = tokio::sync::oneshot::channel();
+        slot.waiting
+            .lock()
+            .expect("waiting lock is never poisoned: no panics while held")
+            .push_back(Waiting { fp: fp.clone(), key: key.map(str::to_owned), done });
+        loop {
+            let mut head = slot.head.lock().await;
+            if let Ok(r) = answer.try_recv() {
+                return r;
             }
+            // This publish is still waiting (no earlier append took it): append what waits.
+            let group = slot.take_group();
+            self.commit(&fp.canvas, &mut head, group).await;
         }
-        let event = PixelEvent {
-            canvas: canvas.clone(),
-            version: head.canvas.version() + 1,
-            x: fp.x,
-            y: fp.y,
-            color: fp.color,
-            published_at_ms: shared::event::now_ms(),
-        };
-        match self.log.append(partition, &event, key).await {
+    }
+
+    /// Appends `group` (publishes to `canvas`, in arrival order) as one record with the next
+    /// versions, and answers each of them.
+    async fn commit(&self, canvas: &CanvasId, head: &mut Head, group: Vec<Waiting>) {
+        let partition = self.partition_of(canvas);
+        let mut group = group;
+        if head.uncertain {
+            if let Err(e) = self.reconcile(canvas, partition, head).await {
+                for w in group {
+                    let _ = w.done.send(Err(e.clone()));
+                }
+                return;
+            }
+            // An earlier attempt with one of these keys may be what landed.
+            let mut rest = Vec::with_capacity(group.len());
+            for w in group {
+                match w.key.as_deref().and_then(|k| self.lock_keys().applied(k, &w.fp)) {
+                    Some(p) => {
+                        let _ = w.done.send(Ok((p, true)));
+                    }
+                    None => rest.push(w),
+                }
+            }
+            group = rest;
+        }
+        if group.is_empty() {
+            return;
+        }
+        let now = shared::event::now_ms();
+        let base = head.canvas.version();
+        let events: Vec<PixelEvent> = group
+            .iter()
+            .zip(1..)
+            .map(|(w, i)| PixelEvent { canvas: canvas.clone(), version: base + i, x: w.fp.x, y: w.fp.y, color: w.fp.color, published_at_ms: now })
+            .collect();
+        let keys: Vec<Option<&str>> = group.iter().map(|w| w.key.as_deref()).collect();
+        let appended = self.log.append(partition, &events, &keys).await;
+        drop(keys);
+        let (first, last) = (base + 1, base + events.len() as u64);
+        let error = match appended {
             Ok(offset) => {
-                apply_logged(&mut head, offset, &event);
-                Ok((Published { canvas: canvas.clone(), version: event.version, partition, offset }, false))
+                for (ev, w) in events.iter().zip(group) {
+                    apply_logged(head, offset, ev);
+                    let _ = w.done.send(Ok((Published { canvas: canvas.clone(), version: ev.version, partition, offset }, false)));
+                }
+                return;
             }
             Err(AppendError::NotWritten(e)) => {
-                tracing::warn!(canvas = %canvas, version = event.version, error = %e, "publish failed; version not used");
-                Err(PublishError::NotWritten(e))
+                tracing::warn!(canvas = %canvas, versions = %format!("{first}..={last}"), error = %e, "publish failed; versions not used");
+                PublishError::NotWritten(e)
             }
             Err(AppendError::Unknown(e)) => {
-                tracing::warn!(canvas = %canvas, version = event.version, error = %e,
+                tracing::warn!(canvas = %canvas, versions = %format!("{first}..={last}"), error = %e,
                     "publish outcome unknown; the next publish to this canvas reads the log first");
                 head.uncertain = true;
-                Err(PublishError::Unknown(e))
+                PublishError::Unknown(e)
             }
+        };
+        for w in group {
+            let _ = w.done.send(Err(error.clone()));
         }
     }
 
@@ -290,10 +365,10 @@ impl<L: EventLog> Versions<L> {
         if !self.is_ready() {
             return Err(PublishError::NotReady);
         }
-        let head = self.lock_heads().get(canvas).cloned();
-        Ok(match head {
-            Some(h) => {
-                let h = h.lock().await;
+        let slot = self.lock_heads().get(canvas).cloned();
+        Ok(match slot {
+            Some(slot) => {
+                let h = slot.head.lock().await;
                 CanvasTruth { canvas: canvas.clone(), version: h.canvas.version(), hash: h.canvas.hash() }
             }
             None => CanvasTruth { canvas: canvas.clone(), version: 0, hash: Canvas::new(self.dims).hash() },
@@ -369,6 +444,71 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn publishes_waiting_for_a_round_trip_go_out_together_as_one_record() {
+        let v = ready(FakeLog::new(3, |_| Fate::Ok)).await;
+        let c = id("hot");
+        let mut tasks = Vec::new();
+        for i in 0..300u32 {
+            let (v, c) = (v.clone(), c.clone());
+            tasks.push(tokio::spawn(async move { v.publish_with_key(&c, i % 8, i / 8 % 8, Color([1, 1, 1]), Some(&format!("k{i}"))).await.unwrap().0 }));
+        }
+        let mut answers = Vec::new();
+        for t in tasks {
+            answers.push(t.await.unwrap());
+        }
+        let in_log = v.log.events_of("hot");
+        assert_contiguous(&in_log, "hot");
+        let records = v.log.record_count();
+        assert!(records < 300, "300 concurrent publishes to one canvas took {records} records: nothing was grouped");
+        // Each answer names its version and the offset of the record that carries it.
+        let recs = v.log.records.lock().unwrap();
+        let part = &recs[&v.partition_of(&c)];
+        let mut versions: Vec<u64> = answers.iter().map(|p| p.version).collect();
+        versions.sort_unstable();
+        assert_contiguous(&versions, "hot (answers)");
+        for p in &answers {
+            let rec = &part[p.offset as usize];
+            assert!(rec.iter().any(|(e, _)| e.version == p.version), "version {} is not in the record at offset {}", p.version, p.offset);
+        }
+        // Inside a record the versions are consecutive and each event keeps its own key.
+        for rec in part {
+            assert!(rec.windows(2).all(|w| w[1].0.version == w[0].0.version + 1));
+            assert!(rec.iter().all(|(_, k)| k.is_some()));
+        }
+        drop(recs);
+        // A restarted publisher learns every key of every group from the log.
+        let v = Arc::try_unwrap(v).ok().expect("the tasks ended");
+        let restarted = Versions::new(v.log, CanvasDims { width: 8, height: 8 }, 3);
+        restarted.rebuild().await.unwrap();
+        for (i, p) in answers.iter().enumerate() {
+            let i = i as u32;
+            let again = restarted.publish_with_key(&c, i % 8, i / 8 % 8, Color([1, 1, 1]), Some(&format!("k{i}"))).await.unwrap();
+            assert_eq!(again, (p.clone(), true));
+        }
+        assert_eq!(restarted.log.events_of("hot").len(), 300, "the replays wrote nothing");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_failed_group_fails_every_publish_in_it_and_burns_no_version() {
+        // Every other record fails; concurrent publishes to one canvas make multi-event records.
+        let v = ready(FakeLog::new(3, |n| if n % 2 == 1 { Fate::FailNotWritten } else { Fate::Ok })).await;
+        let mut tasks = Vec::new();
+        for i in 0..200u32 {
+            let v = v.clone();
+            tasks.push(tokio::spawn(async move { v.publish(&id("hot"), i % 8, 0, Color([2, 2, 2])).await.ok() }));
+        }
+        let mut answered = Vec::new();
+        for t in tasks {
+            answered.extend(t.await.unwrap().map(|p| p.version));
+        }
+        assert!(answered.len() < 200, "half the records failed: some publishes must have been refused");
+        answered.sort_unstable();
+        let in_log = v.log.events_of("hot");
+        assert_eq!(answered, in_log, "exactly the accepted publishes are in the log");
+        assert_contiguous(&in_log, "hot");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn failed_publishes_do_not_burn_versions() {
         // Every third attempt fails, in each of the three ways a publish can fail.
         let v = ready(FakeLog::new(3, |n| match n % 9 {
@@ -422,7 +562,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         // And the truth includes the landed pixel.
         let mut want = Canvas::new(v.dims());
-        for (ev, _) in v.log.records.lock().unwrap().values().flatten() {
+        for (ev, _) in v.log.records.lock().unwrap().values().flatten().flatten() {
             want.apply(ev);
         }
         assert_eq!(v.truth(&c).await.unwrap().hash, want.hash());

@@ -144,13 +144,22 @@ pub struct PixelEvent {
     pub published_at_ms: u64,
 }
 
-/// A record value that is not a [`PixelEvent`].
+/// Most events one record carries: a canvas's publishes that waited for the same Kafka round trip
+/// go out as one record (see [`PixelEvent::record_value`]); ~100 B each, so a record stays far
+/// below Kafka's default `message.max.bytes` (1 MiB).
+pub const MAX_EVENTS_PER_RECORD: usize = 256;
+
+/// A record value that is not a [`PixelEvent`] or a group of them.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
     #[error("record has no value")]
     Empty,
     #[error("record value is not a pixel event: {0}")]
     Json(#[from] serde_json::Error),
+    /// A JSON array that is not 1..=[`MAX_EVENTS_PER_RECORD`] events of one canvas with
+    /// consecutive versions.
+    #[error("record value is not a group of pixel events: {0}")]
+    Group(&'static str),
 }
 
 impl PixelEvent {
@@ -159,14 +168,44 @@ impl PixelEvent {
         serde_json::to_string(self).expect("a PixelEvent always serialises")
     }
 
-    /// Decodes a record value.
+    /// The value of a record carrying `events` (one canvas, consecutive versions, at least one):
+    /// the event's JSON object for one, a JSON array of them for several (a group commit).
+    pub fn record_value(events: &[PixelEvent]) -> String {
+        match events {
+            [one] => one.to_json(),
+            many => serde_json::to_string(many).expect("PixelEvents always serialise"),
+        }
+    }
+
+    /// Decodes a record value: one event (a JSON object) or a group (a JSON array of
+    /// 1..=[`MAX_EVENTS_PER_RECORD`] events of one canvas with consecutive versions, in order).
     ///
     /// # Errors
-    /// [`DecodeError`] when the value is missing or is not a valid event (bad canvas id, colour,
-    /// unknown field, ...). Readers log and skip such records: they were not written by the publisher.
-    pub fn from_record(value: Option<&[u8]>) -> Result<Self, DecodeError> {
+    /// [`DecodeError`] when the value is missing, is not a valid event (bad canvas id, colour,
+    /// unknown field, ...) or not a valid group. Readers log and skip such records: they were not
+    /// written by the publisher.
+    pub fn decode_record(value: Option<&[u8]>) -> Result<Vec<Self>, DecodeError> {
         let value = value.ok_or(DecodeError::Empty)?;
-        Ok(serde_json::from_slice(value)?)
+        let first = value.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'[') {
+            return Ok(vec![serde_json::from_slice(value)?]);
+        }
+        let events: Vec<Self> = serde_json::from_slice(value)?;
+        if events.is_empty() {
+            return Err(DecodeError::Group("no events"));
+        }
+        if events.len() > MAX_EVENTS_PER_RECORD {
+            return Err(DecodeError::Group("more events than a record carries"));
+        }
+        for pair in events.windows(2) {
+            if pair[1].canvas != pair[0].canvas {
+                return Err(DecodeError::Group("events of more than one canvas"));
+            }
+            if pair[1].version != pair[0].version + 1 {
+                return Err(DecodeError::Group("versions are not consecutive"));
+            }
+        }
+        Ok(events)
     }
 }
 
@@ -210,19 +249,49 @@ mod tests {
         assert_eq!(ev.version, 13);
         assert_eq!(ev.color, Color([255, 0, 0]));
         assert_eq!(ev.to_json(), raw);
-        assert_eq!(PixelEvent::from_record(Some(raw.as_bytes())).unwrap(), ev);
+        assert_eq!(PixelEvent::decode_record(Some(raw.as_bytes())).unwrap(), vec![ev.clone()]);
+        assert_eq!(PixelEvent::record_value(std::slice::from_ref(&ev)), raw, "one event is a plain object");
+    }
+
+    #[test]
+    fn a_group_record_round_trips_in_order() {
+        let ev = |v: u64| PixelEvent { canvas: CanvasId::parse("c1").unwrap(), version: v, x: v as u32, y: 0, color: Color([1, 2, 3]), published_at_ms: 7 };
+        let group = vec![ev(4), ev(5), ev(6)];
+        let value = PixelEvent::record_value(&group);
+        assert!(value.starts_with('['), "{value}");
+        assert_eq!(PixelEvent::decode_record(Some(value.as_bytes())).unwrap(), group);
+    }
+
+    #[test]
+    fn bad_groups_are_errors() {
+        let one = |c: &str, v: u64| format!(r##"{{"canvas":"{c}","version":{v},"x":0,"y":0,"color":"#000000","published_at_ms":0}}"##);
+        let too_many = format!("[{}]", (1..=MAX_EVENTS_PER_RECORD as u64 + 1).map(|v| one("c1", v)).collect::<Vec<_>>().join(","));
+        for (bad, why) in [
+            ("[]".to_owned(), "no events"),
+            (format!("[{},{}]", one("c1", 1), one("c2", 2)), "more than one canvas"),
+            (format!("[{},{}]", one("c1", 1), one("c1", 3)), "not consecutive"),
+            (format!("[{},{}]", one("c1", 2), one("c1", 1)), "not consecutive"),
+            (too_many, "more events"),
+        ] {
+            match PixelEvent::decode_record(Some(bad.as_bytes())) {
+                Err(DecodeError::Group(m)) => assert!(m.contains(why), "{m} for {bad}"),
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+        let most = format!("[{}]", (1..=MAX_EVENTS_PER_RECORD as u64).map(|v| one("c1", v)).collect::<Vec<_>>().join(","));
+        assert_eq!(PixelEvent::decode_record(Some(most.as_bytes())).unwrap().len(), MAX_EVENTS_PER_RECORD);
     }
 
     #[test]
     fn bad_records_are_errors_not_panics() {
-        assert!(matches!(PixelEvent::from_record(None), Err(DecodeError::Empty)));
+        assert!(matches!(PixelEvent::decode_record(None), Err(DecodeError::Empty)));
         for bad in [
             "not json",
             r##"{"canvas":"c 1","version":1,"x":0,"y":0,"color":"#000000","published_at_ms":0}"##,
             r##"{"canvas":"c1","version":1,"x":0,"y":0,"color":"red","published_at_ms":0}"##,
             r##"{"canvas":"c1","version":1,"x":0,"y":0,"color":"#000000","published_at_ms":0,"z":1}"##,
         ] {
-            assert!(PixelEvent::from_record(Some(bad.as_bytes())).is_err(), "{bad}");
+            assert!(PixelEvent::decode_record(Some(bad.as_bytes())).is_err(), "{bad}");
         }
     }
 }

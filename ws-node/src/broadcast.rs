@@ -32,7 +32,6 @@ use rdkafka::types::RDKafkaRespErr;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use shared::kafka::FleetContext;
 use shared::replay::fmt_offsets;
-use shared::PixelEvent;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -267,10 +266,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
                 if let Some(t) = assigned_at.take() {
                     tracing::info!("[RELEASE] first record of the held partitions read {}ms after their assignment (partition={} offset={})", t.elapsed().as_millis(), p, off);
                 }
-                match PixelEvent::from_record(msg.payload()) {
-                    Ok(ev) => hub.apply(p, off, &ev),
-                    Err(_) => hub.skip(p, off),
-                }
+                let _ = hub.apply_record(p, off, msg.payload());
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[RELEASE] reader error (librdkafka retries)"),
             None => {}
@@ -288,12 +284,8 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
                 if let Some(t) = consumer.context().first_record.lock().expect("first-record lock").remove(&p) {
                     tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
                 }
-                match PixelEvent::from_record(msg.payload()) {
-                    Ok(ev) => hub.apply(p, off, &ev),
-                    Err(e) => {
-                        tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a pixel event");
-                        hub.skip(p, off);
-                    }
+                if let Err(e) = hub.apply_record(p, off, msg.payload()) {
+                    tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a pixel event");
                 }
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),

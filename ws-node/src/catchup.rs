@@ -23,7 +23,6 @@ use rdkafka::{Offset, TopicPartitionList};
 use shared::api::{CatchupReport, CatchupStatus};
 use shared::kafka::FleetContext;
 use shared::replay::{self, fmt_offsets, Progress, ReplayError};
-use shared::PixelEvent;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -85,12 +84,8 @@ pub fn run(
         cancelled,
         |msg| {
             let (p, off) = (msg.partition(), msg.offset());
-            match PixelEvent::from_record(msg.payload()) {
-                Ok(ev) => hub.apply(p, off, &ev),
-                Err(e) => {
-                    tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
-                    hub.skip(p, off);
-                }
+            if let Err(e) = hub.apply_record(p, off, msg.payload()) {
+                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
             }
         },
         |pr| {

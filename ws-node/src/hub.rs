@@ -201,6 +201,27 @@ impl Hub {
         self.applied.notify_waiters();
     }
 
+    /// Applies every event of the record at `offset` of `partition` (one event, or a canvas's
+    /// group; see [`PixelEvent::decode_record`]) with [`Hub::apply`].
+    ///
+    /// # Errors
+    /// When the value is not a pixel event or a group of them: the record is skipped
+    /// ([`Hub::skip`]) and the error returned for the caller's log.
+    pub fn apply_record(&self, partition: i32, offset: i64, value: Option<&[u8]>) -> Result<(), shared::event::DecodeError> {
+        match PixelEvent::decode_record(value) {
+            Ok(events) => {
+                for ev in &events {
+                    self.apply(partition, offset, ev);
+                }
+                Ok(())
+            }
+            Err(e) => {
+                self.skip(partition, offset);
+                Err(e)
+            }
+        }
+    }
+
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
     /// partitions it had nothing to read on).
     pub fn advance_positions(&self, positions: &Offsets) {
@@ -551,6 +572,23 @@ mod tests {
         seen.extend(rx.out.take_waiting().iter().map(version_of_wire));
         assert_eq!(seen, vec![4, 5, 6, 7, 8]);
         assert_eq!(h.positions()[&0], 8);
+    }
+
+    #[test]
+    fn a_group_record_applies_every_event_and_a_bad_record_is_skipped() {
+        let h = hub();
+        h.assign(&[0]);
+        let (handle, rx) = SessionHandle::new(1, id("c1"), 0, 16);
+        h.subscribe(handle, 0).unwrap();
+        let group = PixelEvent::record_value(&[ev("c1", 1), ev("c1", 2), ev("c1", 3)]);
+        h.apply_record(0, 0, Some(group.as_bytes())).unwrap();
+        assert!(h.apply_record(0, 1, Some(b"[]")).is_err(), "an empty group is not a record of ours");
+        h.apply_record(0, 2, Some(ev("c1", 4).to_json().as_bytes())).unwrap();
+        h.fanout.settle();
+        let seen: Vec<u64> = rx.out.take_waiting().iter().skip_while(|w| w[0] != 0x81).map(version_of_wire).collect();
+        assert_eq!(seen, vec![1, 2, 3, 4]);
+        assert_eq!(h.positions()[&0], 3, "the position is past the skipped record");
+        assert_eq!(h.version_of(&id("c1")), 4);
     }
 
     #[test]

@@ -230,7 +230,7 @@ impl BareTail {
                 match consumer.poll(Duration::from_millis(50)) {
                     Some(Ok(m)) => {
                         let at = Instant::now();
-                        if let Ok(ev) = PixelEvent::from_record(m.payload()) {
+                        for ev in PixelEvent::decode_record(m.payload()).unwrap_or_default() {
                             if let Some(i) = index.get(ev.canvas.as_str()) {
                                 out.push((*i, ev.version, at));
                             }

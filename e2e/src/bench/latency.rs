@@ -362,7 +362,7 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
         let bare = l.bare.as_ref();
         let setup = format!(
             "offered {} events/s round-robin over {} canvases, {} s, one subscriber per canvas (the fleet: one on the ws-node and one through the gateway); \
-             latency = client receive − the moment the bench sent the event (the HTTP POST that carried it for \"publish\" and \"batch publish\", librdkafka produce() for \"produce\"), same clock; the publisher hands out a canvas's versions one Kafka ack at a time; \
+             latency = client receive − the moment the bench sent the event (the HTTP POST that carried it for \"publish\" and \"batch publish\", librdkafka produce() for \"produce\"), same clock; the publisher has one record per canvas in flight and sends a canvas's publishes that waited for it as one record (group commit); \
              bare baseline: librdkafka producer → librdkafka consumer on the same topic layout{}; {}",
             l.rate, ctx.size.latency_canvases, ctx.size.duration.as_secs(),
             bare.map_or(String::new(), |b| format!(" (p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms)", b.p50_ms, b.p99_ms, b.p999_ms)),
@@ -394,7 +394,14 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
                 };
                 if q == "p99" {
                     if let (Some(o), Some(b)) = (d, bare) {
-                        r = r.with_target(format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms), o.p99_ms <= 2.0 * b.p99_ms);
+                        let target = format!("≤ 2× bare produce→consume p99 ({:.2} ms)", b.p99_ms);
+                        // The target is at the offered load: a path that fell behind it missed,
+                        // whatever the latency of what it did accept.
+                        r = if o.achieved_rate >= 0.95 * l.rate {
+                            r.with_target(target, o.p99_ms <= 2.0 * b.p99_ms)
+                        } else {
+                            r.with_target(format!("{target} at {} ev/s: fell behind ({:.0} ev/s accepted)", l.rate, o.achieved_rate), false)
+                        };
                     }
                 }
                 rows.push(r);
