@@ -274,19 +274,36 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
     }
 }
 
+/// Records already fetched that are applied before their frames are written (one write per
+/// session for all of them).
+const DRAIN_AT_MOST: usize = 64;
+
 fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+    let apply = |msg: rdkafka::message::BorrowedMessage<'_>| {
+        use rdkafka::message::Message;
+        let (p, off) = (msg.partition(), msg.offset());
+        if let Some(t) = consumer.context().first_record.lock().expect("first-record lock").remove(&p) {
+            tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
+        }
+        if let Err(e) = hub.queue_record(p, off, msg.payload()) {
+            tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a pixel event");
+        }
+    };
     while !stop.load(Ordering::Acquire) {
         hub.broadcast_polled();
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
-                use rdkafka::message::Message;
-                let (p, off) = (msg.partition(), msg.offset());
-                if let Some(t) = consumer.context().first_record.lock().expect("first-record lock").remove(&p) {
-                    tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
+                apply(msg);
+                // What librdkafka already fetched goes out with this record: nothing waits for
+                // more, but the frames of records that arrived together leave together.
+                for _ in 1..DRAIN_AT_MOST {
+                    match consumer.poll(Duration::ZERO) {
+                        Some(Ok(msg)) => apply(msg),
+                        Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),
+                        None => break,
+                    }
                 }
-                if let Err(e) = hub.apply_record(p, off, msg.payload()) {
-                    tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a pixel event");
-                }
+                hub.write_queued();
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),
             None => {}

@@ -183,6 +183,13 @@ impl Hub {
     /// sessions when it is new and this node owns (or holds) the partition and is not handing it
     /// over.
     pub fn apply(&self, partition: i32, offset: i64, ev: &PixelEvent) {
+        self.apply_quietly(partition, offset, ev);
+        self.fanout.write_pending();
+    }
+
+    /// [`Hub::apply`] without writing: the frame is queued for the next
+    /// [`crate::session::Fanout::write_pending`].
+    fn apply_quietly(&self, partition: i32, offset: i64, ev: &PixelEvent) {
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
@@ -194,7 +201,7 @@ impl Hub {
         });
         let Some(frame) = channel.state.apply(ev) else { return };
         if live && !channel.sessions.is_empty() {
-            // Written by the fan-out thread, in apply order, to the sessions registered now.
+            // Written after the hub lock is released, in apply order, to the sessions registered now.
             self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
         }
         drop(inner);
@@ -208,10 +215,22 @@ impl Hub {
     /// When the value is not a pixel event or a group of them: the record is skipped
     /// ([`Hub::skip`]) and the error returned for the caller's log.
     pub fn apply_record(&self, partition: i32, offset: i64, value: Option<&[u8]>) -> Result<(), shared::event::DecodeError> {
+        let r = self.queue_record(partition, offset, value);
+        // A group's frames leave together: one write per session.
+        self.write_queued();
+        r
+    }
+
+    /// [`Hub::apply_record`] without writing: the frames wait for [`Hub::write_queued`], so the
+    /// frames of several records already read leave with one write per session.
+    ///
+    /// # Errors
+    /// As [`Hub::apply_record`].
+    pub fn queue_record(&self, partition: i32, offset: i64, value: Option<&[u8]>) -> Result<(), shared::event::DecodeError> {
         match PixelEvent::decode_record(value) {
             Ok(events) => {
                 for ev in &events {
-                    self.apply(partition, offset, ev);
+                    self.apply_quietly(partition, offset, ev);
                 }
                 Ok(())
             }
@@ -220,6 +239,12 @@ impl Hub {
                 Err(e)
             }
         }
+    }
+
+    /// Writes the frames of the events applied so far to their sessions (see
+    /// [`crate::session::Fanout::write_pending`]). Call without holding anything of the hub.
+    pub fn write_queued(&self) {
+        self.fanout.write_pending();
     }
 
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
