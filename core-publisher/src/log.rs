@@ -243,7 +243,7 @@ pub mod fake {
     use super::*;
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     /// What the fake log does with an append.
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -267,11 +267,28 @@ pub mod fake {
         pub records: Mutex<BTreeMap<i32, Vec<FakeRecord>>>,
         attempts: AtomicU64,
         fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
+        /// Appends (by attempt number) that wait for their gate to be opened before answering.
+        gates: Mutex<std::collections::HashMap<u64, Arc<tokio::sync::Notify>>>,
     }
 
     impl FakeLog {
         pub fn new(partitions: u32, fate: impl Fn(u64) -> Fate + Send + Sync + 'static) -> Self {
-            Self { partitions, records: Mutex::new(BTreeMap::new()), attempts: AtomicU64::new(0), fate: Box::new(fate) }
+            Self {
+                partitions,
+                records: Mutex::new(BTreeMap::new()),
+                attempts: AtomicU64::new(0),
+                fate: Box::new(fate),
+                gates: Mutex::new(std::collections::HashMap::new()),
+            }
+        }
+        /// Makes append attempt `n` (0-based) wait until the returned gate is opened
+        /// (`notify_one`), as a slow broker acknowledgement would.
+        pub fn gate(&self, n: u64) -> Arc<tokio::sync::Notify> {
+            self.gates.lock().unwrap().entry(n).or_default().clone()
+        }
+        /// Append attempts so far.
+        pub fn attempts(&self) -> u64 {
+            self.attempts.load(Ordering::SeqCst)
         }
         pub fn events_of(&self, canvas: &str) -> Vec<u64> {
             let recs = self.records.lock().unwrap();
@@ -299,6 +316,10 @@ pub mod fake {
             let n = self.attempts.fetch_add(1, Ordering::SeqCst);
             // Let other requests interleave, as a real network round trip would.
             tokio::task::yield_now().await;
+            let gate = self.gates.lock().unwrap().get(&n).cloned();
+            if let Some(g) = gate {
+                g.notified().await;
+            }
             let fate = (self.fate)(n);
             let mut recs = self.records.lock().unwrap();
             let part = recs.entry(partition).or_default();

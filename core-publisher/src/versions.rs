@@ -271,7 +271,13 @@ impl<L: EventLog> Versions<L> {
             .expect("waiting lock is never poisoned: no panics while held")
             .push_back(Waiting { fp: fp.clone(), key: key.map(str::to_owned), done });
         loop {
-            let mut head = slot.head.lock().await;
+            // The answer comes from whichever request appends this publish; waiting for the head
+            // only to read it would queue behind the next append (a whole extra round trip).
+            let mut head = tokio::select! {
+                biased;
+                r = &mut answer => return r.unwrap_or_else(|_| Err(PublishError::Unknown("the append carrying this publish ended without an answer".into()))),
+                head = slot.head.lock() => head,
+            };
             if let Ok(r) = answer.try_recv() {
                 return r;
             }
@@ -486,6 +492,32 @@ mod tests {
             assert_eq!(again, (p.clone(), true));
         }
         assert_eq!(restarted.log.events_of("hot").len(), 300, "the replays wrote nothing");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_acknowledged_publish_is_answered_without_waiting_for_the_next_record() {
+        let log = FakeLog::new(3, |_| Fate::Ok);
+        let (first_ack, second_ack) = (log.gate(0), log.gate(1));
+        let v = ready(log).await;
+        let c = id("c1");
+        let spawn = |x: u32| {
+            let (v, c) = (v.clone(), c.clone());
+            tokio::spawn(async move { v.publish(&c, x, 0, Color([4, 4, 4])).await })
+        };
+        let first = spawn(0);
+        while v.log.attempts() < 1 {
+            tokio::task::yield_now().await;
+        }
+        // A second publish arrives while the first's record is in flight: it waits for the head.
+        let second = spawn(1);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        first_ack.notify_one();
+        // The second's record is now in flight and not acknowledged: the first is answered anyway.
+        let answered = tokio::time::timeout(std::time::Duration::from_secs(2), first).await;
+        assert_eq!(answered.expect("the first publish waited for the next record's ack").unwrap().unwrap().version, 1);
+        assert!(!second.is_finished());
+        second_ack.notify_one();
+        assert_eq!(second.await.unwrap().unwrap().version, 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

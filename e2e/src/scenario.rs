@@ -1,6 +1,7 @@
-//! The scenario of the brief, end to end: normal → kill -9 ws-1 → ws-2 takes over → ws-1
-//! restarts, is seen UP 5 times, recovers by replay → failback drain of ws-2 → clients back —
-//! under steady publishing, with every client checked at the end.
+//! The scenario of the brief, end to end: normal (with a burst of concurrent publishes to one
+//! canvas: group records) → kill -9 ws-1 → ws-2 takes over → ws-1 restarts, is seen UP 5 times,
+//! recovers by replay → failback drain of ws-2 → clients back — under steady publishing, with
+//! every client checked at the end.
 
 use crate::broker::{Broker, BrokerKind};
 use crate::checker::{check, Verdict};
@@ -68,6 +69,10 @@ pub struct Report {
     pub lifecycle_missing: Vec<String>,
     /// Sessions on ws-1 after the failback.
     pub ws1_sessions_after: u64,
+    /// The burst of concurrent publishes to one canvas: accepted, and the distinct records
+    /// (offsets) they went out in (fewer records than events: the publisher's group commit).
+    pub burst_events: usize,
+    pub burst_records: usize,
 }
 
 impl Report {
@@ -107,6 +112,7 @@ impl Report {
         s += &format!("| out of order | {} |\n", self.out_of_order());
         s += &format!("| extra snapshots (resumes not served as events) | {} |\n", self.verdicts.iter().map(|v| v.extra_snapshots).sum::<usize>());
         s += &format!("| final canvas hash = publisher's | {}/{} clients |\n", self.verdicts.iter().filter(|v| v.hash_matches).count(), self.verdicts.len());
+        s += &format!("| burst: concurrent publishes to one canvas accepted / records they took | {} / {} |\n", self.burst_events, self.burst_records);
         s += &format!("| failover (kill -9 → all clients receiving again) | {} ms |\n", self.failover_ms);
         s += &format!("| failback gap (longest publish → receive during recovery and failback) | {} ms |\n", self.failback_gap_ms);
         s += &format!("| steady publish → receive, max | {} ms |\n", self.steady_max_latency_ms);
@@ -292,6 +298,11 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), cfg.rate, dims.width, dims.height);
     tl.mark(format!("publishing {} events/s over {} canvases", cfg.rate, canvases.len()));
     tokio::time::sleep(cfg.phase).await;
+    // A burst: publishes to one canvas that arrive while its record is in flight go out together
+    // (the publisher's group commit); the clients check that each version still arrives once and
+    // in order, through the kill, the catch-up (which replays the group records) and the failback.
+    let (burst_events, burst_records) = publish_burst(&fleet.publisher.url(), &canvases[0], BURST, dims).await?;
+    tl.mark(format!("burst: {burst_events} concurrent publishes to {} went out in {burst_records} records", canvases[0]));
     tl.mark(format!("normal: {} events published", load.accepted()));
 
     // ---- failure
@@ -399,6 +410,38 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         lifecycle,
         lifecycle_missing: missing,
         ws1_sessions_after,
+        burst_events,
+        burst_records,
     };
     Ok((report, running))
+}
+
+/// Concurrent publishes of the scenario's burst.
+pub const BURST: usize = 60;
+
+/// Sends `n` publishes to `canvas` at once; returns how many were accepted and the number of
+/// distinct records (offsets) they landed in.
+///
+/// # Errors
+/// When a publish is not accepted (201): the publisher and broker are up, nothing should refuse.
+async fn publish_burst(publisher: &str, canvas: &str, n: usize, dims: CanvasDims) -> anyhow::Result<(usize, usize)> {
+    let http = reqwest::Client::new();
+    let url = format!("{publisher}/canvases/{canvas}/pixels");
+    let answers = futures::future::join_all((0..n).map(|i| {
+        let body = serde_json::json!({"x": i as u32 % dims.width, "y": (i as u32 / dims.width) % dims.height, "color": "#3366ff"});
+        let req = http.post(&url).json(&body).timeout(Duration::from_secs(15)).send();
+        async move {
+            let r = req.await?;
+            let status = r.status();
+            let body: serde_json::Value = r.json().await?;
+            anyhow::ensure!(status.as_u16() == 201, "burst publish answered {status}: {body}");
+            Ok::<_, anyhow::Error>((body["partition"].as_i64(), body["offset"].as_i64()))
+        }
+    }))
+    .await;
+    let mut records = std::collections::BTreeSet::new();
+    for a in answers {
+        records.insert(a?);
+    }
+    Ok((n, records.len()))
 }

@@ -38,6 +38,13 @@ async fn scenario_on(broker: BrokerKind) {
         assert!(v.ok(), "client {} did not get exactly the canvas's versions: {v:?}", v.name);
     }
     assert!(report.replay_count > 0, "catch-up replayed nothing: {}", report.catchup_line);
+    assert_eq!(report.burst_events, e2e::scenario::BURST, "every publish of the burst was accepted");
+    assert!(
+        report.burst_records < report.burst_events,
+        "{} concurrent publishes to one canvas took {} records: the publisher grouped nothing",
+        report.burst_events,
+        report.burst_records
+    );
     assert!(report.lifecycle_missing.is_empty(), "lifecycle steps missing: {:?} (saw {:?})", report.lifecycle_missing, report.lifecycle);
     assert!(report.ws1_sessions_after > 0, "no client came back to ws-1 after the failback");
     assert!(report.passed());
