@@ -22,6 +22,17 @@ pub struct Fingerprint {
     pub color: Color,
 }
 
+/// What [`KeyStore::applied_as`] knows of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    /// Not applied (unknown, or still running).
+    No,
+    /// Applied with this request: its first result.
+    Same(Published),
+    /// Applied with another request.
+    Other,
+}
+
 /// What to do with a request carrying a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lookup {
@@ -115,9 +126,18 @@ impl KeyStore {
 
     /// The first result of `key` when it was applied with `fp`.
     pub fn applied(&self, key: &str, fp: &Fingerprint) -> Option<Published> {
-        match self.slots.get(key) {
-            Some(Slot::Done(first, p)) if first == fp => Some(p.clone()),
+        match self.applied_as(key, fp) {
+            Applied::Same(p) => Some(p),
             _ => None,
+        }
+    }
+
+    /// Whether `key` was applied, and with `fp` or another request.
+    pub fn applied_as(&self, key: &str, fp: &Fingerprint) -> Applied {
+        match self.slots.get(key) {
+            Some(Slot::Done(first, p)) if first == fp => Applied::Same(p.clone()),
+            Some(Slot::Done(..)) => Applied::Other,
+            _ => Applied::No,
         }
     }
 

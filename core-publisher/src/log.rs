@@ -54,8 +54,8 @@ pub trait EventLog: Send + Sync + 'static {
     fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>])
         -> impl Future<Output = Result<i64, AppendError>> + Send;
 
-    /// Every record of `partition` from offset `from` up to the current high watermark (records of
-    /// every canvas; records that are not pixel events are skipped).
+    /// Every event of `partition` from offset `from` up to the current high watermark (one entry per
+    /// event of each record, every canvas; records that are not pixel events are skipped).
     fn read_partition(&self, partition: i32, from: i64) -> impl Future<Output = Result<Vec<LoggedEvent>, ReadError>> + Send;
 
     /// Every record of the topic, and the high watermark of each partition when reading started.
@@ -113,6 +113,10 @@ impl KafkaLog {
                     Ok(events) => {
                         let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
                         if keys.len() != events.len() {
+                            if !keys.is_empty() {
+                                tracing::warn!(partition = msg.partition(), offset = msg.offset(), events = events.len(), headers = keys.len(),
+                                    "a record's idempotency-key headers do not match its events one to one; its keys are not remembered");
+                            }
                             keys = vec![None; events.len()];
                         }
                         out.extend(events.into_iter().zip(keys).map(|(event, idempotency_key)| LoggedEvent {

@@ -17,7 +17,7 @@
 //! reads its partition from just after the canvas's last known record and applies what it finds, so
 //! the version it hands out is always the log's head + 1 (no version twice, none skipped).
 
-use crate::idempotency::{Fingerprint, KeyStore, Lookup};
+use crate::idempotency::{Applied, Fingerprint, KeyStore, Lookup};
 use crate::log::{AppendError, EventLog, LoggedEvent, ReadError};
 use shared::partitioner::partition_for;
 use shared::replay::Offsets;
@@ -299,14 +299,19 @@ impl<L: EventLog> Versions<L> {
                 }
                 return;
             }
-            // An earlier attempt with one of these keys may be what landed.
+            // An earlier attempt with one of these keys may be what landed (with this request, or
+            // with another one: then the key is taken).
             let mut rest = Vec::with_capacity(group.len());
             for w in group {
-                match w.key.as_deref().and_then(|k| self.lock_keys().applied(k, &w.fp)) {
-                    Some(p) => {
+                let found = w.key.as_deref().map_or(Applied::No, |k| self.lock_keys().applied_as(k, &w.fp));
+                match found {
+                    Applied::Same(p) => {
                         let _ = w.done.send(Ok((p, true)));
                     }
-                    None => rest.push(w),
+                    Applied::Other => {
+                        let _ = w.done.send(Err(PublishError::KeyConflict));
+                    }
+                    Applied::No => rest.push(w),
                 }
             }
             group = rest;
@@ -632,6 +637,18 @@ mod tests {
         // The same key with another pixel is a conflict, and writes nothing.
         assert!(matches!(v.publish_with_key(&c, 2, 2, Color([5, 5, 5]), Some("key-1")).await, Err(PublishError::KeyConflict)));
         assert_eq!(v.log.events_of("c1"), vec![1]);
+    }
+
+    #[tokio::test]
+    async fn a_key_that_landed_with_another_request_is_a_conflict_after_reconciliation() {
+        // Attempt 1 times out but lands; the same key then comes with another pixel.
+        let v = ready(FakeLog::new(3, |n| if n == 0 { Fate::FailButWritten } else { Fate::Ok })).await;
+        let c = id("c1");
+        assert!(matches!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await, Err(PublishError::Unknown(_))));
+        assert!(matches!(v.publish_with_key(&c, 2, 2, Color([6, 6, 6]), Some("k")).await, Err(PublishError::KeyConflict)));
+        assert_eq!(v.log.events_of("c1"), vec![1], "the second request wrote nothing");
+        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.unwrap();
+        assert_eq!((p.version, replayed), (1, true));
     }
 
     #[tokio::test]

@@ -275,8 +275,12 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
 }
 
 /// Records already fetched that are applied before their frames are written (one write per
-/// session for all of them).
+/// session for all of them)...
 const DRAIN_AT_MOST: usize = 64;
+/// ...as long as fewer events than this wait to be written: a record can carry a group of up to
+/// 256 events, and a session whose frames would not fit its outbound bound (`SESSION_QUEUE`, 1,024
+/// frames by default) after one write is closed as too slow, though it reads normally.
+const DRAIN_EVENTS_AT_MOST: usize = 256;
 
 fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     let apply = |msg: rdkafka::message::BorrowedMessage<'_>| {
@@ -297,6 +301,9 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
                 // What librdkafka already fetched goes out with this record: nothing waits for
                 // more, but the frames of records that arrived together leave together.
                 for _ in 1..DRAIN_AT_MOST {
+                    if hub.queued_events() >= DRAIN_EVENTS_AT_MOST {
+                        break;
+                    }
                     match consumer.poll(Duration::ZERO) {
                         Some(Ok(msg)) => apply(msg),
                         Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),

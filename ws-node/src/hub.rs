@@ -209,7 +209,8 @@ impl Hub {
     }
 
     /// Applies every event of the record at `offset` of `partition` (one event, or a canvas's
-    /// group; see [`PixelEvent::decode_record`]) with [`Hub::apply`].
+    /// group; see [`PixelEvent::decode_record`]) as [`Hub::apply`] does, and writes their frames
+    /// together (one write per session).
     ///
     /// # Errors
     /// When the value is not a pixel event or a group of them: the record is skipped
@@ -239,6 +240,11 @@ impl Hub {
                 Err(e)
             }
         }
+    }
+
+    /// Events applied and waiting to be written to their sessions (see [`Hub::write_queued`]).
+    pub fn queued_events(&self) -> usize {
+        self.fanout.queued()
     }
 
     /// Writes the frames of the events applied so far to their sessions (see

@@ -693,8 +693,15 @@ impl Fanout {
         self.shared.write_pending();
     }
 
-    /// Waits until everything handed over was written or queued (tests).
+    /// Events queued and not yet being written.
+    pub fn queued(&self) -> usize {
+        self.shared.jobs.lock().expect("fan-out lock poisoned").queue.len()
+    }
+
+    /// Writes what is queued and waits until everything handed over was written or queued in
+    /// outboxes (tests).
     pub fn settle(&self) {
+        self.write_pending();
         let mut jobs = self.shared.jobs.lock().expect("fan-out lock poisoned");
         while !jobs.queue.is_empty() || jobs.busy {
             jobs = self.shared.idle.wait(jobs).expect("fan-out lock poisoned");
@@ -713,6 +720,18 @@ impl Default for Fanout {
     }
 }
 
+/// Clears the writer's `busy` flag if its turn ends in a panic (a panic while writing must not stop
+/// every later fan-out of the node); a normal turn clears it itself, under the same lock as its
+/// last look at the queue, so a frame queued after that look is written by whoever queued it.
+struct WriterTurn<'a>(&'a FanoutShared);
+
+impl Drop for WriterTurn<'_> {
+    fn drop(&mut self) {
+        self.0.jobs.lock().unwrap_or_else(std::sync::PoisonError::into_inner).busy = false;
+        self.0.idle.notify_all();
+    }
+}
+
 impl FanoutShared {
     fn write_pending(&self) {
         let mut batch = Vec::new();
@@ -721,10 +740,12 @@ impl FanoutShared {
             return;
         }
         jobs.busy = true;
+        let turn = WriterTurn(self);
         loop {
             if jobs.queue.is_empty() {
                 jobs.busy = false;
                 drop(jobs);
+                std::mem::forget(turn);
                 self.idle.notify_all();
                 return;
             }
