@@ -115,8 +115,22 @@ pub fn ensure_binaries() -> anyhow::Result<()> {
             let manifest = crate::broker::repo_root().join("Cargo.toml");
             let mut cmd = std::process::Command::new(cargo);
             // The whole workspace, as the test command builds it: the same features, so nothing is
-            // built twice.
+            // built twice...
             cmd.args(["build", "--workspace", "--bins", "--manifest-path"]).arg(&manifest);
+            // ...and without the variables `cargo run` / `cargo test` set for the harness itself
+            // (CARGO_PKG_NAME=e2e, CARGO_MANIFEST_DIR, ...): build scripts that watch them (ring's
+            // does, with `rerun-if-env-changed`) would see them differ from a plain build's and
+            // rebuild, about 2 minutes here, on every run.
+            for (key, _) in std::env::vars_os() {
+                let Some(k) = key.to_str() else { continue };
+                if k.starts_with("CARGO_PKG_")
+                    || k.starts_with("CARGO_MANIFEST_")
+                    || k.starts_with("CARGO_BIN_")
+                    || matches!(k, "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR" | "CARGO_RUSTC_CURRENT_DIR")
+                {
+                    cmd.env_remove(k);
+                }
+            }
             match profile.as_str() {
                 "debug" => {}
                 "release" => {
