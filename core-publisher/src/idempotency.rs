@@ -124,14 +124,6 @@ impl KeyStore {
         }
     }
 
-    /// The first result of `key` when it was applied with `fp`.
-    pub fn applied(&self, key: &str, fp: &Fingerprint) -> Option<Published> {
-        match self.applied_as(key, fp) {
-            Applied::Same(p) => Some(p),
-            _ => None,
-        }
-    }
-
     /// Whether `key` was applied, and with `fp` or another request.
     pub fn applied_as(&self, key: &str, fp: &Fingerprint) -> Applied {
         match self.slots.get(key) {
@@ -186,7 +178,7 @@ mod tests {
         // Unknown outcome: released, then learned from the log.
         assert_eq!(s.begin("u", &fp(3)), Lookup::New);
         s.finish("u", &fp(3), None);
-        assert_eq!(s.applied("u", &fp(3)), None);
+        assert_eq!(s.applied_as("u", &fp(3)), Applied::No);
         s.learn("u", fp(3), published(8));
         assert_eq!(s.begin("u", &fp(3)), Lookup::Replay(published(8)));
         // Not written: released, and a retry runs again.
@@ -204,8 +196,8 @@ mod tests {
         }
         assert!(s.len() <= 4, "{}", s.len());
         assert_eq!(s.begin("busy", &fp(0)), Lookup::InFlight);
-        assert!(s.applied("k9", &fp(9)).is_some());
-        assert!(s.applied("k0", &fp(0)).is_none(), "the oldest keys are forgotten");
+        assert!(matches!(s.applied_as("k9", &fp(9)), Applied::Same(_)));
+        assert_eq!(s.applied_as("k0", &fp(0)), Applied::No, "the oldest keys are forgotten");
     }
 
     #[test]
