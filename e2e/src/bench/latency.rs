@@ -2,6 +2,7 @@
 //! fleet (through its HTTP publisher, and produced straight to Kafka like the peers), the peers,
 //! and a bare librdkafka produce → consume round trip; plus what the gateway proxy adds.
 
+use super::http::LeanHttp;
 use super::kafka::{BareTail, DirectProducer};
 use super::peers::Peer;
 use super::report::{Better, Cell, Row};
@@ -84,8 +85,9 @@ where
 
 /// Publishes through the fleet's HTTP publisher at `rate` for `duration`, open loop (at most
 /// 512 requests in flight): (canvas index, version, time the request was sent) of each accepted.
-async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> Vec<(usize, u64, Instant)> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(512).build().expect("http client");
+async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
+    let answers = Arc::new(Mutex::new(histogram()));
+    let http = Arc::new(LeanHttp::new(publisher).expect("publisher is an http:// origin"));
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(512));
     let start = Instant::now();
@@ -99,17 +101,17 @@ async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, d
             let Ok(permit) = permits.clone().acquire_owned().await else { break };
             let i = (n as usize) % canvases.len();
             n += 1;
-            let url = format!("{publisher}/canvases/{}/pixels", canvases[i]);
-            let (http, log) = (http.clone(), log.clone());
+            let path = format!("/canvases/{}/pixels", canvases[i]);
+            let body = format!(r##"{{"x":{},"y":{},"color":"#336699"}}"##, rand::random::<u32>() % side, rand::random::<u32>() % side);
+            let (http, log, answers) = (http.clone(), log.clone(), answers.clone());
             tokio::spawn(async move {
                 let _permit = permit;
-                let body = serde_json::json!({"x": rand::random::<u32>() % side, "y": rand::random::<u32>() % side, "color": "#336699"});
                 let t0 = Instant::now();
-                if let Ok(r) = http.post(&url).json(&body).timeout(Duration::from_secs(30)).send().await {
-                    if r.status().as_u16() == 201 {
-                        if let Ok(v) = r.json::<serde_json::Value>().await {
-                            log.lock().expect("log lock").push((i, v["version"].as_u64().unwrap_or(0), t0));
-                        }
+                let answer = http.post_json(&path, body.into(), Duration::from_secs(30)).await;
+                let _ = answers.lock().expect("answers lock").record(t0.elapsed().as_micros().max(1) as u64);
+                if let Ok((201, answer)) = answer {
+                    if let Ok(a) = serde_json::from_slice::<Accepted>(&answer) {
+                        log.lock().expect("log lock").push((i, a.version, t0));
                     }
                 }
             });
@@ -117,17 +119,37 @@ async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, d
     }
     let _ = permits.acquire_many(512).await;
     let out = std::mem::take(&mut *log.lock().expect("log lock"));
-    out
+    let answers = std::mem::replace(&mut *answers.lock().expect("answers lock"), histogram());
+    (out, answers)
+}
+
+/// The part of a publish answer the load generator reads.
+#[derive(serde::Deserialize)]
+struct Accepted {
+    version: u64,
+}
+
+/// The batch answer: one result per event, in request order.
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    results: Vec<BatchResult>,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchResult {
+    status: u16,
+    #[serde(default)]
+    version: u64,
 }
 
 /// Publishes through the fleet's batch endpoint (`POST /pixels`) at `rate` for `duration`, open
 /// loop: every millisecond the events due are sent as one request (at most 64 requests in
 /// flight), as a publishing service would send what it has. (canvas index, version, time the
 /// request was sent) of each event answered 201.
-async fn http_batch_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> Vec<(usize, u64, Instant)> {
+async fn http_batch_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
     const IN_FLIGHT: u32 = 64;
-    let http = reqwest::Client::builder().pool_max_idle_per_host(IN_FLIGHT as usize).build().expect("http client");
-    let url = format!("{publisher}/pixels");
+    let answers = Arc::new(Mutex::new(histogram()));
+    let http = Arc::new(LeanHttp::new(publisher).expect("publisher is an http:// origin"));
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT as usize));
     let start = Instant::now();
@@ -142,30 +164,37 @@ async fn http_batch_load(publisher: &str, canvases: &[String], side: u32, rate: 
         }
         let Ok(permit) = permits.clone().acquire_owned().await else { break };
         let mut idx = Vec::with_capacity((due - n) as usize);
-        let mut events = Vec::with_capacity((due - n) as usize);
-        while n < due && events.len() < 1000 {
+        let mut body = String::from(r#"{"events":["#);
+        while n < due && idx.len() < 1000 {
             let i = (n as usize) % canvases.len();
             n += 1;
+            if !idx.is_empty() {
+                body.push(',');
+            }
             idx.push(i);
-            events.push(serde_json::json!({"canvas": canvases[i], "x": rand::random::<u32>() % side, "y": rand::random::<u32>() % side, "color": "#336699"}));
+            body.push_str(&format!(r##"{{"canvas":"{}","x":{},"y":{},"color":"#336699"}}"##, canvases[i], rand::random::<u32>() % side, rand::random::<u32>() % side));
         }
-        let (http, log, url) = (http.clone(), log.clone(), url.clone());
+        body.push_str("]}");
+        let (http, log, answers) = (http.clone(), log.clone(), answers.clone());
         tokio::spawn(async move {
             let _permit = permit;
             let t0 = Instant::now();
-            let Ok(r) = http.post(&url).json(&serde_json::json!({ "events": events })).timeout(Duration::from_secs(30)).send().await else { return };
-            let Ok(v) = r.json::<serde_json::Value>().await else { return };
+            let answer = http.post_json("/pixels", body.into(), Duration::from_secs(30)).await;
+            let _ = answers.lock().expect("answers lock").record(t0.elapsed().as_micros().max(1) as u64);
+            let Ok((_, answer)) = answer else { return };
+            let Ok(a) = serde_json::from_slice::<BatchAnswer>(&answer) else { return };
             let mut log = log.lock().expect("log lock");
-            for (k, res) in v["results"].as_array().into_iter().flatten().enumerate() {
-                if res["status"].as_u64() == Some(201) {
-                    log.push((idx[k], res["version"].as_u64().unwrap_or(0), t0));
+            for (k, res) in a.results.iter().enumerate() {
+                if res.status == 201 {
+                    log.push((idx[k], res.version, t0));
                 }
             }
         });
     }
     let _ = permits.acquire_many(IN_FLIGHT).await;
     let out = std::mem::take(&mut *log.lock().expect("log lock"));
-    out
+    let answers = std::mem::replace(&mut *answers.lock().expect("answers lock"), histogram());
+    (out, answers)
 }
 
 /// Results of one load level.
@@ -231,7 +260,7 @@ async fn http_phase(
     })
     .await?;
     println!("[bench]   fleet: publishing {rate} events/s through the {label} endpoint for {} s", ctx.size.duration.as_secs());
-    let sent = match how {
+    let (sent, answers) = match how {
         Publish::OnePerRequest => http_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
         Publish::Batch => http_batch_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
     };
@@ -242,6 +271,11 @@ async fn http_phase(
     let (h, m) = join(&sent, &via_gw.iter().collect::<Vec<_>>());
     let g = dist(&h, m, achieved);
     println!("[bench]   fleet ({label}): {} accepted ({achieved:.0}/s); direct {d:?}; via gateway {g:?}", sent.len());
+    println!(
+        "[bench]   fleet ({label}): request → HTTP answer p50 {:.2} ms, p99 {:.2} ms",
+        answers.value_at_quantile(0.5) as f64 / 1000.0,
+        answers.value_at_quantile(0.99) as f64 / 1000.0
+    );
     Ok((Some(d), Some(g)))
 }
 
@@ -296,9 +330,13 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
     let canvases: Vec<String> = (0..ctx.size.latency_canvases).map(|i| format!("lb-{i}")).collect();
     let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
     let tail = BareTail::start(&ctx.broker.bootstrap, &topic, PARTITIONS, &canvases)?;
-    // Warm-up: let the consumer start fetching.
-    p.run_at(50.0, Duration::from_secs(2)).await?;
+    // Warm-up: let the consumer start fetching, and give the broker's JIT the same load first (a
+    // run that starts with this measure otherwise meets a cold JVM: p99 ~2× higher at 10k/s).
+    p.run_at(50.0, Duration::from_secs(1)).await?;
+    println!("[bench]   bare librdkafka: warming up at {rate} events/s for 3 s (not measured)");
+    p.run_at(rate, Duration::from_secs(3)).await?;
     p.flush()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     p.record = true;
     println!("[bench]   bare librdkafka: producing {rate} events/s for {} s", ctx.size.duration.as_secs());
     let sent = p.run_at(rate, ctx.size.duration).await?;
