@@ -9,6 +9,7 @@
 
 pub mod failover;
 pub mod fanout;
+pub mod http;
 pub mod kafka;
 pub mod latency;
 pub mod memory;
@@ -40,6 +41,8 @@ pub struct Size {
     pub failover_clients: usize,
     pub failover_canvases: usize,
     pub failover_rate: f64,
+    /// Load on the broker before anything is measured (see [`warm_broker`]); zero skips it.
+    pub broker_warmup: Duration,
 }
 
 impl Size {
@@ -61,6 +64,7 @@ impl Size {
             failover_clients: 1000,
             failover_canvases: 10,
             failover_rate: 100.0,
+            broker_warmup: Duration::from_secs(30),
         }
     }
 
@@ -78,6 +82,7 @@ impl Size {
             failover_clients: 20,
             failover_canvases: 4,
             failover_rate: 40.0,
+            broker_warmup: Duration::ZERO,
         }
     }
 }
@@ -133,9 +138,52 @@ impl Ctx {
     }
 }
 
+/// Events/s the broker is warmed at.
+const WARMUP_RATE: f64 = 20_000.0;
+
+/// Produces and consumes at [`WARMUP_RATE`] for the size's `broker_warmup`, nothing measured.
+///
+/// A fresh broker JVM compiles its hot paths for about the first minute under load: its C2 compiler
+/// thread alone took 12 s of CPU in the first 40 s of a latency run at 10k events/s (about a
+/// quarter of the two cores), and the same run's bare produce → consume p99 fell from 17 ms (first
+/// pass) to 6 ms (third pass) once it was done. Without this every figure of the first measure
+/// would depend on where in the JIT's warm-up it fell.
+///
+/// # Errors
+/// When the broker does not answer.
+pub async fn warm_broker(ctx: &Ctx) -> anyhow::Result<()> {
+    let total = ctx.size.broker_warmup;
+    if total.is_zero() {
+        return Ok(());
+    }
+    let topic = format!("bench-warmup-{:08x}", rand::random::<u32>());
+    kafka::create_topic(&ctx.broker.bootstrap, &topic, servers::PARTITIONS as i32).await?;
+    let canvases: Vec<String> = (0..100).map(|i| format!("wu-{i}")).collect();
+    let mut producer = kafka::DirectProducer::new(&ctx.broker.bootstrap, &topic, servers::PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
+    let tail = kafka::BareTail::start(&ctx.broker.bootstrap, &topic, servers::PARTITIONS, &canvases)?;
+    let started = std::time::Instant::now();
+    while started.elapsed() < total {
+        let step = (total - started.elapsed()).min(Duration::from_secs(5));
+        producer.run_at(WARMUP_RATE, step).await?;
+        println!(
+            "[bench] warming the broker's JIT: {} events produced ({WARMUP_RATE:.0}/s), {:.0} of {} s",
+            producer.sent,
+            started.elapsed().as_secs_f64(),
+            total.as_secs()
+        );
+    }
+    producer.flush()?;
+    let consumed = tail.stop()?.len();
+    println!("[bench] broker warm: {} events produced, {consumed} consumed", producer.sent);
+    Ok(())
+}
+
 /// Runs `measures` in order; returns every row.
 pub async fn run(ctx: &Ctx, measures: &[Measure]) -> Vec<report::Row> {
     let mut rows = Vec::new();
+    if let Err(e) = warm_broker(ctx).await {
+        ctx.error(format!("warming the broker: {e:#}"));
+    }
     for m in measures {
         let started = std::time::Instant::now();
         rows.extend(match m {
