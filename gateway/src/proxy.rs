@@ -168,7 +168,7 @@ pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream,
     let c = &fleet.config;
     upgrade
         .read_buffer_size(c.ws_read_buffer as usize)
-        .write_buffer_size(0)
+        .write_buffer_size(CLIENT_WRITE_BUFFER)
         // Bytes a client leaves unread (its frames, or pongs to a ping flood) may wait up to this
         // much; beyond it the write fails and the session ends, so one client cannot grow the
         // gateway's memory without bound.
@@ -195,6 +195,12 @@ enum ClientEnd {
     Gone,
 }
 
+/// Most frames read from the node that go to the client in one write (a bound on how long the
+/// first of them waits for the others to be copied).
+const MAX_FRAMES_PER_WRITE: usize = 64;
+/// Bytes a client's frames may gather before they are written, bytes: above it a frame is written
+/// at once; below it, at the end of a batch (every batch ends with a flush).
+const CLIENT_WRITE_BUFFER: usize = 64 * 1024;
 /// How long a write to either side may block before the session is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pings to the client keep intermediaries from timing the connection out and find dead peers.
@@ -247,27 +253,55 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
     let upstream_to_client = async move {
         let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
         let mut protocol_rx = protocol_rx;
+        // What the last batch read past its end (an error or the end of the stream).
+        let mut pending = None;
         let end: Option<(u16, &str)> = loop {
-            let msg = tokio::select! {
-                biased;
-                Ok(err) = &mut protocol_rx => break Some(err),
-                m = u_rx.next() => m,
-                _ = ping.tick() => {
-                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(aws::Message::Ping(Default::default()))).await, Ok(Ok(()))) {
-                        return;
+            let msg = match pending.take() {
+                Some(m) => m,
+                None => tokio::select! {
+                    biased;
+                    Ok(err) = &mut protocol_rx => break Some(err),
+                    m = u_rx.next() => m,
+                    _ = ping.tick() => {
+                        if !matches!(tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(aws::Message::Ping(Default::default()))).await, Ok(Ok(()))) {
+                            return;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your canvas moved; reconnect with since")),
-                _ = shutdown.cancelled() => break Some((close::GOING_AWAY, "gateway shutting down")),
+                    _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your canvas moved; reconnect with since")),
+                    _ = shutdown.cancelled() => break Some((close::GOING_AWAY, "gateway shutting down")),
+                },
             };
             match msg {
                 Some(Ok(ts::Message::Ping(_) | ts::Message::Pong(_))) => {}
                 Some(Ok(msg)) => {
-                    let closing = matches!(msg, ts::Message::Close(_));
+                    let mut closing = matches!(msg, ts::Message::Close(_));
                     let Some(out) = to_client(msg) else { continue };
-                    let sent = tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(out)).await;
-                    if !matches!(sent, Ok(Ok(()))) {
+                    // The frames the node already sent (one read often holds several: the node
+                    // writes a session's queued frames together) go to the client in one write.
+                    let batch = async {
+                        c_tx.feed(out).await?;
+                        let mut frames = 1;
+                        while !closing && frames < MAX_FRAMES_PER_WRITE {
+                            match futures::FutureExt::now_or_never(u_rx.next()) {
+                                None => break,
+                                Some(Some(Ok(ts::Message::Ping(_) | ts::Message::Pong(_)))) => {}
+                                Some(Some(Ok(m))) => {
+                                    closing = matches!(m, ts::Message::Close(_));
+                                    if let Some(out) = to_client(m) {
+                                        c_tx.feed(out).await?;
+                                        frames += 1;
+                                    }
+                                }
+                                Some(other) => {
+                                    pending = Some(other);
+                                    break;
+                                }
+                            }
+                        }
+                        c_tx.flush().await
+                    };
+                    if !matches!(tokio::time::timeout(WRITE_TIMEOUT, batch).await, Ok(Ok(()))) {
                         // The client does not read: drop it (it resumes by version).
                         return;
                     }
