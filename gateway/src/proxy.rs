@@ -195,12 +195,14 @@ enum ClientEnd {
     Gone,
 }
 
-/// Most frames read from the node that go to the client in one write (a bound on how long the
-/// first of them waits for the others to be copied).
+/// Most frames already read from the node (pings and pongs included) that go to the client in
+/// one write.
 const MAX_FRAMES_PER_WRITE: usize = 64;
-/// Bytes a client's frames may gather before they are written, bytes: above it a frame is written
-/// at once; below it, at the end of a batch (every batch ends with a flush).
-const CLIENT_WRITE_BUFFER: usize = 64 * 1024;
+/// Bytes a client's frames may gather before they are written: above it a frame is written at
+/// once; below it, at the end of its batch (every batch ends with a flush). Small, because the
+/// buffer keeps the capacity it once needed for the connection's life (64 event frames are about
+/// 6 KiB).
+const CLIENT_WRITE_BUFFER: usize = 8 * 1024;
 /// How long a write to either side may block before the session is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pings to the client keep intermediaries from timing the connection out and find dead peers.
@@ -277,12 +279,23 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                 Some(Ok(msg)) => {
                     let mut closing = matches!(msg, ts::Message::Close(_));
                     let Some(out) = to_client(msg) else { continue };
-                    // The frames the node already sent (one read often holds several: the node
-                    // writes a session's queued frames together) go to the client in one write.
+                    // The frame is written at once; the frames already read behind it (one read
+                    // often holds several: the node writes a session's queued frames together)
+                    // then go to the client in one write. (Reading ahead before the first write
+                    // made every proxied connection 4 KiB larger: measured with the bench's
+                    // memory measure, 37.3 against 33.5 KiB at 9,744 connections.)
+                    let mut client_error = None;
                     let batch = async {
-                        c_tx.feed(out).await?;
+                        c_tx.send(out).await?;
                         let mut frames = 1;
                         while !closing && frames < MAX_FRAMES_PER_WRITE {
+                            // The client broke the protocol while we wrote: its close code goes
+                            // out next, not the node's reply to the close we forwarded.
+                            if let Ok(err) = protocol_rx.try_recv() {
+                                client_error = Some(err);
+                                break;
+                            }
+                            frames += 1;
                             match futures::FutureExt::now_or_never(u_rx.next()) {
                                 None => break,
                                 Some(Some(Ok(ts::Message::Ping(_) | ts::Message::Pong(_)))) => {}
@@ -290,7 +303,6 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                                     closing = matches!(m, ts::Message::Close(_));
                                     if let Some(out) = to_client(m) {
                                         c_tx.feed(out).await?;
-                                        frames += 1;
                                     }
                                 }
                                 Some(other) => {
@@ -304,6 +316,9 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                     if !matches!(tokio::time::timeout(WRITE_TIMEOUT, batch).await, Ok(Ok(()))) {
                         // The client does not read: drop it (it resumes by version).
                         return;
+                    }
+                    if let Some(err) = client_error {
+                        break Some(err);
                     }
                     if closing {
                         break None;

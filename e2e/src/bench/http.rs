@@ -41,29 +41,35 @@ impl LeanHttp {
     }
 
     /// `POST path` with a JSON `body`; (status, response body). A connection that fails is
-    /// dropped, not reused.
+    /// dropped, not reused; an idle one the server closed meanwhile is replaced once.
     ///
     /// Errors: connecting, writing or reading failed, or no answer within `timeout`.
     pub async fn post_json(&self, path: &str, body: Bytes, timeout: Duration) -> anyhow::Result<(u16, Bytes)> {
-        let idle = self.idle.lock().expect("idle lock").pop();
-        let mut sender = match idle {
-            Some(s) if !s.is_closed() => s,
-            _ => self.connect().await?,
-        };
         let req = hyper::Request::post(path)
             .header(hyper::header::HOST, &self.authority)
             .header(hyper::header::CONTENT_TYPE, "application/json")
             .body(Full::new(body))?;
         let exchange = async {
-            sender.ready().await?;
+            let idle = self.idle.lock().expect("idle lock").pop();
+            let reusable = match idle {
+                Some(mut s) if !s.is_closed() => s.ready().await.is_ok().then_some(s),
+                _ => None,
+            };
+            let mut sender = match reusable {
+                Some(s) => s,
+                None => {
+                    let mut s = self.connect().await?;
+                    s.ready().await?;
+                    s
+                }
+            };
             let resp = sender.send_request(req).await?;
             let status = resp.status().as_u16();
             let body = resp.into_body().collect().await?.to_bytes();
+            self.idle.lock().expect("idle lock").push(sender);
             anyhow::Ok((status, body))
         };
-        let answer = tokio::time::timeout(timeout, exchange).await.map_err(|_| anyhow::anyhow!("POST {path}: no answer in {timeout:?}"))??;
-        self.idle.lock().expect("idle lock").push(sender);
-        Ok(answer)
+        tokio::time::timeout(timeout, exchange).await.map_err(|_| anyhow::anyhow!("POST {path}: no answer in {timeout:?}"))?
     }
 }
 
@@ -79,9 +85,9 @@ mod tests {
         assert!(LeanHttp::new("http://").is_err());
     }
 
-    /// A round trip against a real HTTP server (axum on a loopback port), connections reused.
-    #[tokio::test]
-    async fn posts_and_reuses_connections() {
+    /// An echo server (201 + the request body) on a loopback port that closes each connection
+    /// after one answer unless `keep_alive`; (its address, connections accepted so far).
+    async fn echo_server(keep_alive: bool) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
         let conns = Arc::new(AtomicUsize::new(0));
@@ -100,16 +106,35 @@ mod tests {
                         *resp.status_mut() = hyper::StatusCode::CREATED;
                         Ok::<_, hyper::Error>(resp)
                     });
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
+                    let _ = hyper::server::conn::http1::Builder::new().keep_alive(keep_alive).serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await;
                 });
             }
         });
-        let http = LeanHttp::new(&format!("http://{addr}")).unwrap();
+        (addr, conns)
+    }
+
+    async fn five_echoes(http: &LeanHttp) {
         for i in 0..5 {
             let (status, body) = http.post_json("/echo", Bytes::from(format!("{{\"n\":{i}}}")), Duration::from_secs(5)).await.unwrap();
             assert_eq!(status, 201);
             assert_eq!(&body[..], format!("{{\"n\":{i}}}").as_bytes());
         }
-        assert_eq!(conns.load(Ordering::SeqCst), 1, "sequential requests share one keep-alive connection");
+    }
+
+    /// Round trips against a real HTTP server, connections reused.
+    #[tokio::test]
+    async fn posts_and_reuses_connections() {
+        let (addr, conns) = echo_server(true).await;
+        five_echoes(&LeanHttp::new(&format!("http://{addr}")).unwrap()).await;
+        assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 1, "sequential requests share one keep-alive connection");
+    }
+
+    /// A server that closes connections after each answer: every request still succeeds, each on
+    /// a new connection (a closed idle connection is replaced, not reported as a failure).
+    #[tokio::test]
+    async fn connections_the_server_closed_are_replaced() {
+        let (addr, conns) = echo_server(false).await;
+        five_echoes(&LeanHttp::new(&format!("http://{addr}")).unwrap()).await;
+        assert_eq!(conns.load(std::sync::atomic::Ordering::SeqCst), 5);
     }
 }

@@ -107,9 +107,8 @@ async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, d
             tokio::spawn(async move {
                 let _permit = permit;
                 let t0 = Instant::now();
-                let answer = http.post_json(&path, body.into(), Duration::from_secs(30)).await;
-                let _ = answers.lock().expect("answers lock").record(t0.elapsed().as_micros().max(1) as u64);
-                if let Ok((201, answer)) = answer {
+                if let Ok((201, answer)) = http.post_json(&path, body.into(), Duration::from_secs(30)).await {
+                    let _ = answers.lock().expect("answers lock").record(t0.elapsed().as_micros().max(1) as u64);
                     if let Ok(a) = serde_json::from_slice::<Accepted>(&answer) {
                         log.lock().expect("log lock").push((i, a.version, t0));
                     }
@@ -179,9 +178,8 @@ async fn http_batch_load(publisher: &str, canvases: &[String], side: u32, rate: 
         tokio::spawn(async move {
             let _permit = permit;
             let t0 = Instant::now();
-            let answer = http.post_json("/pixels", body.into(), Duration::from_secs(30)).await;
+            let Ok((200, answer)) = http.post_json("/pixels", body.into(), Duration::from_secs(30)).await else { return };
             let _ = answers.lock().expect("answers lock").record(t0.elapsed().as_micros().max(1) as u64);
-            let Ok((_, answer)) = answer else { return };
             let Ok(a) = serde_json::from_slice::<BatchAnswer>(&answer) else { return };
             let mut log = log.lock().expect("log lock");
             for (k, res) in a.results.iter().enumerate() {
