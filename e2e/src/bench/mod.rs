@@ -9,6 +9,7 @@
 
 pub mod failover;
 pub mod fanout;
+pub mod floor;
 pub mod http;
 pub mod kafka;
 pub mod latency;

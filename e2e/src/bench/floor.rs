@@ -1,0 +1,116 @@
+//! The write floor of a fan-out case: what delivering each event with one `write` per client costs
+//! on this machine when nothing else is done — no broker, no server, no WebSocket library, just a
+//! thread writing a pre-encoded WebSocket frame to each subscriber's loopback TCP socket at the
+//! case's rate, and plain readers on the other side.
+//!
+//! A server that sends every event as soon as it has it (no holding back to batch several events
+//! into one write) cannot deliver more events per CPU-second than this thread writes frames per
+//! CPU-second. On one machine the kernel's loopback send also runs the receiver's TCP receive and
+//! its wake-up in the sender's context, so most of that cost is the kernel's, for every system
+//! alike. The figure is the ceiling next to the fan-out rows, as the bare consumer is for replay.
+
+use super::fanout::Case;
+use anyhow::Context;
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+
+/// What the floor measured for one case.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Floor {
+    /// Frames written (events × the clients of their canvas).
+    pub writes: u64,
+    /// CPU seconds the writing thread spent writing (`CLOCK_THREAD_CPUTIME_ID` around each burst).
+    pub cpu_seconds: f64,
+    /// Bytes the readers received; equals `writes × frame bytes` when nothing was lost.
+    pub bytes_read: u64,
+    /// Bytes of each frame: a 2-byte WebSocket header and the event's JSON.
+    pub frame_bytes: usize,
+}
+
+impl Floor {
+    /// Frames written per CPU-second of the writing thread.
+    pub fn per_cpu_second(&self) -> f64 {
+        self.writes as f64 / self.cpu_seconds.max(1e-6)
+    }
+}
+
+/// CPU time of the calling thread so far, seconds: `clock_gettime(CLOCK_THREAD_CPUTIME_ID)`,
+/// which brings the running thread's time up to now (`getrusage(RUSAGE_THREAD)` only counts up
+/// to the last scheduler tick or switch, too coarse for a window of a few hundred microseconds).
+fn thread_cpu_seconds() -> f64 {
+    let mut ts = nix::libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant Linux defines.
+    let rc = unsafe { nix::libc::clock_gettime(nix::libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) cannot fail on Linux");
+    ts.tv_sec as f64 + ts.tv_nsec as f64 / 1e9
+}
+
+/// Runs the floor of `case` for `duration`: its active clients as plain TCP readers in this
+/// process (spread over its canvases as the subscribers are), one thread writing `payload`, framed
+/// as an unmasked WebSocket text frame, to every client of an event's canvas, events round-robin
+/// over the canvases at the case's rate. Idle clients are left out: nothing is written to them.
+///
+/// # Errors
+/// When a loopback connection cannot be made or a write fails.
+pub async fn measure(case: &Case, duration: Duration, payload: &[u8]) -> anyhow::Result<Floor> {
+    anyhow::ensure!(payload.len() < 126, "the floor frames payloads under 126 bytes (a 2-byte header)");
+    let mut frame = vec![0x81, payload.len() as u8];
+    frame.extend_from_slice(payload);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let read = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::with_capacity(case.active_clients);
+    // sockets[c] = the server ends of canvas c's clients.
+    let mut sockets: Vec<Vec<std::net::TcpStream>> = (0..case.active_canvases).map(|_| Vec::new()).collect();
+    for i in 0..case.active_clients {
+        let (client, accepted) = tokio::join!(tokio::net::TcpStream::connect(addr), listener.accept());
+        let mut client = client.context("connect to the floor's listener")?;
+        let (server, _) = accepted?;
+        let server = server.into_std()?;
+        server.set_nonblocking(false)?;
+        server.set_nodelay(true)?;
+        sockets[i % case.active_canvases].push(server);
+        let read = read.clone();
+        readers.push(tokio::spawn(async move {
+            let mut buf = vec![0u8; 4096];
+            while let Ok(n) = client.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+                read.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }));
+    }
+    let rate = case.rate;
+    let writer = std::thread::Builder::new().name("floor-writer".into()).spawn(move || -> anyhow::Result<(u64, f64)> {
+        // Wake every millisecond and write every event due by then, one write per frame per
+        // client; only the writing is timed (the pacing is not a server's work per delivery).
+        let start = Instant::now();
+        let total = (rate * duration.as_secs_f64()) as u64;
+        let canvases = sockets.len() as u64;
+        let (mut writes, mut cpu, mut n) = (0u64, 0.0f64, 0u64);
+        while n < total {
+            std::thread::sleep(Duration::from_millis(1));
+            let due = ((start.elapsed().as_secs_f64() * rate) as u64).min(total);
+            let cpu0 = thread_cpu_seconds();
+            for event in n..due {
+                for s in &mut sockets[(event % canvases) as usize] {
+                    s.write_all(&frame).context("write a frame")?;
+                    writes += 1;
+                }
+            }
+            cpu += thread_cpu_seconds() - cpu0;
+            n = n.max(due);
+        }
+        drop(sockets);
+        Ok((writes, cpu))
+    })?;
+    let (writes, cpu_seconds) = tokio::task::spawn_blocking(move || writer.join()).await?.map_err(|_| anyhow::anyhow!("the floor's writer panicked"))??;
+    for r in readers {
+        let _ = tokio::time::timeout(Duration::from_secs(10), r).await;
+    }
+    Ok(Floor { writes, cpu_seconds, bytes_read: read.load(Ordering::Relaxed), frame_bytes: payload.len() + 2 })
+}
