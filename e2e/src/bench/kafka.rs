@@ -32,7 +32,58 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyh
             bail!("create topic {t}: {e}");
         }
     }
-    Ok(())
+    wait_for_leaders(bootstrap, topic, partitions).await
+}
+
+/// Waits until every partition of a new `topic` has a leader in the broker's metadata (at most
+/// 30 s). `CreateTopics` answers before the controller has elected them; a watermark request in
+/// that window fails with `NotLeaderForPartition` (seen once, at the broker warm-up).
+///
+/// # Errors
+/// When the partitions still have no leader after 30 s, or the broker does not answer.
+async fn wait_for_leaders(bootstrap: &str, topic: &str, partitions: i32) -> anyhow::Result<()> {
+    let (bootstrap, topic) = (bootstrap.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = KafkaSettings::new(&bootstrap).reader("bench-admin").create()?;
+        let started = Instant::now();
+        loop {
+            let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
+            let led = md
+                .topics()
+                .iter()
+                .find(|t| t.name() == topic && t.error().is_none())
+                .map_or(0, |t| t.partitions().iter().filter(|p| p.error().is_none() && p.leader() >= 0).count());
+            if led == partitions as usize {
+                return Ok(());
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("topic {topic}: {led} of {partitions} partitions have a leader 30 s after it was created");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    })
+    .await?
+}
+
+/// (low, high) watermarks of `topic`/`partition`, retried for up to 10 s while the partition's
+/// leadership is still settling after the topic was created (`NotLeaderForPartition`,
+/// `LeaderNotAvailable`, `UnknownTopicOrPartition`).
+///
+/// # Errors
+/// Any other error, or still no leader after 10 s.
+pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, partition: i32) -> anyhow::Result<(i64, i64)> {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode as Code};
+    let started = Instant::now();
+    loop {
+        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+            Err(KafkaError::MetadataFetch(Code::NotLeaderForPartition | Code::LeaderNotAvailable | Code::UnknownTopicOrPartition))
+                if started.elapsed() < Duration::from_secs(10) =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r.with_context(|| format!("watermarks of {topic}/{partition}")),
+        }
+    }
 }
 
 /// One pixel event of `canvas` (`side` × `side` pixels) at `version`, as the publisher would
@@ -168,7 +219,7 @@ pub fn bare_read_all(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::R
     let mut targets = Vec::new();
     let mut tpl = TopicPartitionList::new();
     for p in 0..partitions as i32 {
-        let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+        let (_, high) = watermarks(&consumer, topic, p)?;
         targets.push(high);
         tpl.add_partition_offset(topic, p, Offset::Beginning)?;
     }
@@ -217,7 +268,7 @@ impl BareTail {
         let consumer: BaseConsumer = cfg.create()?;
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions as i32 {
-            let (_, high) = consumer.fetch_watermarks(topic, p, Duration::from_secs(10))?;
+            let (_, high) = watermarks(&consumer, topic, p)?;
             tpl.add_partition_offset(topic, p, Offset::Offset(high))?;
         }
         consumer.assign(&tpl)?;
