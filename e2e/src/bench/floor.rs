@@ -114,3 +114,27 @@ pub async fn measure(case: &Case, duration: Duration, payload: &[u8]) -> anyhow:
     }
     Ok(Floor { writes, cpu_seconds, bytes_read: read.load(Ordering::Relaxed), frame_bytes: payload.len() + 2 })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_event_is_written_once_to_each_client_of_its_canvas_and_read_whole() {
+        let case = Case { name: "t".into(), active_canvases: 3, active_clients: 6, idle_clients: 0, rate: 300.0 };
+        let payload = br#"{"type":"event","canvas":"c1","version":1}"#;
+        let f = measure(&case, Duration::from_millis(200), payload).await.expect("floor runs on loopback");
+        // 300 events/s for 0.2 s = 60 events, each to the 2 clients of its canvas.
+        assert_eq!(f.writes, 120);
+        assert_eq!(f.frame_bytes, payload.len() + 2);
+        assert_eq!(f.bytes_read, f.writes * f.frame_bytes as u64, "the readers got every byte");
+        assert!(f.cpu_seconds > 0.0 && f.per_cpu_second().is_finite());
+    }
+
+    #[tokio::test]
+    async fn a_payload_that_needs_a_longer_header_is_refused() {
+        let case = Case { name: "t".into(), active_canvases: 1, active_clients: 1, idle_clients: 0, rate: 10.0 };
+        let err = measure(&case, Duration::from_millis(10), &[b'x'; 126]).await.expect_err("126 bytes need a 4-byte header");
+        assert!(err.to_string().contains("under 126"), "{err}");
+    }
+}
