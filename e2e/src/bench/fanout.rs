@@ -189,8 +189,9 @@ pub async fn run(ctx: &Ctx, cases: &[Case]) -> Vec<Row> {
         rows.push(mk("CPU-s per million delivered", Better::Lower, &|o: &Outcome| o.cpu_seconds / (o.delivered.max(1) as f64) * 1e6));
         rows.push(mk("events not delivered (of those produced × clients)", Better::Lower, &|o: &Outcome| o.expected.saturating_sub(o.delivered) as f64));
         // The bar: ≥ 5× Socket.IO and ≥ 2× Centrifugo per CPU-second, with the write floor beside
-        // it: where the floor itself is below 5× Socket.IO, no server that writes each event as
-        // it arrives can meet that half of the bar on this machine.
+        // it: where the floor itself is below 5× Socket.IO, no server that gives each delivery its
+        // own system call can meet that half of the bar on this machine. The floor moves between
+        // runs by up to ~20 %, so a margin under that is reported as such.
         if let Cell::Value(ours) = per_cpu.ours {
             let c = match per_cpu.centrifugo { Cell::Value(v) => Some(ours / v.max(1e-9)), _ => None };
             let s = match per_cpu.socketio { Cell::Value(v) => Some(v), _ => None };
@@ -198,9 +199,15 @@ pub async fn run(ctx: &Ctx, cases: &[Case]) -> Vec<Row> {
                 let mut bar = "≥ 2× Centrifugo and ≥ 5× Socket.IO".to_string();
                 if let Some(f) = &floor {
                     let five = 5.0 * sio;
-                    let reach = if f.per_cpu_second() < five { "below it: out of reach without holding events back" } else { "above it" };
+                    let margin = f.per_cpu_second() / five - 1.0;
+                    let reach = match (margin < 0.0, margin.abs() < 0.2) {
+                        (true, false) => "below it: out of reach at one write per delivery",
+                        (true, true) => "below it, by less than the floor's run-to-run spread",
+                        (false, true) => "above it, by less than the floor's run-to-run spread",
+                        (false, false) => "above it",
+                    };
                     bar += &format!(
-                        " (5× Socket.IO = {}; the write floor, {} = {:.2}× Socket.IO, is {reach})",
+                        " (5× Socket.IO = {}; the one-write-per-delivery floor, {} = {:.2}× Socket.IO, is {reach})",
                         super::report::fmt_num(five), super::report::fmt_num(f.per_cpu_second()), f.per_cpu_second() / sio.max(1e-9)
                     );
                 }
@@ -219,7 +226,7 @@ pub async fn run(ctx: &Ctx, cases: &[Case]) -> Vec<Row> {
             let why = "the floor is not a server: one thread and the kernel";
             rows.push(Row::ours_only(
                 "fan-out",
-                &format!("{}: write floor — frames a bare thread writes per CPU-second, one write per delivery (the ceiling of any server that sends each event as it arrives)", case.name),
+                &format!("{}: write floor — frames a bare thread writes per CPU-second with one write() per delivery (the ceiling of any server that gives each delivery its own system call)", case.name),
                 setup,
                 Better::Higher,
                 f.per_cpu_second(),

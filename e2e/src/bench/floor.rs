@@ -3,11 +3,13 @@
 //! thread writing a pre-encoded WebSocket frame to each subscriber's loopback TCP socket at the
 //! case's rate, and plain readers on the other side.
 //!
-//! A server that sends every event as soon as it has it (no holding back to batch several events
-//! into one write) cannot deliver more events per CPU-second than this thread writes frames per
-//! CPU-second. On one machine the kernel's loopback send also runs the receiver's TCP receive and
-//! its wake-up in the sender's context, so most of that cost is the kernel's, for every system
-//! alike. The figure is the ceiling next to the fan-out rows, as the bare consumer is for replay.
+//! A server that gives each delivery its own system call cannot deliver more events per
+//! CPU-second than this thread writes frames per CPU-second; only several events per write (which,
+//! at a client's pace, means holding events back) can go past it. On one machine the kernel's
+//! loopback send also runs the receiver's TCP receive and its wake-up in the sender's context, so
+//! most of that cost is the kernel's, for every system alike. The figure sits next to the fan-out
+//! rows as the bare consumer sits next to replay. It leaves out everything else a server does per
+//! event (consuming, waking up for it, idle connections), so it is a bound, not a model.
 
 use super::fanout::Case;
 use anyhow::Context;
@@ -72,6 +74,8 @@ pub async fn measure(case: &Case, duration: Duration, payload: &[u8]) -> anyhow:
         let server = server.into_std()?;
         server.set_nonblocking(false)?;
         server.set_nodelay(true)?;
+        // A reader that stalls without closing must not hang the writer (and the run) forever.
+        server.set_write_timeout(Some(Duration::from_secs(10)))?;
         sockets[i % case.active_canvases].push(server);
         let read = read.clone();
         readers.push(tokio::spawn(async move {

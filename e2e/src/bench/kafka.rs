@@ -47,12 +47,18 @@ async fn wait_for_leaders(bootstrap: &str, topic: &str, partitions: i32) -> anyh
         let consumer: BaseConsumer = KafkaSettings::new(&bootstrap).reader("bench-admin").create()?;
         let started = Instant::now();
         loop {
-            let md = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
-            let led = md
-                .topics()
-                .iter()
-                .find(|t| t.name() == topic && t.error().is_none())
-                .map_or(0, |t| t.partitions().iter().filter(|p| p.error().is_none() && p.leader() >= 0).count());
+            // A metadata request that fails or times out counts as "no leader yet": retried.
+            let led = match consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) {
+                Ok(md) => md
+                    .topics()
+                    .iter()
+                    .find(|t| t.name() == topic && t.error().is_none())
+                    .map_or(0, |t| t.partitions().iter().filter(|p| p.error().is_none() && p.leader() >= 0).count()),
+                Err(e) => {
+                    tracing::debug!(topic, error = %e, "metadata request failed; retrying");
+                    0
+                }
+            };
             if led == partitions as usize {
                 return Ok(());
             }
@@ -65,19 +71,20 @@ async fn wait_for_leaders(bootstrap: &str, topic: &str, partitions: i32) -> anyh
     .await?
 }
 
-/// (low, high) watermarks of `topic`/`partition`, retried for up to 10 s while the partition's
-/// leadership is still settling after the topic was created (`NotLeaderForPartition`,
-/// `LeaderNotAvailable`, `UnknownTopicOrPartition`).
+/// (low, high) watermarks of `topic`/`partition`, retried while the partition's leadership is
+/// still settling after the topic was created (`NotLeaderForPartition`, `LeaderNotAvailable`,
+/// `UnknownTopicOrPartition`); 10 s in all, each request bounded by what is left of them.
 ///
 /// # Errors
 /// Any other error, or still no leader after 10 s.
 pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, partition: i32) -> anyhow::Result<(i64, i64)> {
     use rdkafka::error::{KafkaError, RDKafkaErrorCode as Code};
-    let started = Instant::now();
+    let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+        let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(500));
+        match consumer.fetch_watermarks(topic, partition, left) {
             Err(KafkaError::MetadataFetch(Code::NotLeaderForPartition | Code::LeaderNotAvailable | Code::UnknownTopicOrPartition))
-                if started.elapsed() < Duration::from_secs(10) =>
+                if Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(100));
             }
