@@ -8,6 +8,7 @@ use super::peers::Peer;
 use super::report::{Better, Cell, Row};
 use super::servers::{Server, PARTITIONS};
 use super::subs::{self, Sub, System};
+use super::sys::MachineCpu;
 use super::Ctx;
 use anyhow::bail;
 use hdrhistogram::Histogram;
@@ -28,11 +29,24 @@ pub struct Dist {
     pub missing: u64,
     /// Events/s actually sent (accepted, for HTTP).
     pub achieved_rate: f64,
+    /// Share of all the machine's cores that was busy during the window, percent (`/proc/stat`):
+    /// near 100 the processes on the path queue for a core and the tail grows with it.
+    pub cores_busy_pct: Option<f64>,
+}
+
+/// The machine's busy share since `start` (see [`MachineCpu`]), when both reads worked.
+fn busy_since(start: Option<MachineCpu>) -> Option<f64> {
+    MachineCpu::now().ok()?.busy_percent_since(&start?)
+}
+
+/// "N %" or "unknown".
+fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "unknown".into(), |p| format!("{p:.0} %"))
 }
 
 fn dist(h: &Histogram<u64>, missing: u64, achieved_rate: f64) -> Dist {
     let ms = |q: f64| h.value_at_quantile(q) as f64 / 1000.0;
-    Dist { samples: h.len(), p50_ms: ms(0.5), p99_ms: ms(0.99), p999_ms: ms(0.999), missing, achieved_rate }
+    Dist { samples: h.len(), p50_ms: ms(0.5), p99_ms: ms(0.99), p999_ms: ms(0.999), missing, achieved_rate, cores_busy_pct: None }
 }
 
 fn histogram() -> Histogram<u64> {
@@ -83,11 +97,11 @@ where
     }
 }
 
-/// Publishes through the fleet's HTTP publisher at `rate` for `duration`, open loop (at most
-/// 512 requests in flight): (canvas index, version, time the request was sent) of each accepted.
-async fn http_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
+/// Publishes through the fleet's HTTP publisher with `http` at `rate` for `duration`, open loop
+/// (at most 512 requests in flight): (canvas index, version, time the request was sent) of each
+/// accepted, and the request → answer times.
+async fn http_load(http: &Arc<LeanHttp>, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
     let answers = Arc::new(Mutex::new(histogram()));
-    let http = Arc::new(LeanHttp::new(publisher).expect("publisher is an http:// origin"));
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(512));
     let start = Instant::now();
@@ -145,10 +159,9 @@ struct BatchResult {
 /// loop: every millisecond the events due are sent as one request (at most 64 requests in
 /// flight), as a publishing service would send what it has. (canvas index, version, time the
 /// request was sent) of each event answered 201.
-async fn http_batch_load(publisher: &str, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
+async fn http_batch_load(http: &Arc<LeanHttp>, canvases: &[String], side: u32, rate: f64, duration: Duration) -> (Vec<(usize, u64, Instant)>, Histogram<u64>) {
     const IN_FLIGHT: u32 = 64;
     let answers = Arc::new(Mutex::new(histogram()));
-    let http = Arc::new(LeanHttp::new(publisher).expect("publisher is an http:// origin"));
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT as usize));
     let start = Instant::now();
@@ -262,19 +275,32 @@ async fn http_phase(
         }
     })
     .await?;
-    println!("[bench]   fleet: publishing {rate} events/s through the {label} endpoint for {} s", ctx.size.duration.as_secs());
-    let (sent, answers) = match how {
-        Publish::OnePerRequest => http_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
-        Publish::Batch => http_batch_load(publisher, &canvases, ctx.canvas_side, rate, ctx.size.duration).await,
+    // The same client (and so the same kept-alive connections) for the warm-up and the window.
+    let lean = Arc::new(LeanHttp::new(publisher)?);
+    let load = |duration: Duration| {
+        let (lean, canvases) = (lean.clone(), canvases.clone());
+        async move {
+            match how {
+                Publish::OnePerRequest => http_load(&lean, &canvases, ctx.canvas_side, rate, duration).await,
+                Publish::Batch => http_batch_load(&lean, &canvases, ctx.canvas_side, rate, duration).await,
+            }
+        }
     };
+    println!("[bench]   fleet: warming up at {rate} events/s through the {label} endpoint for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
+    load(ctx.size.latency_warmup).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    println!("[bench]   fleet: publishing {rate} events/s through the {label} endpoint for {} s", ctx.size.duration.as_secs());
+    let cpu0 = MachineCpu::now().ok();
+    let (sent, answers) = load(ctx.size.duration).await;
+    let busy = busy_since(cpu0);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let achieved = sent.len() as f64 / ctx.size.duration.as_secs_f64();
     let (h, m) = join(&sent, &direct.iter().collect::<Vec<_>>());
-    let d = dist(&h, m, achieved);
+    let d = Dist { cores_busy_pct: busy, ..dist(&h, m, achieved) };
     let (h, m) = join(&sent, &via_gw.iter().collect::<Vec<_>>());
-    let g = dist(&h, m, achieved);
-    println!("[bench]   fleet ({label}): {} accepted ({achieved:.0}/s); direct {d:?}; via gateway {g:?}", sent.len());
-    let a = dist(&answers, 0, achieved);
+    let g = Dist { cores_busy_pct: busy, ..dist(&h, m, achieved) };
+    println!("[bench]   fleet ({label}): {} accepted ({achieved:.0}/s, cores {} busy); direct {d:?}; via gateway {g:?}", sent.len(), pct(busy));
+    let a = Dist { cores_busy_pct: busy, ..dist(&answers, 0, achieved) };
     println!("[bench]   fleet ({label}): request → HTTP answer p50 {:.2} ms, p99 {:.2} ms", a.p50_ms, a.p99_ms);
     Ok((Some(d), Some(g), Some(a)))
 }
@@ -315,13 +341,19 @@ async fn kafka_in(ctx: &Ctx, server: &Server, canvases: &[String], rate: f64) ->
     })
     .await?;
     let mut p = producer.lock().await;
+    println!("[bench]   {label}: warming up at {rate} events/s straight to Kafka for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
+    p.run_at(rate, ctx.size.latency_warmup).await?;
+    p.flush()?;
+    tokio::time::sleep(Duration::from_millis(500)).await;
     p.record = true;
     println!("[bench]   {label}: producing {rate} events/s straight to Kafka for {} s", ctx.size.duration.as_secs());
+    let cpu0 = MachineCpu::now().ok();
     let sent = p.run_at(rate, ctx.size.duration).await?;
+    let busy = busy_since(cpu0);
     p.flush()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (h, m) = join(&p.log, &refs);
-    let d = dist(&h, m, sent as f64 / ctx.size.duration.as_secs_f64());
+    let d = Dist { cores_busy_pct: busy, ..dist(&h, m, sent as f64 / ctx.size.duration.as_secs_f64()) };
     println!("[bench]   {label}: {d:?}");
     Ok(d)
 }
@@ -335,13 +367,15 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
     // Warm-up: let the consumer start fetching, and give the broker's JIT the same load first (a
     // run that starts with this measure otherwise meets a cold JVM: p99 ~2× higher at 10k/s).
     p.run_at(50.0, Duration::from_secs(1)).await?;
-    println!("[bench]   bare librdkafka: warming up at {rate} events/s for 3 s (not measured)");
-    p.run_at(rate, Duration::from_secs(3)).await?;
+    println!("[bench]   bare librdkafka: warming up at {rate} events/s for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
+    p.run_at(rate, ctx.size.latency_warmup).await?;
     p.flush()?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     p.record = true;
     println!("[bench]   bare librdkafka: producing {rate} events/s for {} s", ctx.size.duration.as_secs());
+    let cpu0 = MachineCpu::now().ok();
     let sent = p.run_at(rate, ctx.size.duration).await?;
+    let busy = busy_since(cpu0);
     p.flush()?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let got = tail.stop()?;
@@ -352,7 +386,7 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
             let _ = h.record(at.saturating_duration_since(*t0).as_micros().max(1) as u64);
         }
     }
-    let d = dist(&h, (p.log.len() as u64).saturating_sub(h.len()), sent as f64 / ctx.size.duration.as_secs_f64());
+    let d = Dist { cores_busy_pct: busy, ..dist(&h, (p.log.len() as u64).saturating_sub(h.len()), sent as f64 / ctx.size.duration.as_secs_f64()) };
     println!("[bench]   bare librdkafka: {d:?}");
     Ok(d)
 }
@@ -401,11 +435,11 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
     for l in levels {
         let bare = l.bare.as_ref();
         let setup = format!(
-            "offered {} events/s round-robin over {} canvases, {} s, one subscriber per canvas (the fleet: one on the ws-node and one through the gateway); \
+            "offered {} events/s round-robin over {} canvases, {} s after {:.1} s at the same rate not measured (every path alike), one subscriber per canvas (the fleet: one on the ws-node and one through the gateway); \
              latency = client receive − the moment the bench sent the event (the HTTP POST that carried it for \"publish\" and \"batch publish\", librdkafka produce() for \"produce\"), same clock; the publisher has one record per canvas in flight and sends a canvas's publishes that waited for it as one record (group commit); \
              bare baseline: librdkafka producer → librdkafka consumer on the same topic layout{}; {}",
-            l.rate, ctx.size.latency_canvases, ctx.size.duration.as_secs(),
-            bare.map_or(String::new(), |b| format!(" (p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms)", b.p50_ms, b.p99_ms, b.p999_ms)),
+            l.rate, ctx.size.latency_canvases, ctx.size.duration.as_secs(), ctx.size.latency_warmup.as_secs_f64(),
+            bare.map_or(String::new(), |b| format!(" (p50 {:.2} ms, p99 {:.2} ms, p99.9 {:.2} ms; cores {} busy)", b.p50_ms, b.p99_ms, b.p999_ms, pct(b.cores_busy_pct))),
             ctx.broker_label
         );
         let pick = |d: &Option<Dist>, f: fn(&Dist) -> f64, run: bool| -> Cell {
@@ -423,7 +457,12 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
             ] {
                 let mut r = Row {
                     section: "latency".into(),
-                    figure: format!("{} ev/s: {how} → client {q}, ms (achieved {:.0} ev/s)", l.rate, d.as_ref().map_or(0.0, |d| d.achieved_rate)),
+                    figure: format!(
+                        "{} ev/s: {how} → client {q}, ms (achieved {:.0} ev/s; cores {} busy)",
+                        l.rate,
+                        d.as_ref().map_or(0.0, |d| d.achieved_rate),
+                        pct(d.as_ref().and_then(|d| d.cores_busy_pct))
+                    ),
                     setup: setup.clone(),
                     better: Better::Lower,
                     ours: pick(d, f, true),
@@ -458,6 +497,28 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
                 met: None,
             });
         }
+        // How full the machine was while each system took the same Kafka-in load: the broker and
+        // the bench's clients are the same for all three, so the differences are the servers'.
+        let busy = |d: &Option<Dist>, run: bool| match d {
+            Some(Dist { cores_busy_pct: Some(p), .. }) => Cell::Value(*p),
+            Some(_) => Cell::na("could not read /proc/stat"),
+            None => pick(d, |d| d.p50_ms, run),
+        };
+        rows.push(Row {
+            section: "latency".into(),
+            figure: format!(
+                "{} ev/s: cores busy while producing straight to Kafka, % of all cores (broker, server, the bench's producer and clients; bare librdkafka: {})",
+                l.rate,
+                pct(bare.and_then(|b| b.cores_busy_pct))
+            ),
+            setup: setup.clone(),
+            better: Better::Lower,
+            ours: busy(&l.fleet_kafka, true),
+            centrifugo: busy(&l.centrifugo, peers_run),
+            socketio: busy(&l.socketio, peers_run),
+            target: None,
+            met: None,
+        });
         for (how, direct, gateway) in [
             ("one event per request", &l.fleet_http_direct, &l.fleet_http_gateway),
             ("batch publish", &l.fleet_batch_direct, &l.fleet_batch_gateway),

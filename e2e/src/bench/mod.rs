@@ -35,6 +35,10 @@ pub struct Size {
     /// Offered loads of the latency runs, events/s.
     pub latency_rates: Vec<f64>,
     pub latency_canvases: usize,
+    /// Load at the offered rate before each latency window, not measured: every path (bare,
+    /// through the publisher, straight to Kafka, the peers) gets the same, so none is measured
+    /// while its connections, caches and JIT are still cold.
+    pub latency_warmup: Duration,
     pub replay_events: u64,
     pub replay_canvases: usize,
     /// Idle connection counts of the memory measure, ascending.
@@ -59,6 +63,7 @@ impl Size {
             ],
             latency_rates: vec![1000.0, 10_000.0, 50_000.0],
             latency_canvases: 100,
+            latency_warmup: Duration::from_secs(3),
             replay_events: 1_000_000,
             replay_canvases: 1000,
             memory_levels: vec![1000, 5000, 10_000],
@@ -77,6 +82,7 @@ impl Size {
             fanout: vec![fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 }],
             latency_rates: vec![200.0],
             latency_canvases: 5,
+            latency_warmup: Duration::from_millis(500),
             replay_events: 20_000,
             replay_canvases: 50,
             memory_levels: vec![50, 100],

@@ -34,6 +34,36 @@ pub fn cpu_seconds_all(pids: &[u32]) -> anyhow::Result<f64> {
     pids.iter().map(|p| cpu_seconds(*p)).sum()
 }
 
+/// The machine's CPU time so far, over all cores, in clock ticks (`sysconf(_SC_CLK_TCK)`), from
+/// the first line of `/proc/stat`: busy = user + nice + system + irq + softirq + steal (time the
+/// hypervisor gave to someone else is not available to us either), total = busy + idle + iowait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MachineCpu {
+    pub busy: u64,
+    pub total: u64,
+}
+
+impl MachineCpu {
+    /// Reads `/proc/stat` now.
+    ///
+    /// # Errors
+    /// When `/proc/stat` cannot be read or parsed.
+    pub fn now() -> anyhow::Result<Self> {
+        use procfs::CurrentSI;
+        let t = procfs::KernelStats::current().context("read /proc/stat")?.total;
+        let busy = t.user + t.nice + t.system + t.irq.unwrap_or(0) + t.softirq.unwrap_or(0) + t.steal.unwrap_or(0);
+        Ok(Self { busy, total: busy + t.idle + t.iowait.unwrap_or(0) })
+    }
+
+    /// Share of all cores' time that was busy between `earlier` and `self`, percent (0–100);
+    /// `None` when no time passed.
+    pub fn busy_percent_since(&self, earlier: &Self) -> Option<f64> {
+        let total = self.total.checked_sub(earlier.total)?;
+        let busy = self.busy.checked_sub(earlier.busy)?;
+        (total > 0).then(|| 100.0 * busy as f64 / total as f64)
+    }
+}
+
 /// Raises this process's open-file limit (soft and hard, when allowed) to at least `want`
 /// descriptors; children inherit it. Ten thousand WebSocket connections need ten thousand
 /// descriptors in the client, the node, and twice that in a proxy.
@@ -65,4 +95,35 @@ pub fn machine() -> String {
     let mem_gib = procfs::Meminfo::current().map_or(0.0, |m| m.mem_total as f64 / (1u64 << 30) as f64);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     format!("{model}, {cores} cores, {mem_gib:.0} GiB RAM, Linux {}", kernel.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MachineCpu;
+
+    #[test]
+    fn busy_percent_is_the_busy_share_of_the_ticks_in_between() {
+        let a = MachineCpu { busy: 1_000, total: 5_000 };
+        let cases = [
+            (MachineCpu { busy: 1_150, total: 5_200 }, Some(75.0)),
+            (MachineCpu { busy: 1_200, total: 5_200 }, Some(100.0)),
+            (MachineCpu { busy: 1_000, total: 5_200 }, Some(0.0)),
+            (MachineCpu { busy: 1_000, total: 5_000 }, None),
+            // A counter that went backwards (another boot): no figure rather than a wrong one.
+            (MachineCpu { busy: 900, total: 5_200 }, None),
+        ];
+        for (b, want) in cases {
+            assert_eq!(b.busy_percent_since(&a), want, "{a:?} → {b:?}");
+        }
+    }
+
+    #[test]
+    fn the_machine_counters_only_go_forward() {
+        let a = MachineCpu::now().expect("/proc/stat is readable on Linux");
+        let x: u64 = (0..2_000_000u64).fold(0, |s, i| s.wrapping_add(i * i));
+        std::hint::black_box(x);
+        let b = MachineCpu::now().expect("/proc/stat is readable on Linux");
+        assert!(b.total >= a.total && b.busy >= a.busy, "{a:?} → {b:?}");
+        assert!(a.busy <= a.total);
+    }
 }
