@@ -233,7 +233,7 @@ impl Broker {
             if started.elapsed() > Duration::from_secs(90) {
                 bail!("Kafka did not open {bootstrap} within 90 s");
             }
-            if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 250 {
+            if started.elapsed().as_secs().is_multiple_of(5) && started.elapsed().subsec_millis() < 250 {
                 println!("[harness] waiting for Kafka to listen on {bootstrap} ({} s)", started.elapsed().as_secs());
             }
             tokio::time::sleep(Duration::from_millis(250)).await;

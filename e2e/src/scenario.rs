@@ -372,7 +372,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         .rev()
         .filter(|d| d["node"] == "ws-1" && d["at_ms"].as_u64().unwrap_or(0) >= kill_at)
         .map(|d| match d["action"].as_str().unwrap_or_default() {
-            "transition" => format!("{}", d["detail"]["to"].as_str().unwrap_or_default()),
+            "transition" => d["detail"]["to"].as_str().unwrap_or_default().to_string(),
             other => other.to_owned(),
         })
         .collect();

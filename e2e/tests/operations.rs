@@ -256,7 +256,7 @@ async fn malformed_frames() {
     let canvas = pick_canvases(&state, fleet.spec.partitions, 1, &["ws-1".to_owned()]).remove(0);
     let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
     // A well-behaved client that must keep being served throughout.
-    let good = spawn_clients(&fleet, &[canvas.clone()], 1, dims).await.unwrap();
+    let good = spawn_clients(&fleet, std::slice::from_ref(&canvas), 1, dims).await.unwrap();
     let load = Load::start(&fleet.publisher.url(), vec![canvas.clone()], 20.0, dims.width, dims.height);
     const SECRET: &str = "PAYLOAD-MUST-NOT-BE-LOGGED";
     let bad_utf8 = || Message::Frame(Frame::message(vec![b'{', 0xff, 0xfe, b'}'], OpCode::Data(Data::Text), true));
@@ -295,7 +295,7 @@ async fn malformed_frames() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(good[0].version() > before, "the well-behaved client kept receiving events");
     load.stop().await;
-    let truths = wait_for_heads(&fleet, &good, &[canvas.clone()]).await.unwrap();
+    let truths = wait_for_heads(&fleet, &good, std::slice::from_ref(&canvas)).await.unwrap();
     let (_r, verdicts) = finish(good, &truths).await;
     fleet.stop().await;
     assert!(verdicts[0].ok(), "{:?}", verdicts[0]);

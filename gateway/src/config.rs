@@ -138,6 +138,21 @@ impl Config {
     }
 }
 
+impl shared::shutdown::ServiceConfig for Config {
+    fn problems(&self) -> Vec<String> {
+        Config::problems(self)
+    }
+    fn describe(&self) -> String {
+        Config::describe(self)
+    }
+    fn check_only(&self) -> bool {
+        self.check_config
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,20 +172,5 @@ mod tests {
             let e = parse_nodes(raw).unwrap_err();
             assert!(e.contains(needle), "{raw}: {e}");
         }
-    }
-}
-
-impl shared::shutdown::ServiceConfig for Config {
-    fn problems(&self) -> Vec<String> {
-        Config::problems(self)
-    }
-    fn describe(&self) -> String {
-        Config::describe(self)
-    }
-    fn check_only(&self) -> bool {
-        self.check_config
-    }
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
     }
 }

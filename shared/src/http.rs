@@ -239,6 +239,18 @@ fn field_error(path: &str, msg: &str) -> ApiError {
     ApiError::field(field, msg)
 }
 
+/// A listener that sets `TCP_NODELAY` on every accepted connection, so small WebSocket frames and
+/// HTTP answers leave at once instead of waiting, under Nagle's algorithm (RFC 896), for the ACK
+/// of the previous segment — which a peer delaying its ACKs holds for up to 40 ms on Linux.
+pub fn no_delay(listener: tokio::net::TcpListener) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
+    fn set(stream: &mut tokio::net::TcpStream) {
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted connection");
+        }
+    }
+    axum::serve::ListenerExt::tap_io(listener, set as fn(&mut tokio::net::TcpStream))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,16 +313,4 @@ mod tests {
         assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(resp.headers()[header::RETRY_AFTER], "2");
     }
-}
-
-/// A listener that sets `TCP_NODELAY` on every accepted connection, so small WebSocket frames and
-/// HTTP answers leave at once instead of waiting, under Nagle's algorithm (RFC 896), for the ACK
-/// of the previous segment — which a peer delaying its ACKs holds for up to 40 ms on Linux.
-pub fn no_delay(listener: tokio::net::TcpListener) -> axum::serve::TapIo<tokio::net::TcpListener, fn(&mut tokio::net::TcpStream)> {
-    fn set(stream: &mut tokio::net::TcpStream) {
-        if let Err(e) = stream.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted connection");
-        }
-    }
-    axum::serve::ListenerExt::tap_io(listener, set as fn(&mut tokio::net::TcpStream))
 }

@@ -194,6 +194,21 @@ impl Config {
     }
 }
 
+impl shared::shutdown::ServiceConfig for Config {
+    fn problems(&self) -> Vec<String> {
+        Config::problems(self)
+    }
+    fn describe(&self) -> String {
+        Config::describe(self)
+    }
+    fn check_only(&self) -> bool {
+        self.check_config
+    }
+    fn listen(&self) -> std::net::SocketAddr {
+        self.listen
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,20 +233,5 @@ mod tests {
     fn describe_resolves_the_catchup_group() {
         let c = Config::for_node("ws-7", "k:9092");
         assert!(c.describe().lines().any(|l| l == "CATCHUP_GROUP=ws-catchup-ws-7"));
-    }
-}
-
-impl shared::shutdown::ServiceConfig for Config {
-    fn problems(&self) -> Vec<String> {
-        Config::problems(self)
-    }
-    fn describe(&self) -> String {
-        Config::describe(self)
-    }
-    fn check_only(&self) -> bool {
-        self.check_config
-    }
-    fn listen(&self) -> std::net::SocketAddr {
-        self.listen
     }
 }

@@ -187,9 +187,9 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     }
     let health = h.health().await;
     assert_eq!((health["state"].as_str(), health["ready"].as_bool()), (Some("UP"), Some(false)));
-    let (status, body, retry) = h.connect("a", 0).await.err().expect("refused before recovery");
+    let (status, body, retry) = h.connect("a", 0).await.expect_err("refused before recovery");
     assert_eq!((status, body["error"].as_str(), retry.as_deref()), (503, Some("not_ready"), Some("1")));
-    let (status, body, _) = h.connect("bad%20id", 0).await.err().expect("bad canvas refused");
+    let (status, body, _) = h.connect("bad%20id", 0).await.expect_err("bad canvas refused");
     assert_eq!((status, body["field"].as_str()), (400, Some("canvas")));
 
     let health = h.recover().await;
@@ -233,7 +233,7 @@ async fn a_client_ahead_of_the_node_waits_then_gets_503_behind() {
     h.publish("a").await;
     h.recover().await;
     let started = Instant::now();
-    let (status, body, retry) = h.connect("a", 7).await.err().expect("refused");
+    let (status, body, retry) = h.connect("a", 7).await.expect_err("refused");
     assert_eq!((status, body["error"].as_str(), retry.is_some()), (503, Some("behind"), true));
     assert!(started.elapsed() >= Duration::from_millis(300), "did not wait for the state to catch up");
     // Held while the node catches up: published during the wait, served as events.
@@ -304,7 +304,7 @@ async fn a_full_drain_ends_up_and_recovery_brings_the_node_back_with_its_state()
     assert!(matches!(next(&mut ws).await.unwrap(), ServerMessage::Reconnect { .. }));
     let health = h.health().await;
     assert_eq!((health["state"].as_str(), health["draining"].as_bool()), (Some("DRAINING"), Some(true)));
-    let (status, body, _) = h.connect("a", 4).await.err().expect("refused while draining");
+    let (status, body, _) = h.connect("a", 4).await.expect_err("refused while draining");
     assert_eq!((status, body["error"].as_str()), (503, Some("draining")));
     drop(ws); // the client leaves: the drain ends before the grace period
     let (status, report) = drain.await.unwrap();

@@ -76,7 +76,7 @@ async fn measure(ctx: &Ctx, server: &Server, case: &Case) -> anyhow::Result<Outc
         if started.elapsed() > Duration::from_secs(90) {
             bail!("{label}: {waiting} of {} clients received nothing in 90 s of warm-up", subs.len());
         }
-        if started.elapsed().as_secs() % 5 == 0 && started.elapsed().subsec_millis() < 300 {
+        if started.elapsed().as_secs().is_multiple_of(5) && started.elapsed().subsec_millis() < 300 {
             println!("[bench]   {label}: warming up, {waiting}/{} clients have received nothing yet", subs.len());
         }
     }
