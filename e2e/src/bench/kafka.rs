@@ -262,6 +262,8 @@ pub fn bare_read_all(bootstrap: &str, topic: &str, partitions: u32) -> anyhow::R
 /// event by (canvas index, version): the baseline "produce → consume" round trip.
 pub struct BareTail {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Events read so far.
+    pub received: std::sync::Arc<std::sync::atomic::AtomicU64>,
     thread: Option<std::thread::JoinHandle<anyhow::Result<Vec<(usize, u64, Instant)>>>>,
 }
 
@@ -282,6 +284,8 @@ impl BareTail {
         let index: std::collections::HashMap<String, usize> = canvases.iter().enumerate().map(|(i, c)| (c.clone(), i)).collect();
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = stop.clone();
+        let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let r = received.clone();
         let thread = std::thread::Builder::new().name("bench-tail".into()).spawn(move || {
             let mut out = Vec::new();
             while !s.load(std::sync::atomic::Ordering::Relaxed) {
@@ -291,6 +295,7 @@ impl BareTail {
                         for ev in PixelEvent::decode_record(m.payload()).unwrap_or_default() {
                             if let Some(i) = index.get(ev.canvas.as_str()) {
                                 out.push((*i, ev.version, at));
+                                r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }
                         }
                     }
@@ -300,7 +305,7 @@ impl BareTail {
             }
             Ok(out)
         })?;
-        Ok(Self { stop, thread: Some(thread) })
+        Ok(Self { stop, received, thread: Some(thread) })
     }
 
     /// Stops and returns what was received.

@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// Latencies of one path at one load, µs.
+/// Latencies of one path at one load, ms.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Dist {
     pub samples: u64,
@@ -37,6 +37,43 @@ pub struct Dist {
 /// The machine's busy share since `start` (see [`MachineCpu`]), when both reads worked.
 fn busy_since(start: Option<MachineCpu>) -> Option<f64> {
     MachineCpu::now().ok()?.busy_percent_since(&start?)
+}
+
+/// Waits, at most `cap`, until `behind()` (what the clients have not yet received of the
+/// warm-up: subscribers or events) is zero, printing progress every 2 s, so that a system that
+/// fell behind during the warm-up does not start its window with that backlog. Returns what was
+/// still behind when it gave up (0 when it caught up).
+async fn settle(label: &str, cap: Duration, mut behind: impl FnMut() -> u64) -> u64 {
+    let start = Instant::now();
+    let mut said = Instant::now();
+    loop {
+        let b = behind();
+        if b == 0 {
+            return 0;
+        }
+        if start.elapsed() >= cap {
+            println!("[bench]   {label}: {b} still behind the warm-up after {} s; measuring anyway", cap.as_secs());
+            return b;
+        }
+        if said.elapsed() >= Duration::from_secs(2) {
+            println!("[bench]   {label}: waiting for the clients to catch up with the warm-up ({b} behind)");
+            said = Instant::now();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// How long [`settle`] waits for a backlog left by the warm-up.
+const SETTLE_CAP: Duration = Duration::from_secs(30);
+
+/// Subscribers that have not yet received version `last[canvas]` of their canvas.
+fn subs_behind(subs: &[&Sub], last: &[u64]) -> u64 {
+    subs.iter()
+        .filter(|s| {
+            let got = s.seen.times.lock().expect("times lock").last().map_or(0, |(v, _)| *v);
+            got < last.get(s.canvas).copied().unwrap_or(0)
+        })
+        .count() as u64
 }
 
 /// "N %" or "unknown".
@@ -105,14 +142,17 @@ async fn http_load(http: &Arc<LeanHttp>, canvases: &[String], side: u32, rate: f
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(512));
     let start = Instant::now();
+    // Nothing is sent after the window: a publisher that fell behind has the events it did not
+    // take counted as not accepted, instead of the window stretching until they all went out.
+    let end = tokio::time::Instant::from_std(start + duration);
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut n = 0u64;
-    while start.elapsed() < duration {
+    'window: while start.elapsed() < duration {
         tick.tick().await;
         let due = (start.elapsed().as_secs_f64() * rate) as u64;
         while n < due {
-            let Ok(permit) = permits.clone().acquire_owned().await else { break };
+            let Ok(Ok(permit)) = tokio::time::timeout_at(end, permits.clone().acquire_owned()).await else { break 'window };
             let i = (n as usize) % canvases.len();
             n += 1;
             let path = format!("/canvases/{}/pixels", canvases[i]);
@@ -165,6 +205,8 @@ async fn http_batch_load(http: &Arc<LeanHttp>, canvases: &[String], side: u32, r
     let log = Arc::new(Mutex::new(Vec::new()));
     let permits = Arc::new(tokio::sync::Semaphore::new(IN_FLIGHT as usize));
     let start = Instant::now();
+    // As in `http_load`: nothing is sent after the window.
+    let end = tokio::time::Instant::from_std(start + duration);
     let mut tick = tokio::time::interval(Duration::from_millis(1));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
     let mut n = 0u64;
@@ -174,7 +216,7 @@ async fn http_batch_load(http: &Arc<LeanHttp>, canvases: &[String], side: u32, r
         if n >= due {
             continue;
         }
-        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        let Ok(Ok(permit)) = tokio::time::timeout_at(end, permits.clone().acquire_owned()).await else { break };
         let mut idx = Vec::with_capacity((due - n) as usize);
         let mut body = String::from(r#"{"events":["#);
         while n < due && idx.len() < 1000 {
@@ -287,7 +329,12 @@ async fn http_phase(
         }
     };
     println!("[bench]   fleet: warming up at {rate} events/s through the {label} endpoint for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
-    load(ctx.size.latency_warmup).await;
+    let (warm, _) = load(ctx.size.latency_warmup).await;
+    let mut last = vec![0u64; canvases.len()];
+    for (i, v, _) in &warm {
+        last[*i] = last[*i].max(*v);
+    }
+    settle(&format!("fleet ({label})"), SETTLE_CAP, || subs_behind(&all, &last)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     println!("[bench]   fleet: publishing {rate} events/s through the {label} endpoint for {} s", ctx.size.duration.as_secs());
     let cpu0 = MachineCpu::now().ok();
@@ -344,6 +391,8 @@ async fn kafka_in(ctx: &Ctx, server: &Server, canvases: &[String], rate: f64) ->
     println!("[bench]   {label}: warming up at {rate} events/s straight to Kafka for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
     p.run_at(rate, ctx.size.latency_warmup).await?;
     p.flush()?;
+    let last = p.heads();
+    settle(label, SETTLE_CAP, || subs_behind(&refs, &last)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     p.record = true;
     println!("[bench]   {label}: producing {rate} events/s straight to Kafka for {} s", ctx.size.duration.as_secs());
@@ -370,6 +419,8 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
     println!("[bench]   bare librdkafka: warming up at {rate} events/s for {:.1} s (not measured)", ctx.size.latency_warmup.as_secs_f64());
     p.run_at(rate, ctx.size.latency_warmup).await?;
     p.flush()?;
+    let sent = p.sent;
+    settle("bare librdkafka", SETTLE_CAP, || sent.saturating_sub(tail.received.load(Ordering::Relaxed))).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     p.record = true;
     println!("[bench]   bare librdkafka: producing {rate} events/s for {} s", ctx.size.duration.as_secs());
@@ -497,8 +548,9 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
                 met: None,
             });
         }
-        // How full the machine was while each system took the same Kafka-in load: the broker and
-        // the bench's clients are the same for all three, so the differences are the servers'.
+        // How full the machine was while each system took the same Kafka-in load. Context for
+        // the latencies above, not a score: it counts every process on the machine (the broker,
+        // the bench, the fleet's idle publisher and gateway), so it gets no ratio.
         let busy = |d: &Option<Dist>, run: bool| match d {
             Some(Dist { cores_busy_pct: Some(p), .. }) => Cell::Value(*p),
             Some(_) => Cell::na("could not read /proc/stat"),
@@ -507,12 +559,12 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
         rows.push(Row {
             section: "latency".into(),
             figure: format!(
-                "{} ev/s: cores busy while producing straight to Kafka, % of all cores (broker, server, the bench's producer and clients; bare librdkafka: {})",
+                "{} ev/s: cores busy while producing straight to Kafka, % of all cores (every process on the machine; bare librdkafka: {})",
                 l.rate,
                 pct(bare.and_then(|b| b.cores_busy_pct))
             ),
             setup: setup.clone(),
-            better: Better::Lower,
+            better: Better::Neither,
             ours: busy(&l.fleet_kafka, true),
             centrifugo: busy(&l.centrifugo, peers_run),
             socketio: busy(&l.socketio, peers_run),

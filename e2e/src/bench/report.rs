@@ -38,6 +38,8 @@ impl Cell {
 pub enum Better {
     Higher,
     Lower,
+    /// A figure that gives context (how busy the machine was), not a score: no ratio.
+    Neither,
 }
 
 /// One measured figure.
@@ -88,7 +90,7 @@ impl Row {
         match self.better {
             Better::Higher if p > 0.0 => Some(o / p),
             Better::Lower if o > 0.0 => Some(p / o),
-            _ => None,
+            Better::Higher | Better::Lower | Better::Neither => None,
         }
     }
 }
@@ -216,5 +218,7 @@ mod tests {
         assert_eq!(r.advantage(&r.centrifugo), Some(0.5));
         assert_eq!(r.advantage(&Cell::na("no log")), None);
         assert_eq!(ratio_text(Some(0.5)), "0.50× worse");
+        r.better = Better::Neither;
+        assert_eq!(r.advantage(&r.centrifugo), None, "a context figure gets no ratio");
     }
 }

@@ -124,6 +124,6 @@ mod tests {
         std::hint::black_box(x);
         let b = MachineCpu::now().expect("/proc/stat is readable on Linux");
         assert!(b.total >= a.total && b.busy >= a.busy, "{a:?} → {b:?}");
-        assert!(a.busy <= a.total);
+        assert!(b.total > 0, "{b:?}");
     }
 }
