@@ -51,7 +51,7 @@ pub struct Size {
 }
 
 impl Size {
-    /// The published sizes: about 9 minutes on 2 cores (plus the peers' first install).
+    /// The published sizes: about 11 minutes on 2 cores (plus the peers' first install).
     pub fn full() -> Self {
         Self {
             name: "full",
