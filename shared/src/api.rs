@@ -44,10 +44,16 @@ pub enum CatchupStatus {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CatchupReport {
     pub status: CatchupStatus,
-    /// High watermark (next offset to be written) of each partition when recovery started.
+    /// Each partition's readable end when recovery started: its last stable offset (the high
+    /// watermark when no transaction is open), the offset the replay must reach.
     pub target_offsets: BTreeMap<i32, i64>,
     /// Offset of the last record consumed per partition (absent: none consumed in this replay).
     pub last_consumed_offsets: BTreeMap<i32, i64>,
+    /// The catch-up consumer's position per partition (the next offset it reads; past the
+    /// transaction markers it read, so it can be above last consumed + 1). A partition is caught
+    /// up when its position reaches its target.
+    #[serde(default)]
+    pub positions: BTreeMap<i32, i64>,
     /// Records replayed (applied or dropped as duplicates) in this replay.
     pub replay_count: u64,
     /// Why the last replay failed, when `status` is `failed`.
@@ -158,6 +164,7 @@ mod tests {
                 status: CatchupStatus::Completed,
                 target_offsets: BTreeMap::from([(0, 3)]),
                 last_consumed_offsets: BTreeMap::from([(0, 2)]),
+                positions: BTreeMap::from([(0, 3)]),
                 replay_count: 3,
                 error: None,
             },

@@ -15,6 +15,14 @@ pub const DEFAULT_TOPIC: &str = "canvas-events";
 /// Default consumer group of the live (broadcast) consumers, shared by all nodes.
 pub const DEFAULT_BROADCAST_GROUP: &str = "ws-broadcast";
 
+/// `isolation.level` of every reader of the events topic: records of a transaction are delivered
+/// only once it committed, records of an aborted one never (librdkafka's default too; set
+/// explicitly because the fleet's correctness depends on it). Under it a partition's readable end
+/// is its *last stable offset* (LSO: the first offset of the oldest open transaction, else the
+/// high watermark), and `fetch_watermarks` (librdkafka's `query_watermark_offsets`, a ListOffsets
+/// request with the client's isolation level) returns the LSO as its "high" value.
+pub const READ_COMMITTED: &str = "read_committed";
+
 /// How often a repeating broker-connection problem is logged (the rest are counted).
 const REPEAT_EVERY: Duration = Duration::from_secs(10);
 
@@ -53,12 +61,22 @@ fn is_unreachable(text: &str) -> bool {
         .any(|n| text.contains(n))
 }
 
+/// Whether a librdkafka warning is a transactional producer retrying while the transaction
+/// coordinator is elected or loads its state (`Not coordinator`, `Coordinator load in progress`):
+/// normal right after a broker starts or `__transaction_state` is created, and retried by
+/// librdkafka; an operator needs no warning for it.
+fn is_transient_coordinator_retry(facility: &str, msg: &str) -> bool {
+    facility == "GETPID" && msg.contains("retrying") && (msg.contains("Not coordinator") || msg.contains("load in progress"))
+}
+
 impl ClientContext for FleetContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
         match level {
             RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error
             | RDKafkaLogLevel::Warning => {
-                if is_unreachable(msg) {
+                if is_transient_coordinator_retry(fac, msg) {
+                    tracing::info!(target: "kafka", facility = fac, "librdkafka: {msg}");
+                } else if is_unreachable(msg) {
                     if let Some(repeats) = self.should_log_unreachable() {
                         tracing::warn!(target: "kafka", facility = fac, repeats, "kafka broker unreachable: {msg}");
                     }
@@ -134,11 +152,12 @@ impl KafkaSettings {
         c
     }
 
-    /// The publisher's producer: `acks=all` and `enable.idempotence=true`, so an acknowledged
-    /// record is on every in-sync replica exactly once and records of a partition stay in order
-    /// across retries. `partitioner=murmur2_random` matches the Java client for keyed records (we
-    /// also pass the partition explicitly, computed by [`crate::partitioner`]).
-    /// `message.timeout.ms` bounds how long a publish may wait before it fails with 503.
+    /// A plain producer: `acks=all` and `enable.idempotence=true`, so an acknowledged record is on
+    /// every in-sync replica exactly once and records of a partition stay in order across retries.
+    /// `partitioner=murmur2_random` matches the Java client for keyed records (callers also pass
+    /// the partition explicitly, computed by [`crate::partitioner`]). `message.timeout.ms` bounds
+    /// how long a record may wait for its acknowledgement. The benchmark's direct producer and
+    /// tools use it; the publisher writes with [`KafkaSettings::transactional_producer`].
     pub fn producer(&self, client_id: &str, message_timeout: Duration) -> ClientConfig {
         let mut c = self.base(client_id);
         c.set("acks", "all")
@@ -146,6 +165,38 @@ impl KafkaSettings {
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "1")
             .set("message.timeout.ms", message_timeout.as_millis().to_string());
+        c
+    }
+
+    /// The publisher's producer for one partition: transactional (`transactional.id`, KIP-98), so
+    /// its records become visible to `read_committed` readers only when their transaction commits,
+    /// an aborted transaction is never visible, and a newer producer with the same id (another
+    /// publisher process calling `init_transactions`) fences this one.
+    ///
+    /// - `acks=all` and idempotence (implied by `transactional.id`);
+    /// - `message.timeout.ms`: how long a record of a transaction may wait for its acknowledgement
+    ///   before the transaction has to be aborted;
+    /// - `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay open
+    ///   before it aborts it on its own (a publisher killed mid-transaction; a restarted one aborts
+    ///   it at once with `init_transactions`). librdkafka requires it to be at least
+    ///   `message.timeout.ms`; it must not exceed the broker's `transaction.max.timeout.ms`
+    ///   (15 min by default);
+    /// - `linger.ms=0`: the records of a transaction are queued together and sent at once; waiting
+    ///   would only delay the commit.
+    pub fn transactional_producer(
+        &self,
+        client_id: &str,
+        transactional_id: &str,
+        message_timeout: Duration,
+        transaction_timeout: Duration,
+    ) -> ClientConfig {
+        let mut c = self.base(client_id);
+        c.set("transactional.id", transactional_id)
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set("linger.ms", "0")
+            .set("message.timeout.ms", message_timeout.as_millis().to_string())
+            .set("transaction.timeout.ms", transaction_timeout.as_millis().to_string());
         c
     }
 
@@ -170,7 +221,8 @@ impl KafkaSettings {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", READ_COMMITTED);
         c
     }
 
@@ -184,6 +236,7 @@ impl KafkaSettings {
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
+            .set("isolation.level", READ_COMMITTED)
             // Replay reads whole batches; fetch more per request than live consumption needs.
             .set("fetch.max.bytes", "52428800")
             .set("max.partition.fetch.bytes", "10485760");
@@ -197,7 +250,8 @@ impl KafkaSettings {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false");
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", READ_COMMITTED);
         c
     }
 
@@ -210,6 +264,30 @@ impl KafkaSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_reader_is_read_committed() {
+        let s = KafkaSettings::new("localhost:9092");
+        for (name, c) in [
+            ("broadcast", s.broadcast_consumer("g", "c")),
+            ("catch-up", s.catchup_consumer("g", "c")),
+            ("reader", s.reader("c")),
+        ] {
+            assert_eq!(c.get("isolation.level"), Some(READ_COMMITTED), "{name}");
+        }
+        let t = s.transactional_producer("c", "tx-0", Duration::from_secs(5), Duration::from_secs(60));
+        assert_eq!((t.get("transactional.id"), t.get("acks"), t.get("transaction.timeout.ms")), (Some("tx-0"), Some("all"), Some("60000")));
+    }
+
+    #[test]
+    fn coordinator_start_up_retries_are_not_warnings() {
+        assert!(is_transient_coordinator_retry(
+            "GETPID",
+            "[thrd:main]: Failed to acquire transactional PID from broker TxnCoordinator/1: Broker: Not coordinator: retrying"
+        ));
+        assert!(is_transient_coordinator_retry("GETPID", "Failed to acquire transactional PID: Broker: Coordinator load in progress: retrying"));
+        assert!(!is_transient_coordinator_retry("GETPID", "Failed to acquire transactional PID: Broker: Transactional Id authorization failed"));
+    }
 
     #[test]
     fn topic_names_follow_kafka_rules() {

@@ -1,11 +1,18 @@
 //! Reading a stretch of the log by offset: the node's catch-up and the publisher's head rebuild.
 //!
-//! A replay has a *plan*: per partition, the offset to start from and the *target*, the high
-//! watermark when the replay was planned (Kafka's high watermark is the offset the next record will
-//! get, so the last existing record is `target - 1`). The replay is complete when the *position*
-//! (the next offset to read: last consumed + 1, or the start when nothing was read) has reached the
-//! target on every partition; a partition with nothing to read (`start >= target`, which includes an
-//! empty partition where the low and high watermarks are equal) is complete at once.
+//! A replay has a *plan*: per partition, the offset to start from and the *target*, the readable
+//! end of the partition when the replay was planned. Every reader of the fleet is `read_committed`
+//! ([`crate::kafka::READ_COMMITTED`]), so that end is the partition's *last stable offset* (LSO):
+//! the high watermark when no transaction is open, else the first offset of the oldest open one.
+//! The replay is complete when the consumer's *position* (the next offset it will read, as
+//! librdkafka's `position()` reports it) has reached the target on every partition; a partition
+//! with nothing to read (`start >= target`, which includes an empty partition where the low and
+//! high watermarks are equal) is complete at once.
+//!
+//! The position, not "last record delivered + 1": under transactions a partition can end in a
+//! commit or abort *marker* (a control record the consumer reads but never delivers), or in the
+//! records of an aborted transaction, so there may be no record at `target - 1` at all. librdkafka
+//! moves the position past markers and aborted records as `poll` reads them.
 //!
 //! Records past a target are applied too (they are in order, and skipping them would open a gap);
 //! the replay simply stops once every target is reached.
@@ -55,9 +62,19 @@ impl Progress {
     /// Notes that the record at `offset` of `partition` was consumed.
     pub fn record(&mut self, partition: i32, offset: i64) {
         self.last_consumed.insert(partition, offset);
-        let pos = self.positions.entry(partition).or_insert(offset + 1);
-        *pos = (*pos).max(offset + 1);
+        self.advance(partition, offset + 1);
         self.count += 1;
+    }
+
+    /// Raises the position of `partition` to `position` (the consumer's position, which moves past
+    /// transaction markers and aborted records without delivering them). Returns whether it moved.
+    pub fn advance(&mut self, partition: i32, position: i64) -> bool {
+        let pos = self.positions.entry(partition).or_insert(position);
+        if position > *pos {
+            *pos = position;
+            return true;
+        }
+        false
     }
 
     /// Whether `partition` has reached its target (a partition without a target is complete).
@@ -126,7 +143,9 @@ pub fn partition_count<C: ConsumerContext>(
     Ok(n)
 }
 
-/// Plans a replay of every partition of `topic`: the target is each partition's high watermark now;
+/// Plans a replay of every partition of `topic`: the target is each partition's readable end now
+/// (`fetch_watermarks`' high value: the LSO on a `read_committed` consumer, the high watermark on
+/// another);
 /// the start is `from[p]` when the reader's state already reaches offset `from[p]`, else the log
 /// start (low watermark). Partitions whose needed records were deleted by retention (a start
 /// below the low watermark, or a log start past offset 0 for a reader with no state) are read from
@@ -200,11 +219,14 @@ pub fn run<C: ConsumerContext>(
     let result = (|| {
         let mut last_progress_report = Instant::now();
         let mut last_record = Instant::now();
+        let mut last_position_check = Instant::now();
         loop {
             if cancelled() {
                 return Err(ReplayError::Cancelled);
             }
-            match consumer.poll(Duration::from_millis(100)) {
+            let polled = consumer.poll(Duration::from_millis(100));
+            let idle = polled.is_none();
+            match polled {
                 Some(Ok(msg)) => {
                     let (p, off) = (msg.partition(), msg.offset());
                     // A record below the position was already read (a fetch retried after a
@@ -224,6 +246,17 @@ pub fn run<C: ConsumerContext>(
                 }
                 None => {}
             }
+            // Markers and aborted records move the position without a delivery: read it when the
+            // poll came back empty, and at least every 100 ms while records keep coming.
+            if idle || last_position_check.elapsed() >= Duration::from_millis(100) {
+                last_position_check = Instant::now();
+                if sync_positions(consumer, topic, &mut progress) {
+                    last_record = Instant::now();
+                }
+                if progress.is_complete() {
+                    return Ok(());
+                }
+            }
             if last_progress_report.elapsed() >= Duration::from_secs(1) {
                 on_progress(&progress);
                 last_progress_report = Instant::now();
@@ -237,6 +270,20 @@ pub fn run<C: ConsumerContext>(
     result?;
     on_progress(&progress);
     Ok(progress)
+}
+
+/// Raises `progress`' positions to the consumer's positions (librdkafka's `position()`: the offset
+/// after the last record *or marker* the application's polls went through). Returns whether any
+/// position moved.
+fn sync_positions<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, progress: &mut Progress) -> bool {
+    let Ok(tpl) = consumer.position() else { return false };
+    let mut moved = false;
+    for e in tpl.elements_for_topic(topic) {
+        if let Offset::Offset(pos) = e.offset() {
+            moved |= progress.advance(e.partition(), pos);
+        }
+    }
+    moved
 }
 
 /// Formats offsets the way the catch-up log line shows them: `{0=2, 1=5}`.
@@ -267,6 +314,7 @@ mod tests {
             ("one partition done, one not", &[(0, 0), (1, 0)], &[(0, 1), (1, 1)], &[(0, 0)], false),
             ("mixed empty and non-empty, all read", &[(0, 0), (1, 4), (2, 9)], &[(0, 1), (1, 4), (2, 10)], &[(0, 0), (2, 9)], true),
             ("records past the target still complete", &[(0, 0)], &[(0, 1)], &[(0, 0), (0, 1)], true),
+            ("a partition that ends in a commit marker: the last record is target - 2", &[(0, 0)], &[(0, 3)], &[(0, 0), (0, 1)], false),
         ];
         for (name, starts, targets, consumed, want) in cases {
             let mut pr = Progress::new(&plan(starts, targets));
@@ -275,6 +323,25 @@ mod tests {
             }
             assert_eq!(pr.is_complete(), *want, "{name}");
         }
+    }
+
+    #[test]
+    fn the_consumer_position_completes_a_partition_that_ends_in_a_marker() {
+        // Records at 0 and 1, the commit marker at 2: the target (LSO) is 3 and no record has
+        // offset 2. The consumer's position after the marker is 3.
+        let mut pr = Progress::new(&plan(&[(0, 0)], &[(0, 3)]));
+        pr.record(0, 0);
+        pr.record(0, 1);
+        assert!(!pr.is_complete());
+        assert!(pr.advance(0, 3));
+        assert!(pr.is_complete());
+        assert_eq!(pr.count, 2, "a marker is not a record");
+        assert!(!pr.advance(0, 2), "a position never moves back");
+        assert_eq!(pr.positions[&0], 3);
+        // Only aborted records and their marker between start and target: no record at all.
+        let mut aborted = Progress::new(&plan(&[(1, 10)], &[(1, 14)]));
+        assert!(aborted.advance(1, 14));
+        assert!(aborted.is_complete() && aborted.last_consumed.is_empty());
     }
 
     #[test]

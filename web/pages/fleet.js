@@ -70,18 +70,25 @@ function catchupPartitions(c) {
 }
 
 /**
- * The catch-up cell: `status · N replayed · p0 269/270 p1 … · error: …` (last consumed / target;
- * a target is the high watermark, so a partition is done when last consumed ≥ target − 1).
- * `parts` are the per-partition pieces, `behind` true for a partition still short of its target.
+ * The catch-up cell: `status · N replayed · p0 269/270 p1 … · error: …` (the consumer's position /
+ * target; a target is the partition's last stable offset, and a partition is done when its position
+ * has reached it. A report without positions shows last consumed / target, done when last consumed
+ * ≥ target − 1). `parts` are the per-partition pieces, `behind` true for a partition still short of
+ * its target.
  * @returns {{text: string, head: string, parts: {text: string, behind: boolean}[], tail: string}}
  */
 export function catchupSummary(c) {
   if (!c || typeof c !== 'object') return { text: '—', head: '—', parts: [], tail: '' };
   const targets = c.target_offsets ?? {};
   const lasts = c.last_consumed_offsets ?? {};
+  const positions = c.positions ?? {};
   const head = `${String(c.status ?? '?')} · ${isNum(c.replay_count) ? c.replay_count : 0} replayed`;
   const parts = catchupPartitions(c).map((p) => {
     const t = targets[p];
+    const pos = positions[p];
+    if (isNum(pos)) {
+      return { text: `p${p} ${pos}/${isNum(t) ? t : '–'}`, behind: isNum(t) && pos < t };
+    }
     const l = lasts[p];
     return {
       text: `p${p} ${isNum(l) ? l : '–'}/${isNum(t) ? t : '–'}`,

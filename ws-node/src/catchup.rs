@@ -1,12 +1,16 @@
 //! Catch-up: replay, in order, the stretch of the log this node's state is missing, before it
 //! serves anyone.
 //!
-//! 1. Record the high watermark of every partition: the targets.
+//! 1. Record the readable end of every partition: the targets. The catch-up consumer reads
+//!    `read_committed`, so that is the partition's last stable offset (what `query_watermark_offsets`
+//!    returns to such a consumer), not the high watermark: records of an open transaction may
+//!    still be aborted.
 //! 2. With the node's own catch-up consumer group (never the broadcast group, so replay does not
 //!    disturb live delivery), read each partition from the node's position (the offset after the
 //!    last record its state applied; the log start when it has none) and apply every record.
-//! 3. Complete when the position has reached the target on every partition (a partition with
-//!    nothing to read is complete at once), log
+//! 3. Complete when the consumer's position has reached the target on every partition (a
+//!    partition with nothing to read is complete at once; a partition that ends in a transaction
+//!    marker has no record at target − 1, see [`shared::replay`]), log
 //!    `[CATCHUP] completed replayCount=.. targetOffsets=.. lastConsumedOffsets=..`, and commit the
 //!    positions to the catch-up group (so `kafka-consumer-groups --describe` shows where replay
 //!    ended; the node itself always starts from its in-memory state).
@@ -35,6 +39,7 @@ pub fn idle_report() -> CatchupReport {
         status: CatchupStatus::Idle,
         target_offsets: Default::default(),
         last_consumed_offsets: Default::default(),
+        positions: Default::default(),
         replay_count: 0,
         error: None,
     }
@@ -122,6 +127,7 @@ fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progres
     r.status = status;
     r.target_offsets = pr.targets.clone();
     r.last_consumed_offsets = pr.last_consumed.clone();
+    r.positions = pr.positions.clone();
     r.replay_count = pr.count;
     r.error = error;
 }

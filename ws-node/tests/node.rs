@@ -195,12 +195,14 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     let health = h.recover().await;
     assert_eq!(health["catchup"]["status"], "completed");
     assert_eq!(health["catchup"]["replay_count"], 8, "{health}");
-    // Targets are high watermarks; the last consumed offset of each replayed partition is one less.
+    // Targets are the partitions' ends (no transactions here: the high watermarks); the last
+    // consumed offset of each replayed partition is one less, and the position reached the target.
     for (p, target) in health["catchup"]["target_offsets"].as_object().unwrap() {
         let target = target.as_i64().unwrap();
         if target > 0 {
             assert_eq!(health["catchup"]["last_consumed_offsets"][p].as_i64(), Some(target - 1), "{health}");
         }
+        assert!(health["catchup"]["positions"][p].as_i64().is_some_and(|pos| pos >= target), "{health}");
     }
     let (status, again) = h.post("/admin/start-recovery", serde_json::json!({})).await;
     assert_eq!((status, again["outcome"].as_str()), (200, Some("already_ready")));
