@@ -5,18 +5,20 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","canvases","partitions","width","height"}` (always 200 while the process answers) |
-//! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (for container health checks and readiness probes) |
+//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","canvases","partitions","width","height"}` (always 200 while the process answers) |
+//! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
 //! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (512 KiB for a
-//! batch), 415 for a body
-//! that is not declared JSON, 503 with `Retry-After` while the heads are rebuilt or when Kafka did
-//! not acknowledge (`kafka_unavailable`: nothing applied; `kafka_outcome_unknown`: retry with the
-//! same `Idempotency-Key`).
+//! batch), 415 for a body that is not declared JSON, 503 with `Retry-After` when nothing can be
+//! written now: `not_ready` (starting), `fenced` (another publisher took over: send it there),
+//! `kafka_unavailable` (the transaction did not commit: nothing applied, retry) and
+//! `kafka_outcome_unknown` (the commit was not confirmed in time: retry with the same
+//! `Idempotency-Key`). Only the last one may have been applied.
 
 use crate::log::EventLog;
-use crate::versions::{PublishError, Versions};
+use crate::types::PublishError;
+use crate::versions::Versions;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -72,7 +74,7 @@ pub enum BatchResult {
     Published {
         status: u16,
         #[serde(flatten)]
-        published: crate::versions::Published,
+        published: crate::types::Published,
         /// The answer of an earlier request with the same idempotency key.
         replayed: bool,
     },
@@ -92,15 +94,21 @@ impl BatchResult {
 fn publish_error(e: PublishError) -> ApiError {
     match e {
         PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
+        PublishError::Fenced => ApiError::unavailable(
+            "fenced",
+            "another publisher took over this topic; this one accepts no writes and is stopping: nothing was applied, \
+             send the request to the publisher that accepts writes",
+            RETRY_AFTER_SECS,
+        ),
         PublishError::NotWritten(_) => ApiError::unavailable(
             "kafka_unavailable",
-            "kafka did not write the event; nothing was applied, retry",
+            "the kafka transaction carrying the event did not commit; nothing was applied, retry",
             RETRY_AFTER_SECS,
         ),
         PublishError::Unknown(_) => ApiError::unavailable(
             "kafka_outcome_unknown",
-            "kafka did not acknowledge in time: the event may or may not have been applied; retry with the same \
-             Idempotency-Key to apply it exactly once (GET /canvases/{id} shows the head)",
+            "kafka did not confirm the transaction in time: the event may or may not have been applied; retry with the \
+             same Idempotency-Key to apply it exactly once (GET /canvases/{id} shows the head)",
             RETRY_AFTER_SECS,
         ),
         PublishError::KeyConflict => ApiError::conflict("idempotency_key_conflict", e.to_string()),
@@ -154,11 +162,14 @@ async fn post_pixel<L: EventLog>(
 
 /// `POST /pixels`: the events are checked first (any bad one, or an `idempotency_key` used twice:
 /// 400 naming it, e.g. `events[3].x`, and nothing is published); then each canvas's events are
-/// published in their order in the batch, one after the other, and different canvases side by
-/// side, in a task of their own (a client that goes away does not cut a publish short). After a
-/// failed event the canvas's later events are not attempted (`not_attempted`: 503 when the
-/// failure was a "not now", else 409), so a canvas never gets a later change of the batch without
-/// an earlier one. `Retry-After` is set when any event may be retried later.
+/// published in their order in the batch, in one transaction with consecutive versions (as group
+/// records), and different canvases side by side, in a task of their own (a client that goes away
+/// does not cut a publish short). If a canvas's transaction does not commit, every event of that
+/// canvas fails alike; an event whose key was used before with another request (409) or is still
+/// in flight stops its canvas there: the canvas's later events are not attempted
+/// (`not_attempted`: 503 when the failure was a "not now", else 409), so a canvas never gets a
+/// later change of the batch without an earlier one. `Retry-After` is set when any event may be
+/// retried later.
 async fn post_batch<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
@@ -193,6 +204,9 @@ async fn post_batch<L: EventLog>(
             }
         }
     }
+    if v.is_fenced() {
+        return Err(publish_error(PublishError::Fenced));
+    }
     if !v.is_ready() {
         return Err(publish_error(PublishError::NotReady));
     }
@@ -211,8 +225,8 @@ async fn post_batch<L: EventLog>(
     Ok(resp)
 }
 
-/// Publishes checked batch `events`: each canvas's in order, canvases side by side. Returns each
-/// event's result, in request order, and whether it asks for a retry later.
+/// Publishes checked batch `events`: each canvas's in one group, canvases side by side. Returns
+/// each event's result, in request order, and whether it asks for a retry later.
 async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, bool)> {
     // Each canvas's events, in batch order.
     let mut groups: Vec<Vec<usize>> = Vec::new();
@@ -226,27 +240,32 @@ async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>
     }
     let (events, v) = (&events, &v);
     let done = futures::future::join_all(groups.into_iter().map(|group| async move {
+        let canvas = &events[group[0]].canvas;
+        let pixels: Vec<crate::versions::Pixel<'_>> =
+            group.iter().map(|&i| (events[i].x, events[i].y, events[i].color, events[i].idempotency_key.as_deref())).collect();
+        let results = v.publish_many(canvas, &pixels).await;
         let mut out = Vec::with_capacity(group.len());
         // Set once an event of this canvas failed: whether that failure asked for a retry later.
         let mut failed: Option<bool> = None;
-        for i in group {
-            let e = &events[i];
-            if let Some(retryable) = failed {
-                let message = "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)";
-                let skipped = if retryable {
-                    ApiError::unavailable("not_attempted", message, RETRY_AFTER_SECS)
-                } else {
-                    ApiError::conflict("not_attempted", message)
-                };
-                out.push((i, BatchResult::failed(skipped)));
-                continue;
-            }
-            let r = match v.publish_with_key(&e.canvas, e.x, e.y, e.color, e.idempotency_key.as_deref()).await {
-                Ok((published, replayed)) => BatchResult::Published { status: StatusCode::CREATED.as_u16(), published, replayed },
-                Err(err) => {
-                    let err = publish_error(err);
+        for (n, i) in group.into_iter().enumerate() {
+            let r = match results.get(n) {
+                Some(Ok((published, replayed))) => {
+                    BatchResult::Published { status: StatusCode::CREATED.as_u16(), published: published.clone(), replayed: *replayed }
+                }
+                Some(Err(err)) => {
+                    let err = publish_error(err.clone());
                     failed = Some(err.retry_after_secs.is_some());
                     BatchResult::failed(err)
+                }
+                None => {
+                    let message =
+                        "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)";
+                    let skipped = if failed.unwrap_or(true) {
+                        ApiError::unavailable("not_attempted", message, RETRY_AFTER_SECS)
+                    } else {
+                        ApiError::conflict("not_attempted", message)
+                    };
+                    BatchResult::failed(skipped)
                 }
             };
             out.push((i, r));
@@ -268,8 +287,17 @@ async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(c
 }
 
 async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
+    let state = if v.is_fenced() {
+        "fenced"
+    } else if v.is_ready() {
+        "ready"
+    } else {
+        "preparing"
+    };
     Json(serde_json::json!({
         "ready": v.is_ready(),
+        "state": state,
+        "in_doubt_partitions": v.in_doubt_partitions(),
         "canvases": v.canvas_count(),
         "partitions": v.partitions(),
         "width": v.dims().width,
@@ -281,6 +309,8 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
 async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Response, ApiError> {
     if v.is_ready() {
         Ok(Json(serde_json::json!({"ready": true})).into_response())
+    } else if v.is_fenced() {
+        Err(publish_error(PublishError::Fenced))
     } else {
         Err(ApiError::unavailable("not_ready", "the publisher is preparing the topic or rebuilding canvas versions", RETRY_AFTER_SECS))
     }
@@ -311,7 +341,7 @@ mod tests {
     use tower::ServiceExt;
 
     async fn make_app(fate: Fate, rebuilt: bool) -> (Router, Arc<Versions<FakeLog>>) {
-        let v = Arc::new(Versions::new(FakeLog::new(6, move |_| fate), CanvasDims::default(), 6));
+        let v = Arc::new(Versions::new(FakeLog::new(6, move |_| fate), CanvasDims::default(), 6, std::time::Duration::from_secs(5)));
         if rebuilt {
             v.rebuild().await.unwrap();
         }
@@ -335,7 +365,7 @@ mod tests {
 
     #[tokio::test]
     async fn publish_returns_201_with_version_partition_offset() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let (s, j, _) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":2,"color":"#FF0000"}"##).await;
         assert_eq!(s, StatusCode::CREATED);
         assert_eq!(j["canvas"], "c1");
@@ -351,7 +381,7 @@ mod tests {
     /// Each bad request: (path, body, status, error code, field named). Nothing may be published.
     #[tokio::test]
     async fn bad_input_is_rejected_naming_the_field_and_nothing_is_published() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let big = format!(r##"{{"x":1,"y":1,"color":"#000000","pad":"{}"}}"##, "a".repeat(5000));
         let cases: Vec<(&str, String, StatusCode, &str, Option<&str>)> = vec![
             ("/canvases/bad%20id/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##.into(), StatusCode::BAD_REQUEST, "invalid_field", Some("canvas")),
@@ -381,7 +411,7 @@ mod tests {
 
     #[tokio::test]
     async fn ready_is_503_until_the_heads_are_rebuilt() {
-        let (app, v) = make_app(Fate::Ok, false).await;
+        let (app, v) = make_app(Fate::Commit, false).await;
         let (s, j, retry) = call(&app, "GET", "/ready", Body::empty()).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")));
         v.rebuild().await.unwrap();
@@ -391,17 +421,17 @@ mod tests {
 
     #[tokio::test]
     async fn not_ready_and_kafka_failures_are_503_with_retry_after() {
-        let (app, _) = make_app(Fate::Ok, false).await;
+        let (app, _) = make_app(Fate::Commit, false).await;
         let (s, j, retry) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")));
-        let (app, _) = make_app(Fate::FailNotWritten, true).await;
+        let (app, _) = make_app(Fate::Abort, true).await;
         let (s, j, retry) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("kafka_unavailable"), Some("1")));
     }
 
     #[tokio::test]
     async fn idempotency_keys_replay_the_first_answer_and_refuse_other_requests() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let post = |key: &'static str, body: &'static str| {
             Request::builder()
                 .method("POST")
@@ -426,7 +456,7 @@ mod tests {
 
     #[tokio::test]
     async fn unknown_routes_methods_and_types_get_json_errors() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let (s, j, _) = call(&app, "GET", "/nope", Body::empty()).await;
         assert_eq!((s, j["error"].as_str()), (StatusCode::NOT_FOUND, Some("not_found")));
         let (s, j, _) = call(&app, "DELETE", "/canvases/c1", Body::empty()).await;
@@ -448,7 +478,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_batch_publishes_each_canvas_in_order_and_answers_in_request_order() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let body = serde_json::json!({"events": [ev("c1", 0), ev("c2", 1), ev("c1", 2), ev("c1", 3), ev("c2", 4)]});
         let (s, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
         assert_eq!(s, StatusCode::OK, "{j}");
@@ -465,7 +495,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         assert_eq!(v.log.events_of("c2"), vec![1, 2]);
         // Each event is the pixel the request named, at the version answered.
-        let xs: Vec<u32> = v.log.records.lock().unwrap().values().flatten().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
+        let xs: Vec<u32> = v.log.committed().into_iter().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
         assert_eq!(xs, vec![0, 2, 3]);
         // The same batch again continues the versions (and a body over the single route's 4 KiB is fine).
         let many: Vec<serde_json::Value> = (0..200).map(|i| ev("c3", i % 64)).collect();
@@ -476,30 +506,69 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn after_a_failed_event_the_canvas_s_later_events_are_not_attempted() {
-        // Attempt 1 (the second event of c1) is not written.
-        let v = Arc::new(Versions::new(FakeLog::new(6, |n| if n == 1 { Fate::FailNotWritten } else { Fate::Ok }), CanvasDims::default(), 6));
+    async fn a_canvas_s_events_commit_or_fail_together_and_stop_at_a_reused_key() {
+        // Transaction 1 (the batch's c1 events, after c0's) aborts.
+        let v = Arc::new(Versions::new(
+            FakeLog::new(6, |n| if n == 1 { Fate::Abort } else { Fate::Commit }),
+            CanvasDims::default(),
+            6,
+            std::time::Duration::from_secs(5),
+        ));
         v.rebuild().await.unwrap();
         let app = router(v.clone());
+        let (_, j, _) = call(&app, "POST", "/pixels", serde_json::json!({"events": [ev("c0", 0)]}).to_string()).await;
+        assert_eq!(j["results"][0]["status"], 201);
         let body = serde_json::json!({"events": [ev("c1", 0), ev("c1", 1), ev("c1", 2)]});
         let (s, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
         assert_eq!(s, StatusCode::OK, "{j}");
         assert_eq!(retry.as_deref(), Some("1"), "a 503 inside the batch sets Retry-After");
-        let r = j["results"].as_array().unwrap();
-        assert_eq!((r[0]["status"].as_u64(), r[0]["version"].as_u64()), (Some(201), Some(1)));
-        assert_eq!((r[1]["status"].as_u64(), r[1]["error"].as_str()), (Some(503), Some("kafka_unavailable")));
-        assert_eq!((r[2]["status"].as_u64(), r[2]["error"].as_str()), (Some(503), Some("not_attempted")));
-        assert_eq!(v.log.events_of("c1"), vec![1], "nothing after the failed event was published");
-        // Retrying the two gives them the next versions, in order.
-        let body = serde_json::json!({"events": [ev("c1", 1), ev("c1", 2)]});
+        for r in j["results"].as_array().unwrap() {
+            assert_eq!((r["status"].as_u64(), r["error"].as_str()), (Some(503), Some("kafka_unavailable")), "{r}");
+        }
+        assert!(v.log.events_of("c1").is_empty(), "nothing of the aborted transaction is in the log");
+        // Retrying gives them versions 1..=3, in order.
         let (_, j, _) = call(&app, "POST", "/pixels", body.to_string()).await;
-        assert_eq!(j["results"][1]["version"], 3);
+        assert_eq!(j["results"][2]["version"], 3);
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
+        // A key used before with another pixel stops its canvas there; other canvases go on.
+        let mut used = ev("c1", 9);
+        used["idempotency_key"] = "k".into();
+        call(&app, "POST", "/pixels", serde_json::json!({"events": [used]}).to_string()).await;
+        let mut conflict = ev("c1", 10);
+        conflict["idempotency_key"] = "k".into();
+        let body = serde_json::json!({"events": [ev("c1", 3), conflict, ev("c2", 0), ev("c1", 4)]});
+        let (_, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
+        let r = j["results"].as_array().unwrap();
+        assert_eq!((r[0]["status"].as_u64(), r[0]["version"].as_u64()), (Some(201), Some(5)));
+        assert_eq!((r[1]["status"].as_u64(), r[1]["error"].as_str()), (Some(409), Some("idempotency_key_conflict")));
+        assert_eq!((r[2]["status"].as_u64(), r[2]["version"].as_u64()), (Some(201), Some(1)));
+        assert_eq!((r[3]["status"].as_u64(), r[3]["error"].as_str()), (Some(409), Some("not_attempted")));
+        assert_eq!(retry, None, "nothing in it is worth retrying as is");
+        assert_eq!(v.log.events_of("c1"), vec![1, 2, 3, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn a_fenced_publisher_answers_503_fenced_to_writes_and_readiness() {
+        let (app, v) = make_app(Fate::Commit, true).await;
+        let (s, _, _) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##).await;
+        assert_eq!(s, StatusCode::CREATED);
+        let successor = Versions::new(v.log.another_publisher(), CanvasDims::default(), 6, std::time::Duration::from_secs(5));
+        successor.rebuild().await.unwrap();
+        let (s, j, retry) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":2,"y":1,"color":"#000000"}"##).await;
+        assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("fenced"), Some("1")));
+        let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
+        assert_eq!((s, j["error"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("fenced")));
+        let (s, j, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!((s, j["state"].as_str(), j["ready"].as_bool()), (StatusCode::OK, Some("fenced"), Some(false)));
+        // A whole batch is refused at once, so the gateway may send it to the other publisher.
+        let (s, j, _) = call(&app, "POST", "/pixels", serde_json::json!({"events": [ev("c1", 0), ev("c1", 1)]}).to_string()).await;
+        assert_eq!((s, j["error"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("fenced")));
+        assert_eq!(successor.log.events_of("c1"), vec![1], "the fenced publisher wrote nothing more");
     }
 
     #[tokio::test]
     async fn a_batch_with_idempotency_keys_applies_each_once() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let mut a = ev("c1", 5);
         a["idempotency_key"] = "k-1".into();
         let body = serde_json::json!({ "events": [a.clone()] }).to_string();
@@ -514,7 +583,7 @@ mod tests {
     /// Each bad batch: (body, status, code, field). Nothing of it may be published.
     #[tokio::test]
     async fn a_bad_batch_is_refused_whole_naming_the_event_and_field() {
-        let (app, v) = make_app(Fate::Ok, true).await;
+        let (app, v) = make_app(Fate::Commit, true).await;
         let keyed = |c: &str, k: &str| {
             let mut e = ev(c, 0);
             e["idempotency_key"] = k.into();
@@ -543,7 +612,7 @@ mod tests {
             assert_eq!(j["field"].as_str(), field, "{body:.80}");
         }
         assert!(v.log.events_of("c1").is_empty());
-        let (app, _) = make_app(Fate::Ok, false).await;
+        let (app, _) = make_app(Fate::Commit, false).await;
         let (s, j, retry) = call(&app, "POST", "/pixels", serde_json::json!({"events": [ev("c1", 0)]}).to_string()).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")));
     }

@@ -33,9 +33,23 @@ pub struct Config {
     /// Canvas height in pixels.
     #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub canvas_height: u32,
-    /// How long one publish may wait for Kafka's acknowledgement (`message.timeout.ms`), ms.
-    #[arg(long, env = "PRODUCE_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
+    /// How long a transaction's records may wait for their acknowledgement
+    /// (`message.timeout.ms`; the transaction is aborted after it), and how long its commit is
+    /// retried before the outcome is reported unknown, ms. A publish is answered within about
+    /// twice this (plus a second).
+    #[arg(long, env = "PRODUCE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
     pub produce_timeout_ms: u64,
+    /// Base of the transactional ids: partition `p` is written by the producer with
+    /// `transactional.id` `<this>-<p>`. Every publisher process of a deployment must use the same
+    /// one, so that a new process fences the old one. Default: `core-publisher-<KAFKA_TOPIC>`.
+    #[arg(long, env = "TRANSACTIONAL_ID")]
+    pub transactional_id: Option<String>,
+    /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay open
+    /// before aborting it on its own (a publisher killed or paused mid-transaction), ms. Must be
+    /// above twice `PRODUCE_TIMEOUT_MS` and at most the brokers' `transaction.max.timeout.ms`
+    /// (900000 by default).
+    #[arg(long, env = "TRANSACTION_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=900_000))]
+    pub transaction_timeout_ms: u64,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -59,7 +73,33 @@ impl Config {
             p.push("KAFKA_BOOTSTRAP (--kafka-bootstrap) is empty".to_owned());
         }
         p.extend(shared::kafka::topic_name_problem(&self.topic).map(|e| format!("KAFKA_TOPIC (--topic): {e}")));
+        if let Some(problem) = transactional_id_problem(&self.transactional_id()) {
+            p.push(format!("TRANSACTIONAL_ID (--transactional-id): {problem}"));
+        }
+        if self.transaction_timeout_ms <= 2 * self.produce_timeout_ms {
+            p.push(format!(
+                "TRANSACTION_TIMEOUT_MS (--transaction-timeout-ms) {} must be above twice PRODUCE_TIMEOUT_MS ({}): a transaction \
+                 may take that long to deliver and commit, and the coordinator would abort it first",
+                self.transaction_timeout_ms, self.produce_timeout_ms
+            ));
+        }
         p
+    }
+
+    /// The base of the transactional ids (see [`Config::transactional_id`]).
+    pub fn transactional_id(&self) -> String {
+        self.transactional_id.clone().unwrap_or_else(|| format!("core-publisher-{}", self.topic))
+    }
+
+    /// `transaction_timeout_ms` as a duration.
+    pub fn transaction_timeout(&self) -> Duration {
+        Duration::from_millis(self.transaction_timeout_ms)
+    }
+
+    /// How long a caller waits for its transaction's answer: the transaction's deliveries and its
+    /// commit are each bounded by the produce timeout; one more second for the queue.
+    pub fn answer_timeout(&self) -> Duration {
+        2 * self.produce_timeout() + Duration::from_secs(1)
     }
 
     /// The effective configuration, one `VARIABLE=value` per line.
@@ -73,6 +113,8 @@ impl Config {
             ("CANVAS_WIDTH", self.canvas_width.to_string()),
             ("CANVAS_HEIGHT", self.canvas_height.to_string()),
             ("PRODUCE_TIMEOUT_MS", self.produce_timeout_ms.to_string()),
+            ("TRANSACTIONAL_ID", self.transactional_id()),
+            ("TRANSACTION_TIMEOUT_MS", self.transaction_timeout_ms.to_string()),
         ])
     }
 
@@ -80,6 +122,18 @@ impl Config {
     pub fn produce_timeout(&self) -> Duration {
         Duration::from_millis(self.produce_timeout_ms)
     }
+}
+
+/// Why `id` cannot be a transactional id base (non-empty, at most 200 characters of visible ASCII:
+/// Kafka stores it as a string key of `__transaction_state`), or `None`.
+fn transactional_id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() || id.len() > 200 {
+        return Some("must be 1 to 200 characters");
+    }
+    if !id.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return Some("may only contain visible ASCII characters");
+    }
+    None
 }
 
 impl shared::shutdown::ServiceConfig for Config {
@@ -94,5 +148,30 @@ impl shared::shutdown::ServiceConfig for Config {
     }
     fn listen(&self) -> std::net::SocketAddr {
         self.listen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Config {
+        Config::try_parse_from(std::iter::once("core-publisher").chain(args.iter().copied())).expect("parses")
+    }
+
+    #[test]
+    fn the_transactional_id_comes_from_the_topic_unless_set() {
+        assert_eq!(parse(&["--topic", "t1"]).transactional_id(), "core-publisher-t1");
+        assert_eq!(parse(&["--topic", "t1", "--transactional-id", "fleet-a"]).transactional_id(), "fleet-a");
+        assert!(parse(&[]).problems().is_empty());
+    }
+
+    #[test]
+    fn a_transaction_timeout_not_above_twice_the_produce_timeout_is_refused() {
+        let p = parse(&["--produce-timeout-ms", "5000", "--transaction-timeout-ms", "10000"]).problems();
+        assert!(p.iter().any(|m| m.contains("TRANSACTION_TIMEOUT_MS")), "{p:?}");
+        assert!(parse(&["--produce-timeout-ms", "3000", "--transaction-timeout-ms", "10000"]).problems().is_empty());
+        let p = parse(&["--transactional-id", "has space"]).problems();
+        assert!(p.iter().any(|m| m.contains("TRANSACTIONAL_ID")), "{p:?}");
     }
 }

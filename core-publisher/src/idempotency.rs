@@ -4,23 +4,14 @@
 //! - The same key with a different request is a conflict (409), never a second write.
 //! - A key whose request is still running is refused (409) rather than run twice.
 //!
-//! The key travels with the event as a Kafka record header, so when a publish ended with an
-//! unknown outcome, the log itself says whether that key landed (reconciliation reads it back),
-//! and a restarted publisher relearns the keys of the records it reads. Memory is bounded: the
-//! store keeps the most recent `capacity` keys.
+//! The key travels with the event as a Kafka record header, so a restarted publisher (or the one
+//! that fenced it) relearns the keys of the records it reads. A key stays in flight until its
+//! transaction's outcome is known, also when the caller was answered "outcome unknown" first: a
+//! retry meanwhile is refused (409 in flight), then replayed or run once the outcome is known.
+//! Memory is bounded: the store keeps the most recent `capacity` keys with an outcome.
 
-use crate::versions::Published;
-use shared::{CanvasId, Color};
+use crate::types::{Fingerprint, Published};
 use std::collections::{HashMap, VecDeque};
-
-/// What a key stands for: the request it was first used with.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fingerprint {
-    pub canvas: CanvasId,
-    pub x: u32,
-    pub y: u32,
-    pub color: Color,
-}
 
 /// What [`KeyStore::applied_as`] knows of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,33 +44,35 @@ enum Slot {
 }
 
 /// The most recent keys and their outcomes.
+///
+/// Keys with an outcome are kept in arrival order and the oldest are forgotten past `capacity`.
+/// Keys in flight are not in that order at all: they are bounded by the requests running (each
+/// holds one until its outcome is known), and forgetting one under its request would let a retry
+/// run it twice. So every operation is O(1), whatever is in flight.
 #[derive(Debug)]
 pub struct KeyStore {
     capacity: usize,
     slots: HashMap<String, Slot>,
-    /// Keys in insertion order, for eviction.
-    order: VecDeque<String>,
+    /// Keys with an outcome, oldest first.
+    done: VecDeque<String>,
 }
 
 impl KeyStore {
-    /// A store keeping at most `capacity` keys (the oldest are forgotten first).
+    /// A store keeping at most `capacity` keys with an outcome (the oldest are forgotten first),
+    /// plus those in flight.
     pub fn new(capacity: usize) -> Self {
-        Self { capacity: capacity.max(1), slots: HashMap::new(), order: VecDeque::new() }
+        Self { capacity: capacity.max(1), slots: HashMap::new(), done: VecDeque::new() }
     }
 
-    fn insert(&mut self, key: &str, slot: Slot) {
-        if self.slots.insert(key.to_owned(), slot).is_none() {
-            self.order.push_back(key.to_owned());
-            while self.order.len() > self.capacity {
-                if let Some(old) = self.order.pop_front() {
-                    // An in-flight key is never evicted under its request.
-                    match self.slots.get(&old) {
-                        Some(Slot::InFlight) => self.order.push_back(old),
-                        _ => {
-                            self.slots.remove(&old);
-                        }
-                    }
-                }
+    /// Records `key`'s outcome and forgets the oldest outcomes past the capacity.
+    fn set_done(&mut self, key: &str, fp: Fingerprint, published: Published) {
+        if let Some(Slot::Done(..)) = self.slots.insert(key.to_owned(), Slot::Done(fp, published)) {
+            return; // already in the order
+        }
+        self.done.push_back(key.to_owned());
+        while self.done.len() > self.capacity {
+            if let Some(old) = self.done.pop_front() {
+                self.slots.remove(&old);
             }
         }
     }
@@ -88,7 +81,7 @@ impl KeyStore {
     pub fn begin(&mut self, key: &str, fp: &Fingerprint) -> Lookup {
         match self.slots.get(key) {
             None => {
-                self.insert(key, Slot::InFlight);
+                self.slots.insert(key.to_owned(), Slot::InFlight);
                 Lookup::New
             }
             Some(Slot::InFlight) => Lookup::InFlight,
@@ -97,17 +90,14 @@ impl KeyStore {
         }
     }
 
-    /// The outcome of a request begun with [`KeyStore::begin`]: applied (`Some`) or not, or not
-    /// known (`None`: the key is released; if the record did land, reconciliation will find it).
+    /// The outcome of a request begun with [`KeyStore::begin`]: applied (`Some`) or certainly not
+    /// (`None`: the key is released and a retry runs again).
     pub fn finish(&mut self, key: &str, fp: &Fingerprint, outcome: Option<Published>) {
         match outcome {
-            Some(p) => {
-                self.slots.insert(key.to_owned(), Slot::Done(fp.clone(), p));
-            }
+            Some(p) => self.set_done(key, fp.clone(), p),
             None => {
                 if matches!(self.slots.get(key), Some(Slot::InFlight)) {
                     self.slots.remove(key);
-                    self.order.retain(|k| k != key);
                 }
             }
         }
@@ -115,12 +105,8 @@ impl KeyStore {
 
     /// A key found in the log with the request it applied.
     pub fn learn(&mut self, key: &str, fp: Fingerprint, published: Published) {
-        match self.slots.get(key) {
-            Some(Slot::Done(..)) => {}
-            Some(Slot::InFlight) => {
-                self.slots.insert(key.to_owned(), Slot::Done(fp, published));
-            }
-            None => self.insert(key, Slot::Done(fp, published)),
+        if !matches!(self.slots.get(key), Some(Slot::Done(..))) {
+            self.set_done(key, fp, published);
         }
     }
 
@@ -133,7 +119,7 @@ impl KeyStore {
         }
     }
 
-    /// Keys held.
+    /// Keys held (with an outcome, and in flight).
     pub fn len(&self) -> usize {
         self.slots.len()
     }
@@ -141,6 +127,11 @@ impl KeyStore {
     /// Whether no key is held.
     pub fn is_empty(&self) -> bool {
         self.slots.is_empty()
+    }
+
+    /// Keys in flight.
+    pub fn in_flight(&self) -> usize {
+        self.slots.len() - self.done.len()
     }
 }
 
@@ -158,6 +149,7 @@ pub fn key_problem(raw: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shared::{CanvasId, Color};
 
     fn fp(x: u32) -> Fingerprint {
         Fingerprint { canvas: CanvasId::parse("c1").unwrap(), x, y: 0, color: Color([0, 0, 0]) }
@@ -175,7 +167,7 @@ mod tests {
         s.finish("k", &fp(1), Some(published(7)));
         assert_eq!(s.begin("k", &fp(1)), Lookup::Replay(published(7)));
         assert_eq!(s.begin("k", &fp(2)), Lookup::Conflict, "same key, other request");
-        // Unknown outcome: released, then learned from the log.
+        // Released (not applied), then learned from the log (a restart read it).
         assert_eq!(s.begin("u", &fp(3)), Lookup::New);
         s.finish("u", &fp(3), None);
         assert_eq!(s.applied_as("u", &fp(3)), Applied::No);
@@ -198,6 +190,35 @@ mod tests {
         assert_eq!(s.begin("busy", &fp(0)), Lookup::InFlight);
         assert!(matches!(s.applied_as("k9", &fp(9)), Applied::Same(_)));
         assert_eq!(s.applied_as("k0", &fp(0)), Applied::No, "the oldest keys are forgotten");
+    }
+
+    /// More keys in flight than the capacity: `begin` used to spin forever here (the eviction
+    /// loop put every in-flight key back and tried again), holding the store's mutex.
+    #[test]
+    fn more_keys_in_flight_than_the_capacity_neither_hang_nor_evict_them() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut s = KeyStore::new(3);
+            let looked: Vec<Lookup> = (0..5).map(|i| s.begin(&format!("f{i}"), &fp(i))).collect();
+            let _ = tx.send((looked, s));
+        });
+        let (looked, mut s) = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("begin() returned (it hung before the fix)");
+        assert!(looked.iter().all(|l| *l == Lookup::New));
+        assert_eq!((s.len(), s.in_flight()), (5, 5));
+        for i in 0..5 {
+            assert_eq!(s.begin(&format!("f{i}"), &fp(i)), Lookup::InFlight, "an in-flight key was forgotten");
+        }
+        // Their outcomes arrive: the capacity applies to keys with an outcome.
+        for i in 0..5 {
+            s.finish(&format!("f{i}"), &fp(i), Some(published(u64::from(i))));
+        }
+        assert_eq!((s.len(), s.in_flight()), (3, 0));
+        assert_eq!(s.applied_as("f0", &fp(0)), Applied::No, "the oldest outcome is forgotten");
+        assert!(matches!(s.applied_as("f4", &fp(4)), Applied::Same(_)));
+        // A released key leaves nothing behind.
+        assert_eq!(s.begin("r", &fp(9)), Lookup::New);
+        s.finish("r", &fp(9), None);
+        assert_eq!((s.len(), s.in_flight()), (3, 0));
     }
 
     #[test]

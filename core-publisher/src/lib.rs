@@ -1,36 +1,48 @@
 //! `core-publisher`: the fleet's only writer.
 //!
-//! It takes canvas edits over HTTP, gives each canvas a contiguous version (1, 2, 3, ...), appends
-//! the versioned event to Kafka keyed by canvas id and answers only after Kafka acknowledged it.
-//! On start it creates the topic when missing and rebuilds every canvas's head from the log before
-//! it accepts writes (503 until then).
+//! It takes canvas edits over HTTP, gives each canvas a contiguous version (1, 2, 3, ...), writes
+//! the versioned event to Kafka keyed by canvas id inside a Kafka transaction, and answers only
+//! after the transaction committed. On start it creates the topic when missing, initialises one
+//! transactional producer per partition (fencing any older publisher on the topic) and rebuilds
+//! every canvas's head from the committed log before it accepts writes (503 until then). When a
+//! newer publisher fences it, it answers 503 `fenced` and exits.
 //!
-//! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`versions`]
-//! (version authority, reconciliation, rebuild), [`idempotency`] (`Idempotency-Key`),
-//! [`log`] (the Kafka side).
+//! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`types`]
+//! (answers and errors), [`versions`] (the version authority: start-up, publish, truth),
+//! [`lane`] (one partition's committer), [`idempotency`] (`Idempotency-Key`), [`log`] (the Kafka
+//! side as the version logic sees it), [`txn`] (one partition's transactional producer).
 
 pub mod api;
 pub mod config;
 pub mod idempotency;
+pub mod lane;
 pub mod log;
+pub mod txn;
+pub mod types;
 pub mod versions;
 
 use crate::config::Config;
 use crate::log::KafkaLog;
-use crate::versions::Versions;
+use crate::versions::{RebuildError, Versions};
 use backon::{ExponentialBuilder, Retryable};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Runs the publisher on `listener` until `shutdown` is cancelled.
+/// How long a fenced publisher keeps answering (503 `fenced`) before it exits, so callers and the
+/// gateway learn where to go instead of meeting a closed port.
+pub const FENCED_EXIT_AFTER: Duration = Duration::from_secs(2);
+
+/// Runs the publisher on `listener` until `shutdown` is cancelled, or until another publisher
+/// fences it (then it exits after [`FENCED_EXIT_AFTER`]).
 ///
-/// The HTTP server starts at once (answering 503 until ready); creating the topic when it is
-/// missing and rebuilding the heads retry with backoff until the broker answers.
+/// The HTTP server starts at once (answering 503 until ready); creating the topic, initialising
+/// the transactional producers and rebuilding the heads retry with backoff until the broker
+/// answers.
 ///
 /// # Errors
-/// When the server cannot run (the listener failed) or Kafka's client configuration is invalid.
+/// When the server cannot run (the listener failed).
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let settings = config.kafka();
     let retry = ExponentialBuilder::default()
@@ -38,8 +50,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times();
-    let kafka_log = KafkaLog::new(settings.clone(), config.topic.clone(), config.produce_timeout())?;
-    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0));
+    let kafka_log = KafkaLog::new(
+        settings.clone(),
+        config.topic.clone(),
+        config.transactional_id(),
+        config.produce_timeout(),
+        config.transaction_timeout(),
+    );
+    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0, config.answer_timeout()));
 
     // The server answers at once (503 until ready); the topic and the heads come from Kafka.
     let prepare = {
@@ -59,20 +77,42 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                     "topic exists with another partition count; using the topic's");
             }
             versions.set_partitions(partitions);
-            tracing::info!(topic = %config.topic, partitions, "rebuilding canvas versions from the log; writes get 503 until done");
+            tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
+                "initialising one transactional producer per partition (this fences an older publisher), then rebuilding \
+                 canvas versions from the committed log; writes get 503 until done");
             let started = std::time::Instant::now();
+            let rebuild = || versions.rebuild();
             let r = tokio::select! {
-                r = (|| versions.rebuild()).retry(retry).notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "rebuild failed; retrying")) => r,
+                r = rebuild
+                    .retry(retry)
+                    .when(|e| !matches!(e, RebuildError::Fenced))
+                    .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "start-up failed; retrying")) => r,
                 _ = shutdown.cancelled() => return,
             };
             match r {
-                Ok(n) => tracing::info!(records = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
+                Ok(n) => tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
                     "canvas versions rebuilt; accepting writes"),
-                Err(e) => tracing::error!(error = %e, "rebuild gave up"),
+                Err(e) => tracing::error!(error = %e, "start-up gave up"),
             }
         }
     };
     tokio::spawn(prepare);
+
+    // Fenced: keep answering 503 `fenced` for a moment, then stop (exit status 0: another
+    // publisher serves the topic now).
+    {
+        let (versions, shutdown) = (versions.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = versions.fenced() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            tracing::warn!(exit_in_ms = FENCED_EXIT_AFTER.as_millis() as u64,
+                "another publisher took over this topic (same transactional id); answering 503 fenced, then exiting");
+            tokio::time::sleep(FENCED_EXIT_AFTER).await;
+            shutdown.cancel();
+        });
+    }
 
     tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
     axum::serve(shared::http::no_delay(listener), api::router(versions))

@@ -1,32 +1,82 @@
-//! The publisher's side of the Kafka log: append one record (one event, or a canvas's group of
-//! consecutive versions) and wait for the acknowledgement, and read records back (head rebuild at
-//! start, reconciliation after an uncertain failure).
+//! The publisher's side of the Kafka log, as the version logic sees it: per partition, one
+//! transactional writer, and `read_committed` readers.
 //!
-//! [`EventLog`] is the seam the version logic is written against, so its contiguity rules are
-//! unit-tested with a fake log; [`KafkaLog`] is the real one.
+//! - [`EventLog::prepare`] initialises a partition's transactional producer (`init_transactions`):
+//!   it fences every older producer with the same `transactional.id` (another publisher process)
+//!   and finishes whatever transaction such a producer left open, so what a reader sees of the
+//!   partition afterwards is final until this process writes again.
+//! - [`EventLog::transact`] writes records in one transaction and commits it; the answer is
+//!   definite ([`TxnOutcome::Committed`], [`TxnOutcome::NotCommitted`], [`TxnOutcome::Fenced`])
+//!   except when the commit was sent and not confirmed in time ([`TxnOutcome::InDoubt`]).
+//! - [`EventLog::resolve`] asks again about an in-doubt commit until the answer is definite.
+//! - The reads return committed records only, and the *position* each read ended at (past the
+//!   last commit marker, see [`shared::replay`]).
+//!
+//! [`EventLog`] is the seam the version logic is written against, so its rules are unit-tested
+//! with [`fake::FakeLog`]; [`KafkaLog`] is the real one (its transactions are in [`crate::txn`]).
 
+use crate::txn::TxnWriter;
 use rdkafka::consumer::BaseConsumer;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::util::Timeout;
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::{Headers, Message};
+use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets, ReplayPlan};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use shared::event::IDEMPOTENCY_HEADER;
 use shared::PixelEvent;
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// A publish that failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AppendError {
-    /// The record was certainly not written (e.g. the producer queue was full).
-    #[error("not written: {0}")]
-    NotWritten(String),
-    /// The outcome is unknown: the record may or may not be in the log (e.g. the ack timed out
-    /// after the request was sent). The next publish to the canvas first reads the log to find out.
-    #[error("outcome unknown: {0}")]
-    Unknown(String),
+/// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one canvas
+/// with consecutive versions, and the idempotency key of each (record headers, one per event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub events: Vec<PixelEvent>,
+    pub keys: Vec<Option<String>>,
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Committed: the offset of each record, in order.
+    Committed(Vec<i64>),
+    /// Certainly not committed (aborted, or it never began): nothing of it is or ever becomes
+    /// visible to a `read_committed` reader.
+    NotCommitted(String),
+    /// The commit was sent and not confirmed in time. The writer keeps the transaction; ask
+    /// [`EventLog::resolve`] until the answer is definite, and write nothing else on the partition
+    /// meanwhile.
+    InDoubt(String),
+    /// Another producer with this partition's `transactional.id` took over. `commit_sent`: the
+    /// commit had been sent, so this transaction may have committed (the new producer finished it
+    /// one way or the other); otherwise it certainly did not.
+    Fenced { commit_sent: bool },
+}
+
+/// The definite end of an in-doubt transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It committed: the offset of each record.
+    Committed(Vec<i64>),
+    /// It did not commit.
+    NotCommitted,
+    /// The producer had to be created anew (`init_transactions` finished the transaction one way
+    /// or the other): read the partition from the last known position to learn which.
+    Reinitialised,
+    /// Another producer took over; this process cannot learn the outcome any more.
+    Fenced,
+}
+
+/// Initialising a partition's transactional producer failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    /// Another producer with the same `transactional.id` fenced this one meanwhile.
+    #[error("fenced by a newer producer with the same transactional.id")]
+    Fenced,
+    /// The broker did not answer in time, or refused (retry).
+    #[error("initialising the transactional producer: {0}")]
+    Failed(String),
 }
 
 /// Reading the log failed.
@@ -47,36 +97,64 @@ pub struct LoggedEvent {
 
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
-    /// Appends one record carrying `events` (1..=[`shared::event::MAX_EVENTS_PER_RECORD`] of one
-    /// canvas, consecutive versions) to `partition` (key = canvas id; `keys[i]` is the
-    /// idempotency key of `events[i]`, as headers) and resolves with the record's offset once the
-    /// broker acknowledged it (`acks=all`). The record lands whole or not at all.
-    fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>])
-        -> impl Future<Output = Result<i64, AppendError>> + Send;
+    /// Initialises the transactional producer of `partition` (`init_transactions`), fencing older
+    /// producers of the same `transactional.id` and finishing their open transaction. Call it for
+    /// every partition before reading the log at start-up.
+    fn prepare(&self, partition: i32) -> impl Future<Output = Result<(), PrepareError>> + Send;
 
-    /// Every event of `partition` from offset `from` up to the current high watermark (one entry per
-    /// event of each record, every canvas; records that are not pixel events are skipped).
-    fn read_partition(&self, partition: i32, from: i64) -> impl Future<Output = Result<Vec<LoggedEvent>, ReadError>> + Send;
+    /// Writes `records` to `partition` in one transaction (key = canvas id, one idempotency-key
+    /// header per event) and commits it.
+    fn transact(&self, partition: i32, records: Vec<Record>) -> impl Future<Output = TxnOutcome> + Send;
 
-    /// Every record of the topic, and the high watermark of each partition when reading started.
+    /// One more attempt to learn how the in-doubt transaction of `partition` ended; `Err` while
+    /// it is still not known.
+    fn resolve(&self, partition: i32) -> impl Future<Output = Result<Resolution, String>> + Send;
+
+    /// Every committed event of `partition` from offset `from` up to its last stable offset, and
+    /// the position the read ended at.
+    fn read_partition(&self, partition: i32, from: i64) -> impl Future<Output = Result<(Vec<LoggedEvent>, i64), ReadError>> + Send;
+
+    /// Every committed event of the topic, and the position each partition's read ended at.
     fn read_all(&self) -> impl Future<Output = Result<(Vec<LoggedEvent>, Offsets), ReadError>> + Send;
 }
 
-/// [`EventLog`] on a real Kafka-protocol broker.
+/// [`EventLog`] on a real Kafka-protocol broker: one [`TxnWriter`] per partition (created by
+/// [`EventLog::prepare`]), reads with `read_committed` consumers.
 pub struct KafkaLog {
-    producer: FutureProducer<FleetContext>,
     settings: KafkaSettings,
     topic: String,
+    transactional_id: String,
+    message_timeout: Duration,
+    transaction_timeout: Duration,
+    writers: Mutex<HashMap<i32, Arc<TxnWriter>>>,
 }
 
 impl KafkaLog {
-    /// A log on `topic`.
-    ///
-    /// # Errors
-    /// When librdkafka rejects the producer configuration.
-    pub fn new(settings: KafkaSettings, topic: String, produce_timeout: Duration) -> Result<Self, KafkaError> {
-        let producer = settings.producer("core-publisher", produce_timeout).create_with_context(FleetContext::default())?;
-        Ok(Self { producer, settings, topic })
+    /// A log on `topic` whose partition `p` is written by the producer with `transactional.id`
+    /// `<transactional_id>-<p>`.
+    pub fn new(settings: KafkaSettings, topic: String, transactional_id: String, message_timeout: Duration, transaction_timeout: Duration) -> Self {
+        Self { settings, topic, transactional_id, message_timeout, transaction_timeout, writers: Mutex::new(HashMap::new()) }
+    }
+
+    /// The `transactional.id` of `partition`'s producer.
+    pub fn transactional_id_of(base: &str, partition: i32) -> String {
+        format!("{base}-{partition}")
+    }
+
+    fn writer(&self, partition: i32) -> Arc<TxnWriter> {
+        let mut w = self.writers.lock().expect("writers lock is never poisoned: no panics while held");
+        w.entry(partition)
+            .or_insert_with(|| {
+                Arc::new(TxnWriter::start(
+                    self.settings.clone(),
+                    self.topic.clone(),
+                    partition,
+                    Self::transactional_id_of(&self.transactional_id, partition),
+                    self.message_timeout,
+                    self.transaction_timeout,
+                ))
+            })
+            .clone()
     }
 
     async fn read(&self, from: Offsets, only: Option<i32>) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
@@ -100,10 +178,9 @@ impl KafkaLog {
                     targets: plan.targets.into_iter().filter(|(q, _)| *q == p).collect(),
                 };
             }
-            let targets = plan.targets.clone();
             let total = replay::Progress::new(&plan).remaining();
             let mut out = Vec::new();
-            replay::run(
+            let progress = replay::run(
                 &consumer,
                 &topic,
                 &plan,
@@ -136,7 +213,7 @@ impl KafkaLog {
                 },
             )
             .map_err(|e| ReadError(e.to_string()))?;
-            Ok((out, targets))
+            Ok((out, progress.positions))
         })
         .await
         .map_err(|e| ReadError(e.to_string()))?
@@ -144,30 +221,21 @@ impl KafkaLog {
 }
 
 impl EventLog for KafkaLog {
-    async fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>]) -> Result<i64, AppendError> {
-        let first = events.first().ok_or_else(|| AppendError::NotWritten("a record needs at least one event".into()))?;
-        let payload = PixelEvent::record_value(events);
-        let mut record = FutureRecord::to(&self.topic)
-            .partition(partition)
-            .key(first.canvas.as_str())
-            .payload(&payload)
-            .timestamp(first.published_at_ms as i64);
-        // One header per event, in order (a null value: that event has no key), or none at all.
-        if keys.iter().any(Option::is_some) {
-            let mut headers = OwnedHeaders::new_with_capacity(keys.len());
-            for k in keys {
-                headers = headers.insert(Header { key: IDEMPOTENCY_HEADER, value: *k });
-            }
-            record = record.headers(headers);
-        }
-        match self.producer.send(record, Timeout::After(Duration::from_secs(1))).await {
-            Ok(delivery) => Ok(delivery.offset),
-            Err((e, _)) => Err(classify(e)),
-        }
+    async fn prepare(&self, partition: i32) -> Result<(), PrepareError> {
+        self.writer(partition).prepare().await
     }
 
-    async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
-        Ok(self.read(Offsets::from([(partition, from)]), Some(partition)).await?.0)
+    async fn transact(&self, partition: i32, records: Vec<Record>) -> TxnOutcome {
+        self.writer(partition).transact(records).await
+    }
+
+    async fn resolve(&self, partition: i32) -> Result<Resolution, String> {
+        self.writer(partition).resolve().await
+    }
+
+    async fn read_partition(&self, partition: i32, from: i64) -> Result<(Vec<LoggedEvent>, i64), ReadError> {
+        let (events, ends) = self.read(Offsets::from([(partition, from)]), Some(partition)).await?;
+        Ok((events, ends.get(&partition).copied().unwrap_or(from)))
     }
 
     async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
@@ -180,21 +248,6 @@ fn header_values(msg: &impl Message, name: &str) -> Vec<Option<String>> {
     msg.headers().map_or_else(Vec::new, |hs| {
         hs.iter().filter(|h| h.key == name).map(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned())).collect()
     })
-}
-
-/// Sorts a produce failure into "certainly not written" and "unknown".
-fn classify(e: KafkaError) -> AppendError {
-    match &e {
-        KafkaError::MessageProduction(
-            RDKafkaErrorCode::QueueFull
-            | RDKafkaErrorCode::MessageSizeTooLarge
-            | RDKafkaErrorCode::InvalidMessageSize
-            | RDKafkaErrorCode::UnknownPartition
-            | RDKafkaErrorCode::UnknownTopic
-            | RDKafkaErrorCode::UnknownTopicOrPartition,
-        ) => AppendError::NotWritten(e.to_string()),
-        _ => AppendError::Unknown(e.to_string()),
-    }
 }
 
 /// Ensures `topic` exists (creating it with `partitions` × `replication` when it does not) and
@@ -241,120 +294,239 @@ pub async fn ensure_topic(
     count().await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }
 
-/// An in-memory [`EventLog`] for unit tests, whose appends fail on a schedule.
+/// An in-memory [`EventLog`] for unit tests, whose transactions end on a schedule.
 #[cfg(test)]
 pub mod fake {
     use super::*;
     use std::collections::BTreeMap;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
+    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-    /// What the fake log does with an append.
+    /// How the fake log ends a transaction (by attempt number, over every partition).
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub enum Fate {
-        Ok,
-        /// Fails and the record is not in the log.
-        FailNotWritten,
-        /// Fails with an unknown outcome, but the record did land.
-        FailButWritten,
-        /// Fails with an unknown outcome and the record is not in the log.
-        FailUnknownNotWritten,
+        Commit,
+        /// Aborted: its records take offsets but are never read.
+        Abort,
+        /// The commit is sent but not confirmed: in doubt, then committed when resolved. Until
+        /// then nothing of it can be read, and if nobody resolves it before the partition's next
+        /// transaction it commits then ("lands late"), as a slow broker's would.
+        InDoubtThenCommit,
+        /// In doubt, then not committed.
+        InDoubtThenAbort,
+        /// Fenced while committing, and it did commit (the worst case for the fenced process).
+        FencedCommitted,
     }
 
     /// A record of the fake log: its events with their idempotency keys.
     pub type FakeRecord = Vec<(PixelEvent, Option<String>)>;
 
-    /// An in-memory log whose appends fail on a schedule (by append attempt number). Records are
-    /// kept per partition; the offset is the index.
-    pub struct FakeLog {
+    #[derive(Clone, Debug)]
+    enum Entry {
+        Record(FakeRecord),
+        Aborted,
+        Marker,
+    }
+
+    struct Shared {
         partitions: u32,
-        pub records: Mutex<BTreeMap<i32, Vec<FakeRecord>>>,
+        entries: Mutex<BTreeMap<i32, Vec<Entry>>>,
+        /// The current producer epoch of each partition (bumped by every `prepare`).
+        epochs: Mutex<HashMap<i32, u64>>,
+        /// The in-doubt transaction of each partition: its records, and whether it commits.
+        pending: Mutex<HashMap<i32, (Vec<Record>, bool)>>,
         attempts: AtomicU64,
         fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
-        /// Appends (by attempt number) that wait for their gate to be opened before answering.
-        gates: Mutex<std::collections::HashMap<u64, Arc<tokio::sync::Notify>>>,
+        /// Resolve attempts that still answer "in doubt" before one resolves.
+        stay_in_doubt: AtomicU32,
+        gates: Mutex<HashMap<u64, Arc<tokio::sync::Notify>>>,
+    }
+
+    /// An in-memory log. Offsets are indexes in a partition's entries: records, aborted records
+    /// and one commit marker after each transaction (so a partition ends in a marker, as a real
+    /// one does). Each [`FakeLog`] is one publisher process's view; [`FakeLog::another_publisher`]
+    /// gives a second one on the same log, with producers of its own.
+    pub struct FakeLog {
+        shared: Arc<Shared>,
+        /// The epoch this process's producer of each partition got from `prepare`.
+        mine: Mutex<HashMap<i32, u64>>,
     }
 
     impl FakeLog {
         pub fn new(partitions: u32, fate: impl Fn(u64) -> Fate + Send + Sync + 'static) -> Self {
             Self {
-                partitions,
-                records: Mutex::new(BTreeMap::new()),
-                attempts: AtomicU64::new(0),
-                fate: Box::new(fate),
-                gates: Mutex::new(std::collections::HashMap::new()),
+                shared: Arc::new(Shared {
+                    partitions,
+                    entries: Mutex::new(BTreeMap::new()),
+                    epochs: Mutex::new(HashMap::new()),
+                    pending: Mutex::new(HashMap::new()),
+                    attempts: AtomicU64::new(0),
+                    fate: Box::new(fate),
+                    stay_in_doubt: AtomicU32::new(0),
+                    gates: Mutex::new(HashMap::new()),
+                }),
+                mine: Mutex::new(HashMap::new()),
             }
         }
-        /// Makes append attempt `n` (0-based) wait until the returned gate is opened
-        /// (`notify_one`), as a slow broker acknowledgement would.
+
+        /// A second publisher process on the same log (its own producers, not prepared yet).
+        pub fn another_publisher(&self) -> Self {
+            Self { shared: self.shared.clone(), mine: Mutex::new(HashMap::new()) }
+        }
+
+        /// Makes transaction attempt `n` (0-based) wait until the returned gate is opened
+        /// (`notify_one`), as a slow broker would.
         pub fn gate(&self, n: u64) -> Arc<tokio::sync::Notify> {
-            self.gates.lock().unwrap().entry(n).or_default().clone()
+            self.shared.gates.lock().unwrap().entry(n).or_default().clone()
         }
-        /// Append attempts so far.
+
+        /// The next `n` resolve attempts answer "still in doubt".
+        pub fn stay_in_doubt(&self, n: u32) {
+            self.shared.stay_in_doubt.store(n, Ordering::SeqCst);
+        }
+
+        /// Transaction attempts so far.
         pub fn attempts(&self) -> u64 {
-            self.attempts.load(Ordering::SeqCst)
+            self.shared.attempts.load(Ordering::SeqCst)
         }
+
+        /// Committed versions of `canvas`, in log order.
         pub fn events_of(&self, canvas: &str) -> Vec<u64> {
-            let recs = self.records.lock().unwrap();
-            recs.values().flatten().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
+            self.committed().into_iter().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
         }
-        /// Records appended, over all partitions.
+
+        /// Every committed record, partition by partition.
+        pub fn committed(&self) -> Vec<FakeRecord> {
+            let entries = self.shared.entries.lock().unwrap();
+            entries.values().flatten().filter_map(|e| if let Entry::Record(r) = e { Some(r.clone()) } else { None }).collect()
+        }
+
+        /// The committed record at `offset` of `partition`.
+        pub fn record_at(&self, partition: i32, offset: i64) -> Option<FakeRecord> {
+            match self.shared.entries.lock().unwrap().get(&partition)?.get(offset as usize)? {
+                Entry::Record(r) => Some(r.clone()),
+                _ => None,
+            }
+        }
+
+        /// Committed records, over all partitions.
         pub fn record_count(&self) -> usize {
-            self.records.lock().unwrap().values().map(Vec::len).sum()
+            self.committed().len()
         }
-        fn logged(partition: i32, from: usize, v: &[FakeRecord]) -> Vec<LoggedEvent> {
+
+        fn append(entries: &mut Vec<Entry>, records: &[Record], commit: bool) -> Vec<i64> {
+            let mut offsets = Vec::new();
+            for r in records {
+                offsets.push(entries.len() as i64);
+                entries.push(if commit { Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()) } else { Entry::Aborted });
+            }
+            entries.push(Entry::Marker);
+            offsets
+        }
+
+        fn logged(partition: i32, from: usize, v: &[Entry]) -> Vec<LoggedEvent> {
             v.iter()
                 .enumerate()
                 .skip(from)
+                .filter_map(|(o, e)| if let Entry::Record(r) = e { Some((o, r)) } else { None })
                 .flat_map(|(o, rec)| {
                     rec.iter().map(move |(e, k)| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
                 })
                 .collect()
         }
+
+        fn fenced(&self, partition: i32) -> bool {
+            let current = self.shared.epochs.lock().unwrap().get(&partition).copied();
+            current.is_none() || self.mine.lock().unwrap().get(&partition).copied() != current
+        }
     }
 
     impl EventLog for FakeLog {
-        async fn append(&self, partition: i32, events: &[PixelEvent], keys: &[Option<&str>]) -> Result<i64, AppendError> {
-            assert_eq!(events.len(), keys.len(), "one key slot per event");
-            assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&events.len()), "a record carries 1..=MAX events");
-            let n = self.attempts.fetch_add(1, Ordering::SeqCst);
+        async fn prepare(&self, partition: i32) -> Result<(), PrepareError> {
+            // init_transactions finishes what an older producer left in doubt.
+            let left = self.shared.pending.lock().unwrap().remove(&partition);
+            if let Some((records, commit)) = left {
+                Self::append(self.shared.entries.lock().unwrap().entry(partition).or_default(), &records, commit);
+            }
+            let mut epochs = self.shared.epochs.lock().unwrap();
+            let e = epochs.entry(partition).or_insert(0);
+            *e += 1;
+            self.mine.lock().unwrap().insert(partition, *e);
+            Ok(())
+        }
+
+        async fn transact(&self, partition: i32, records: Vec<Record>) -> TxnOutcome {
+            assert!(!records.is_empty(), "a transaction writes at least one record");
+            for r in &records {
+                assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
+                assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
+                assert!(r.events.windows(2).all(|w| w[0].canvas == w[1].canvas && w[1].version == w[0].version + 1));
+            }
+            let n = self.shared.attempts.fetch_add(1, Ordering::SeqCst);
             // Let other requests interleave, as a real network round trip would.
             tokio::task::yield_now().await;
-            let gate = self.gates.lock().unwrap().get(&n).cloned();
+            let gate = self.shared.gates.lock().unwrap().get(&n).cloned();
             if let Some(g) = gate {
                 g.notified().await;
             }
-            let fate = (self.fate)(n);
-            let mut recs = self.records.lock().unwrap();
-            let part = recs.entry(partition).or_default();
-            let record: FakeRecord = events.iter().cloned().zip(keys.iter().map(|k| k.map(str::to_owned))).collect();
-            match fate {
-                Fate::Ok => {
-                    part.push(record);
-                    Ok(part.len() as i64 - 1)
+            if self.fenced(partition) {
+                return TxnOutcome::Fenced { commit_sent: false };
+            }
+            let late = self.shared.pending.lock().unwrap().remove(&partition);
+            let mut entries = self.shared.entries.lock().unwrap();
+            let part = entries.entry(partition).or_default();
+            // An in-doubt transaction nobody resolved lands now, before this one.
+            if let Some((late, commit)) = late {
+                Self::append(part, &late, commit);
+            }
+            match (self.shared.fate)(n) {
+                Fate::Commit => TxnOutcome::Committed(Self::append(part, &records, true)),
+                Fate::Abort => {
+                    Self::append(part, &records, false);
+                    TxnOutcome::NotCommitted("aborted".into())
                 }
-                Fate::FailNotWritten => Err(AppendError::NotWritten("queue full".into())),
-                Fate::FailButWritten => {
-                    part.push(record);
-                    Err(AppendError::Unknown("timed out".into()))
+                Fate::InDoubtThenCommit | Fate::InDoubtThenAbort => {
+                    let commit = (self.shared.fate)(n) == Fate::InDoubtThenCommit;
+                    self.shared.pending.lock().unwrap().insert(partition, (records, commit));
+                    TxnOutcome::InDoubt("commit not confirmed".into())
                 }
-                Fate::FailUnknownNotWritten => Err(AppendError::Unknown("timed out".into())),
+                Fate::FencedCommitted => {
+                    Self::append(part, &records, true);
+                    *self.shared.epochs.lock().unwrap().entry(partition).or_default() += 1;
+                    TxnOutcome::Fenced { commit_sent: true }
+                }
             }
         }
-        async fn read_partition(&self, partition: i32, from: i64) -> Result<Vec<LoggedEvent>, ReadError> {
-            let recs = self.records.lock().unwrap();
-            Ok(recs.get(&partition).map(|v| Self::logged(partition, from.max(0) as usize, v)).unwrap_or_default())
+
+        async fn resolve(&self, partition: i32) -> Result<Resolution, String> {
+            tokio::task::yield_now().await;
+            if self.shared.stay_in_doubt.load(Ordering::SeqCst) > 0 {
+                self.shared.stay_in_doubt.fetch_sub(1, Ordering::SeqCst);
+                return Err("still in doubt".into());
+            }
+            let pending = self.shared.pending.lock().unwrap().remove(&partition);
+            let Some((records, commit)) = pending else {
+                return Ok(Resolution::NotCommitted);
+            };
+            let offsets = Self::append(self.shared.entries.lock().unwrap().entry(partition).or_default(), &records, commit);
+            Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
         }
+
+        async fn read_partition(&self, partition: i32, from: i64) -> Result<(Vec<LoggedEvent>, i64), ReadError> {
+            let entries = self.shared.entries.lock().unwrap();
+            let v = entries.get(&partition).cloned().unwrap_or_default();
+            Ok((Self::logged(partition, from.max(0) as usize, &v), (v.len() as i64).max(from)))
+        }
+
         async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
-            let recs = self.records.lock().unwrap();
+            let entries = self.shared.entries.lock().unwrap();
             let mut out = Vec::new();
-            let mut high = Offsets::new();
-            for p in 0..self.partitions as i32 {
-                let v = recs.get(&p).cloned().unwrap_or_default();
-                high.insert(p, v.len() as i64);
+            let mut ends = Offsets::new();
+            for p in 0..self.shared.partitions as i32 {
+                let v = entries.get(&p).cloned().unwrap_or_default();
+                ends.insert(p, v.len() as i64);
                 out.extend(Self::logged(p, 0, &v));
             }
-            Ok((out, high))
+            Ok((out, ends))
         }
     }
 }

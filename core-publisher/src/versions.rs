@@ -1,144 +1,114 @@
-//! Per-canvas versions: contiguous from 1, never burned by a failed publish, rebuilt from the log.
+//! The version authority: every canvas's versions are contiguous from 1, each used once, and a
+//! publish is answered 201 only once the Kafka transaction carrying it committed.
 //!
-//! Each canvas has a head (its canvas state and version) behind its own async mutex, held across
-//! the append: version `v + 1` is only handed out after the broker acknowledged the record with
-//! `v`, or after its append failed and was accounted for. Canvases do not wait for each other.
+//! Start-up ([`Versions::rebuild`]): initialise every partition's transactional producer first
+//! (`init_transactions` fences an older publisher and finishes what it left open), then read the
+//! topic with `read_committed` up to each partition's last stable offset. After that nothing else
+//! can write the partitions, so the heads read are the log's. Then one committer per partition
+//! ([`crate::lane`]) hands out versions: a canvas belongs to one partition, so its versions have a
+//! single author.
 //!
-//! Group commit: publishes to a canvas queue up while its previous record is in flight; the next
-//! request to take the head appends *all* of them (up to [`MAX_EVENTS_PER_RECORD`]) as one record
-//! with consecutive versions, in arrival order, and answers each. A record lands whole or not at
-//! all, so a group cannot leave a gap either; and a canvas takes as many publishes per second as
-//! arrive, not one per Kafka round trip. (Several records of one canvas in flight at once would
-//! also lift that ceiling, but one of them failing while a later one lands leaves a version gap no
-//! consumer can close; librdkafka's idempotent producer does not rule that out for timeouts.)
-//!
-//! When a publish fails with an unknown outcome (the ack timed out after the request was sent) the
-//! record may be in the log. The head is marked *uncertain*; the next publish to that canvas first
-//! reads its partition from just after the canvas's last known record and applies what it finds, so
-//! the version it hands out is always the log's head + 1 (no version twice, none skipped).
+//! Why transactions: with a plain idempotent producer a record whose acknowledgement timed out
+//! could still land *after* the publisher had read the log to find out, and its version be handed
+//! out again; and nothing stopped a second publisher process. Under a transaction the outcome is
+//! decided by the commit: until it is confirmed no reader sees the records and the partition's
+//! next version is not handed out; an aborted transaction is never visible.
 
-use crate::idempotency::{Applied, Fingerprint, KeyStore, Lookup};
-use crate::log::{AppendError, EventLog, LoggedEvent, ReadError};
+use crate::idempotency::{KeyStore, Lookup};
+use crate::lane::{self, Ctx, Lane, LaneState, Pending, Status};
+use crate::log::{EventLog, PrepareError, ReadError};
+use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
 use shared::partitioner::partition_for;
-use shared::replay::Offsets;
-use shared::event::MAX_EVENTS_PER_RECORD;
-use shared::{Canvas, CanvasDims, CanvasId, Color, PixelEvent};
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use shared::{Canvas, CanvasDims, CanvasId, Color};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
 
-/// The answer to an accepted publish: `201 {"canvas","version","partition","offset"}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Published {
-    pub canvas: CanvasId,
-    pub version: u64,
-    pub partition: i32,
-    pub offset: i64,
+/// Idempotency keys remembered (the most recent ones with an outcome).
+pub const KEYS_REMEMBERED: usize = 100_000;
+
+/// Why the rebuild did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RebuildError {
+    /// A partition's transactional producer could not be initialised (retry).
+    #[error("partition {partition}: {source}")]
+    Prepare { partition: i32, source: PrepareError },
+    /// The log could not be read (retry).
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    /// Another publisher took over while this one was starting: it must not write.
+    #[error("fenced by another publisher while starting")]
+    Fenced,
 }
 
-/// A canvas as the publisher knows it: `{"canvas","version","hash"}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct CanvasTruth {
-    pub canvas: CanvasId,
-    pub version: u64,
-    /// Hex SHA-256 of the canonical bytes.
-    pub hash: String,
-}
-
-/// Why a publish was not accepted.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum PublishError {
-    /// The head was not rebuilt from the log yet: retry later.
-    #[error("the publisher is rebuilding canvas versions from the log")]
-    NotReady,
-    /// Kafka certainly did not write the record: nothing was applied; retry.
-    #[error("kafka did not write the event: {0}")]
-    NotWritten(String),
-    /// Kafka did not acknowledge in time: the record may or may not be in the log. A retry with
-    /// the same `Idempotency-Key` applies it exactly once.
-    #[error("kafka did not acknowledge the event in time: {0}")]
-    Unknown(String),
-    /// The `Idempotency-Key` was used before with another request.
-    #[error("the Idempotency-Key was already used with a different request")]
-    KeyConflict,
-    /// The first request with this `Idempotency-Key` is still running.
-    #[error("a request with this Idempotency-Key is still running")]
-    KeyInFlight,
-    /// The pixel is outside the canvas.
-    #[error("{field} must be below {limit}")]
-    OutOfBounds { field: &'static str, limit: u32 },
-}
-
-/// A publish waiting for its canvas's next record.
-struct Waiting {
-    fp: Fingerprint,
-    key: Option<String>,
-    done: tokio::sync::oneshot::Sender<Result<(Published, bool), PublishError>>,
-}
-
-/// One canvas: its head, and the publishes waiting to go out in its next record.
-struct Slot {
-    head: tokio::sync::Mutex<Head>,
-    waiting: Mutex<VecDeque<Waiting>>,
-}
-
-impl Slot {
-    fn new(head: Head) -> Self {
-        Self { head: tokio::sync::Mutex::new(head), waiting: Mutex::new(VecDeque::new()) }
-    }
-
-    /// Takes the oldest waiting publishes, at most a record's worth.
-    fn take_group(&self) -> Vec<Waiting> {
-        let mut w = self.waiting.lock().expect("waiting lock is never poisoned: no panics while held");
-        let n = w.len().min(MAX_EVENTS_PER_RECORD);
-        w.drain(..n).collect()
-    }
-}
-
-#[derive(Debug)]
-struct Head {
-    canvas: Canvas,
-    /// Offset of the canvas's last record in the log, when known.
-    last_offset: Option<i64>,
-    /// A publish failed with an unknown outcome: read the log before the next one.
-    uncertain: bool,
-}
+/// One pixel of a publish: (x, y, colour, idempotency key).
+pub type Pixel<'a> = (u32, u32, Color, Option<&'a str>);
 
 /// The version authority for every canvas.
 pub struct Versions<L> {
-    pub(crate) log: L,
+    pub(crate) log: Arc<L>,
     dims: CanvasDims,
     /// Partition count of the topic; 0 until known (then the publisher is not ready anyway).
     partitions: std::sync::atomic::AtomicU32,
-    heads: Mutex<HashMap<CanvasId, Arc<Slot>>>,
-    /// High watermark of each partition when the heads were rebuilt: every record below it is
-    /// already accounted for, so reconciliation of a canvas never reads before it.
-    floors: Mutex<Offsets>,
-    keys: Mutex<KeyStore>,
-    ready: AtomicBool,
+    /// One per partition, once rebuilt.
+    lanes: OnceLock<Vec<Arc<Lane>>>,
+    keys: Arc<Mutex<KeyStore>>,
+    status: Arc<Status>,
+    /// How long a caller waits for its transaction's answer.
+    answer_timeout: Duration,
+    /// Stops the lanes' committers (cancelled on drop).
+    stop: CancellationToken,
 }
 
-/// Idempotency keys remembered (the most recent ones).
-pub const KEYS_REMEMBERED: usize = 100_000;
+impl<L> Drop for Versions<L> {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
 
 impl<L: EventLog> Versions<L> {
     /// An authority over `log` for a topic of `partitions` partitions (0: not known yet, see
-    /// [`Versions::set_partitions`]). Not ready until [`Versions::rebuild`] ran.
-    pub fn new(log: L, dims: CanvasDims, partitions: u32) -> Self {
+    /// [`Versions::set_partitions`]); a caller waits at most `answer_timeout` for its transaction
+    /// (then: 503, "not written" while it was still queued, "outcome unknown" once a transaction
+    /// took it). Not ready until [`Versions::rebuild`] ran.
+    pub fn new(log: L, dims: CanvasDims, partitions: u32, answer_timeout: Duration) -> Self {
+        Self::shared(Arc::new(log), dims, partitions, answer_timeout)
+    }
+
+    /// Like [`Versions::new`] over a log shared with others (tests: two publishers on one log).
+    pub fn shared(log: Arc<L>, dims: CanvasDims, partitions: u32, answer_timeout: Duration) -> Self {
         Self {
             log,
             dims,
             partitions: std::sync::atomic::AtomicU32::new(partitions),
-            heads: Mutex::new(HashMap::new()),
-            floors: Mutex::new(Offsets::new()),
-            keys: Mutex::new(KeyStore::new(KEYS_REMEMBERED)),
-            ready: AtomicBool::new(false),
+            lanes: OnceLock::new(),
+            keys: Arc::new(Mutex::new(KeyStore::new(KEYS_REMEMBERED))),
+            status: Arc::new(Status::default()),
+            answer_timeout,
+            stop: CancellationToken::new(),
         }
     }
 
-    /// Whether writes are accepted (the heads were rebuilt from the log).
+    /// Whether writes are accepted (rebuilt, and not fenced).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
+        self.status.is_ready()
+    }
+
+    /// Whether another publisher took over (no more writes, ever).
+    pub fn is_fenced(&self) -> bool {
+        self.status.is_fenced()
+    }
+
+    /// Resolves once another publisher took over.
+    pub async fn fenced(&self) {
+        loop {
+            let notified = self.status.fenced_now.notified();
+            if self.status.is_fenced() {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The canvas size.
@@ -148,59 +118,71 @@ impl<L: EventLog> Versions<L> {
 
     /// Partition count of the topic (0 until known).
     pub fn partitions(&self) -> u32 {
-        self.partitions.load(Ordering::Acquire)
+        self.partitions.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Sets the topic's partition count, once it is known (before [`Versions::rebuild`]).
     pub fn set_partitions(&self, n: u32) {
-        self.partitions.store(n, Ordering::Release);
+        self.partitions.store(n, std::sync::atomic::Ordering::Release);
     }
 
-    /// Reads the whole topic and sets every canvas's head to the last version in the log, then
-    /// accepts writes. Returns the number of records read.
+    /// Partitions whose last commit is not confirmed yet (their committers are asking).
+    pub fn in_doubt_partitions(&self) -> Vec<i32> {
+        self.lanes.get().map_or_else(Vec::new, |l| l.iter().filter(|l| l.state() == LaneState::InDoubt).map(|l| l.partition).collect())
+    }
+
+    /// Initialises every partition's transactional producer (fencing older publishers), reads
+    /// the topic's committed records, sets every canvas's head to its last version, starts the
+    /// committers and accepts writes. Returns the number of events read.
     ///
     /// # Errors
-    /// [`ReadError`] when the log cannot be read; the publisher stays not ready.
-    pub async fn rebuild(&self) -> Result<usize, ReadError> {
-        let (records, high) = self.log.read_all().await?;
-        let n = records.len();
-        {
-            let mut heads = self.lock_heads();
-            heads.clear();
-            let mut by_canvas: HashMap<CanvasId, Head> = HashMap::new();
-            let mut keys = self.lock_keys();
-            for rec in &records {
-                let head = by_canvas.entry(rec.event.canvas.clone()).or_insert_with(|| Head {
-                    canvas: Canvas::new(self.dims),
-                    last_offset: None,
-                    uncertain: false,
-                });
-                apply_logged(head, rec.offset, &rec.event);
-                learn_key(&mut keys, rec);
-            }
-            drop(keys);
-            for (id, head) in by_canvas {
-                heads.insert(id, Arc::new(Slot::new(head)));
+    /// [`RebuildError`]: retry, except [`RebuildError::Fenced`].
+    pub async fn rebuild(&self) -> Result<usize, RebuildError> {
+        if self.lanes.get().is_some() {
+            return Ok(0);
+        }
+        let n = self.partitions().max(1) as i32;
+        let prepared = futures::future::join_all((0..n).map(|p| async move { (p, self.log.prepare(p).await) })).await;
+        for (partition, r) in prepared {
+            match r {
+                Ok(()) => {}
+                Err(PrepareError::Fenced) => {
+                    self.status.set_fenced();
+                    return Err(RebuildError::Fenced);
+                }
+                Err(source) => return Err(RebuildError::Prepare { partition, source }),
             }
         }
-        *self.floors.lock().expect("floors lock") = high;
-        self.ready.store(true, Ordering::Release);
-        Ok(n)
-    }
-
-    fn lock_heads(&self) -> std::sync::MutexGuard<'_, HashMap<CanvasId, Arc<Slot>>> {
-        self.heads.lock().expect("heads lock is never poisoned: no panics while held")
+        let (events, ends) = self.log.read_all().await?;
+        let mut heads: Vec<HashMap<CanvasId, Canvas>> = (0..n).map(|_| HashMap::new()).collect();
+        {
+            let mut keys = self.lock_keys();
+            for le in &events {
+                let Some(h) = heads.get_mut(le.partition as usize) else { continue };
+                lane::apply(h, self.dims, &le.event, le.offset);
+                if let Some(k) = &le.idempotency_key {
+                    let ev = &le.event;
+                    let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
+                    keys.learn(k, fp, Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset });
+                }
+            }
+        }
+        let lanes: Vec<Arc<Lane>> = heads
+            .into_iter()
+            .enumerate()
+            .map(|(p, h)| Arc::new(Lane::new(p as i32, self.dims, h, ends.get(&(p as i32)).copied().unwrap_or(0))))
+            .collect();
+        for l in &lanes {
+            let ctx = Ctx { log: self.log.clone(), keys: self.keys.clone(), status: self.status.clone(), stop: self.stop.clone() };
+            tokio::spawn(lane::run(l.clone(), ctx));
+        }
+        let _ = self.lanes.set(lanes);
+        self.status.set_ready();
+        Ok(events.len())
     }
 
     fn lock_keys(&self) -> std::sync::MutexGuard<'_, KeyStore> {
         self.keys.lock().expect("key store lock is never poisoned: no panics while held")
-    }
-
-    fn slot(&self, canvas: &CanvasId) -> Arc<Slot> {
-        self.lock_heads()
-            .entry(canvas.clone())
-            .or_insert_with(|| Arc::new(Slot::new(Head { canvas: Canvas::new(self.dims), last_offset: None, uncertain: false })))
-            .clone()
     }
 
     /// The partition of `canvas`.
@@ -208,9 +190,23 @@ impl<L: EventLog> Versions<L> {
         partition_for(canvas.as_str().as_bytes(), self.partitions().max(1)) as i32
     }
 
-    /// Publishes one pixel change: hands out the canvas's next version, appends it to the log
-    /// (alone, or in one record with other publishes to the canvas that waited for the same
-    /// round trip) and returns once the broker acknowledged it.
+    fn lane_of(&self, canvas: &CanvasId) -> Option<&Arc<Lane>> {
+        self.lanes.get()?.get(self.partition_of(canvas) as usize)
+    }
+
+    /// Why nothing can be written now, if so.
+    fn not_writable(&self) -> Option<PublishError> {
+        if self.status.is_fenced() {
+            Some(PublishError::Fenced)
+        } else if !self.status.is_ready() {
+            Some(PublishError::NotReady)
+        } else {
+            None
+        }
+    }
+
+    /// Publishes one pixel change: hands out the canvas's next version and returns once the
+    /// transaction carrying it committed.
     ///
     /// # Errors
     /// See [`Versions::publish_with_key`].
@@ -222,11 +218,11 @@ impl<L: EventLog> Versions<L> {
     /// whether it is the replay of an earlier request with the same key.
     ///
     /// # Errors
-    /// [`PublishError::NotReady`] before the rebuild, [`PublishError::OutOfBounds`] for a pixel
-    /// outside the canvas (nothing is published), [`PublishError::NotWritten`] /
-    /// [`PublishError::Unknown`] when Kafka did not acknowledge (the version is not burned: the
-    /// next publish gets it, or the version after it when reconciliation finds the record did
-    /// land), [`PublishError::KeyConflict`] / [`PublishError::KeyInFlight`] for a reused key.
+    /// [`PublishError::NotReady`] before the rebuild, [`PublishError::Fenced`] after another
+    /// publisher took over, [`PublishError::OutOfBounds`] for a pixel outside the canvas (nothing
+    /// is published), [`PublishError::NotWritten`] when the transaction did not commit (no version
+    /// is used), [`PublishError::Unknown`] when its commit was not confirmed in time,
+    /// [`PublishError::KeyConflict`] / [`PublishError::KeyInFlight`] for a reused key.
     pub async fn publish_with_key(
         &self,
         canvas: &CanvasId,
@@ -235,179 +231,126 @@ impl<L: EventLog> Versions<L> {
         color: Color,
         idempotency_key: Option<&str>,
     ) -> Result<(Published, bool), PublishError> {
-        if !self.is_ready() {
-            return Err(PublishError::NotReady);
-        }
-        if x >= self.dims.width {
-            return Err(PublishError::OutOfBounds { field: "x", limit: self.dims.width });
-        }
-        if y >= self.dims.height {
-            return Err(PublishError::OutOfBounds { field: "y", limit: self.dims.height });
-        }
-        let fp = Fingerprint { canvas: canvas.clone(), x, y, color };
-        let Some(key) = idempotency_key else {
-            return self.publish_once(&fp, None).await;
-        };
-        match self.lock_keys().begin(key, &fp) {
-            Lookup::New => {}
-            Lookup::Replay(p) => return Ok((p, true)),
-            Lookup::Conflict => return Err(PublishError::KeyConflict),
-            Lookup::InFlight => return Err(PublishError::KeyInFlight),
-        }
-        let result = self.publish_once(&fp, Some(key)).await;
-        let applied = result.as_ref().ok().map(|(p, _)| p.clone());
-        self.lock_keys().finish(key, &fp, applied);
-        result
+        self.publish_many(canvas, &[(x, y, color, idempotency_key)]).await.into_iter().next().unwrap_or(Err(PublishError::NotReady))
     }
 
-    /// Queues the publish for its canvas's next record and waits for its answer. Whoever takes
-    /// the head appends every publish waiting then (see the module docs). Callers run it in a task
-    /// of its own: a publish that stops waiting may still be written by another request's append.
-    async fn publish_once(&self, fp: &Fingerprint, key: Option<&str>) -> Result<(Published, bool), PublishError> {
-        let slot = self.slot(&fp.canvas);
-        let (done, mut answer) = tokio::sync::oneshot::channel();
-        slot.waiting
-            .lock()
-            .expect("waiting lock is never poisoned: no panics while held")
-            .push_back(Waiting { fp: fp.clone(), key: key.map(str::to_owned), done });
-        loop {
-            // The answer comes from whichever request appends this publish; waiting for the head
-            // only to read it would queue behind the next append (a whole extra round trip).
-            let mut head = tokio::select! {
-                biased;
-                r = &mut answer => return r.unwrap_or_else(|_| Err(PublishError::Unknown("the append carrying this publish ended without an answer".into()))),
-                head = slot.head.lock() => head,
+    /// Publishes `pixels` of one canvas, in order, in one transaction (consecutive versions, as
+    /// group records). Returns one result per pixel up to and including the first that failed
+    /// before it could be written (a bad pixel, a reused key): the pixels after it are not
+    /// attempted, so the canvas never gets a later change without an earlier one. Pixels whose
+    /// key was already applied are answered with their first result and not written again.
+    pub async fn publish_many(&self, canvas: &CanvasId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
+        if let Some(e) = self.not_writable() {
+            return vec![Err(e)];
+        }
+        let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(pixels.len());
+        let mut unit: Vec<(usize, Pending)> = Vec::new();
+        for &(x, y, color, key) in pixels {
+            let early = if x >= self.dims.width {
+                Some(Err(PublishError::OutOfBounds { field: "x", limit: self.dims.width }))
+            } else if y >= self.dims.height {
+                Some(Err(PublishError::OutOfBounds { field: "y", limit: self.dims.height }))
+            } else {
+                None
             };
-            if let Ok(r) = answer.try_recv() {
-                return r;
+            if let Some(e) = early {
+                results.push(Some(e));
+                break;
             }
-            // This publish is still waiting (no earlier append took it): append what waits.
-            let group = slot.take_group();
-            self.commit(&fp.canvas, &mut head, group).await;
+            let fp = Fingerprint { canvas: canvas.clone(), x, y, color };
+            if let Some(k) = key {
+                match self.lock_keys().begin(k, &fp) {
+                    Lookup::New => {}
+                    Lookup::Replay(p) => {
+                        results.push(Some(Ok((p, true))));
+                        continue;
+                    }
+                    Lookup::Conflict => {
+                        results.push(Some(Err(PublishError::KeyConflict)));
+                        break;
+                    }
+                    Lookup::InFlight => {
+                        results.push(Some(Err(PublishError::KeyInFlight)));
+                        break;
+                    }
+                }
+            }
+            unit.push((results.len(), Pending { fp, key: key.map(str::to_owned) }));
+            results.push(None);
         }
+        if !unit.is_empty() {
+            let (slots, events): (Vec<usize>, Vec<Pending>) = unit.into_iter().unzip();
+            match self.submit(canvas, events).await {
+                Ok(published) => {
+                    for (slot, p) in slots.into_iter().zip(published) {
+                        results[slot] = Some(Ok((p, false)));
+                    }
+                }
+                Err(e) => {
+                    for slot in slots {
+                        results[slot] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        results.into_iter().map(|r| r.expect("every pixel up to the first failure has a result")).collect()
     }
 
-    /// Appends `group` (publishes to `canvas`, in arrival order) as one record with the next
-    /// versions, and answers each of them.
-    async fn commit(&self, canvas: &CanvasId, head: &mut Head, group: Vec<Waiting>) {
-        let partition = self.partition_of(canvas);
-        let mut group = group;
-        if head.uncertain {
-            if let Err(e) = self.reconcile(canvas, partition, head).await {
-                for w in group {
-                    let _ = w.done.send(Err(e.clone()));
+    /// Queues `events` of `canvas` for its partition's next transaction and waits for the answer
+    /// (at most `answer_timeout`, see [`Versions::new`]).
+    async fn submit(&self, canvas: &CanvasId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
+        let release = |events: Vec<Pending>| {
+            let mut keys = self.lock_keys();
+            for p in events {
+                if let Some(k) = &p.key {
+                    keys.finish(k, &p.fp, None);
                 }
-                return;
-            }
-            // An earlier attempt with one of these keys may be what landed (with this request, or
-            // with another one: then the key is taken).
-            let mut rest = Vec::with_capacity(group.len());
-            for w in group {
-                let found = w.key.as_deref().map_or(Applied::No, |k| self.lock_keys().applied_as(k, &w.fp));
-                match found {
-                    Applied::Same(p) => {
-                        let _ = w.done.send(Ok((p, true)));
-                    }
-                    Applied::Other => {
-                        let _ = w.done.send(Err(PublishError::KeyConflict));
-                    }
-                    Applied::No => rest.push(w),
-                }
-            }
-            group = rest;
-        }
-        if group.is_empty() {
-            return;
-        }
-        let now = shared::event::now_ms();
-        let base = head.canvas.version();
-        let events: Vec<PixelEvent> = group
-            .iter()
-            .zip(1..)
-            .map(|(w, i)| PixelEvent { canvas: canvas.clone(), version: base + i, x: w.fp.x, y: w.fp.y, color: w.fp.color, published_at_ms: now })
-            .collect();
-        let keys: Vec<Option<&str>> = group.iter().map(|w| w.key.as_deref()).collect();
-        let appended = self.log.append(partition, &events, &keys).await;
-        drop(keys);
-        let (first, last) = (base + 1, base + events.len() as u64);
-        let error = match appended {
-            Ok(offset) => {
-                for (ev, w) in events.iter().zip(group) {
-                    apply_logged(head, offset, ev);
-                    let _ = w.done.send(Ok((Published { canvas: canvas.clone(), version: ev.version, partition, offset }, false)));
-                }
-                return;
-            }
-            Err(AppendError::NotWritten(e)) => {
-                tracing::warn!(canvas = %canvas, versions = %format!("{first}..={last}"), error = %e, "publish failed; versions not used");
-                PublishError::NotWritten(e)
-            }
-            Err(AppendError::Unknown(e)) => {
-                tracing::warn!(canvas = %canvas, versions = %format!("{first}..={last}"), error = %e,
-                    "publish outcome unknown; the next publish to this canvas reads the log first");
-                head.uncertain = true;
-                PublishError::Unknown(e)
             }
         };
-        for w in group {
-            let _ = w.done.send(Err(error.clone()));
+        let Some(lane) = self.lane_of(canvas) else {
+            release(events);
+            return Err(PublishError::NotReady);
+        };
+        let (id, mut answer) = lane.push(canvas.clone(), events);
+        match tokio::time::timeout(self.answer_timeout, &mut answer).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(PublishError::Unknown("the partition's committer stopped".into())),
+            Err(_) => match lane.withdraw(id) {
+                Some(events) => {
+                    release(events);
+                    Err(PublishError::NotWritten(format!(
+                        "waited {} ms for partition {}'s transaction; nothing was written",
+                        self.answer_timeout.as_millis(),
+                        lane.partition
+                    )))
+                }
+                None => answer.try_recv().unwrap_or_else(|_| {
+                    Err(PublishError::Unknown(format!("partition {}'s transaction did not end within {} ms", lane.partition, self.answer_timeout.as_millis())))
+                }),
+            },
         }
-    }
-
-    async fn reconcile(&self, canvas: &CanvasId, partition: i32, head: &mut Head) -> Result<(), PublishError> {
-        let floor = self.floors.lock().expect("floors lock").get(&partition).copied().unwrap_or(0);
-        let from = head.last_offset.map_or(floor, |o| (o + 1).max(floor));
-        let records = self.log.read_partition(partition, from).await.map_err(|e| PublishError::Unknown(e.0))?;
-        let before = head.canvas.version();
-        let mut keys = self.lock_keys();
-        for rec in records.iter().filter(|r| &r.event.canvas == canvas) {
-            apply_logged(head, rec.offset, &rec.event);
-            learn_key(&mut keys, rec);
-        }
-        drop(keys);
-        tracing::info!(canvas = %canvas, partition, from_offset = from, before, after = head.canvas.version(),
-            "reconciled canvas head with the log");
-        head.uncertain = false;
-        Ok(())
     }
 
     /// The publisher's truth for `canvas` (version 0 and the all-white hash when it has no events).
+    ///
+    /// # Errors
+    /// [`PublishError::NotReady`] before the rebuild, [`PublishError::Fenced`] once another
+    /// publisher took over (this one's heads are no longer the log's).
     pub async fn truth(&self, canvas: &CanvasId) -> Result<CanvasTruth, PublishError> {
-        if !self.is_ready() {
-            return Err(PublishError::NotReady);
+        if self.status.is_fenced() {
+            return Err(PublishError::Fenced);
         }
-        let slot = self.lock_heads().get(canvas).cloned();
-        Ok(match slot {
-            Some(slot) => {
-                let h = slot.head.lock().await;
-                CanvasTruth { canvas: canvas.clone(), version: h.canvas.version(), hash: h.canvas.hash() }
-            }
+        let Some(lane) = self.lane_of(canvas) else { return Err(PublishError::NotReady) };
+        Ok(match lane.truth(canvas) {
+            Some((version, hash)) => CanvasTruth { canvas: canvas.clone(), version, hash },
             None => CanvasTruth { canvas: canvas.clone(), version: 0, hash: Canvas::new(self.dims).hash() },
         })
     }
 
     /// Number of canvases with at least one event.
     pub fn canvas_count(&self) -> usize {
-        self.lock_heads().len()
+        self.lanes.get().map_or(0, |l| l.iter().map(|l| l.canvas_count()).sum())
     }
-}
-
-/// Remembers the idempotency key a logged record carried.
-fn learn_key(keys: &mut KeyStore, rec: &LoggedEvent) {
-    if let Some(k) = &rec.idempotency_key {
-        let ev = &rec.event;
-        let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
-        let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: rec.partition, offset: rec.offset };
-        keys.learn(k, fp, published);
-    }
-}
-
-fn apply_logged(head: &mut Head, offset: i64, ev: &PixelEvent) {
-    if let shared::canvas::Applied::Gap { expected } = head.canvas.apply(ev) {
-        tracing::error!(canvas = %ev.canvas, expected, got = ev.version, offset,
-            "the log skips versions of this canvas");
-    }
-    head.last_offset = Some(head.last_offset.map_or(offset, |o| o.max(offset)));
 }
 
 #[cfg(test)]
@@ -415,14 +358,26 @@ mod tests {
     use super::*;
     use crate::log::fake::{Fate, FakeLog};
 
+    const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
+    const WAIT: Duration = Duration::from_secs(5);
+
     fn id(s: &str) -> CanvasId {
         CanvasId::parse(s).unwrap()
     }
 
     async fn ready(log: FakeLog) -> Arc<Versions<FakeLog>> {
-        let v = Arc::new(Versions::new(log, CanvasDims { width: 8, height: 8 }, 3));
+        ready_on(Arc::new(log), WAIT).await
+    }
+
+    async fn ready_on(log: Arc<FakeLog>, answer_timeout: Duration) -> Arc<Versions<FakeLog>> {
+        let v = Arc::new(Versions::shared(log, DIMS, 3, answer_timeout));
         v.rebuild().await.unwrap();
         v
+    }
+
+    /// Another publisher process on the same log, started and rebuilt (it fences `v`).
+    async fn successor(v: &Versions<FakeLog>) -> Arc<Versions<FakeLog>> {
+        ready(v.log.another_publisher()).await
     }
 
     fn assert_contiguous(versions: &[u64], canvas: &str) {
@@ -430,9 +385,17 @@ mod tests {
         assert_eq!(versions, want.as_slice(), "versions of {canvas} in the log are not 1..=n in order");
     }
 
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        let started = std::time::Instant::now();
+        while !cond() {
+            assert!(started.elapsed() < Duration::from_secs(5), "{what}: not within 5 s");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn versions_stay_contiguous_under_concurrent_publishes() {
-        let v = ready(FakeLog::new(3, |_| Fate::Ok)).await;
+        let v = ready(FakeLog::new(3, |_| Fate::Commit)).await;
         let mut tasks = Vec::new();
         for i in 0..200u32 {
             let v = v.clone();
@@ -455,8 +418,8 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn publishes_waiting_for_a_round_trip_go_out_together_as_one_record() {
-        let v = ready(FakeLog::new(3, |_| Fate::Ok)).await;
+    async fn publishes_waiting_for_a_transaction_go_out_together() {
+        let v = ready(FakeLog::new(3, |_| Fate::Commit)).await;
         let c = id("hot");
         let mut tasks = Vec::new();
         for i in 0..300u32 {
@@ -467,30 +430,21 @@ mod tests {
         for t in tasks {
             answers.push(t.await.unwrap());
         }
-        let in_log = v.log.events_of("hot");
-        assert_contiguous(&in_log, "hot");
-        let records = v.log.record_count();
-        assert!(records < 300, "300 concurrent publishes to one canvas took {records} records: nothing was grouped");
-        // Each answer names its version and the offset of the record that carries it.
-        let recs = v.log.records.lock().unwrap();
-        let part = &recs[&v.partition_of(&c)];
+        assert_contiguous(&v.log.events_of("hot"), "hot");
+        let (records, transactions) = (v.log.record_count(), v.log.attempts());
+        assert!(transactions < 300, "300 concurrent publishes to one canvas took {transactions} transactions: nothing was grouped");
+        assert!(records <= transactions as usize + 1, "{records} records in {transactions} transactions: a canvas's events share records");
         let mut versions: Vec<u64> = answers.iter().map(|p| p.version).collect();
         versions.sort_unstable();
         assert_contiguous(&versions, "hot (answers)");
+        // Each answer names the offset of the record that carries its version.
         for p in &answers {
-            let rec = &part[p.offset as usize];
+            let rec = v.log.record_at(p.partition, p.offset).expect("a committed record at the answered offset");
             assert!(rec.iter().any(|(e, _)| e.version == p.version), "version {} is not in the record at offset {}", p.version, p.offset);
+            assert!(rec.iter().all(|(_, k)| k.is_some()), "each event keeps its own key");
         }
-        // Inside a record the versions are consecutive and each event keeps its own key.
-        for rec in part {
-            assert!(rec.windows(2).all(|w| w[1].0.version == w[0].0.version + 1));
-            assert!(rec.iter().all(|(_, k)| k.is_some()));
-        }
-        drop(recs);
-        // A restarted publisher learns every key of every group from the log.
-        let v = Arc::try_unwrap(v).ok().expect("the tasks ended");
-        let restarted = Versions::new(v.log, CanvasDims { width: 8, height: 8 }, 3);
-        restarted.rebuild().await.unwrap();
+        // A restarted publisher learns every key of every record from the log.
+        let restarted = successor(&v).await;
         for (i, p) in answers.iter().enumerate() {
             let i = i as u32;
             let again = restarted.publish_with_key(&c, i % 8, i / 8 % 8, Color([1, 1, 1]), Some(&format!("k{i}"))).await.unwrap();
@@ -500,9 +454,9 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_acknowledged_publish_is_answered_without_waiting_for_the_next_record() {
-        let log = FakeLog::new(3, |_| Fate::Ok);
-        let (first_ack, second_ack) = (log.gate(0), log.gate(1));
+    async fn a_committed_publish_is_answered_without_waiting_for_the_next_transaction() {
+        let log = FakeLog::new(3, |_| Fate::Commit);
+        let (first_commit, second_commit) = (log.gate(0), log.gate(1));
         let v = ready(log).await;
         let c = id("c1");
         let spawn = |x: u32| {
@@ -510,35 +464,34 @@ mod tests {
             tokio::spawn(async move { v.publish(&c, x, 0, Color([4, 4, 4])).await })
         };
         let first = spawn(0);
-        while v.log.attempts() < 1 {
-            tokio::task::yield_now().await;
-        }
-        // A second publish arrives while the first's record is in flight: it waits for the head.
+        until("the first transaction began", || v.log.attempts() >= 1).await;
+        // A second publish arrives while the first's transaction is open: it waits for the next.
         let second = spawn(1);
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        first_ack.notify_one();
-        // The second's record is now in flight and not acknowledged: the first is answered anyway.
-        let answered = tokio::time::timeout(std::time::Duration::from_secs(2), first).await;
-        assert_eq!(answered.expect("the first publish waited for the next record's ack").unwrap().unwrap().version, 1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        first_commit.notify_one();
+        let answered = tokio::time::timeout(Duration::from_secs(2), first).await;
+        assert_eq!(answered.expect("the first publish waited for the next transaction").unwrap().unwrap().version, 1);
         assert!(!second.is_finished());
-        second_ack.notify_one();
+        second_commit.notify_one();
         assert_eq!(second.await.unwrap().unwrap().version, 2);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn a_failed_group_fails_every_publish_in_it_and_burns_no_version() {
-        // Every other record fails; concurrent publishes to one canvas make multi-event records.
-        let v = ready(FakeLog::new(3, |n| if n % 2 == 1 { Fate::FailNotWritten } else { Fate::Ok })).await;
+    async fn an_aborted_transaction_fails_every_publish_in_it_and_uses_no_version() {
+        let v = ready(FakeLog::new(3, |n| if n % 2 == 1 { Fate::Abort } else { Fate::Commit })).await;
         let mut tasks = Vec::new();
         for i in 0..200u32 {
             let v = v.clone();
-            tasks.push(tokio::spawn(async move { v.publish(&id("hot"), i % 8, 0, Color([2, 2, 2])).await.ok() }));
+            tasks.push(tokio::spawn(async move { v.publish(&id("hot"), i % 8, 0, Color([2, 2, 2])).await }));
         }
         let mut answered = Vec::new();
         for t in tasks {
-            answered.extend(t.await.unwrap().map(|p| p.version));
+            match t.await.unwrap() {
+                Ok(p) => answered.push(p.version),
+                Err(e) => assert!(matches!(e, PublishError::NotWritten(_)), "{e:?}"),
+            }
         }
-        assert!(answered.len() < 200, "half the records failed: some publishes must have been refused");
+        assert!(answered.len() < 200, "half the transactions aborted: some publishes must have been refused");
         answered.sort_unstable();
         let in_log = v.log.events_of("hot");
         assert_eq!(answered, in_log, "exactly the accepted publishes are in the log");
@@ -546,13 +499,13 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    async fn failed_publishes_do_not_burn_versions() {
-        // Every third attempt fails, in each of the three ways a publish can fail.
+    async fn failed_transactions_use_no_version_whatever_their_end() {
+        // Every third transaction fails, in each of the ways one can.
         let v = ready(FakeLog::new(3, |n| match n % 9 {
-            2 => Fate::FailNotWritten,
-            5 => Fate::FailButWritten,
-            8 => Fate::FailUnknownNotWritten,
-            _ => Fate::Ok,
+            2 => Fate::Abort,
+            5 => Fate::InDoubtThenCommit,
+            8 => Fate::InDoubtThenAbort,
+            _ => Fate::Commit,
         }))
         .await;
         let mut tasks = Vec::new();
@@ -571,7 +524,7 @@ mod tests {
         for c in ["even", "odd"] {
             assert_contiguous(&v.log.events_of(c), c);
         }
-        // The publisher's head equals the log's head after one more (successful) publish per canvas.
+        // The publisher's head is the log's head: one more publish per canvas continues it.
         for c in ["even", "odd"] {
             let canvas = id(c);
             let mut p = None;
@@ -585,111 +538,180 @@ mod tests {
             let in_log = v.log.events_of(c);
             assert_eq!(p.version, *in_log.last().unwrap());
             assert_contiguous(&in_log, c);
+            assert_eq!(v.truth(&canvas).await.unwrap().version, p.version);
         }
     }
 
+    /// The case: a commit that is not confirmed, and lands later. No version of the
+    /// partition may be handed out until its outcome is known (the fake lands it before the
+    /// partition's next transaction if nobody resolved it: a version handed out meanwhile would
+    /// then be in the log twice).
     #[tokio::test]
-    async fn a_failure_that_landed_is_found_before_the_next_version() {
-        let v = ready(FakeLog::new(3, |n| if n == 1 { Fate::FailButWritten } else { Fate::Ok })).await;
+    async fn an_in_doubt_commit_that_lands_later_never_has_its_version_reused() {
+        let log = FakeLog::new(3, |n| if n == 1 { Fate::InDoubtThenCommit } else { Fate::Commit });
+        log.stay_in_doubt(3);
+        let v = ready(log).await;
         let c = id("c1");
         assert_eq!(v.publish(&c, 0, 0, Color([1, 1, 1])).await.unwrap().version, 1);
-        assert!(v.publish(&c, 1, 0, Color([2, 2, 2])).await.is_err());
-        // Version 2 is in the log although the caller got an error: the next publish is version 3.
+        assert!(matches!(v.publish(&c, 1, 0, Color([2, 2, 2])).await, Err(PublishError::Unknown(_))));
+        // Version 2 committed although its caller got "unknown": the next publish is version 3.
         assert_eq!(v.publish(&c, 2, 0, Color([3, 3, 3])).await.unwrap().version, 3);
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
-        // And the truth includes the landed pixel.
-        let mut want = Canvas::new(v.dims());
-        for (ev, _) in v.log.records.lock().unwrap().values().flatten().flatten() {
-            want.apply(ev);
+        let mut want = Canvas::new(DIMS);
+        for (ev, _) in v.log.committed().into_iter().flatten() {
+            want.apply(&ev);
         }
-        assert_eq!(v.truth(&c).await.unwrap().hash, want.hash());
+        assert_eq!(v.truth(&c).await.unwrap().hash, want.hash(), "the truth includes the pixel that landed");
     }
 
     #[tokio::test]
-    async fn rebuild_restores_heads_from_the_log() {
-        let log = FakeLog::new(3, |_| Fate::Ok);
-        let first = Versions::new(log, CanvasDims { width: 8, height: 8 }, 3);
-        first.rebuild().await.unwrap();
-        for i in 0..5 {
-            first.publish(&id("c1"), i, 0, Color([i as u8, 0, 0])).await.unwrap();
-        }
-        let truth = first.truth(&id("c1")).await.unwrap();
-        // A new publisher over the same log (a restart).
-        let restarted = Versions::new(first.log, CanvasDims { width: 8, height: 8 }, 3);
-        assert!(matches!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await, Err(PublishError::NotReady)));
-        assert_eq!(restarted.rebuild().await.unwrap(), 5);
-        assert_eq!(restarted.truth(&id("c1")).await.unwrap(), truth);
-        assert_eq!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await.unwrap().version, 6);
-    }
-
-    #[tokio::test]
-    async fn a_retry_with_the_same_key_after_an_unknown_outcome_applies_once() {
-        // Attempt 1 times out but lands; the client retries with the same key.
-        let v = ready(FakeLog::new(3, |n| if n == 0 { Fate::FailButWritten } else { Fate::Ok })).await;
+    async fn an_in_doubt_commit_that_did_not_land_frees_its_version() {
+        let log = FakeLog::new(3, |n| if n == 0 { Fate::InDoubtThenAbort } else { Fate::Commit });
+        log.stay_in_doubt(2);
+        let v = ready(log).await;
         let c = id("c1");
-        let first = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await;
-        assert!(matches!(first, Err(PublishError::Unknown(_))));
-        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await.unwrap();
-        assert_eq!((p.version, replayed), (1, true));
-        assert_eq!(v.log.events_of("c1"), vec![1], "applied exactly once");
-        // Again: the same answer, still one record.
-        assert_eq!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await.unwrap(), (p.clone(), true));
-        // The same key with another pixel is a conflict, and writes nothing.
-        assert!(matches!(v.publish_with_key(&c, 2, 2, Color([5, 5, 5]), Some("key-1")).await, Err(PublishError::KeyConflict)));
+        assert!(matches!(v.publish(&c, 1, 0, Color([2, 2, 2])).await, Err(PublishError::Unknown(_))));
+        assert_eq!(v.publish(&c, 2, 0, Color([3, 3, 3])).await.unwrap().version, 1);
         assert_eq!(v.log.events_of("c1"), vec![1]);
     }
 
     #[tokio::test]
-    async fn a_key_that_landed_with_another_request_is_a_conflict_after_reconciliation() {
-        // Attempt 1 times out but lands; the same key then comes with another pixel.
-        let v = ready(FakeLog::new(3, |n| if n == 0 { Fate::FailButWritten } else { Fate::Ok })).await;
+    async fn a_retry_with_the_same_key_waits_for_the_in_doubt_outcome_then_replays() {
+        let log = FakeLog::new(3, |n| if n == 0 { Fate::InDoubtThenCommit } else { Fate::Commit });
+        log.stay_in_doubt(1_000_000);
+        let v = ready(log).await;
         let c = id("c1");
-        assert!(matches!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await, Err(PublishError::Unknown(_))));
-        assert!(matches!(v.publish_with_key(&c, 2, 2, Color([6, 6, 6]), Some("k")).await, Err(PublishError::KeyConflict)));
-        assert_eq!(v.log.events_of("c1"), vec![1], "the second request wrote nothing");
-        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.unwrap();
+        let first = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await;
+        assert!(matches!(first, Err(PublishError::Unknown(_))));
+        // Still in doubt: the retry is refused, not run a second time.
+        assert_eq!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await, Err(PublishError::KeyInFlight));
+        assert_eq!(v.in_doubt_partitions(), vec![v.partition_of(&c)]);
+        v.log.stay_in_doubt(0);
+        until("the in-doubt transaction resolved", || v.in_doubt_partitions().is_empty()).await;
+        let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("key-1")).await.unwrap();
         assert_eq!((p.version, replayed), (1, true));
+        assert_eq!(v.log.events_of("c1"), vec![1], "applied exactly once");
+        // The same key with another pixel is a conflict, and writes nothing.
+        assert_eq!(v.publish_with_key(&c, 2, 2, Color([5, 5, 5]), Some("key-1")).await, Err(PublishError::KeyConflict));
+        assert_eq!(v.log.events_of("c1"), vec![1]);
     }
 
     #[tokio::test]
-    async fn a_retry_after_a_failure_that_did_not_land_writes_once() {
+    async fn a_retry_after_a_transaction_that_did_not_commit_writes_once() {
         let v = ready(FakeLog::new(3, |n| match n {
-            0 => Fate::FailUnknownNotWritten,
-            1 => Fate::FailNotWritten,
-            _ => Fate::Ok,
+            0 => Fate::InDoubtThenAbort,
+            1 => Fate::Abort,
+            _ => Fate::Commit,
         }))
         .await;
         let c = id("c1");
-        for _ in 0..2 {
-            assert!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.is_err());
-        }
+        assert!(matches!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await, Err(PublishError::Unknown(_))));
+        until("resolved", || v.in_doubt_partitions().is_empty()).await;
+        assert!(matches!(v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await, Err(PublishError::NotWritten(_))));
         let (p, replayed) = v.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.unwrap();
         assert_eq!((p.version, replayed), (1, false));
         assert_eq!(v.log.events_of("c1"), vec![1]);
     }
 
     #[tokio::test]
-    async fn a_restarted_publisher_remembers_keys_from_the_log() {
-        let first = Versions::new(FakeLog::new(3, |_| Fate::Ok), CanvasDims { width: 8, height: 8 }, 3);
-        first.rebuild().await.unwrap();
+    async fn a_restarted_publisher_rebuilds_heads_and_keys_from_the_log() {
+        let first = ready(FakeLog::new(3, |_| Fate::Commit)).await;
+        for i in 0..5 {
+            first.publish(&id("c1"), i, 0, Color([i as u8, 0, 0])).await.unwrap();
+        }
         let (p, _) = first.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("once")).await.unwrap();
-        let restarted = Versions::new(first.log, CanvasDims { width: 8, height: 8 }, 3);
-        restarted.rebuild().await.unwrap();
+        let truth = first.truth(&id("c1")).await.unwrap();
+        // A new process over the same log.
+        let restarted = Versions::shared(Arc::new(first.log.another_publisher()), DIMS, 3, WAIT);
+        assert_eq!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await, Err(PublishError::NotReady));
+        assert_eq!(restarted.rebuild().await.unwrap(), 6);
+        assert_eq!(restarted.truth(&id("c1")).await.unwrap(), truth);
         assert_eq!(restarted.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("once")).await.unwrap(), (p, true));
-        assert_eq!(restarted.log.events_of("c1"), vec![1]);
+        assert_eq!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await.unwrap().version, 7);
+        assert_eq!(restarted.log.events_of("c1"), (1..=7).collect::<Vec<u64>>());
+    }
+
+    #[tokio::test]
+    async fn a_second_publisher_fences_the_first_and_continues_its_versions() {
+        let old = ready(FakeLog::new(3, |_| Fate::Commit)).await;
+        let c = id("c1");
+        for x in 0..3 {
+            old.publish(&c, x, 0, Color([1, 1, 1])).await.unwrap();
+        }
+        let new = successor(&old).await;
+        // The old one learns it at its next write: nothing is written, and it accepts no more.
+        assert_eq!(old.publish(&c, 3, 0, Color([1, 1, 1])).await, Err(PublishError::Fenced));
+        assert!(old.is_fenced() && !old.is_ready());
+        tokio::time::timeout(Duration::from_secs(1), old.fenced()).await.expect("fenced() resolves");
+        assert_eq!(old.publish(&id("other"), 0, 0, Color([1, 1, 1])).await, Err(PublishError::Fenced), "every partition refuses");
+        assert_eq!(old.truth(&c).await, Err(PublishError::Fenced));
+        assert_eq!(new.publish(&c, 4, 0, Color([1, 1, 1])).await.unwrap().version, 4);
+        assert_eq!(new.log.events_of("c1"), vec![1, 2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn fenced_while_committing_is_an_unknown_outcome_the_successor_knows() {
+        let old = ready(FakeLog::new(3, |n| if n == 0 { Fate::FencedCommitted } else { Fate::Commit })).await;
+        let c = id("c1");
+        assert!(matches!(old.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await, Err(PublishError::Unknown(_))));
+        assert!(old.is_fenced());
+        let new = successor(&old).await;
+        assert!(new.publish_with_key(&c, 1, 1, Color([5, 5, 5]), Some("k")).await.unwrap().1, "the successor read the key from the log");
+        assert_eq!(new.log.events_of("c1"), vec![1]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_publish_still_queued_at_its_deadline_is_not_written_and_frees_its_key() {
+        let log = FakeLog::new(3, |_| Fate::Commit);
+        let stuck = log.gate(0);
+        let v = ready_on(Arc::new(log), Duration::from_millis(200)).await;
+        let c = id("c1");
+        let first = {
+            let (v, c) = (v.clone(), c.clone());
+            tokio::spawn(async move { v.publish(&c, 0, 0, Color([1, 1, 1])).await })
+        };
+        until("the first transaction began", || v.log.attempts() >= 1).await;
+        // Queued behind a transaction that does not end: withdrawn at the deadline, certainly unwritten.
+        let queued = v.publish_with_key(&c, 1, 0, Color([2, 2, 2]), Some("q")).await;
+        assert!(matches!(queued, Err(PublishError::NotWritten(_))), "{queued:?}");
+        // The first one's transaction had begun: its outcome is unknown to its caller.
+        assert!(matches!(first.await.unwrap(), Err(PublishError::Unknown(_))));
+        stuck.notify_one();
+        until("the first transaction committed", || v.log.events_of("c1") == vec![1]).await;
+        // The key was released: a retry runs, once.
+        let (p, replayed) = v.publish_with_key(&c, 1, 0, Color([2, 2, 2]), Some("q")).await.unwrap();
+        assert_eq!((p.version, replayed), (2, false));
+        assert_eq!(v.log.events_of("c1"), vec![1, 2]);
+    }
+
+    #[tokio::test]
+    async fn a_group_of_one_canvas_commits_in_one_transaction_and_stops_at_a_reused_key() {
+        let v = ready(FakeLog::new(3, |_| Fate::Commit)).await;
+        let c = id("c1");
+        let (p, _) = v.publish_with_key(&c, 0, 0, Color([1, 1, 1]), Some("used")).await.unwrap();
+        let before = v.log.attempts();
+        let pixels: Vec<Pixel<'_>> = (0..1_000).map(|i| (i % 8, i / 8 % 8, Color([2, 2, 2]), None)).collect();
+        let results = v.publish_many(&c, &pixels).await;
+        assert_eq!(v.log.attempts() - before, 1, "1,000 events of one canvas: one transaction");
+        let versions: Vec<u64> = results.iter().map(|r| r.as_ref().unwrap().0.version).collect();
+        assert_eq!(versions, (2..=1_001).collect::<Vec<u64>>());
+        // A replayed key keeps its first answer; a conflicting one stops the group there.
+        let pixels: Vec<Pixel<'_>> =
+            vec![(0, 0, Color([1, 1, 1]), Some("used")), (1, 1, Color([3, 3, 3]), Some("fresh")), (0, 0, Color([9, 9, 9]), Some("used")), (2, 2, Color([3, 3, 3]), None)];
+        let results = v.publish_many(&c, &pixels).await;
+        assert_eq!(results.len(), 3, "nothing after the conflict is attempted");
+        assert_eq!(results[0], Ok((p, true)));
+        assert_eq!(results[1].as_ref().unwrap().0.version, 1_002);
+        assert_eq!(results[2], Err(PublishError::KeyConflict));
+        assert_eq!(*v.log.events_of("c1").last().unwrap(), 1_002);
     }
 
     #[tokio::test]
     async fn out_of_bounds_pixels_publish_nothing() {
-        let v = ready(FakeLog::new(3, |_| Fate::Ok)).await;
-        assert!(matches!(
-            v.publish(&id("c1"), 8, 0, Color([0, 0, 0])).await,
-            Err(PublishError::OutOfBounds { field: "x", limit: 8 })
-        ));
-        assert!(matches!(
-            v.publish(&id("c1"), 0, 8, Color([0, 0, 0])).await,
-            Err(PublishError::OutOfBounds { field: "y", limit: 8 })
-        ));
+        let v = ready(FakeLog::new(3, |_| Fate::Commit)).await;
+        assert_eq!(v.publish(&id("c1"), 8, 0, Color([0, 0, 0])).await, Err(PublishError::OutOfBounds { field: "x", limit: 8 }));
+        assert_eq!(v.publish(&id("c1"), 0, 8, Color([0, 0, 0])).await, Err(PublishError::OutOfBounds { field: "y", limit: 8 }));
         assert!(v.log.events_of("c1").is_empty());
+        assert_eq!(v.log.attempts(), 0);
     }
 }
