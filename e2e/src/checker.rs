@@ -1,6 +1,8 @@
 //! The promise, checked per client: after its first snapshot, every version up to the
-//! publisher's head arrived as an event, none twice, none out of order, and the client's canvas
-//! hash equals the publisher's.
+//! publisher's head arrived as an event, none twice, none out of order, no resume served as a
+//! snapshot, and the client's canvas hash equals the publisher's ([`check`], one [`Verdict`] per
+//! client); and over a set of clients ([`Summary`]: each kind of violation counted, and their
+//! total), the one figure the scenario and the benchmark's failover row both judge by.
 
 use crate::client::{ClientReport, Kind};
 
@@ -33,6 +35,69 @@ impl Verdict {
     /// Whether the client got exactly what it should have.
     pub fn ok(&self) -> bool {
         self.lost.is_empty() && self.duplicated == 0 && self.out_of_order == 0 && self.extra_snapshots == 0 && self.hash_matches
+    }
+}
+
+/// The verdicts of a set of clients, summed: one count per kind of violation of the promise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Summary {
+    /// Clients checked.
+    pub clients: usize,
+    /// Versions never received as an event, over all clients.
+    pub lost: usize,
+    /// Event frames of a version already received.
+    pub duplicated: usize,
+    /// Event frames that skipped ahead of the next expected version.
+    pub out_of_order: usize,
+    /// Snapshots after a client's first (resumes not served as events).
+    pub extra_snapshots: usize,
+    /// Clients whose final canvas (hash and version) differs from the publisher's.
+    pub hash_mismatches: usize,
+    /// Clients whose verdict is not [`Verdict::ok`].
+    pub clients_not_ok: usize,
+}
+
+impl Summary {
+    /// Sums `verdicts`.
+    pub fn of(verdicts: &[Verdict]) -> Self {
+        let mut s = Self { clients: verdicts.len(), ..Self::default() };
+        for v in verdicts {
+            s.lost += v.lost.len();
+            s.duplicated += v.duplicated;
+            s.out_of_order += v.out_of_order;
+            s.extra_snapshots += v.extra_snapshots;
+            s.hash_mismatches += usize::from(!v.hash_matches);
+            s.clients_not_ok += usize::from(!v.ok());
+        }
+        s
+    }
+
+    /// Every violation of every kind: lost + duplicated + out of order + extra snapshots + hash
+    /// mismatches. Zero exactly when every client is [`Verdict::ok`].
+    pub fn violations(&self) -> usize {
+        self.lost + self.duplicated + self.out_of_order + self.extra_snapshots + self.hash_mismatches
+    }
+
+    /// Whether the promise held for every client.
+    pub fn ok(&self) -> bool {
+        self.violations() == 0 && self.clients_not_ok == 0
+    }
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} violations: lost {}, duplicated {}, out of order {}, extra snapshots {}, hash mismatches {} ({} of {} clients not ok)",
+            self.violations(),
+            self.lost,
+            self.duplicated,
+            self.out_of_order,
+            self.extra_snapshots,
+            self.hash_mismatches,
+            self.clients_not_ok,
+            self.clients
+        )
     }
 }
 
@@ -129,5 +194,40 @@ mod tests {
         }
         assert!(check(&report(&[(S, 0), (E, 1)]), 1, "h").ok());
         assert!(!check(&report(&[(S, 0), (E, 1)]), 1, "other").ok());
+    }
+
+    #[test]
+    fn summary_table() {
+        let ok = || check(&report(&[(S, 0), (E, 1), (E, 2)]), 2, "h");
+        let lost = check(&report(&[(S, 0), (E, 1)]), 3, "h"); // 2 and 3 lost, so its canvas is behind too
+        let dup = check(&report(&[(S, 0), (E, 1), (E, 1), (E, 2)]), 2, "h");
+        let ooo = check(&report(&[(S, 0), (E, 2), (E, 1), (E, 2)]), 2, "h");
+        // A resume (since=2) served as a snapshot at the head: nothing lost, nothing else wrong.
+        let snap = check(&report(&[(S, 0), (E, 1), (E, 2), (S, 2)]), 2, "h");
+        let hash = check(&report(&[(S, 0), (E, 1), (E, 2)]), 2, "other"); // every event, the wrong canvas
+        assert_eq!((snap.lost.len(), snap.duplicated, snap.out_of_order, snap.hash_matches), (0, 0, 0, true), "{snap:?}");
+        assert_eq!((hash.lost.len(), hash.duplicated, hash.out_of_order, hash.extra_snapshots), (0, 0, 0, 0), "{hash:?}");
+        // (verdicts, lost, duplicated, out of order, extra snapshots, hash mismatches, violations, clients not ok)
+        let cases: Vec<(&str, Vec<Verdict>, [usize; 7])> = vec![
+            ("none", vec![], [0, 0, 0, 0, 0, 0, 0]),
+            ("all ok", vec![ok(), ok(), ok()], [0, 0, 0, 0, 0, 0, 0]),
+            ("lost", vec![ok(), lost.clone()], [2, 0, 0, 0, 1, 3, 1]),
+            ("duplicated", vec![dup.clone(), ok()], [0, 1, 0, 0, 0, 1, 1]),
+            ("out of order", vec![ooo.clone()], [0, 0, 1, 0, 0, 1, 1]),
+            ("an extra snapshot alone", vec![ok(), snap.clone()], [0, 0, 0, 1, 0, 1, 1]),
+            ("a hash mismatch alone", vec![hash.clone(), ok()], [0, 0, 0, 0, 1, 1, 1]),
+            ("every kind", vec![lost, dup, ooo, snap, hash, ok()], [2, 1, 1, 1, 2, 7, 5]),
+        ];
+        for (name, verdicts, [l, d, o, x, h, total, not_ok]) in cases {
+            let s = Summary::of(&verdicts);
+            assert_eq!(
+                (s.clients, s.lost, s.duplicated, s.out_of_order, s.extra_snapshots, s.hash_mismatches),
+                (verdicts.len(), l, d, o, x, h),
+                "{name}: {s}"
+            );
+            assert_eq!((s.violations(), s.clients_not_ok), (total, not_ok), "{name}: {s}");
+            assert_eq!(s.ok(), verdicts.iter().all(Verdict::ok), "{name}: the summary agrees with the verdicts");
+            assert_eq!(s.ok(), total == 0, "{name}");
+        }
     }
 }

@@ -4,7 +4,7 @@
 //! every client checked at the end.
 
 use crate::broker::{Broker, BrokerKind};
-use crate::checker::{check, Verdict};
+use crate::checker::{check, Summary, Verdict};
 use crate::client::{Client, ClientReport, ClientTiming, Kind};
 use crate::fleet::{Fleet, FleetSpec};
 use crate::load::Load;
@@ -76,22 +76,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// The promise over all clients: each kind of violation and their total.
+    pub fn promise(&self) -> Summary {
+        Summary::of(&self.verdicts)
+    }
     /// Events lost over all clients.
     pub fn lost(&self) -> usize {
-        self.verdicts.iter().map(|v| v.lost.len()).sum()
+        self.promise().lost
     }
     /// Duplicated event frames over all clients.
     pub fn duplicated(&self) -> usize {
-        self.verdicts.iter().map(|v| v.duplicated).sum()
+        self.promise().duplicated
     }
     /// Out-of-order event frames over all clients.
     pub fn out_of_order(&self) -> usize {
-        self.verdicts.iter().map(|v| v.out_of_order).sum()
+        self.promise().out_of_order
     }
 
     /// Whether the promise held and the lifecycle went as it must.
     pub fn passed(&self) -> bool {
-        self.verdicts.iter().all(Verdict::ok) && self.lifecycle_missing.is_empty() && self.replay_count > 0 && self.ws1_sessions_after > 0
+        self.promise().ok() && self.lifecycle_missing.is_empty() && self.replay_count > 0 && self.ws1_sessions_after > 0
     }
 
     /// The summary table (markdown).
@@ -107,11 +111,13 @@ impl Report {
         );
         s += &format!("| clients / canvases | {} / {} |\n", self.verdicts.len(), self.verdicts.iter().map(|v| &v.canvas).collect::<std::collections::BTreeSet<_>>().len());
         s += &format!("| events delivered per client | min {min}, max {max} ({}) |\n", delivered.join(" "));
-        s += &format!("| lost | {} |\n", self.lost());
-        s += &format!("| duplicated | {} |\n", self.duplicated());
-        s += &format!("| out of order | {} |\n", self.out_of_order());
-        s += &format!("| extra snapshots (resumes not served as events) | {} |\n", self.verdicts.iter().map(|v| v.extra_snapshots).sum::<usize>());
-        s += &format!("| final canvas hash = publisher's | {}/{} clients |\n", self.verdicts.iter().filter(|v| v.hash_matches).count(), self.verdicts.len());
+        let promise = self.promise();
+        s += &format!("| lost | {} |\n", promise.lost);
+        s += &format!("| duplicated | {} |\n", promise.duplicated);
+        s += &format!("| out of order | {} |\n", promise.out_of_order);
+        s += &format!("| extra snapshots (resumes not served as events) | {} |\n", promise.extra_snapshots);
+        s += &format!("| final canvas hash = publisher's | {}/{} clients |\n", promise.clients - promise.hash_mismatches, promise.clients);
+        s += &format!("| promise violations (all five kinds) / clients not ok | {} / {} |\n", promise.violations(), promise.clients_not_ok);
         s += &format!("| burst: concurrent publishes to one canvas accepted / records they took | {} / {} |\n", self.burst_events, self.burst_records);
         s += &format!("| failover (kill -9 → all clients receiving again) | {} ms |\n", self.failover_ms);
         s += &format!("| failback gap (longest publish → receive during recovery and failback) | {} ms |\n", self.failback_gap_ms);

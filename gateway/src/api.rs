@@ -3,14 +3,15 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /ws?canvas=<id>&since=<version>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
-//! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, recent decisions |
+//! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
-//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher (one origin for pages); `503` + `Retry-After` when it does not answer |
+//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
 use crate::fleet::Fleet;
 use crate::proxy;
+use crate::publishers::Forward;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{RawQuery, State};
@@ -25,7 +26,6 @@ use shared::http::{
 };
 use shared::protocol::{Refusal, WsQuery};
 use std::sync::Arc;
-
 
 /// The gateway's router.
 pub fn router(fleet: Arc<Fleet>) -> Router {
@@ -85,80 +85,34 @@ async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, Js
     }
 }
 
-/// How long a forwarded single publish or read may take.
-const PUBLISHER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
-/// How long a forwarded batch may take: each canvas's events go one Kafka acknowledgement at a
-/// time, and a Kafka outage fails each canvas's first event after the publisher's produce timeout.
-const PUBLISHER_BATCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Relays one request to the publisher and its answer back (status, `Retry-After`, JSON body).
-/// When the publisher could not be reached nothing was done: 503 `publisher_unavailable` with
-/// `Retry-After`. When the request went out but no answer came in `timeout`, the publish may have
-/// happened: 504 `publisher_outcome_unknown` (retry with the same idempotency key(s)).
-async fn to_publisher(fleet: &Fleet, req: reqwest::RequestBuilder, timeout: std::time::Duration) -> Result<Response, ApiError> {
-    let resp = req.timeout(timeout).send().await.map_err(|e| {
-        tracing::warn!(error = %e, "publisher did not answer a forwarded request");
-        if e.is_connect() {
-            ApiError::unavailable("publisher_unavailable", format!("the publisher at {} could not be reached", fleet.config.publisher_url), 1)
-        } else {
-            ApiError::new(
-                axum::http::StatusCode::GATEWAY_TIMEOUT,
-                "publisher_outcome_unknown",
-                format!(
-                    "the publisher at {} did not answer (in {} s): the request may or may not have been applied; \
-                     retry with the same Idempotency-Key / idempotency_key to apply it once",
-                    fleet.config.publisher_url,
-                    timeout.as_secs()
-                ),
-            )
-        }
-    })?;
-    let status = axum::http::StatusCode::from_u16(resp.status().as_u16()).unwrap_or(axum::http::StatusCode::BAD_GATEWAY);
-    let passed: Vec<(&'static str, axum::http::HeaderValue)> = FORWARDED_ANSWER_HEADERS
-        .iter()
-        .filter_map(|name| {
-            let v = resp.headers().get(*name)?;
-            Some((*name, axum::http::HeaderValue::from_bytes(v.as_bytes()).ok()?))
-        })
-        .collect();
-    let body = resp.bytes().await.map_err(|e| ApiError::bad_gateway(format!("reading the publisher's answer: {e}")))?;
-    let mut out = (status, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response();
-    for (name, v) in passed {
-        out.headers_mut().insert(name, v);
-    }
-    Ok(out)
-}
-
 /// Request headers passed on to the publisher with a forwarded publish.
 const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key"];
-/// Answer headers passed back from the publisher.
-const FORWARDED_ANSWER_HEADERS: &[&str] = &["retry-after", "idempotent-replayed"];
+
+/// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]).
+fn forward(method: reqwest::Method, path: String, body: Option<axum::body::Bytes>, headers: &HeaderMap, timeout: std::time::Duration) -> Forward {
+    let headers = FORWARDED_REQUEST_HEADERS.iter().filter_map(|name| Some((*name, headers.get(*name)?.clone()))).collect();
+    Forward { method, path, body, headers, timeout }
+}
 
 async fn forward_pixel(
     State(fleet): State<Arc<Fleet>>,
     CanvasPath(canvas): CanvasPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
-) -> Result<Response, ApiError> {
-    let url = format!("{}/canvases/{canvas}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
-    let mut req = fleet.http().post(url).header("content-type", "application/json").body(body);
-    for name in FORWARDED_REQUEST_HEADERS {
-        if let Some(v) = headers.get(*name) {
-            req = req.header(*name, v.as_bytes());
-        }
-    }
-    to_publisher(&fleet, req, PUBLISHER_TIMEOUT).await
+) -> Response {
+    let req = forward(reqwest::Method::POST, format!("/canvases/{canvas}/pixels"), Some(body), &headers, fleet.config.publisher_timeout());
+    fleet.publishers.forward(&req).await
 }
 
 /// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
-async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Result<Response, ApiError> {
-    let url = format!("{}/pixels", fleet.config.publisher_url.trim_end_matches('/'));
-    to_publisher(&fleet, fleet.http().post(url).header("content-type", "application/json").body(body), PUBLISHER_BATCH_TIMEOUT).await
+async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Response {
+    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &HeaderMap::new(), fleet.config.publisher_batch_timeout());
+    fleet.publishers.forward(&req).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
-    let url = format!("{}/canvases/{canvas}", fleet.config.publisher_url.trim_end_matches('/'));
-    to_publisher(&fleet, fleet.http().get(url), PUBLISHER_TIMEOUT).await
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Response {
+    let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), fleet.config.publisher_timeout());
+    fleet.publishers.forward(&req).await
 }
 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).

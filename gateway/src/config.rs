@@ -42,6 +42,33 @@ pub fn parse_nodes(raw: &str) -> Result<Nodes, String> {
     Ok(Nodes(nodes))
 }
 
+/// The publishers as configured, in order: base URLs without a trailing slash.
+///
+/// A deployment runs one publisher, or several on one topic while a newer one takes over (it
+/// fences the older, which then refuses every write): the gateway sends each request to the one
+/// that accepts writes ([`crate::publishers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublisherUrls(pub Vec<String>);
+
+/// Splits `http://a:8080,http://b:8080` (blank entries skipped, trailing slashes dropped). The
+/// URLs are checked by [`Config::problems`], so every bad one is reported at once.
+///
+/// # Errors
+/// None: the signature is clap's.
+pub fn parse_publishers(raw: &str) -> Result<PublisherUrls, String> {
+    let strip = |e: &str| {
+        // `http://` alone keeps its slashes, so the problem names what was written.
+        let t = e.trim_end_matches('/');
+        if t.ends_with(':') { e.to_owned() } else { t.to_owned() }
+    };
+    Ok(PublisherUrls(raw.split(',').map(str::trim).filter(|e| !e.is_empty()).map(strip).collect()))
+}
+
+/// Whether `url` is `http://` or `https://` followed by something (a host, at least).
+fn is_http_url(url: &str) -> bool {
+    url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).is_some_and(|rest| !rest.is_empty())
+}
+
 /// Gateway settings. Every flag can also be given by the environment variable named in its help.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "gateway", version, about = "Entry point and lifecycle orchestrator of the canvas fleet")]
@@ -52,9 +79,19 @@ pub struct Config {
     /// The nodes: `ws-1=http://host:port,ws-2=http://host:port`.
     #[arg(long, env = "NODES", value_parser = parse_nodes)]
     pub nodes: Nodes,
-    /// Base URL of the publisher (for `/api/canvases/...`).
-    #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080")]
-    pub publisher_url: String,
+    /// Base URLs of the publishers, comma-separated (for `/api/canvases/...` and `/api/pixels`):
+    /// each request goes to the one that accepts writes.
+    #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080", value_parser = parse_publishers)]
+    pub publisher_url: PublisherUrls,
+    /// How long a forwarded single publish or canvas read may take before the client gets 504
+    /// `publisher_outcome_unknown`, ms.
+    #[arg(long, env = "PUBLISHER_TIMEOUT_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub publisher_timeout_ms: u64,
+    /// How long a forwarded batch (`POST /api/pixels`) may take, ms: each canvas's events go one
+    /// Kafka acknowledgement at a time, and a Kafka outage fails each canvas's first event only
+    /// after the publisher's produce timeout.
+    #[arg(long, env = "PUBLISHER_BATCH_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub publisher_batch_timeout_ms: u64,
     /// How often each node's `/health` is polled, ms.
     #[arg(long, env = "POLL_INTERVAL_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(50..=600_000))]
     pub poll_interval_ms: u64,
@@ -93,8 +130,16 @@ impl Config {
     /// it is valid), so all of them are reported at once.
     pub fn problems(&self) -> Vec<String> {
         let mut p = Vec::new();
-        if !(self.publisher_url.starts_with("http://") || self.publisher_url.starts_with("https://")) {
-            p.push(format!("PUBLISHER_URL (--publisher-url) {:?} must start with http:// or https://", self.publisher_url));
+        let urls = &self.publisher_url.0;
+        if urls.is_empty() {
+            p.push("PUBLISHER_URL (--publisher-url) names no publisher".to_owned());
+        }
+        for (i, url) in urls.iter().enumerate() {
+            if !is_http_url(url) {
+                p.push(format!("PUBLISHER_URL (--publisher-url) {url:?} must start with http:// or https:// and name a host"));
+            } else if urls[..i].contains(url) {
+                p.push(format!("PUBLISHER_URL (--publisher-url) lists {url} twice"));
+            }
         }
         if self.poll_timeout_ms > self.poll_interval_ms {
             p.push(format!(
@@ -111,7 +156,9 @@ impl Config {
         shared::telemetry::env_lines(&[
             ("LISTEN_ADDR", self.listen.to_string()),
             ("NODES", nodes.join(",")),
-            ("PUBLISHER_URL", self.publisher_url.clone()),
+            ("PUBLISHER_URL", self.publisher_url.0.join(",")),
+            ("PUBLISHER_TIMEOUT_MS", self.publisher_timeout_ms.to_string()),
+            ("PUBLISHER_BATCH_TIMEOUT_MS", self.publisher_batch_timeout_ms.to_string()),
             ("POLL_INTERVAL_MS", self.poll_interval_ms.to_string()),
             ("POLL_TIMEOUT_MS", self.poll_timeout_ms.to_string()),
             ("UP_THRESHOLD", self.up_threshold.to_string()),
@@ -131,6 +178,14 @@ impl Config {
     /// `poll_timeout_ms` as a duration.
     pub fn poll_timeout(&self) -> Duration {
         Duration::from_millis(self.poll_timeout_ms)
+    }
+    /// `publisher_timeout_ms` as a duration.
+    pub fn publisher_timeout(&self) -> Duration {
+        Duration::from_millis(self.publisher_timeout_ms)
+    }
+    /// `publisher_batch_timeout_ms` as a duration.
+    pub fn publisher_batch_timeout(&self) -> Duration {
+        Duration::from_millis(self.publisher_batch_timeout_ms)
     }
     /// `upstream_connect_timeout_ms` as a duration.
     pub fn upstream_connect_timeout(&self) -> Duration {
@@ -172,5 +227,24 @@ mod tests {
             let e = parse_nodes(raw).unwrap_err();
             assert!(e.contains(needle), "{raw}: {e}");
         }
+    }
+
+    fn config(publishers: &str) -> Config {
+        Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--publisher-url", publishers]).unwrap()
+    }
+
+    #[test]
+    fn publishers_parse_as_a_list_and_every_problem_is_reported() {
+        assert_eq!(config("http://a:1").publisher_url.0, ["http://a:1"]);
+        let c = config(" http://a:1/, ,https://b:2 ");
+        assert_eq!(c.publisher_url.0, ["http://a:1", "https://b:2"]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert!(c.describe().lines().any(|l| l == "PUBLISHER_URL=http://a:1,https://b:2"), "{}", c.describe());
+        let p = config("ftp://a,http://b:1,http://,http://b:1").problems();
+        assert_eq!(p.len(), 3, "{p:?}");
+        assert!(p[0].contains("\"ftp://a\" must start with http"), "{p:?}");
+        assert!(p[1].contains("\"http://\""), "{p:?}");
+        assert!(p[2].contains("http://b:1 twice"), "{p:?}");
+        assert!(config(",").problems()[0].contains("names no publisher"));
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::config::{Config, NodeAddr};
 use crate::lifecycle::{self, Decision, NodeView, Observed, Rules, Status};
+use crate::publishers::Publishers;
 use serde::Serialize;
 use shared::api::{DrainReport, DrainRequest, NodeHealth};
 use shared::partitioner::partition_for;
@@ -77,6 +78,8 @@ pub struct Fleet {
     /// Counts completed polls (scheduled or refresh): the proxy waits for the next one to re-route.
     polled: tokio::sync::watch::Sender<u64>,
     partition_count: AtomicU32,
+    /// The publishers requests are forwarded to.
+    pub publishers: Publishers,
     /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Proxied sessions: which node and partition each is on, and its close switch.
@@ -116,6 +119,7 @@ impl Fleet {
             .map(|a| NodeEntry { addr: a.clone(), slot: Mutex::new(Slot::default()) })
             .collect();
         let partitions = config.partitions;
+        let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
         Arc::new(Self {
             config,
             nodes,
@@ -124,6 +128,7 @@ impl Fleet {
             refresh: Notify::new(),
             polled: tokio::sync::watch::Sender::new(0),
             partition_count: AtomicU32::new(partitions),
+            publishers,
             shutdown,
             sessions: Mutex::new(std::collections::HashMap::new()),
             next_session: std::sync::atomic::AtomicU64::new(1),
@@ -153,7 +158,7 @@ impl Fleet {
         log.push_back(rec);
     }
 
-    /// The HTTP client shared by polls, admin calls and publisher forwarding.
+    /// The HTTP client shared by polls and admin calls (the publishers have their own).
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }
@@ -484,6 +489,7 @@ impl Fleet {
             "poll_interval_ms": self.config.poll_interval_ms,
             "up_threshold": self.config.up_threshold,
             "nodes": nodes,
+            "publishers": self.publishers.snapshot(),
             "decisions": decisions,
         })
     }

@@ -5,9 +5,11 @@
 //! (start-recovery, scoped failback drains, maintenance drains), recording every decision with its
 //! reason. It proxies each client's WebSocket to the node that owns the client's canvas.
 //!
+//! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
+//!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
-//! routing), [`proxy`] (WebSocket pass-through), [`api`] (routes), [`assets`] (the pages and the
-//! browser client, built in).
+//! routing), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
+//! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
 
 pub mod api;
 pub mod assets;
@@ -15,6 +17,7 @@ pub mod config;
 pub mod fleet;
 pub mod lifecycle;
 pub mod proxy;
+pub mod publishers;
 
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -32,9 +35,13 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         nodes = ?fleet.nodes.iter().map(|n| format!("{}={}", n.addr.id, n.addr.url)).collect::<Vec<_>>(),
         poll_interval_ms = fleet.config.poll_interval_ms,
         up_threshold = fleet.config.up_threshold,
+        publishers = ?fleet.publishers.urls(),
         "[GATEWAY] listening; polling nodes"
     );
     tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
+    let probed = fleet.clone();
+    let probe_shutdown = shutdown.clone();
+    tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
     let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {

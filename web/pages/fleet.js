@@ -8,6 +8,9 @@
  *   DRAINING, class `state-<lowercase>`), `.streak` (`<up_streak>/<up_threshold>`), `.partitions`
  *   (comma-separated), `.sessions`, `.catchup` (status · replayed · per partition last consumed /
  *   target), `.answer` (ms since the last answer, or the last error), `.flags`.
+ * - `#publishers`: one `<tr data-publisher="<url>">` per publisher with cells `.url`, `.ready`
+ *   (`yes`/`no`, class `state-healthy`/`state-down`), `.preferred` (`preferred` or empty), `.error`
+ *   (the last error, if any); a gateway without the list shows "no publishers reported".
  * - `#decisions`: the last 50 lifecycle decisions, newest first (local time, node, action, reason,
  *   a short detail; the full detail is the item's tooltip).
  * - `#summary` (partition count, proxied sessions, poll interval, UP threshold) and `#updated`
@@ -30,6 +33,7 @@ const el = {
   summary: $('#summary'),
   updated: $('#updated'),
   tbody: $('#nodes tbody'),
+  publishers: $('#publishers tbody'),
   decisions: $('#decisions'),
 };
 
@@ -300,6 +304,41 @@ function renderNodes(data) {
   }
 }
 
+let publishersKey = '';
+
+function renderPublishers(data) {
+  const list = Array.isArray(data.publishers) ? data.publishers : [];
+  const key = JSON.stringify(list);
+  if (key === publishersKey) return;
+  publishersKey = key;
+  const rows = list.map((p) => {
+    const tr = document.createElement('tr');
+    tr.dataset.publisher = String(p?.url ?? '?');
+    const add = (cls, text) => {
+      const td = document.createElement('td');
+      td.className = cls;
+      td.textContent = text;
+      tr.append(td);
+      return td;
+    };
+    add('url', String(p?.url ?? '?'));
+    add('ready', p?.ready ? 'yes' : 'no').classList.add('state', p?.ready ? 'state-healthy' : 'state-down');
+    add('preferred', p?.preferred ? 'preferred' : '');
+    add('error', p?.last_error ? String(p.last_error) : '').classList.toggle('error-text', Boolean(p?.last_error));
+    return tr;
+  });
+  if (rows.length === 0) {
+    const tr = document.createElement('tr');
+    tr.className = 'empty';
+    const td = document.createElement('td');
+    td.colSpan = 4;
+    td.textContent = 'no publishers reported';
+    tr.append(td);
+    rows.push(tr);
+  }
+  el.publishers.replaceChildren(...rows);
+}
+
 let decisionsKey = '';
 
 function renderDecisions(data) {
@@ -362,6 +401,7 @@ function renderSummary(data) {
 function render(data) {
   renderSummary(data);
   renderNodes(data);
+  renderPublishers(data);
   renderDecisions(data);
 }
 
