@@ -39,9 +39,10 @@ pub struct Config {
     /// twice this (plus a second).
     #[arg(long, env = "PRODUCE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
     pub produce_timeout_ms: u64,
-    /// Base of the transactional ids: partition `p` is written by the producer with
-    /// `transactional.id` `<this>-<p>`. Every publisher process of a deployment must use the same
-    /// one, so that a new process fences the old one. Default: `core-publisher-<KAFKA_TOPIC>`.
+    /// Base of the transactional ids: partition `p` is written by the producers with
+    /// `transactional.id` `<this>-<p>-0` and `<this>-<p>-1` (taking turns). Every publisher process
+    /// of a deployment must use the same one, so that a new process fences the old one. Default:
+    /// `core-publisher-<KAFKA_TOPIC>`.
     #[arg(long, env = "TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay open

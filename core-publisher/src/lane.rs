@@ -116,6 +116,44 @@ impl Status {
     }
 }
 
+/// What the committers did since start, for `/health`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Transactions committed.
+    pub committed: std::sync::atomic::AtomicU64,
+    /// Events and records in them.
+    pub events: std::sync::atomic::AtomicU64,
+    pub records: std::sync::atomic::AtomicU64,
+    /// Transactions that certainly did not commit (aborted, or never began).
+    pub not_committed: std::sync::atomic::AtomicU64,
+    /// Commits that were not confirmed in time (each then resolved by asking again).
+    pub in_doubt: std::sync::atomic::AtomicU64,
+}
+
+impl Counters {
+    fn add(n: &std::sync::atomic::AtomicU64, by: usize) {
+        n.fetch_add(by as u64, Ordering::Relaxed);
+    }
+
+    fn committed(&self, records: &[Record]) {
+        Self::add(&self.committed, 1);
+        Self::add(&self.records, records.len());
+        Self::add(&self.events, records.iter().map(|r| r.events.len()).sum());
+    }
+
+    /// `{"committed","events","records","not_committed","in_doubt"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let get = |n: &std::sync::atomic::AtomicU64| n.load(Ordering::Relaxed);
+        serde_json::json!({
+            "committed": get(&self.committed),
+            "events": get(&self.events),
+            "records": get(&self.records),
+            "not_committed": get(&self.not_committed),
+            "in_doubt": get(&self.in_doubt),
+        })
+    }
+}
+
 /// One partition: its queue of units, its committed heads, its state.
 pub struct Lane {
     pub partition: i32,
@@ -290,6 +328,7 @@ pub struct Ctx<L> {
     pub log: Arc<L>,
     pub keys: Arc<Mutex<KeyStore>>,
     pub status: Arc<Status>,
+    pub counters: Arc<Counters>,
     pub stop: CancellationToken,
 }
 
@@ -335,10 +374,12 @@ pub async fn run<L: EventLog>(lane: Arc<Lane>, ctx: Ctx<L>) {
         };
         match outcome {
             TxnOutcome::Committed(offsets) => {
+                ctx.counters.committed(&records);
                 lane.apply_committed(&records, &offsets);
                 answer_committed(&ctx, lane.partition, units, &placed, &offsets);
             }
             TxnOutcome::NotCommitted(why) => {
+                Counters::add(&ctx.counters.not_committed, 1);
                 let versions = records.iter().map(|r| r.events.len()).sum::<usize>();
                 tracing::warn!(partition = lane.partition, events = versions, reason = %why, "transaction not committed; no version used");
                 for u in units {
@@ -358,6 +399,7 @@ pub async fn run<L: EventLog>(lane: Arc<Lane>, ctx: Ctx<L>) {
                 }
             }
             TxnOutcome::InDoubt(why) => {
+                Counters::add(&ctx.counters.in_doubt, 1);
                 lane.set_state(LaneState::InDoubt);
                 tracing::warn!(partition = lane.partition, reason = %why,
                     "transaction outcome unknown; asking the coordinator until it is known (no version of this partition is handed out meanwhile)");
@@ -403,6 +445,7 @@ async fn resolve<L: EventLog>(lane: &Lane, ctx: &Ctx<L>, records: &[Record], in_
         };
         match r {
             Ok(Resolution::Committed(offsets)) => {
+                ctx.counters.committed(records);
                 lane.apply_committed(records, &offsets);
                 let mut keys = ctx.keys();
                 for (r, o) in records.iter().zip(&offsets) {
@@ -419,6 +462,7 @@ async fn resolve<L: EventLog>(lane: &Lane, ctx: &Ctx<L>, records: &[Record], in_
                 return true;
             }
             Ok(Resolution::NotCommitted) => {
+                Counters::add(&ctx.counters.not_committed, 1);
                 ctx.release(in_doubt.into_iter().flatten());
                 tracing::info!(partition = lane.partition, waited_ms = started.elapsed().as_millis() as u64,
                     "the in-doubt transaction did not commit; no version used");

@@ -15,7 +15,7 @@
 //! next version is not handed out; an aborted transaction is never visible.
 
 use crate::idempotency::{KeyStore, Lookup};
-use crate::lane::{self, Ctx, Lane, LaneState, Pending, Status};
+use crate::lane::{self, Counters, Ctx, Lane, LaneState, Pending, Status};
 use crate::log::{EventLog, PrepareError, ReadError};
 use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
 use shared::partitioner::partition_for;
@@ -55,6 +55,7 @@ pub struct Versions<L> {
     lanes: OnceLock<Vec<Arc<Lane>>>,
     keys: Arc<Mutex<KeyStore>>,
     status: Arc<Status>,
+    counters: Arc<Counters>,
     /// How long a caller waits for its transaction's answer.
     answer_timeout: Duration,
     /// Stops the lanes' committers (cancelled on drop).
@@ -85,6 +86,7 @@ impl<L: EventLog> Versions<L> {
             lanes: OnceLock::new(),
             keys: Arc::new(Mutex::new(KeyStore::new(KEYS_REMEMBERED))),
             status: Arc::new(Status::default()),
+            counters: Arc::new(Counters::default()),
             answer_timeout,
             stop: CancellationToken::new(),
         }
@@ -124,6 +126,11 @@ impl<L: EventLog> Versions<L> {
     /// Sets the topic's partition count, once it is known (before [`Versions::rebuild`]).
     pub fn set_partitions(&self, n: u32) {
         self.partitions.store(n, std::sync::atomic::Ordering::Release);
+    }
+
+    /// What the committers did since start.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
     }
 
     /// Partitions whose last commit is not confirmed yet (their committers are asking).
@@ -173,7 +180,13 @@ impl<L: EventLog> Versions<L> {
             .map(|(p, h)| Arc::new(Lane::new(p as i32, self.dims, h, ends.get(&(p as i32)).copied().unwrap_or(0))))
             .collect();
         for l in &lanes {
-            let ctx = Ctx { log: self.log.clone(), keys: self.keys.clone(), status: self.status.clone(), stop: self.stop.clone() };
+            let ctx = Ctx {
+                log: self.log.clone(),
+                keys: self.keys.clone(),
+                status: self.status.clone(),
+                counters: self.counters.clone(),
+                stop: self.stop.clone(),
+            };
             tokio::spawn(lane::run(l.clone(), ctx));
         }
         let _ = self.lanes.set(lanes);

@@ -4,8 +4,10 @@
 //! [`fleet`]), WebSocket clients that reconnect and resume like good clients ([`client`]) and a
 //! publisher load ([`load`]); it kills and restarts nodes and checks every client's stream
 //! ([`checker`]). [`scenario`] is the brief's whole sequence, shared by the test
-//! (`tests/scenario.rs`) and the demo (`src/bin/demo.rs`).
+//! (`tests/scenario.rs`) and the demo (`src/bin/demo.rs`). [`writer`] publishes through the gateway
+//! with idempotency keys and retries, and [`audit`] checks its acknowledgements against the log.
 
+pub mod audit;
 pub mod broker;
 pub mod checker;
 pub mod client;
@@ -16,4 +18,5 @@ pub mod load {
 }
 pub mod procs;
 pub mod scenario;
+pub mod writer;
 pub mod bench;

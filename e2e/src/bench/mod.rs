@@ -1,6 +1,6 @@
 //! The benchmarks (`cargo run --release -p e2e --bin bench`): fan-out, latency, replay, memory,
 //! failover — the fleet side by side with Centrifugo and Socket.IO, on the same broker and machine,
-//! in one run.
+//! in one run — and the publisher's own throughput (publish).
 //!
 //! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
 //! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod latency;
 pub mod memory;
 pub mod peers;
+pub mod publish;
 pub mod replay;
 pub mod report;
 pub mod servers;
@@ -102,6 +103,8 @@ pub enum Measure {
     Replay,
     Memory,
     Failover,
+    /// The publisher's throughput (ours only).
+    Publish,
 }
 
 /// What every measure needs.
@@ -199,6 +202,7 @@ pub async fn run(ctx: &Ctx, measures: &[Measure]) -> Vec<report::Row> {
             Measure::Replay => replay::run(ctx).await,
             Measure::Memory => memory::run(ctx, &ctx.size.memory_levels).await,
             Measure::Failover => failover::run(ctx).await,
+            Measure::Publish => publish::run(ctx).await,
         });
         println!("[bench] {m:?} done in {:.0} s", started.elapsed().as_secs_f64());
     }

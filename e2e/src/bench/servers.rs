@@ -24,8 +24,9 @@ pub struct Server {
     pub ws_base: String,
     /// The gateway (fleet only): its `ws://` base and pid.
     pub gateway: Option<(String, u32)>,
-    /// The publisher's `http://` base (fleet only).
+    /// The publisher's `http://` base and pid (fleet only).
     pub publisher: Option<String>,
+    pub publisher_pid: Option<u32>,
     inner: Inner,
 }
 
@@ -50,6 +51,7 @@ impl Server {
                     ws_base: format!("ws://127.0.0.1:{}", fleet.nodes[0].port),
                     gateway: Some((fleet.gateway_ws(), fleet.gateway.pid().unwrap_or(0))),
                     publisher: Some(fleet.publisher.url()),
+                    publisher_pid: fleet.publisher.pid(),
                     inner: Inner::Fleet(Box::new(fleet)),
                 })
             }
@@ -57,7 +59,7 @@ impl Server {
                 let topic = format!("bench-{}-{:08x}", match peer { Peer::Centrifugo => "centrifugo", Peer::SocketIo => "socketio" }, rand::random::<u32>());
                 super::kafka::create_topic(&broker.bootstrap, &topic, PARTITIONS as i32).await?;
                 let server = PeerServer::start(peer, &broker.bootstrap, &topic).await?;
-                Ok(Self { system, topic, pid: server.pid(), ws_base: server.ws_url(), gateway: None, publisher: None, inner: Inner::Peer(server) })
+                Ok(Self { system, topic, pid: server.pid(), ws_base: server.ws_url(), gateway: None, publisher: None, publisher_pid: None, inner: Inner::Peer(server) })
             }
         }
     }
