@@ -59,7 +59,7 @@ fn main() -> anyhow::Result<()> {
             size.latency_rates = args.rates.iter().map(|&r| f64::from(r)).collect();
         }
         let mut measures = if args.only.is_empty() {
-            vec![Measure::Fanout, Measure::Latency, Measure::Replay, Measure::Memory, Measure::Failover]
+            vec![Measure::Fanout, Measure::Latency, Measure::Publish, Measure::Replay, Measure::Memory, Measure::Failover]
         } else {
             args.only.clone()
         };
