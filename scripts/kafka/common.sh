@@ -45,3 +45,17 @@ kafka_port_in_use() {
   # A connect succeeds only when something listens there.
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
+
+# Prints a fresh cluster id, the same shape as Kafka's Uuid.randomUuid(): 16
+# random bytes, URL-safe base64 without padding, never starting with '-'.
+kafka_gen_cluster_id() {
+  local id
+  while :; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    case "${id}" in
+      -*|AAAAAAAAAAAAAAAAAAAAAA|AAAAAAAAAAAAAAAAAAAAAQ) continue ;;
+    esac
+    echo "${id}"
+    return
+  done
+}
