@@ -13,15 +13,17 @@ else
   JAVA="java"
 fi
 
-# What the class-data-sharing archive depends on: the exact jars and the JDK.
+# What the class-data-sharing archive depends on: the exact jars, where they
+# are (the JVM refuses an archive whose recorded class path differs, so a
+# target/kafka copied from another checkout needs its own) and the JDK.
 kafka_cds_stamp() {
   local java_bin modules
   [ -f "${KAFKA_LIBS}/.complete" ] || return 1
   java_bin="$(command -v "${JAVA}")" || return 1
   java_bin="$(readlink -f "${java_bin}")"
   modules="$(dirname "$(dirname "${java_bin}")")/lib/modules"
-  printf '%s|%s|%s\n' "$(cat "${KAFKA_LIBS}/.complete")" "${java_bin}" \
-    "$(stat -c %Y "${modules}" 2>/dev/null || echo none)"
+  printf '%s|%s|%s|%s\n' "$(cat "${KAFKA_LIBS}/.complete")" "${java_bin}" \
+    "$(stat -c %Y "${modules}" 2>/dev/null || echo none)" "$(cd "${KAFKA_LIBS}" && pwd -P)"
 }
 
 kafka_cds_fresh() {
