@@ -180,13 +180,15 @@ EOF
 if [ -n "${VOTERS}" ]; then
   QUORUM_LINES="controller.quorum.voters=${VOTERS}"
   REPLICATION_COMMENT="# Cluster node (${VOTER_COUNT} voters): replication factor ${RF}, min ISR ${MIN_ISR}."
-  # Three JVMs share two cores: fewer request threads than the single node's.
-  # One replica fetcher thread per source broker is Kafka's default (kept).
+  # Three JVMs share two cores: fewer request, background and group
+  # coordinator threads than the single node's (Kafka's defaults are 3, 8, 10
+  # and 4). One replica fetcher thread per source broker is Kafka's default.
   THREAD_LINES="num.network.threads=1
 num.io.threads=2
 num.recovery.threads.per.data.dir=1
 background.threads=2
-num.replica.fetchers=1"
+num.replica.fetchers=1
+group.coordinator.threads=1"
   DEFAULT_HEAP="-Xms128m -Xmx384m"
   # Three JVMs share two cores: one GC thread of each kind (not one per core),
   # and only the C1 JIT compiler: C2 takes a third of a node's start-up CPU
