@@ -147,7 +147,7 @@ while :; do
   open=0
   for i in $(seq 1 "${NODES}"); do
     kafka_port_in_use "$(client_port "${i}")" && open=$(( open + 1 ))
-    if ! kill -0 "${PIDS[$(( i - 1 ))]}" 2>/dev/null; then
+    if ! kill -0 "${PIDS[i - 1]}" 2>/dev/null; then
       echo "cluster.sh: node ${i} exited during start-up; see ${DIR}/node-${i}/server.log" >&2
       stop_all
     fi
@@ -170,7 +170,7 @@ echo
 echo "Kafka cluster ${CLUSTER_ID} is up after $(( UP_MS / 1000 )).$(( UP_MS % 1000 / 100 )) s (Ctrl-C stops it):"
 echo "  bootstrap servers  ${BOOTSTRAP}"
 for i in $(seq 1 "${NODES}"); do
-  echo "  node ${i}  client 127.0.0.1:$(client_port "${i}")  controller 127.0.0.1:$(controller_port "${i}")  pid ${PIDS[$(( i - 1 ))]}  log ${DIR}/node-${i}/server.log"
+  echo "  node ${i}  client 127.0.0.1:$(client_port "${i}")  controller 127.0.0.1:$(controller_port "${i}")  pid ${PIDS[i - 1]}  log ${DIR}/node-${i}/server.log"
 done
 echo "  restart a node that died:  $0 ${BASE} ${DIR} <node-id>"
 echo
@@ -178,14 +178,14 @@ echo
 while :; do
   alive=0
   for i in $(seq 1 "${NODES}"); do
-    pid="${PIDS[$(( i - 1 ))]}"
+    pid="${PIDS[i - 1]}"
     if kill -0 "${pid}" 2>/dev/null; then
       alive=$(( alive + 1 ))
-    elif [ "${REPORTED[$(( i - 1 ))]}" = "0" ]; then
+    elif [ "${REPORTED[i - 1]}" = "0" ]; then
       status=0
       wait "${pid}" 2>/dev/null || status=$?
       echo "cluster.sh: node ${i} (pid ${pid}) exited with status ${status}; restart it with: $0 ${BASE} ${DIR} ${i}" >&2
-      REPORTED[$(( i - 1 ))]=1
+      REPORTED[i - 1]=1
     fi
   done
   if [ "${alive}" = "0" ]; then
