@@ -193,7 +193,7 @@ group.coordinator.threads=1"
   # Three JVMs share two cores: one GC thread of each kind (not one per core),
   # and only the C1 JIT compiler: C2 takes a third of a node's start-up CPU
   # (3.3-4.4 CPU-s to listen instead of 2.1-2.4) and keeps compiling for a
-  # minute after; C1's code is slower, which the harness's loads never notice.
+  # minute after; C1's code is slower; the harness's loads are small (60 events/s).
   CLUSTER_JVM_OPTS="-XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -XX:TieredStopAtLevel=1"
 else
   QUORUM_LINES="controller.quorum.bootstrap.servers=127.0.0.1:${CONTROLLER_PORT}"
