@@ -4,10 +4,20 @@
 //! |---|---|---|
 //! | embedded | librdkafka's mock cluster (`rdkafka::mocking`), hosted by the harness process on loopback | default |
 //! | real | Apache Kafka 4.x (KRaft, single node) from Maven Central, run with the machine's Java by `scripts/kafka/start.sh` | `E2E_BROKER=real` / `--kafka real` |
+//! | cluster | three such nodes, one static 3-voter quorum, replication factor 3 and min ISR 2; each node can be killed, paused and restarted ([`Broker::kill_node`] and the methods after it) | `E2E_BROKER=cluster` / `--kafka cluster` |
 //! | container | the official `apache/kafka` image in Docker, through testcontainers | `E2E_BROKER=container` |
 //! | external | any broker you run | `KAFKA_BOOTSTRAP=host:port` |
 
-use anyhow::{bail, Context};
+mod cluster;
+
+pub use cluster::{ClusterNode, MIN_INSYNC_REPLICAS, NODES as CLUSTER_NODES, READY_TOPIC};
+
+use anyhow::{anyhow, bail, Context};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use shared::kafka::KafkaSettings;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -17,13 +27,17 @@ use std::time::{Duration, Instant};
 pub enum BrokerKind {
     Embedded,
     Real,
+    /// Three Apache Kafka nodes on the JVM (KRaft, each a broker and a controller), replication
+    /// factor 3, min ISR 2; its nodes can be killed, paused and restarted one by one.
+    Cluster,
     /// `apache/kafka` in a container started with testcontainers (needs a Docker engine).
     Container,
     External(String),
 }
 
 impl BrokerKind {
-    /// `KAFKA_BOOTSTRAP` wins, then `E2E_BROKER` (`embedded` | `real`), else embedded.
+    /// `KAFKA_BOOTSTRAP` wins, then `E2E_BROKER` (`embedded` | `real` | `cluster` | `container`),
+    /// else embedded.
     pub fn from_env() -> Self {
         if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
             if !b.trim().is_empty() {
@@ -32,6 +46,7 @@ impl BrokerKind {
         }
         match std::env::var("E2E_BROKER").as_deref() {
             Ok("real") => BrokerKind::Real,
+            Ok("cluster") => BrokerKind::Cluster,
             Ok("container") => BrokerKind::Container,
             _ => BrokerKind::Embedded,
         }
@@ -42,8 +57,19 @@ impl BrokerKind {
         match self {
             BrokerKind::Embedded => "embedded: librdkafka mock cluster".into(),
             BrokerKind::Real => "Apache Kafka 4.4.0, KRaft, single node, on the JVM".into(),
+            BrokerKind::Cluster => "Apache Kafka 4.4.0, KRaft, three nodes (replication factor 3, min ISR 2), on the JVM".into(),
             BrokerKind::Container => format!("Apache Kafka in Docker ({KAFKA_IMAGE}:{KAFKA_TAG}), via testcontainers"),
             BrokerKind::External(b) => format!("external broker at {b}"),
+        }
+    }
+
+    /// The replication factor the fleet's topic gets on this broker (the publisher's
+    /// `TOPIC_REPLICATION_FACTOR`): 3 on the cluster, 1 elsewhere (an external broker's size is
+    /// not known).
+    pub fn replication_factor(&self) -> i32 {
+        match self {
+            BrokerKind::Cluster => cluster::REPLICATION_FACTOR,
+            _ => 1,
         }
     }
 }
@@ -93,6 +119,7 @@ pub struct Broker {
 enum Inner {
     Embedded { stop: Option<std::sync::mpsc::Sender<MockCommand>>, thread: Option<std::thread::JoinHandle<()>> },
     Real { child: std::process::Child, _dir: tempfile::TempDir },
+    Cluster(Box<cluster::Cluster>),
     Container { _container: Box<testcontainers::ContainerAsync<testcontainers::GenericImage>> },
     External,
 }
@@ -134,14 +161,7 @@ impl Broker {
                 Ok(Self { kind, bootstrap, inner: Inner::Embedded { stop: Some(cmd_tx), thread: Some(thread) } })
             }
             BrokerKind::Real => {
-                // Resolve the jars from Maven Central when they are not there yet (a no-op otherwise).
-                let fetch = repo_root().join("scripts/kafka/fetch.sh");
-                println!("[harness] making sure Apache Kafka's jars are present ({})", fetch.display());
-                let status = std::process::Command::new("bash").arg(&fetch).stdin(Stdio::null()).status()
-                    .with_context(|| format!("run {}", fetch.display()))?;
-                if !status.success() {
-                    bail!("{} failed ({status}): Kafka's jars could not be resolved from Maven Central", fetch.display());
-                }
+                ensure_kafka_jars()?;
                 // Both ports come from the kernel's free ports; one can still be taken between
                 // the check and the JVM's bind (an outgoing connection's local port, say), so a
                 // broker that exits during start-up is retried on fresh ports.
@@ -151,6 +171,22 @@ impl Broker {
                         Ok(b) => return Ok(b),
                         Err(e) => {
                             println!("[harness] Kafka start attempt {attempt} failed: {e:#}");
+                            last = Some(e);
+                        }
+                    }
+                }
+                Err(last.expect("three attempts were made"))
+            }
+            BrokerKind::Cluster => {
+                ensure_kafka_jars()?;
+                // As for the single node: a port can be taken between the kernel handing it out
+                // and a JVM binding it; a node that exits during start-up means fresh ports.
+                let mut last = None;
+                for attempt in 1..=3 {
+                    match cluster::Cluster::start().await {
+                        Ok(c) => return Ok(Self { kind, bootstrap: c.bootstrap(), inner: Inner::Cluster(Box::new(c)) }),
+                        Err(e) => {
+                            println!("[harness] Kafka cluster start attempt {attempt} failed: {e:#}");
                             last = Some(e);
                         }
                     }
@@ -250,6 +286,109 @@ impl Broker {
         }
     }
 
+    /// The cluster's nodes: id, ports, pid while running, whether paused.
+    ///
+    /// # Errors
+    /// When this broker is not a [`BrokerKind::Cluster`].
+    pub fn cluster_nodes(&self) -> anyhow::Result<Vec<ClusterNode>> {
+        Ok(self.cluster()?.nodes())
+    }
+
+    /// SIGKILL to cluster node `id` (1, 2 or 3); returns once its process is gone.
+    ///
+    /// # Errors
+    /// When this is not a cluster, or the node is not running.
+    pub async fn kill_node(&self, id: i32) -> anyhow::Result<()> {
+        self.cluster()?.kill(id).await
+    }
+
+    /// Starts cluster node `id` again on its data dir and ports, and waits (printing progress)
+    /// until it listens: then it is registered with the controller and unfenced. Its replicas
+    /// rejoin the ISR shortly after; [`Broker::wait_isr`] waits for that.
+    ///
+    /// # Errors
+    /// When this is not a cluster, the node still runs, or it does not listen within 120 s.
+    pub async fn restart_node(&self, id: i32) -> anyhow::Result<()> {
+        self.cluster()?.restart(id).await
+    }
+
+    /// SIGSTOP to cluster node `id`: the process stays, its sockets stay open, it answers nothing.
+    /// The controller fences it once `broker.session.timeout.ms` (9 s) passes without a heartbeat.
+    ///
+    /// # Errors
+    /// When this is not a cluster, or the node is not running.
+    pub fn pause_node(&self, id: i32) -> anyhow::Result<()> {
+        self.cluster()?.signal(id, true)
+    }
+
+    /// SIGCONT to cluster node `id` (paused by [`Broker::pause_node`]).
+    ///
+    /// # Errors
+    /// When this is not a cluster, or the node is not running.
+    pub fn resume_node(&self, id: i32) -> anyhow::Result<()> {
+        self.cluster()?.signal(id, false)
+    }
+
+    /// `(leader, replicas, isr)` of `topic`/`partition`, from the brokers' metadata (a
+    /// librdkafka metadata request to a running, unpaused node). Retried for up to 15 s while
+    /// the partition has no leader or the topic is not known yet; the leader is what the
+    /// controller last decided: a node killed a moment ago stays leader until it is fenced.
+    ///
+    /// # Errors
+    /// When the partition still has no leader after 15 s, or no broker answers.
+    pub async fn partition_replicas(&self, topic: &str, partition: i32) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < Duration::from_secs(15) {
+            match fetch_partition_async(&self.metadata_bootstrap(), topic, partition).await {
+                Ok(state) => return Ok(state),
+                Err(e) => last = e,
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        bail!("{topic}/{partition}: no settled metadata after 15 s: {last}")
+    }
+
+    /// Waits until `topic`/`partition` has at least `n` in-sync replicas, printing progress
+    /// every 5 s; returns the `(leader, replicas, isr)` it then has.
+    ///
+    /// # Errors
+    /// When `timeout` passes first.
+    pub async fn wait_isr(&self, topic: &str, partition: i32, n: usize, timeout: Duration) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
+        self.wait_partition(topic, partition, &format!("{topic}/{partition} to have {n} in-sync replicas"), timeout, |_, _, isr| isr.len() >= n).await
+    }
+
+    /// Waits until `pred(leader, replicas, isr)` holds for `topic`/`partition`, printing what
+    /// it sees every 5 s; returns that state.
+    ///
+    /// # Errors
+    /// When `timeout` passes first.
+    pub async fn wait_partition(
+        &self,
+        topic: &str,
+        partition: i32,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(i32, &[i32], &[i32]) -> bool,
+    ) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
+        wait_partition_on(|| self.metadata_bootstrap(), topic, partition, what, timeout, pred).await
+    }
+
+    /// Where metadata requests go: the cluster's running, unpaused nodes, else the bootstrap.
+    fn metadata_bootstrap(&self) -> String {
+        match &self.inner {
+            Inner::Cluster(c) => c.live_bootstrap(),
+            _ => self.bootstrap.clone(),
+        }
+    }
+
+    fn cluster(&self) -> anyhow::Result<&cluster::Cluster> {
+        match &self.inner {
+            Inner::Cluster(c) => Ok(c),
+            _ => Err(anyhow!("this broker ({}) is not a Kafka cluster; start one with BrokerKind::Cluster", self.kind.label())),
+        }
+    }
+
     /// Creates `topic` on the embedded broker (the others get it from the publisher's admin call).
     ///
     /// # Errors
@@ -287,9 +426,26 @@ impl Drop for Broker {
                 let _ = child.kill();
                 let _ = child.wait();
             }
-            Inner::Container { .. } | Inner::External => {}
+            // Stops its nodes itself (SIGTERM, then SIGKILL after 10 s).
+            Inner::Cluster(_) | Inner::Container { .. } | Inner::External => {}
         }
     }
+}
+
+/// Makes sure Apache Kafka's jars are in `target/kafka` (`scripts/kafka/fetch.sh` resolves them
+/// from Maven Central on first use; a no-op taking a few ms otherwise).
+///
+/// # Errors
+/// When the script fails.
+fn ensure_kafka_jars() -> anyhow::Result<()> {
+    let fetch = repo_root().join("scripts/kafka/fetch.sh");
+    println!("[harness] making sure Apache Kafka's jars are present ({})", fetch.display());
+    let status = std::process::Command::new("bash").arg(&fetch).stdin(Stdio::null()).status()
+        .with_context(|| format!("run {}", fetch.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status}): Kafka's jars could not be resolved from Maven Central", fetch.display());
+    }
+    Ok(())
 }
 
 /// The repository root (where `Cargo.toml` of the workspace is).
@@ -304,4 +460,74 @@ pub fn repo_root() -> PathBuf {
 pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(l.local_addr()?.port())
+}
+/// Creates `topic` with `partitions` × `replication` through the admin API (an existing topic
+/// counts as created).
+///
+/// # Errors
+/// When the broker refuses (too few brokers for the replication factor, say) or does not answer.
+pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32, replication: i32) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = KafkaSettings::new(bootstrap).admin("e2e-cluster-admin").create()?;
+    let res = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(replication))],
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+        )
+        .await?;
+    for r in res {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => bail!("create topic {t}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+
+/// [`fetch_partition`] on a blocking thread.
+async fn fetch_partition_async(bootstrap: &str, topic: &str, partition: i32) -> Result<(i32, Vec<i32>, Vec<i32>), String> {
+    let (b, t) = (bootstrap.to_owned(), topic.to_owned());
+    tokio::task::spawn_blocking(move || fetch_partition(&b, &t, partition)).await.map_err(|e| e.to_string())?
+}
+
+/// `(leader, replicas, isr)` of `topic`/`partition` from one metadata request (blocking, at most
+/// 3 s). An error describes what was missing: no answer, unknown topic, no leader.
+fn fetch_partition(bootstrap: &str, topic: &str, partition: i32) -> Result<(i32, Vec<i32>, Vec<i32>), String> {
+    let consumer: BaseConsumer = KafkaSettings::new(bootstrap).reader("e2e-metadata").create().map_err(|e| e.to_string())?;
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(3)).map_err(|e| format!("metadata request: {e}"))?;
+    let t = md.topics().iter().find(|t| t.name() == topic).ok_or_else(|| format!("topic {topic} not in the metadata"))?;
+    if let Some(e) = t.error() {
+        return Err(format!("topic {topic}: {}", RDKafkaErrorCode::from(e)));
+    }
+    let p = t.partitions().iter().find(|p| p.id() == partition).ok_or_else(|| format!("{topic} has no partition {partition}"))?;
+    // An offline replica is reported in the lists, not an error of the partition.
+    if let Some(e) = p.error().map(RDKafkaErrorCode::from).filter(|e| *e != RDKafkaErrorCode::ReplicaNotAvailable) {
+        return Err(format!("{topic}/{partition}: {e}"));
+    }
+    if p.leader() < 0 {
+        return Err(format!("{topic}/{partition} has no leader (replicas {:?}, isr {:?})", p.replicas(), p.isr()));
+    }
+    Ok((p.leader(), p.replicas().to_vec(), p.isr().to_vec()))
+}
+
+/// [`Broker::wait_partition`], asking the brokers `bootstrap()` names at each attempt (the
+/// cluster's start-up uses it before there is a [`Broker`]).
+async fn wait_partition_on(
+    bootstrap: impl Fn() -> String,
+    topic: &str,
+    partition: i32,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(i32, &[i32], &[i32]) -> bool,
+) -> anyhow::Result<(i32, Vec<i32>, Vec<i32>)> {
+    let (pred, bootstrap) = (&pred, &bootstrap);
+    crate::procs::eventually(what, timeout, || async move {
+        let (leader, replicas, isr) = fetch_partition_async(&bootstrap(), topic, partition).await?;
+        if pred(leader, &replicas, &isr) {
+            Ok(Some((leader, replicas, isr)))
+        } else {
+            Err(format!("leader {leader}, replicas {replicas:?}, isr {isr:?}"))
+        }
+    })
+    .await
 }

@@ -64,7 +64,17 @@ impl Fleet {
             env
         };
         let pub_port = free_port()?;
-        let publisher = Service::new("publisher", "core-publisher", pub_port, common(&[("LISTEN_ADDR", format!("127.0.0.1:{pub_port}"))]), timeline.clone());
+        // The publisher creates the topic: with every replica the broker can hold (3 on the cluster).
+        let publisher = Service::new(
+            "publisher",
+            "core-publisher",
+            pub_port,
+            common(&[
+                ("LISTEN_ADDR", format!("127.0.0.1:{pub_port}")),
+                ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string()),
+            ]),
+            timeline.clone(),
+        );
         let mut nodes = Vec::new();
         for i in 1..=spec.nodes {
             let port = free_port()?;

@@ -250,17 +250,25 @@ impl Service {
 /// fleet process outlives a killed test or demo (Linux `PR_SET_PDEATHSIG`). The signal follows the
 /// thread that spawned the child; the harness spawns from runtime threads that live as long as it.
 pub fn die_with_parent(cmd: &mut std::process::Command) {
+    die_with_parent_by(cmd, nix::sys::signal::Signal::SIGTERM);
+}
+
+/// [`die_with_parent`] with another signal: the Kafka cluster's nodes get SIGKILL, because a node
+/// whose peers are gone too waits up to 5 minutes for a controller to approve its controlled
+/// shutdown after a SIGTERM. As there, the signal fires when the *thread* that spawned the child
+/// ends, not the process.
+pub fn die_with_parent_by(cmd: &mut std::process::Command, signal: nix::sys::signal::Signal) {
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure runs in the forked child before exec and only makes one
         // async-signal-safe system call (prctl).
         unsafe {
-            cmd.pre_exec(|| {
-                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM).map_err(std::io::Error::from)
-            });
+            cmd.pre_exec(move || nix::sys::prctl::set_pdeathsig(signal).map_err(std::io::Error::from));
         }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (cmd, signal);
 }
 
 /// Waits until `check` returns `Some`, at most `timeout`, printing progress every 5 s.

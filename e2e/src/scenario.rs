@@ -289,6 +289,20 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     tl.mark(format!("starting broker: {}", cfg.broker.label()));
     let broker = Broker::start(cfg.broker.clone()).await.context("start the broker")?;
     let mut fleet = Fleet::start(&broker, cfg.fleet.clone(), tl.clone()).await.context("start the fleet")?;
+    let rf = cfg.broker.replication_factor();
+    if rf > 1 {
+        // The publisher created the topic; on a cluster every partition must be on `rf` nodes.
+        for p in 0..cfg.fleet.partitions as i32 {
+            let (_, replicas, isr) = broker
+                .wait_isr(&fleet.topic, p, rf as usize, Duration::from_secs(30))
+                .await
+                .with_context(|| format!("{}/{p} should have {rf} in-sync replicas", fleet.topic))?;
+            if replicas.len() != rf as usize {
+                anyhow::bail!("{}/{p} has replicas {replicas:?}, not {rf} (isr {isr:?})", fleet.topic);
+            }
+        }
+        tl.mark(format!("topic {}: every partition has {rf} replicas, all in sync", fleet.topic));
+    }
     let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
     let canvases = pick_canvases(&state, cfg.fleet.partitions, cfg.canvases, &node_ids);

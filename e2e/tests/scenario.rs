@@ -5,7 +5,9 @@
 //!
 //! `embedded_broker` runs against librdkafka's mock cluster (always). `real_kafka` runs against
 //! Apache Kafka 4.x from Maven Central; it needs `scripts/kafka/fetch.sh` to have run (the README's
-//! test command does) and fails, not skips, when the jars are missing.
+//! test command does) and fails, not skips, when the jars are missing. `kafka_cluster` runs against
+//! three such brokers (replication factor 3, min ISR 2: the publisher creates the topic with 3
+//! replicas); same needs.
 
 use e2e::broker::BrokerKind;
 use e2e::scenario::{run, ScenarioConfig};
@@ -62,4 +64,9 @@ fn real_kafka() {
         _ => BrokerKind::Real,
     };
     scenario(kind);
+}
+
+#[test]
+fn kafka_cluster() {
+    scenario(BrokerKind::Cluster);
 }

@@ -13,15 +13,17 @@ else
   JAVA="java"
 fi
 
-# What the class-data-sharing archive depends on: the exact jars and the JDK.
+# What the class-data-sharing archive depends on: the exact jars, where they
+# are (the JVM refuses an archive whose recorded class path differs, so a
+# target/kafka copied from another checkout needs its own) and the JDK.
 kafka_cds_stamp() {
   local java_bin modules
   [ -f "${KAFKA_LIBS}/.complete" ] || return 1
   java_bin="$(command -v "${JAVA}")" || return 1
   java_bin="$(readlink -f "${java_bin}")"
   modules="$(dirname "$(dirname "${java_bin}")")/lib/modules"
-  printf '%s|%s|%s\n' "$(cat "${KAFKA_LIBS}/.complete")" "${java_bin}" \
-    "$(stat -c %Y "${modules}" 2>/dev/null || echo none)"
+  printf '%s|%s|%s|%s\n' "$(cat "${KAFKA_LIBS}/.complete")" "${java_bin}" \
+    "$(stat -c %Y "${modules}" 2>/dev/null || echo none)" "$(cd "${KAFKA_LIBS}" && pwd -P)"
 }
 
 kafka_cds_fresh() {
@@ -44,4 +46,18 @@ kafka_cds_opts() {
 kafka_port_in_use() {
   # A connect succeeds only when something listens there.
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# Prints a fresh cluster id, the same shape as Kafka's Uuid.randomUuid(): 16
+# random bytes, URL-safe base64 without padding, never starting with '-'.
+kafka_gen_cluster_id() {
+  local id
+  while :; do
+    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
+    case "${id}" in
+      -*|AAAAAAAAAAAAAAAAAAAAAA|AAAAAAAAAAAAAAAAAAAAAQ) continue ;;
+    esac
+    echo "${id}"
+    return
+  done
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Start a single-node Apache Kafka broker (KRaft, combined broker+controller)
-# in the foreground:
+# Start an Apache Kafka node (KRaft, combined broker+controller) in the
+# foreground: a single-node broker by default, or one node of a cluster with a
+# static quorum when KAFKA_QUORUM_VOTERS is set (cluster.sh starts three):
 #
 #   scripts/kafka/start.sh <port> <data-dir>
 #
@@ -16,9 +17,22 @@
 # Environment (all optional):
 #   KAFKA_HOME                 where fetch.sh put libs/ (default <repo>/target/kafka)
 #   KAFKA_CONTROLLER_PORT      controller port (default <port>+1)
-#   KAFKA_CLUSTER_ID           cluster id used when formatting (default: random)
-#   KAFKA_HEAP_OPTS            default "-Xms256m -Xmx512m"
-#   KAFKA_JVM_PERFORMANCE_OPTS default: G1 settings as in Kafka's own scripts
+#   KAFKA_CLUSTER_ID           cluster id used when formatting (default: random;
+#                              required for a cluster node: every node needs the same)
+#   KAFKA_NODE_ID              node.id (default 1)
+#   KAFKA_QUORUM_VOTERS        a cluster node: the static controller quorum, e.g.
+#                              1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097; it must
+#                              name this node with its controller port. Unset: single node
+#                              with a one-voter dynamic quorum (format --standalone).
+#   KAFKA_REPLICATION_FACTOR   default.replication.factor and the internal topics'
+#                              replication factors (default 1; cluster node: 3, or the
+#                              number of voters when smaller)
+#   KAFKA_MIN_INSYNC_REPLICAS  min.insync.replicas and the internal topics' min ISR
+#                              (default 1; cluster node: 2 when the factor is 3 or more)
+#   KAFKA_HEAP_OPTS            default "-Xms256m -Xmx512m" (cluster node: "-Xms128m -Xmx384m")
+#   KAFKA_JVM_PERFORMANCE_OPTS default: G1 settings as in Kafka's own scripts (cluster
+#                              node: plus one parallel and one concurrent GC thread, and
+#                              the C1 JIT compiler only: -XX:TieredStopAtLevel=1)
 #   KAFKA_OPTS                 extra JVM options
 #   KAFKA_EXTRA_PROPERTIES     extra lines appended to server.properties (they win)
 #   KAFKA_CDS=0                do not use the class-data-sharing archive from cds.sh
@@ -52,6 +66,52 @@ for p in "${PORT}" "${CONTROLLER_PORT}"; do
 done
 if [ "${PORT}" = "${CONTROLLER_PORT}" ]; then
   echo "start.sh: the broker and controller ports must differ (both ${PORT})" >&2
+  exit 2
+fi
+
+NODE_ID="${KAFKA_NODE_ID:-1}"
+case "${NODE_ID}" in
+  ''|*[!0-9]*) echo "start.sh: KAFKA_NODE_ID '${NODE_ID}' is not a number" >&2; exit 2 ;;
+esac
+VOTERS="${KAFKA_QUORUM_VOTERS:-}"
+if [ -n "${VOTERS}" ]; then
+  # A cluster node: the voters must list this node with the controller port it listens on.
+  VOTER_COUNT=0
+  SELF_LISTED=0
+  IFS=',' read -r -a VOTER_LIST <<<"${VOTERS}"
+  for v in "${VOTER_LIST[@]}"; do
+    if ! [[ "${v}" =~ ^[0-9]+@[^:@]+:[0-9]+$ ]]; then
+      echo "start.sh: KAFKA_QUORUM_VOTERS entry '${v}' is not <id>@<host>:<port>" >&2
+      exit 2
+    fi
+    VOTER_COUNT=$(( VOTER_COUNT + 1 ))
+    if [ "${v%%@*}" = "${NODE_ID}" ]; then
+      if [ "${v##*:}" != "${CONTROLLER_PORT}" ]; then
+        echo "start.sh: KAFKA_QUORUM_VOTERS lists node ${NODE_ID} on port ${v##*:}, but its controller port is ${CONTROLLER_PORT}" >&2
+        exit 2
+      fi
+      SELF_LISTED=1
+    fi
+  done
+  if [ "${SELF_LISTED}" != "1" ]; then
+    echo "start.sh: KAFKA_QUORUM_VOTERS (${VOTERS}) does not list node ${NODE_ID}" >&2
+    exit 2
+  fi
+  DEFAULT_RF=$(( VOTER_COUNT < 3 ? VOTER_COUNT : 3 ))
+  DEFAULT_MIN_ISR=$(( DEFAULT_RF >= 3 ? 2 : 1 ))
+else
+  DEFAULT_RF=1
+  DEFAULT_MIN_ISR=1
+fi
+RF="${KAFKA_REPLICATION_FACTOR:-${DEFAULT_RF}}"
+MIN_ISR="${KAFKA_MIN_INSYNC_REPLICAS:-${DEFAULT_MIN_ISR}}"
+for n in "${RF}" "${MIN_ISR}"; do
+  case "${n}" in
+    ''|*[!0-9]*|0) echo "start.sh: replication factor and min ISR must be positive numbers (got ${RF} and ${MIN_ISR})" >&2; exit 2 ;;
+  esac
+done
+if [ "${MIN_ISR}" -gt "${RF}" ]; then
+  echo "start.sh: KAFKA_MIN_INSYNC_REPLICAS (${MIN_ISR}) is above the replication factor (${RF})" >&2
   exit 2
 fi
 
@@ -117,11 +177,40 @@ logger.configdump.name = org.apache.kafka.common.config.AbstractConfig
 logger.configdump.level = WARN
 EOF
 
+if [ -n "${VOTERS}" ]; then
+  QUORUM_LINES="controller.quorum.voters=${VOTERS}"
+  REPLICATION_COMMENT="# Cluster node (${VOTER_COUNT} voters): replication factor ${RF}, min ISR ${MIN_ISR}."
+  # Three JVMs share two cores: fewer request, background and group
+  # coordinator threads than the single node's (Kafka's defaults are 3, 8, 10
+  # and 4). One replica fetcher thread per source broker is Kafka's default.
+  THREAD_LINES="num.network.threads=1
+num.io.threads=2
+num.recovery.threads.per.data.dir=1
+background.threads=2
+num.replica.fetchers=1
+group.coordinator.threads=1"
+  DEFAULT_HEAP="-Xms128m -Xmx384m"
+  # Three JVMs share two cores: one GC thread of each kind (not one per core),
+  # and only the C1 JIT compiler: C2 takes a third of a node's start-up CPU
+  # (3.3-4.4 CPU-s to listen instead of 2.1-2.4) and keeps compiling for a
+  # minute after; C1's code is slower; the harness's loads are small (60 events/s).
+  CLUSTER_JVM_OPTS="-XX:ParallelGCThreads=1 -XX:ConcGCThreads=1 -XX:TieredStopAtLevel=1"
+else
+  QUORUM_LINES="controller.quorum.bootstrap.servers=127.0.0.1:${CONTROLLER_PORT}"
+  REPLICATION_COMMENT="# Single node: everything has one replica."
+  THREAD_LINES="num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+background.threads=4"
+  DEFAULT_HEAP="-Xms256m -Xmx512m"
+  CLUSTER_JVM_OPTS=""
+fi
+
 cat >"${DATA_DIR}/server.properties" <<EOF
 # Written by scripts/kafka/start.sh; rewritten on every start.
 process.roles=broker,controller
-node.id=1
-controller.quorum.bootstrap.servers=127.0.0.1:${CONTROLLER_PORT}
+node.id=${NODE_ID}
+${QUORUM_LINES}
 listeners=PLAINTEXT://127.0.0.1:${PORT},CONTROLLER://127.0.0.1:${CONTROLLER_PORT}
 advertised.listeners=PLAINTEXT://127.0.0.1:${PORT}
 controller.listener.names=CONTROLLER
@@ -130,15 +219,15 @@ listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
 
 log.dirs=${LOG_DIRS}
 
-# Single node: everything has one replica.
+${REPLICATION_COMMENT}
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+default.replication.factor=${RF}
+min.insync.replicas=${MIN_ISR}
+offsets.topic.replication.factor=${RF}
+transaction.state.log.replication.factor=${RF}
+transaction.state.log.min.isr=${MIN_ISR}
+share.coordinator.state.topic.replication.factor=${RF}
+share.coordinator.state.topic.min.isr=${MIN_ISR}
 
 auto.create.topics.enable=false
 delete.topic.enable=true
@@ -146,10 +235,7 @@ group.initial.rebalance.delay.ms=0
 group.min.session.timeout.ms=6000
 
 # Small footprint for a 2-core test machine.
-num.network.threads=2
-num.io.threads=4
-num.recovery.threads.per.data.dir=1
-background.threads=4
+${THREAD_LINES}
 log.segment.bytes=16777216
 log.index.size.max.bytes=1048576
 log.retention.hours=24
@@ -165,43 +251,45 @@ if [ -n "${KAFKA_EXTRA_PROPERTIES:-}" ]; then
 fi
 
 # shellcheck disable=SC2206 # the *_OPTS variables are word-split on purpose
-HEAP_OPTS=(${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m})
+HEAP_OPTS=(${KAFKA_HEAP_OPTS:-${DEFAULT_HEAP}})
 # shellcheck disable=SC2206
-PERF_OPTS=(${KAFKA_JVM_PERFORMANCE_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true})
+PERF_OPTS=(${KAFKA_JVM_PERFORMANCE_OPTS:--server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true ${CLUSTER_JVM_OPTS}})
 # shellcheck disable=SC2206
 EXTRA_OPTS=(${KAFKA_OPTS:-})
 LOG_OPTS=("-Dlog4j2.configurationFile=${DATA_DIR}/log4j2.properties" "-Dkafka.logs.dir=${DATA_DIR}")
 CP="${LIBS}/*"
 
-gen_cluster_id() {
-  # Same shape as org.apache.kafka.common.Uuid.randomUuid(): 16 random bytes,
-  # URL-safe base64 without padding, never starting with '-'.
-  local id
-  while :; do
-    id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n')"
-    case "${id}" in
-      -*|AAAAAAAAAAAAAAAAAAAAAA|AAAAAAAAAAAAAAAAAAAAAQ) continue ;;
-    esac
-    echo "${id}"
-    return
-  done
-}
+if [ -n "${VOTERS}" ]; then
+  NODE_DESC="Kafka node ${NODE_ID} of a ${VOTER_COUNT}-voter cluster"
+  # Static quorum: the voters come from controller.quorum.voters, so the format
+  # step takes neither --standalone nor --initial-controllers.
+  FORMAT_ARGS=()
+  FORMAT_DESC="static ${VOTER_COUNT}-voter KRaft quorum"
+  if [ -z "${KAFKA_CLUSTER_ID:-}" ] && [ ! -f "${LOG_DIRS}/meta.properties" ]; then
+    echo "start.sh: a cluster node needs KAFKA_CLUSTER_ID (the same on every node) to format ${LOG_DIRS}" >&2
+    exit 2
+  fi
+else
+  NODE_DESC="Kafka"
+  FORMAT_ARGS=(--standalone)
+  FORMAT_DESC="standalone KRaft quorum"
+fi
 
 if [ -f "${LOG_DIRS}/meta.properties" ]; then
   echo "start.sh: ${LOG_DIRS} is already formatted; reusing it." >&2
 else
-  CLUSTER_ID="${KAFKA_CLUSTER_ID:-$(gen_cluster_id)}"
-  echo "start.sh: formatting ${LOG_DIRS} (cluster id ${CLUSTER_ID}, standalone KRaft quorum)" >&2
+  CLUSTER_ID="${KAFKA_CLUSTER_ID:-$(kafka_gen_cluster_id)}"
+  echo "start.sh: formatting ${LOG_DIRS} (cluster id ${CLUSTER_ID}, ${FORMAT_DESC})" >&2
   if ! "${JAVA}" -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 "${KAFKA_CDS_OPTS[@]}" "${LOG_OPTS[@]}" -cp "${CP}" kafka.tools.StorageTool format \
         --config "${DATA_DIR}/server.properties" \
         --cluster-id "${CLUSTER_ID}" \
-        --standalone >"${DATA_DIR}/format.log" 2>&1; then
+        "${FORMAT_ARGS[@]}" >"${DATA_DIR}/format.log" 2>&1; then
     echo "start.sh: formatting the storage failed:" >&2
     cat "${DATA_DIR}/format.log" >&2
     exit 1
   fi
 fi
 
-echo "start.sh: starting Kafka on 127.0.0.1:${PORT} (controller 127.0.0.1:${CONTROLLER_PORT}); log in ${DATA_DIR}/server.log" >&2
+echo "start.sh: starting ${NODE_DESC} on 127.0.0.1:${PORT} (controller 127.0.0.1:${CONTROLLER_PORT}); log in ${DATA_DIR}/server.log" >&2
 exec "${JAVA}" "${HEAP_OPTS[@]}" "${PERF_OPTS[@]}" "${KAFKA_CDS_OPTS[@]}" "${LOG_OPTS[@]}" "${EXTRA_OPTS[@]}" \
   -cp "${CP}" kafka.Kafka "${DATA_DIR}/server.properties"

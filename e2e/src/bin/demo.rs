@@ -18,6 +18,8 @@ enum KafkaChoice {
     Embedded,
     /// Apache Kafka from Maven Central, run with the machine's Java (jars fetched on first use).
     Real,
+    /// Three Apache Kafka nodes on the JVM (replication factor 3, min ISR 2), as `real`.
+    Cluster,
     /// The official apache/kafka image in Docker, through testcontainers (needs a Docker engine).
     Container,
 }
@@ -51,8 +53,16 @@ struct Args {
 
 fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], rate: f64) {
     println!("\nThe fleet is running (Ctrl-C stops it):");
-    let where_ = broker.pid().map_or_else(|| "in this process".to_owned(), |p| format!("pid {p}"));
+    let where_ = match broker.pid() {
+        Some(p) => format!("pid {p}"),
+        None if broker.kind == BrokerKind::Cluster => "three JVMs".to_owned(),
+        None => "in this process".to_owned(),
+    };
     println!("  broker     {}  ({}, {where_})", broker.bootstrap, broker.kind.label());
+    for n in broker.cluster_nodes().unwrap_or_default() {
+        println!("  kafka-{}    {}  (controller 127.0.0.1:{}, log {}/server.log)  pid {}",
+            n.id, n.addr(), n.controller_port, n.dir.display(), n.pid.map_or("stopped".into(), |p| p.to_string()));
+    }
     println!("  gateway    {}  (ws: {}/ws?canvas=<id>&since=<version>, fleet: {}/api/fleet)  pid {}",
         fleet.gateway.url(), fleet.gateway_ws(), fleet.gateway.url(), fleet.gateway.pid().unwrap_or(0));
     println!("  publisher  {}  (POST /canvases/<id>/pixels)  pid {}", fleet.publisher.url(), fleet.publisher.pid().unwrap_or(0));
@@ -85,6 +95,7 @@ async fn main() -> anyhow::Result<()> {
         _ => match args.kafka {
             KafkaChoice::Embedded => BrokerKind::Embedded,
             KafkaChoice::Real => BrokerKind::Real,
+            KafkaChoice::Cluster => BrokerKind::Cluster,
             KafkaChoice::Container => BrokerKind::Container,
         },
     };
