@@ -5,7 +5,7 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","transactions","canvases","partitions","width","height"}` (always 200 while the process answers; `transactions`: `{"committed","events","records","not_committed","in_doubt"}` since start) |
+//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations"}` since start) |
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
@@ -289,6 +289,8 @@ async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(c
 async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     let state = if v.is_fenced() {
         "fenced"
+    } else if v.stopped().is_some() {
+        "failed"
     } else if v.is_ready() {
         "ready"
     } else {
@@ -298,6 +300,7 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
         "ready": v.is_ready(),
         "state": state,
         "in_doubt_partitions": v.in_doubt_partitions(),
+        "partition_writers": v.partition_reports(),
         "transactions": v.counters().to_json(),
         "canvases": v.canvas_count(),
         "partitions": v.partitions(),
@@ -342,7 +345,7 @@ mod tests {
     use tower::ServiceExt;
 
     async fn make_app(fate: Fate, rebuilt: bool) -> (Router, Arc<Versions<FakeLog>>) {
-        let v = Arc::new(Versions::new(FakeLog::new(6, move |_| fate), CanvasDims::default(), 6, std::time::Duration::from_secs(5)));
+        let v = Arc::new(Versions::new(FakeLog::new(6, move |_| fate), CanvasDims::default(), 6, crate::versions::Timings::default()));
         if rebuilt {
             v.rebuild().await.unwrap();
         }
@@ -513,7 +516,7 @@ mod tests {
             FakeLog::new(6, |n| if n == 1 { Fate::Abort } else { Fate::Commit }),
             CanvasDims::default(),
             6,
-            std::time::Duration::from_secs(5),
+            crate::versions::Timings::default(),
         ));
         v.rebuild().await.unwrap();
         let app = router(v.clone());
@@ -553,7 +556,7 @@ mod tests {
         let (app, v) = make_app(Fate::Commit, true).await;
         let (s, _, _) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":1,"y":1,"color":"#000000"}"##).await;
         assert_eq!(s, StatusCode::CREATED);
-        let successor = Versions::new(v.log.another_publisher(), CanvasDims::default(), 6, std::time::Duration::from_secs(5));
+        let successor = Versions::new(v.log.another_publisher(), CanvasDims::default(), 6, crate::versions::Timings::default());
         successor.rebuild().await.unwrap();
         let (s, j, retry) = call(&app, "POST", "/canvases/c1/pixels", r##"{"x":2,"y":1,"color":"#000000"}"##).await;
         assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("fenced"), Some("1")));

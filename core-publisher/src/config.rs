@@ -39,9 +39,9 @@ pub struct Config {
     /// twice this (plus a second).
     #[arg(long, env = "PRODUCE_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(100..=300_000))]
     pub produce_timeout_ms: u64,
-    /// Base of the transactional ids: partition `p` is written by the producers with
-    /// `transactional.id` `<this>-<p>-0` and `<this>-<p>-1` (taking turns). Every publisher process
-    /// of a deployment must use the same one, so that a new process fences the old one. Default:
+    /// Base of the transactional ids: the shared writer's producers are `<this>-shared-0` and
+    /// `-1`, an isolated partition `p`'s is `<this>-p<p>`. Every publisher process of a deployment
+    /// must use the same one, so that a new process fences the old one. Default:
     /// `core-publisher-<KAFKA_TOPIC>`.
     #[arg(long, env = "TRANSACTIONAL_ID")]
     pub transactional_id: Option<String>,
@@ -51,6 +51,16 @@ pub struct Config {
     /// (900000 by default).
     #[arg(long, env = "TRANSACTION_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=900_000))]
     pub transaction_timeout_ms: u64,
+    /// A shared transaction whose records are not all acknowledged after this many ms is aborted,
+    /// and the partitions still waiting are written in transactions of their own until they are
+    /// fast again (so one stalled partition holds the others back at most this long).
+    #[arg(long, env = "PARTITION_STALL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=300_000))]
+    pub partition_stall_ms: u64,
+    /// librdkafka `debug` contexts for the publisher's Kafka clients (e.g. `eos,broker`), to
+    /// diagnose them: their lines are `tracing` debug events of target `kafka`, so also set
+    /// `RUST_LOG=info,kafka=debug`. Empty: off.
+    #[arg(long, env = "KAFKA_DEBUG", default_value = "")]
+    pub kafka_debug: String,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -64,7 +74,7 @@ impl Config {
 
     /// Kafka client settings.
     pub fn kafka(&self) -> KafkaSettings {
-        KafkaSettings::new(&self.kafka_bootstrap)
+        KafkaSettings { debug: Some(self.kafka_debug.clone()), ..KafkaSettings::new(&self.kafka_bootstrap) }
     }
 
     /// Every problem of this configuration that clap's per-value checks cannot see (empty).
@@ -76,6 +86,13 @@ impl Config {
         p.extend(shared::kafka::topic_name_problem(&self.topic).map(|e| format!("KAFKA_TOPIC (--topic): {e}")));
         if let Some(problem) = transactional_id_problem(&self.transactional_id()) {
             p.push(format!("TRANSACTIONAL_ID (--transactional-id): {problem}"));
+        }
+        if self.partition_stall_ms >= self.produce_timeout_ms {
+            p.push(format!(
+                "PARTITION_STALL_MS (--partition-stall-ms) {} must be below PRODUCE_TIMEOUT_MS ({}): a stalled partition is \
+                 isolated before its records time out",
+                self.partition_stall_ms, self.produce_timeout_ms
+            ));
         }
         if self.transaction_timeout_ms <= 2 * self.produce_timeout_ms {
             p.push(format!(
@@ -90,6 +107,11 @@ impl Config {
     /// The base of the transactional ids (see [`Config::transactional_id`]).
     pub fn transactional_id(&self) -> String {
         self.transactional_id.clone().unwrap_or_else(|| format!("core-publisher-{}", self.topic))
+    }
+
+    /// `partition_stall_ms` as a duration.
+    pub fn partition_stall(&self) -> Duration {
+        Duration::from_millis(self.partition_stall_ms)
     }
 
     /// `transaction_timeout_ms` as a duration.
@@ -116,6 +138,8 @@ impl Config {
             ("PRODUCE_TIMEOUT_MS", self.produce_timeout_ms.to_string()),
             ("TRANSACTIONAL_ID", self.transactional_id()),
             ("TRANSACTION_TIMEOUT_MS", self.transaction_timeout_ms.to_string()),
+            ("PARTITION_STALL_MS", self.partition_stall_ms.to_string()),
+            ("KAFKA_DEBUG", self.kafka_debug.clone()),
         ])
     }
 

@@ -133,6 +133,12 @@ impl KeyStore {
     pub fn in_flight(&self) -> usize {
         self.slots.len() - self.done.len()
     }
+
+    /// Forgets every key in flight (their requests were all answered: the publisher starts over
+    /// and learns from the log which of them were applied).
+    pub fn release_in_flight(&mut self) {
+        self.slots.retain(|_, s| matches!(s, Slot::Done(..)));
+    }
 }
 
 /// Why an `Idempotency-Key` header value is not acceptable, or `None`.

@@ -2,21 +2,23 @@
 //!
 //! It takes canvas edits over HTTP, gives each canvas a contiguous version (1, 2, 3, ...), writes
 //! the versioned event to Kafka keyed by canvas id inside a Kafka transaction, and answers only
-//! after the transaction committed. On start it creates the topic when missing, initialises one
-//! transactional producer per partition (fencing any older publisher on the topic) and rebuilds
+//! after the transaction committed. On start it creates the topic when missing, initialises its
+//! transactional producers (fencing any older publisher on the topic) and rebuilds
 //! every canvas's head from the committed log before it accepts writes (503 until then). When a
 //! newer publisher fences it, it answers 503 `fenced` and exits.
 //!
 //! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`types`]
 //! (answers and errors), [`versions`] (the version authority: start-up, publish, truth),
-//! [`lane`] (one partition's committer), [`idempotency`] (`Idempotency-Key`), [`log`] (the Kafka
-//! side as the version logic sees it), [`txn`] (one partition's transactional producer).
+//! [`partition`] (a partition's queue, heads and isolation policy), [`committer`] (the shared
+//! committer and the isolated partitions' ones), [`idempotency`] (`Idempotency-Key`), [`log`] (the
+//! Kafka side as the version logic sees it), [`txn`] (one transactional producer).
 
 pub mod api;
+pub mod committer;
 pub mod config;
 pub mod idempotency;
-pub mod lane;
 pub mod log;
+pub mod partition;
 pub mod txn;
 pub mod types;
 pub mod versions;
@@ -35,7 +37,8 @@ use tokio_util::sync::CancellationToken;
 pub const FENCED_EXIT_AFTER: Duration = Duration::from_secs(2);
 
 /// Runs the publisher on `listener` until `shutdown` is cancelled, or until another publisher
-/// fences it (then it exits after [`FENCED_EXIT_AFTER`]).
+/// fences it (then it stops after [`FENCED_EXIT_AFTER`]). A producer that fails for good makes it
+/// start over (new producers, the log read again), as a restart would.
 ///
 /// The HTTP server starts at once (answering 503 until ready); creating the topic, initialising
 /// the transactional producers and rebuilding the heads retry with backoff until the broker
@@ -57,7 +60,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         config.produce_timeout(),
         config.transaction_timeout(),
     );
-    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0, config.answer_timeout()));
+    let timings = crate::versions::Timings { answer_timeout: config.answer_timeout(), stall_after: config.partition_stall() };
+    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0, timings));
 
     // The server answers at once (503 until ready); the topic and the heads come from Kafka.
     let prepare = {
@@ -78,21 +82,35 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             }
             versions.set_partitions(partitions);
             tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
-                "initialising one transactional producer per partition (this fences an older publisher), then rebuilding \
-                 canvas versions from the committed log; writes get 503 until done");
-            let started = std::time::Instant::now();
-            let rebuild = || versions.rebuild();
-            let r = tokio::select! {
-                r = rebuild
-                    .retry(retry)
-                    .when(|e| !matches!(e, RebuildError::Fenced))
-                    .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "start-up failed; retrying")) => r,
-                _ = shutdown.cancelled() => return,
-            };
-            match r {
-                Ok(n) => tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
-                    "canvas versions rebuilt; accepting writes"),
-                Err(e) => tracing::error!(error = %e, "start-up gave up"),
+                "initialising the transactional producers (this fences an older publisher), then rebuilding canvas \
+                 versions from the committed log; writes get 503 until done");
+            loop {
+                let started = std::time::Instant::now();
+                let rebuild = || versions.rebuild();
+                let r = tokio::select! {
+                    r = rebuild
+                        .retry(retry)
+                        .when(|e| !matches!(e, RebuildError::Fenced))
+                        .notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "start-up failed; retrying")) => r,
+                    _ = shutdown.cancelled() => return,
+                };
+                match r {
+                    Ok(n) => tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
+                        "canvas versions rebuilt; accepting writes"),
+                    Err(e) => return tracing::error!(error = %e, "start-up gave up"),
+                }
+                tokio::select! {
+                    _ = versions.stopped_for_good() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                if !versions.failed() {
+                    return; // fenced: see below
+                }
+                // A producer failed for good (librdkafka's fatal errors other than fencing): start
+                // over as a restarted process would, fencing and reading the log again.
+                tracing::warn!(reason = %versions.stopped().unwrap_or_default(),
+                    "a transactional producer failed for good; starting over: new producers, then the log read again (writes get 503 meanwhile)");
+                versions.start_over();
             }
         }
     };
@@ -103,12 +121,22 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     {
         let (versions, shutdown) = (versions.clone(), shutdown.clone());
         tokio::spawn(async move {
-            tokio::select! {
-                _ = versions.fenced() => {}
-                _ = shutdown.cancelled() => return,
+            loop {
+                tokio::select! {
+                    _ = versions.stopped_for_good() => {}
+                    _ = shutdown.cancelled() => return,
+                }
+                if versions.is_fenced() {
+                    break;
+                }
+                // Failed: the start-up task starts over; wait for the next stop.
+                tokio::select! {
+                    _ = async { while versions.failed() { tokio::time::sleep(Duration::from_millis(50)).await } } => {}
+                    _ = shutdown.cancelled() => return,
+                }
             }
             tracing::warn!(exit_in_ms = FENCED_EXIT_AFTER.as_millis() as u64,
-                "another publisher took over this topic (same transactional id); answering 503 fenced, then exiting");
+                "another publisher took over this topic (same transactional ids); answering 503 fenced, then exiting");
             tokio::time::sleep(FENCED_EXIT_AFTER).await;
             shutdown.cancel();
         });

@@ -1,28 +1,35 @@
-//! The publisher's side of the Kafka log, as the version logic sees it: per partition, one
-//! transactional writer, and `read_committed` readers.
+//! The publisher's side of the Kafka log, as the version logic sees it: transactional writers,
+//! and `read_committed` readers.
 //!
-//! - [`EventLog::prepare`] initialises a partition's transactional producer (`init_transactions`):
-//!   it fences every older producer with the same `transactional.id` (another publisher process)
-//!   and finishes whatever transaction such a producer left open, so what a reader sees of the
-//!   partition afterwards is final until this process writes again.
+//! Writers ([`Writer`]): the *shared* one writes every healthy partition in one transaction per
+//! commit cycle; each partition also has a writer of its own, used while that partition is
+//! isolated (its records stalled a shared transaction, see [`crate::partition`]).
+//!
+//! - [`EventLog::prepare`] initialises every writer's transactional producers
+//!   (`init_transactions`): it fences every older producer with the same `transactional.id`
+//!   (another publisher process) and finishes whatever transaction such a producer left open, so
+//!   what a reader sees afterwards is final until this process writes again. Producers are
+//!   initialised only there, before the log is read: a process that initialised one later could
+//!   fence a newer publisher and write from stale heads, so any fatal producer error stops the
+//!   process instead (a restart prepares and reads again).
 //! - [`EventLog::transact`] writes records in one transaction and commits it; the answer is
-//!   definite ([`TxnOutcome::Committed`], [`TxnOutcome::NotCommitted`], [`TxnOutcome::Fenced`])
-//!   except when the commit was sent and not confirmed in time ([`TxnOutcome::InDoubt`]).
+//!   definite ([`TxnOutcome::Committed`], [`TxnOutcome::NotCommitted`], [`TxnOutcome::Fenced`],
+//!   [`TxnOutcome::Fatal`] before the commit) except when the commit was sent and not confirmed in
+//!   time ([`TxnOutcome::InDoubt`]).
 //! - [`EventLog::resolve`] asks again about an in-doubt commit until the answer is definite.
 //! - The reads return committed records only, and the *position* each read ended at (past the
 //!   last commit marker, see [`shared::replay`]).
 //!
 //! [`EventLog`] is the seam the version logic is written against, so its rules are unit-tested
 //! with [`fake::FakeLog`]; [`KafkaLog`] is the real one (its transactions are in [`crate::txn`]).
-//! A partition has one transaction in flight at a time, whichever of its producers runs it.
 
-use crate::txn::TxnWriter;
+use crate::txn::{Polling, TxnWriter};
 use rdkafka::consumer::BaseConsumer;
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
-use shared::replay::{self, Offsets, ReplayPlan};
+use shared::replay::{self, Offsets};
 use shared::PixelEvent;
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,9 +37,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one canvas
-/// with consecutive versions, and the idempotency key of each (record headers, one per event).
+/// with consecutive versions, on the canvas's partition, and the idempotency key of each (record
+/// headers, one per event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
+    pub partition: i32,
     pub events: Vec<PixelEvent>,
     pub keys: Vec<Option<String>>,
 }
@@ -43,16 +52,29 @@ pub enum TxnOutcome {
     /// Committed: the offset of each record, in order.
     Committed(Vec<i64>),
     /// Certainly not committed (aborted, or it never began): nothing of it is or ever becomes
-    /// visible to a `read_committed` reader.
-    NotCommitted(String),
+    /// visible to a `read_committed` reader. `stalled`: the partitions whose records were not
+    /// acknowledged within the stall bound, or failed (empty when the failure was not theirs).
+    NotCommitted { why: String, stalled: Vec<i32> },
     /// The commit was sent and not confirmed in time. The writer keeps the transaction; ask
     /// [`EventLog::resolve`] until the answer is definite, and write nothing else on the partition
     /// meanwhile.
     InDoubt(String),
-    /// Another producer with this partition's `transactional.id` took over. `commit_sent`: the
-    /// commit had been sent, so this transaction may have committed (the new producer finished it
-    /// one way or the other); otherwise it certainly did not.
+    /// Another producer with the writer's `transactional.id` took over. `commit_sent`: the commit
+    /// had been sent, so this transaction may have committed (the new producer finished it one
+    /// way or the other); otherwise it certainly did not.
     Fenced { commit_sent: bool },
+    /// The producer failed for good (librdkafka's fatal errors other than fencing). `commit_sent`
+    /// as for [`TxnOutcome::Fenced`]; the process must stop (see the module docs).
+    Fatal { why: String, commit_sent: bool },
+}
+
+/// Which writer runs a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Writer {
+    /// The shared writer (every partition not isolated).
+    Shared,
+    /// The writer of one isolated partition.
+    Partition(i32),
 }
 
 /// The definite end of an in-doubt transaction.
@@ -62,11 +84,10 @@ pub enum Resolution {
     Committed(Vec<i64>),
     /// It did not commit.
     NotCommitted,
-    /// The producer had to be created anew (`init_transactions` finished the transaction one way
-    /// or the other): read the partition from the last known position to learn which.
-    Reinitialised,
     /// Another producer took over; this process cannot learn the outcome any more.
     Fenced,
+    /// The producer failed for good; the process must stop.
+    Fatal(String),
 }
 
 /// Initialising a partition's transactional producer failed.
@@ -98,39 +119,40 @@ pub struct LoggedEvent {
 
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
-    /// Initialises the transactional producer of `partition` (`init_transactions`), fencing older
-    /// producers of the same `transactional.id` and finishing their open transaction. Call it for
-    /// every partition before reading the log at start-up.
-    fn prepare(&self, partition: i32) -> impl Future<Output = Result<(), PrepareError>> + Send;
+    /// Initialises the transactional producers of every writer of a topic of `partitions`
+    /// partitions (`init_transactions`), fencing older producers of the same ids and finishing
+    /// their open transactions. Call it before reading the log at start-up, and only then.
+    fn prepare(&self, partitions: u32) -> impl Future<Output = Result<(), PrepareError>> + Send;
 
-    /// Writes `records` to `partition` in one transaction (key = canvas id, one idempotency-key
-    /// header per event) and commits it.
-    fn transact(&self, partition: i32, records: Vec<Record>) -> impl Future<Output = TxnOutcome> + Send;
+    /// Writes `records` in one transaction of `writer` and commits it. With `stall_after`, a
+    /// transaction whose records are not all acknowledged by then is aborted
+    /// ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
+    fn transact(&self, writer: Writer, records: Vec<Record>, stall_after: Option<Duration>) -> impl Future<Output = TxnOutcome> + Send;
 
-    /// One more attempt to learn how the in-doubt transaction of `partition` ended; `Err` while
-    /// it is still not known.
-    fn resolve(&self, partition: i32) -> impl Future<Output = Result<Resolution, String>> + Send;
-
-    /// Every committed event of `partition` from offset `from` up to its last stable offset, and
-    /// the position the read ended at.
-    fn read_partition(&self, partition: i32, from: i64) -> impl Future<Output = Result<(Vec<LoggedEvent>, i64), ReadError>> + Send;
+    /// One more attempt to learn how `writer`'s in-doubt transaction ended; `Err` while it is
+    /// still not known.
+    fn resolve(&self, writer: Writer) -> impl Future<Output = Result<Resolution, String>> + Send;
 
     /// Every committed event of the topic, and the position each partition's read ended at.
     fn read_all(&self) -> impl Future<Output = Result<(Vec<LoggedEvent>, Offsets), ReadError>> + Send;
+
+    /// Drops every producer after one failed for good, before the publisher starts over with
+    /// [`EventLog::prepare`] (as a restarted process would).
+    fn reset(&self);
 }
 
-/// Transactional producers per partition, taking turns.
+/// Transactional producers of the shared writer, taking turns.
 ///
 /// After a commit the transaction coordinator writes the commit markers to the partitions, and
-/// until it has, the same producer's next transaction cannot register its partition: the broker
+/// until it has, the same producer's next transaction cannot register its partitions: the broker
 /// answers `CONCURRENT_TRANSACTIONS` and librdkafka retries 20 ms later. Back-to-back transactions
 /// of one producer therefore took about 30 ms each (measured on a single broker: 13 such retries
 /// in 28 transactions under concurrent publishes). With two producers taking turns, one commits
-/// while the other's markers are written.
-pub const PRODUCERS_PER_PARTITION: usize = 2;
+/// while the other's markers are written. An isolated partition's writer has one producer.
+pub const SHARED_PRODUCERS: usize = 2;
 
-/// One partition's producers and whose turn it is.
-struct Writers {
+/// A writer's producers and whose turn it is.
+struct Producers {
     slots: Vec<Arc<TxnWriter>>,
     /// The slot of the next transaction.
     next: usize,
@@ -138,70 +160,77 @@ struct Writers {
     in_doubt: Option<usize>,
 }
 
-/// [`EventLog`] on a real Kafka-protocol broker: [`PRODUCERS_PER_PARTITION`] [`TxnWriter`]s per
-/// partition (created by [`EventLog::prepare`]), reads with `read_committed` consumers.
+/// [`EventLog`] on a real Kafka-protocol broker: the shared writer's [`SHARED_PRODUCERS`]
+/// [`TxnWriter`]s and one per partition (all created by [`EventLog::prepare`]); reads with
+/// `read_committed` consumers.
 pub struct KafkaLog {
     settings: KafkaSettings,
     topic: String,
     transactional_id: String,
     message_timeout: Duration,
     transaction_timeout: Duration,
-    writers: Mutex<HashMap<i32, Writers>>,
+    writers: Mutex<HashMap<Writer, Producers>>,
 }
 
 impl KafkaLog {
-    /// A log on `topic` whose partition `p` is written by the producers with `transactional.id`
-    /// `<transactional_id>-<p>-<slot>`.
+    /// A log on `topic`; see [`KafkaLog::transactional_id_of`] for its producers' ids.
     pub fn new(settings: KafkaSettings, topic: String, transactional_id: String, message_timeout: Duration, transaction_timeout: Duration) -> Self {
         Self { settings, topic, transactional_id, message_timeout, transaction_timeout, writers: Mutex::new(HashMap::new()) }
     }
 
-    /// The `transactional.id` of `partition`'s producer number `slot`: derived from the base and
-    /// numbers only, so every publisher process of a deployment uses the same ids and the newest
-    /// fences the others.
-    pub fn transactional_id_of(base: &str, partition: i32, slot: usize) -> String {
-        format!("{base}-{partition}-{slot}")
+    /// The `transactional.id` of `writer`'s producer number `slot`: `<base>-shared-<slot>`, or
+    /// `<base>-p<partition>`. Derived from the base and numbers only, so every publisher process
+    /// of a deployment uses the same ids and the newest fences the others.
+    pub fn transactional_id_of(base: &str, writer: Writer, slot: usize) -> String {
+        match writer {
+            Writer::Shared => format!("{base}-shared-{slot}"),
+            Writer::Partition(p) => format!("{base}-p{p}"),
+        }
     }
 
-    fn lock_writers(&self) -> std::sync::MutexGuard<'_, HashMap<i32, Writers>> {
+    fn lock_writers(&self) -> std::sync::MutexGuard<'_, HashMap<Writer, Producers>> {
         self.writers.lock().expect("writers lock is never poisoned: no panics while held")
     }
 
-    /// Every producer of `partition` (started when there are none).
-    fn slots(&self, partition: i32) -> Vec<Arc<TxnWriter>> {
-        let mut w = self.lock_writers();
-        w.entry(partition)
-            .or_insert_with(|| Writers {
-                slots: (0..PRODUCERS_PER_PARTITION)
-                    .map(|slot| {
-                        Arc::new(TxnWriter::start(
-                            self.settings.clone(),
-                            self.topic.clone(),
-                            partition,
-                            Self::transactional_id_of(&self.transactional_id, partition, slot),
-                            self.message_timeout,
-                            self.transaction_timeout,
-                        ))
-                    })
-                    .collect(),
-                next: 0,
-                in_doubt: None,
-            })
-            .slots
-            .clone()
+    /// Starts `writer`'s producers' threads (not initialised yet).
+    fn start_writer(&self, writer: Writer) -> Producers {
+        let n = if writer == Writer::Shared { SHARED_PRODUCERS } else { 1 };
+        Producers {
+            slots: (0..n)
+                .map(|slot| {
+                    Arc::new(TxnWriter::start(
+                        self.settings.clone(),
+                        self.topic.clone(),
+                        Self::transactional_id_of(&self.transactional_id, writer, slot),
+                        if writer == Writer::Shared { Polling::Thread } else { Polling::Own },
+                        self.message_timeout,
+                        self.transaction_timeout,
+                    ))
+                })
+                .collect(),
+            next: 0,
+            in_doubt: None,
+        }
     }
 
-    /// The producer whose turn it is, and its slot.
-    fn turn(&self, partition: i32) -> (usize, Arc<TxnWriter>) {
-        let slots = self.slots(partition);
+    /// The producer whose turn it is (the next that is not still busy, e.g. aborting a stalled
+    /// transaction; the next in turn when all are), and its slot.
+    fn turn(&self, writer: Writer) -> Option<(usize, Arc<TxnWriter>)> {
         let mut w = self.lock_writers();
-        let ws = w.get_mut(&partition).expect("slots() created them");
-        let slot = ws.next % slots.len();
-        ws.next = ws.next.wrapping_add(1);
-        (slot, slots[slot].clone())
+        let ws = w.get_mut(&writer)?;
+        let n = ws.slots.len();
+        let slot = (0..n).map(|i| (ws.next + i) % n).find(|s| !ws.slots[*s].is_busy()).unwrap_or(ws.next % n);
+        ws.next = slot.wrapping_add(1);
+        Some((slot, ws.slots[slot].clone()))
     }
 
-    async fn read(&self, from: Offsets, only: Option<i32>) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+    /// Drops every producer (their threads end once no transaction uses them); the next
+    /// [`EventLog::prepare`] starts and initialises new ones.
+    pub fn reset(&self) {
+        self.lock_writers().clear();
+    }
+
+    async fn read(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
         let settings = self.settings.clone();
         let topic = self.topic.clone();
         tokio::task::spawn_blocking(move || {
@@ -209,18 +238,12 @@ impl KafkaLog {
                 .reader("core-publisher")
                 .create_with_context(FleetContext::default())
                 .map_err(|e| ReadError(e.to_string()))?;
-            let (mut plan, truncated) = replay::plan(&consumer, &topic, &from, Duration::from_secs(10))
+            let (plan, truncated) = replay::plan(&consumer, &topic, &Offsets::new(), Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
-            if only.is_none() && !truncated.is_empty() {
+            if !truncated.is_empty() {
                 tracing::error!(partitions = ?truncated,
                     "the log no longer starts at offset 0 on these partitions (records deleted by retention): canvases there \
                      miss their first versions; their hashes cannot match clients that saw them. Keep the topic's retention infinite");
-            }
-            if let Some(p) = only {
-                plan = ReplayPlan {
-                    starts: plan.starts.into_iter().filter(|(q, _)| *q == p).collect(),
-                    targets: plan.targets.into_iter().filter(|(q, _)| *q == p).collect(),
-                };
             }
             let total = replay::Progress::new(&plan).remaining();
             let mut out = Vec::new();
@@ -265,41 +288,49 @@ impl KafkaLog {
 }
 
 impl EventLog for KafkaLog {
-    async fn prepare(&self, partition: i32) -> Result<(), PrepareError> {
-        let results = futures::future::join_all(self.slots(partition).iter().map(|w| w.prepare())).await;
+    async fn prepare(&self, partitions: u32) -> Result<(), PrepareError> {
+        let all: Vec<Arc<TxnWriter>> = {
+            let mut w = self.lock_writers();
+            for writer in std::iter::once(Writer::Shared).chain((0..partitions as i32).map(Writer::Partition)) {
+                w.entry(writer).or_insert_with(|| self.start_writer(writer));
+            }
+            w.values().flat_map(|p| p.slots.iter().cloned()).collect()
+        };
+        let results = futures::future::join_all(all.iter().map(|w| w.prepare())).await;
         results.into_iter().collect()
     }
 
-    async fn transact(&self, partition: i32, records: Vec<Record>) -> TxnOutcome {
-        let (slot, writer) = self.turn(partition);
-        let outcome = writer.transact(records).await;
+    async fn transact(&self, writer: Writer, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
+        let Some((slot, producer)) = self.turn(writer) else {
+            return TxnOutcome::NotCommitted { why: format!("{writer:?} was not prepared"), stalled: Vec::new() };
+        };
+        let outcome = producer.transact(records, stall_after).await;
         if matches!(outcome, TxnOutcome::InDoubt(_)) {
-            if let Some(ws) = self.lock_writers().get_mut(&partition) {
+            if let Some(ws) = self.lock_writers().get_mut(&writer) {
                 ws.in_doubt = Some(slot);
             }
         }
         outcome
     }
 
-    async fn resolve(&self, partition: i32) -> Result<Resolution, String> {
-        let slot = self.lock_writers().get(&partition).and_then(|ws| ws.in_doubt);
-        let Some(slot) = slot else { return Ok(Resolution::NotCommitted) };
-        let r = self.slots(partition)[slot].resolve().await;
+    async fn resolve(&self, writer: Writer) -> Result<Resolution, String> {
+        let found = self.lock_writers().get(&writer).and_then(|ws| ws.in_doubt.map(|s| ws.slots[s].clone()));
+        let Some(producer) = found else { return Ok(Resolution::NotCommitted) };
+        let r = producer.resolve().await;
         if r.is_ok() {
-            if let Some(ws) = self.lock_writers().get_mut(&partition) {
+            if let Some(ws) = self.lock_writers().get_mut(&writer) {
                 ws.in_doubt = None;
             }
         }
         r
     }
 
-    async fn read_partition(&self, partition: i32, from: i64) -> Result<(Vec<LoggedEvent>, i64), ReadError> {
-        let (events, ends) = self.read(Offsets::from([(partition, from)]), Some(partition)).await?;
-        Ok((events, ends.get(&partition).copied().unwrap_or(from)))
+    async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+        self.read().await
     }
 
-    async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
-        self.read(Offsets::new(), None).await
+    fn reset(&self) {
+        KafkaLog::reset(self);
     }
 }
 
@@ -361,20 +392,25 @@ pub mod fake {
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-    /// How the fake log ends a transaction (by attempt number, over every partition).
+    /// How the fake log ends a transaction (by attempt number, over every writer).
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
     pub enum Fate {
         Commit,
-        /// Aborted: its records take offsets but are never read.
+        /// Aborted (not for any partition's sake): its records take offsets but are never read.
         Abort,
+        /// The records of the transaction's lowest partition are not acknowledged in time: aborted,
+        /// naming that partition as stalled.
+        StallLowest,
         /// The commit is sent but not confirmed: in doubt, then committed when resolved. Until
-        /// then nothing of it can be read, and if nobody resolves it before the partition's next
+        /// then nothing of it can be read, and if nobody resolves it before the writer's next
         /// transaction it commits then ("lands late"), as a slow broker's would.
         InDoubtThenCommit,
         /// In doubt, then not committed.
         InDoubtThenAbort,
         /// Fenced while committing, and it did commit (the worst case for the fenced process).
         FencedCommitted,
+        /// A fatal producer error before the commit was sent.
+        FatalBeforeCommit,
     }
 
     /// A record of the fake log: its events with their idempotency keys.
@@ -390,11 +426,13 @@ pub mod fake {
     struct Shared {
         partitions: u32,
         entries: Mutex<BTreeMap<i32, Vec<Entry>>>,
-        /// The current producer epoch of each partition (bumped by every `prepare`).
-        epochs: Mutex<HashMap<i32, u64>>,
-        /// The in-doubt transaction of each partition: its records, and whether it commits.
-        pending: Mutex<HashMap<i32, (Vec<Record>, bool)>>,
+        /// The current producer epoch of each writer (bumped by every `prepare`).
+        epochs: Mutex<HashMap<Writer, u64>>,
+        /// The in-doubt transaction of each writer: its records, and whether it commits.
+        pending: Mutex<HashMap<Writer, (Vec<Record>, bool)>>,
         attempts: AtomicU64,
+        /// The writer of each transaction attempt, in order.
+        writers: Mutex<Vec<Writer>>,
         fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
         /// Resolve attempts that still answer "in doubt" before one resolves.
         stay_in_doubt: AtomicU32,
@@ -402,13 +440,14 @@ pub mod fake {
     }
 
     /// An in-memory log. Offsets are indexes in a partition's entries: records, aborted records
-    /// and one commit marker after each transaction (so a partition ends in a marker, as a real
-    /// one does). Each [`FakeLog`] is one publisher process's view; [`FakeLog::another_publisher`]
-    /// gives a second one on the same log, with producers of its own.
+    /// and one commit marker per partition after each transaction (so a partition ends in a
+    /// marker, as a real one does). Each [`FakeLog`] is one publisher process's view;
+    /// [`FakeLog::another_publisher`] gives a second one on the same log, with producers of its
+    /// own.
     pub struct FakeLog {
         shared: Arc<Shared>,
-        /// The epoch this process's producer of each partition got from `prepare`.
-        mine: Mutex<HashMap<i32, u64>>,
+        /// The epoch this process's producers got from `prepare`.
+        mine: Mutex<HashMap<Writer, u64>>,
     }
 
     impl FakeLog {
@@ -420,6 +459,7 @@ pub mod fake {
                     epochs: Mutex::new(HashMap::new()),
                     pending: Mutex::new(HashMap::new()),
                     attempts: AtomicU64::new(0),
+                    writers: Mutex::new(Vec::new()),
                     fate: Box::new(fate),
                     stay_in_doubt: AtomicU32::new(0),
                     gates: Mutex::new(HashMap::new()),
@@ -449,6 +489,11 @@ pub mod fake {
             self.shared.attempts.load(Ordering::SeqCst)
         }
 
+        /// The writer of each transaction attempt so far.
+        pub fn writers(&self) -> Vec<Writer> {
+            self.shared.writers.lock().unwrap().clone()
+        }
+
         /// Committed versions of `canvas`, in log order.
         pub fn events_of(&self, canvas: &str) -> Vec<u64> {
             self.committed().into_iter().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
@@ -473,20 +518,25 @@ pub mod fake {
             self.committed().len()
         }
 
-        fn append(entries: &mut Vec<Entry>, records: &[Record], commit: bool) -> Vec<i64> {
+        /// Appends a transaction's records (committed or aborted) and a marker on each of its
+        /// partitions; returns the records' offsets.
+        fn append(entries: &mut BTreeMap<i32, Vec<Entry>>, records: &[Record], commit: bool) -> Vec<i64> {
             let mut offsets = Vec::new();
             for r in records {
-                offsets.push(entries.len() as i64);
-                entries.push(if commit { Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()) } else { Entry::Aborted });
+                let part = entries.entry(r.partition).or_default();
+                offsets.push(part.len() as i64);
+                part.push(if commit { Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()) } else { Entry::Aborted });
             }
-            entries.push(Entry::Marker);
+            let touched: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+            for p in touched {
+                entries.entry(p).or_default().push(Entry::Marker);
+            }
             offsets
         }
 
-        fn logged(partition: i32, from: usize, v: &[Entry]) -> Vec<LoggedEvent> {
+        fn logged(partition: i32, v: &[Entry]) -> Vec<LoggedEvent> {
             v.iter()
                 .enumerate()
-                .skip(from)
                 .filter_map(|(o, e)| if let Entry::Record(r) = e { Some((o, r)) } else { None })
                 .flat_map(|(o, rec)| {
                     rec.iter().map(move |(e, k)| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
@@ -494,87 +544,93 @@ pub mod fake {
                 .collect()
         }
 
-        fn fenced(&self, partition: i32) -> bool {
-            let current = self.shared.epochs.lock().unwrap().get(&partition).copied();
-            current.is_none() || self.mine.lock().unwrap().get(&partition).copied() != current
+        fn fenced(&self, writer: Writer) -> bool {
+            let current = self.shared.epochs.lock().unwrap().get(&writer).copied();
+            current.is_none() || self.mine.lock().unwrap().get(&writer).copied() != current
         }
     }
 
     impl EventLog for FakeLog {
-        async fn prepare(&self, partition: i32) -> Result<(), PrepareError> {
-            // init_transactions finishes what an older producer left in doubt.
-            let left = self.shared.pending.lock().unwrap().remove(&partition);
-            if let Some((records, commit)) = left {
-                Self::append(self.shared.entries.lock().unwrap().entry(partition).or_default(), &records, commit);
+        async fn prepare(&self, partitions: u32) -> Result<(), PrepareError> {
+            let writers: Vec<Writer> = std::iter::once(Writer::Shared).chain((0..partitions as i32).map(Writer::Partition)).collect();
+            for w in writers {
+                // init_transactions finishes what an older producer left in doubt.
+                let left = self.shared.pending.lock().unwrap().remove(&w);
+                if let Some((records, commit)) = left {
+                    Self::append(&mut self.shared.entries.lock().unwrap(), &records, commit);
+                }
+                let mut epochs = self.shared.epochs.lock().unwrap();
+                let e = epochs.entry(w).or_insert(0);
+                *e += 1;
+                self.mine.lock().unwrap().insert(w, *e);
             }
-            let mut epochs = self.shared.epochs.lock().unwrap();
-            let e = epochs.entry(partition).or_insert(0);
-            *e += 1;
-            self.mine.lock().unwrap().insert(partition, *e);
             Ok(())
         }
 
-        async fn transact(&self, partition: i32, records: Vec<Record>) -> TxnOutcome {
+        async fn transact(&self, writer: Writer, records: Vec<Record>, _stall_after: Option<Duration>) -> TxnOutcome {
             assert!(!records.is_empty(), "a transaction writes at least one record");
             for r in &records {
                 assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
                 assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
                 assert!(r.events.windows(2).all(|w| w[0].canvas == w[1].canvas && w[1].version == w[0].version + 1));
+                if let Writer::Partition(p) = writer {
+                    assert_eq!(r.partition, p, "an isolated partition's writer writes only that partition");
+                }
             }
             let n = self.shared.attempts.fetch_add(1, Ordering::SeqCst);
+            self.shared.writers.lock().unwrap().push(writer);
             // Let other requests interleave, as a real network round trip would.
             tokio::task::yield_now().await;
             let gate = self.shared.gates.lock().unwrap().get(&n).cloned();
             if let Some(g) = gate {
                 g.notified().await;
             }
-            if self.fenced(partition) {
+            if self.fenced(writer) {
                 return TxnOutcome::Fenced { commit_sent: false };
             }
-            let late = self.shared.pending.lock().unwrap().remove(&partition);
+            let late = self.shared.pending.lock().unwrap().remove(&writer);
             let mut entries = self.shared.entries.lock().unwrap();
-            let part = entries.entry(partition).or_default();
             // An in-doubt transaction nobody resolved lands now, before this one.
             if let Some((late, commit)) = late {
-                Self::append(part, &late, commit);
+                Self::append(&mut entries, &late, commit);
             }
-            match (self.shared.fate)(n) {
-                Fate::Commit => TxnOutcome::Committed(Self::append(part, &records, true)),
+            let fate = (self.shared.fate)(n);
+            match fate {
+                Fate::Commit => TxnOutcome::Committed(Self::append(&mut entries, &records, true)),
                 Fate::Abort => {
-                    Self::append(part, &records, false);
-                    TxnOutcome::NotCommitted("aborted".into())
+                    Self::append(&mut entries, &records, false);
+                    TxnOutcome::NotCommitted { why: "aborted".into(), stalled: Vec::new() }
+                }
+                Fate::StallLowest => {
+                    Self::append(&mut entries, &records, false);
+                    let lowest = records.iter().map(|r| r.partition).min().expect("records");
+                    TxnOutcome::NotCommitted { why: format!("partition {lowest} stalled"), stalled: vec![lowest] }
                 }
                 Fate::InDoubtThenCommit | Fate::InDoubtThenAbort => {
-                    let commit = (self.shared.fate)(n) == Fate::InDoubtThenCommit;
-                    self.shared.pending.lock().unwrap().insert(partition, (records, commit));
+                    self.shared.pending.lock().unwrap().insert(writer, (records, fate == Fate::InDoubtThenCommit));
                     TxnOutcome::InDoubt("commit not confirmed".into())
                 }
                 Fate::FencedCommitted => {
-                    Self::append(part, &records, true);
-                    *self.shared.epochs.lock().unwrap().entry(partition).or_default() += 1;
+                    Self::append(&mut entries, &records, true);
+                    *self.shared.epochs.lock().unwrap().entry(writer).or_default() += 1;
                     TxnOutcome::Fenced { commit_sent: true }
                 }
+                Fate::FatalBeforeCommit => TxnOutcome::Fatal { why: "fatal idempotence error".into(), commit_sent: false },
             }
         }
 
-        async fn resolve(&self, partition: i32) -> Result<Resolution, String> {
+        async fn resolve(&self, writer: Writer) -> Result<Resolution, String> {
             tokio::task::yield_now().await;
             if self.shared.stay_in_doubt.load(Ordering::SeqCst) > 0 {
                 self.shared.stay_in_doubt.fetch_sub(1, Ordering::SeqCst);
                 return Err("still in doubt".into());
             }
-            let pending = self.shared.pending.lock().unwrap().remove(&partition);
+            let pending = self.shared.pending.lock().unwrap().remove(&writer);
             let Some((records, commit)) = pending else {
                 return Ok(Resolution::NotCommitted);
             };
-            let offsets = Self::append(self.shared.entries.lock().unwrap().entry(partition).or_default(), &records, commit);
+            let offsets = Self::append(&mut self.shared.entries.lock().unwrap(), &records, commit);
             Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
-        }
-
-        async fn read_partition(&self, partition: i32, from: i64) -> Result<(Vec<LoggedEvent>, i64), ReadError> {
-            let entries = self.shared.entries.lock().unwrap();
-            let v = entries.get(&partition).cloned().unwrap_or_default();
-            Ok((Self::logged(partition, from.max(0) as usize, &v), (v.len() as i64).max(from)))
         }
 
         async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
@@ -584,9 +640,13 @@ pub mod fake {
             for p in 0..self.shared.partitions as i32 {
                 let v = entries.get(&p).cloned().unwrap_or_default();
                 ends.insert(p, v.len() as i64);
-                out.extend(Self::logged(p, 0, &v));
+                out.extend(Self::logged(p, &v));
             }
             Ok((out, ends))
+        }
+
+        fn reset(&self) {
+            self.mine.lock().unwrap().clear();
         }
     }
 }

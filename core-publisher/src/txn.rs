@@ -1,38 +1,40 @@
-//! One partition's transactional producer (KIP-98), on a thread of its own.
+//! One transactional producer (KIP-98), on a thread of its own.
 //!
-//! The publisher writes each partition with producers of its own (`transactional.id` =
-//! `<TRANSACTIONAL_ID>-<partition>-<slot>`, two taking turns, see
-//! [`crate::log::PRODUCERS_PER_PARTITION`]), as Kafka Streams' first exactly-once mode had one
-//! producer per task: a partition whose leader is slow or gone stalls only its own transactions,
-//! and a second publisher process fences the first producer by producer with the same ids (both
-//! derive them from the same setting and numbers, never from anything local).
+//! The publisher's writers ([`crate::log::Writer`]) are made of these: the shared writer has two
+//! taking turns (`transactional.id` `<TRANSACTIONAL_ID>-shared-0` and `-1`), each partition one of
+//! its own (`<TRANSACTIONAL_ID>-p<partition>`), used while it is isolated. The ids derive from the
+//! setting and numbers only, never from anything local, so a second publisher process fences the
+//! first producer by producer.
 //!
-//! A transaction here is: `begin_transaction`; produce every record (`acks=all`); wait for every
-//! delivery report; `commit_transaction`. The librdkafka calls block, so they run on the writer's
-//! thread; [`TxnWriter`]'s async methods hand it jobs and await the answers. How each failure is
-//! classed (librdkafka's `rd_kafka_error_is_retriable` / `txn_requires_abort` / `is_fatal`):
+//! A transaction here is: `begin_transaction`; produce every record (`acks=all`, each to its own
+//! partition); wait for every delivery report; `commit_transaction`. The librdkafka calls block,
+//! so they run on the writer's thread; [`TxnWriter`]'s async methods hand it jobs and await the
+//! answers. How each failure is classed (librdkafka's `rd_kafka_error_is_retriable` /
+//! `txn_requires_abort` / `is_fatal`):
 //!
 //! | where | error | outcome |
 //! |---|---|---|
-//! | produce or delivery | any (timeout, no leader, too large) | abort → [`TxnOutcome::NotCommitted`]: the commit was never sent, so the transaction cannot commit; a record that reached the log anyway stays invisible |
-//! | commit | retriable (timed out, coordinator moving) | retried until the commit deadline, then [`TxnOutcome::InDoubt`]; [`TxnWriter::resolve`] retries it further |
+//! | delivery | not all acknowledged within the stall bound (shared writer only) | abort → [`TxnOutcome::NotCommitted`] naming the partitions still waiting |
+//! | produce or delivery | any (timeout, no leader, too large) | abort → [`TxnOutcome::NotCommitted`] naming the failed records' partitions: the commit was never sent, so the transaction cannot commit; a record that reached the log anyway stays invisible |
+//! | commit | retriable (timed out, coordinator moving) | retried until `message.timeout.ms` after the commit began, then [`TxnOutcome::InDoubt`]; [`TxnWriter::resolve`] retries it further |
 //! | commit | requires abort | abort → [`TxnOutcome::NotCommitted`] |
 //! | anywhere | fatal `_FENCED` (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`) | [`TxnOutcome::Fenced`]; the writer refuses everything after it |
-//! | commit | other fatal | the producer is dropped; the next [`TxnWriter::resolve`] creates one and `init_transactions` finishes the transaction: [`Resolution::Reinitialised`] |
+//! | anywhere | other fatal | [`TxnOutcome::Fatal`]; the writer refuses everything after it (the process stops; a producer is initialised only at start-up, see [`crate::log`]) |
 //!
 //! librdkafka reports the coordinator aborting a transaction that stayed open past
 //! `transaction.timeout.ms` (the publisher paused that long) as `_FENCED` too: it cannot be told
-//! apart from another publisher taking over, and is treated the same (see `lib.rs`).
+//! apart from another publisher taking over, and is treated the same.
 
 use crate::log::{PrepareError, Record, Resolution, TxnOutcome};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::PixelEvent;
-use std::sync::{mpsc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
@@ -45,13 +47,16 @@ const RESOLVE_ATTEMPT: Duration = Duration::from_secs(5);
 /// A job for the writer's thread.
 enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
-    Transact(Vec<Record>, oneshot::Sender<TxnOutcome>),
+    Transact(Vec<Record>, Option<Duration>, oneshot::Sender<TxnOutcome>),
     Resolve(oneshot::Sender<Result<Resolution, String>>),
 }
 
-/// The transactional producer of one partition, driven from its own thread.
+/// One transactional producer, driven from its own thread.
 pub struct TxnWriter {
     jobs: Mutex<mpsc::Sender<Job>>,
+    /// Set from a job's hand-over until the thread finished it, clean-up included (the abort of
+    /// a stalled transaction can outlast its answer).
+    busy: Arc<AtomicBool>,
 }
 
 impl TxnWriter {
@@ -59,34 +64,46 @@ impl TxnWriter {
     pub fn start(
         settings: KafkaSettings,
         topic: String,
-        partition: i32,
         transactional_id: String,
+        polling: Polling,
         message_timeout: Duration,
         transaction_timeout: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::channel();
+        let busy = Arc::new(AtomicBool::new(false));
+        let thread = format!("txn-{}", transactional_id.rsplit('-').next().unwrap_or("?"));
         let worker = Worker {
             settings,
             topic,
-            partition,
             transactional_id,
+            polling,
             message_timeout,
             transaction_timeout,
             producer: None,
             seq: 0,
             in_doubt: None,
             abort_pending: false,
-            fenced: false,
+            dead: None,
+            deferred_abort: None,
         };
         std::thread::Builder::new()
-            .name(format!("txn-{partition}"))
-            .spawn(move || worker.run(rx))
+            .name(thread)
+            .spawn({
+                let busy = busy.clone();
+                move || worker.run(rx, &busy)
+            })
             .expect("spawn a transactional writer thread");
-        Self { jobs: Mutex::new(tx) }
+        Self { jobs: Mutex::new(tx), busy }
+    }
+
+    /// Whether the thread is working on a job (or cleaning up after one).
+    pub fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Acquire)
     }
 
     async fn ask<T>(&self, job: impl FnOnce(oneshot::Sender<T>) -> Job, gone: T) -> T {
         let (tx, rx) = oneshot::channel();
+        self.busy.store(true, Ordering::Release);
         if self.jobs.lock().expect("jobs lock").send(job(tx)).is_err() {
             return gone;
         }
@@ -99,9 +116,10 @@ impl TxnWriter {
         self.ask(Job::Prepare, Err(PrepareError::Failed("the writer thread ended".into()))).await
     }
 
-    /// Writes `records` in one transaction and commits it.
-    pub async fn transact(&self, records: Vec<Record>) -> TxnOutcome {
-        self.ask(|tx| Job::Transact(records, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
+    /// Writes `records` in one transaction and commits it (aborting when not every record is
+    /// acknowledged within `stall_after`, when given).
+    pub async fn transact(&self, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
+        self.ask(|tx| Job::Transact(records, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
     }
 
     /// One more attempt to learn how the in-doubt transaction ended.
@@ -119,14 +137,15 @@ struct Deliveries {
 }
 
 /// The producer's context: librdkafka's logs as `tracing` events, and delivery reports into
-/// [`Deliveries`] (the opaque is `seq << 20 | record index`).
+/// [`Deliveries`] (the opaque is `seq << 20 | record index`), signalled on `delivered`.
 struct TxnContext {
     logs: FleetContext,
     deliveries: Mutex<Deliveries>,
     delivered: Condvar,
 }
 
-/// Records per transaction are below 2^20 (the opaque's low bits).
+/// Records per transaction are below 2^20 (the opaque's low bits; a transaction carries at most
+/// [`crate::partition::MAX_TXN_EVENTS`] events).
 const INDEX_BITS: u32 = 20;
 
 impl ClientContext for TxnContext {
@@ -160,13 +179,131 @@ impl ProducerContext for TxnContext {
     }
 }
 
-type TxnProducer = ThreadedProducer<TxnContext>;
+/// How a writer's producer is polled (delivery reports, logs, errors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Polling {
+    /// By rdkafka's polling thread: a delivery report wakes the writer at once. That thread's
+    /// `poll` spins through the last millisecond of every 100 ms wait, about 1 % of a core per
+    /// producer even when idle: for the busy shared writer.
+    Thread,
+    /// By the writer's own thread: while it waits for delivery reports it polls every
+    /// [`POLL_PAUSE`], and an idle one every [`IDLE_POLL`] (no cost when idle): for the isolated
+    /// partitions' writers, which are idle nearly always.
+    Own,
+}
+
+/// How long the writer sleeps between polls while it waits for delivery reports ([`Polling::Own`]).
+const POLL_PAUSE: Duration = Duration::from_micros(200);
+/// How often an idle writer polls its producer ([`Polling::Own`]).
+const IDLE_POLL: Duration = Duration::from_millis(200);
+
+/// A transactional producer, polled as its [`Polling`] says.
+enum TxnProducer {
+    Thread(ThreadedProducer<TxnContext>),
+    Own(BaseProducer<TxnContext>),
+}
+
+macro_rules! with_producer {
+    ($p:expr, $inner:ident => $e:expr) => {
+        match $p {
+            TxnProducer::Thread($inner) => $e,
+            TxnProducer::Own($inner) => $e,
+        }
+    };
+}
+
+impl TxnProducer {
+    fn context(&self) -> &TxnContext {
+        with_producer!(self, p => p.context().as_ref())
+    }
+
+    fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
+        with_producer!(self, p => p.init_transactions(timeout))
+    }
+
+    fn begin_transaction(&self) -> Result<(), KafkaError> {
+        with_producer!(self, p => p.begin_transaction())
+    }
+
+    fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        with_producer!(self, p => p.commit_transaction(timeout))
+    }
+
+    fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
+        with_producer!(self, p => p.abort_transaction(timeout))
+    }
+
+    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back to be retried
+    fn send<'a>(&self, record: BaseRecord<'a, str, String, usize>) -> Result<(), (KafkaError, BaseRecord<'a, str, String, usize>)> {
+        with_producer!(self, p => p.send(record))
+    }
+
+    /// Serves events now (a producer polled by its own thread; nothing for the other).
+    fn poll_now(&self) {
+        if let TxnProducer::Own(p) = self {
+            p.poll(Duration::ZERO);
+        }
+    }
+
+    fn in_flight_count(&self) -> i32 {
+        with_producer!(self, p => p.in_flight_count())
+    }
+
+    /// Waits until every delivery report of the transaction is in, or `until`.
+    fn wait_deliveries(&self, until: Instant) {
+        let ctx = self.context();
+        match self {
+            TxnProducer::Thread(_) => {
+                let mut d = ctx.deliveries.lock().expect("deliveries lock");
+                while d.results.iter().any(Option::is_none) {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    d = ctx.delivered.wait_timeout(d, left).expect("deliveries lock").0;
+                }
+            }
+            TxnProducer::Own(p) => loop {
+                p.poll(Duration::ZERO);
+                let done = ctx.deliveries.lock().expect("deliveries lock").results.iter().all(Option::is_some);
+                if done || Instant::now() >= until {
+                    break;
+                }
+                std::thread::sleep(POLL_PAUSE);
+            },
+        }
+    }
+}
+
+/// Serves the producer's events until librdkafka counts nothing of it as outstanding, at most
+/// 20 ms. rdkafka's `commit_transaction` first flushes, and its flush, while `rd_kafka_outq_len` is
+/// above zero, polls in steps of 100 ms that do not end early; the last delivery report still
+/// counts while its poll finishes handling it (microseconds after our callback saw it), so
+/// committing at once cost a whole 100 ms step in about one commit of ten (measured on a single
+/// broker).
+fn settle_reports(producer: &TxnProducer) {
+    let until = Instant::now() + Duration::from_millis(20);
+    loop {
+        producer.poll_now();
+        if producer.in_flight_count() == 0 || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// Why a producer accepts nothing more.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Dead {
+    Fenced,
+    Fatal(String),
+}
 
 struct Worker {
     settings: KafkaSettings,
     topic: String,
-    partition: i32,
     transactional_id: String,
+    polling: Polling,
     message_timeout: Duration,
     transaction_timeout: Duration,
     producer: Option<TxnProducer>,
@@ -176,20 +313,17 @@ struct Worker {
     in_doubt: Option<Vec<i64>>,
     /// The last transaction failed before its commit and its abort did not finish yet.
     abort_pending: bool,
-    fenced: bool,
+    /// Fenced, or failed for good.
+    dead: Option<Dead>,
+    /// A stalled transaction answered but not aborted yet: (wait for its records until, why).
+    deferred_abort: Option<(Instant, String)>,
 }
 
-/// Waits (at most 20 ms) until librdkafka counts no message or report of the producer as
-/// outstanding. rdkafka's `commit_transaction` first flushes, and its flush, while
-/// `rd_kafka_outq_len` is above zero, polls in steps of 100 ms that do not end early; the last
-/// delivery report still counts while the polling thread finishes handling it (microseconds after
-/// our callback saw it), so committing at once cost a whole 100 ms step in about one commit of
-/// ten (measured on a single broker).
-fn settle_reports(producer: &TxnProducer) {
-    let until = Instant::now() + Duration::from_millis(20);
-    while producer.in_flight_count() > 0 && Instant::now() < until {
-        std::thread::sleep(Duration::from_micros(50));
-    }
+/// What the writer's thread does after answering a job.
+enum After {
+    Nothing,
+    /// Wait for the transaction's outstanding records until `until`, then abort it.
+    DrainThenAbort { until: Instant, why: String },
 }
 
 /// Whether a librdkafka error means another producer of this `transactional.id` took over.
@@ -211,40 +345,81 @@ fn classes(e: &KafkaError) -> (bool, bool, bool) {
 }
 
 impl Worker {
-    fn run(mut self, jobs: mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            match job {
-                Job::Prepare(reply) => {
-                    let _ = reply.send(self.prepare());
-                }
-                Job::Transact(records, reply) => {
-                    let _ = reply.send(self.transact(records));
-                }
-                Job::Resolve(reply) => {
-                    let _ = reply.send(self.resolve());
-                }
+    fn run(mut self, jobs: mpsc::Receiver<Job>, busy: &AtomicBool) {
+        loop {
+            if let Ok(job) = jobs.try_recv() {
+                self.handle(job);
+                continue;
             }
+            busy.store(false, Ordering::Release);
+            let job = match jobs.recv_timeout(IDLE_POLL) {
+                Ok(job) => job,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(p) = &self.producer {
+                        p.poll_now();
+                    }
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            self.handle(job);
         }
         // The writer was dropped: the producer goes with the thread (librdkafka purges what is
         // queued; an open transaction is aborted by the coordinator or the next publisher).
     }
 
+    fn handle(&mut self, job: Job) {
+        match job {
+            Job::Prepare(reply) => {
+                let _ = reply.send(self.prepare());
+            }
+            Job::Transact(records, stall_after, reply) => {
+                let (outcome, after) = self.transact(records, stall_after);
+                let _ = reply.send(outcome);
+                if let After::DrainThenAbort { until, why } = after {
+                    self.drain_then_abort(until, &why);
+                }
+            }
+            Job::Resolve(reply) => {
+                let _ = reply.send(self.resolve());
+            }
+        }
+    }
+
+    /// After a stalled transaction was answered: waits for its outstanding records (acknowledged,
+    /// or failed at `message.timeout.ms`), then aborts it. Aborting at once, while the partition
+    /// registration was still waiting on the stalled broker, had the coordinator refuse the abort
+    /// with `INVALID_TXN_STATE` (seen with a follower paused in the ISR), which librdkafka makes
+    /// fatal.
+    fn drain_then_abort(&mut self, until: Instant, why: &str) {
+        if let Some(p) = self.producer.as_ref() {
+            p.wait_deliveries(until);
+        }
+        let _ = self.abort_within(why, Vec::new(), self.transaction_timeout);
+    }
+
     fn create(&self) -> Result<TxnProducer, KafkaError> {
         let context = TxnContext { logs: FleetContext::default(), deliveries: Mutex::new(Deliveries::default()), delivered: Condvar::new() };
-        self.settings
+        let config = self.settings
             .transactional_producer(
-                &format!("core-publisher-{}", self.partition),
+                &format!("core-publisher-{}", self.transactional_id.rsplit('-').next().unwrap_or("?")),
                 &self.transactional_id,
                 self.message_timeout,
                 self.transaction_timeout,
-            )
-            .create_with_context(context)
+            );
+        Ok(match self.polling {
+            Polling::Thread => TxnProducer::Thread(config.create_with_context(context)?),
+            Polling::Own => TxnProducer::Own(config.create_with_context(context)?),
+        })
     }
 
-    /// A producer with `init_transactions` done, created when there is none.
+    /// A producer with `init_transactions` done, created when there is none (only at start-up:
+    /// see [`crate::log`]).
     fn init(&mut self) -> Result<(), PrepareError> {
-        if self.fenced {
-            return Err(PrepareError::Fenced);
+        match &self.dead {
+            Some(Dead::Fenced) => return Err(PrepareError::Fenced),
+            Some(Dead::Fatal(why)) => return Err(PrepareError::Failed(why.clone())),
+            None => {}
         }
         if self.producer.is_some() {
             return Ok(());
@@ -252,44 +427,73 @@ impl Worker {
         let producer = self.create().map_err(|e| PrepareError::Failed(e.to_string()))?;
         match producer.init_transactions(INIT_TIMEOUT) {
             Ok(()) => {
-                tracing::info!(partition = self.partition, transactional_id = %self.transactional_id,
-                    "transactional producer ready (older producers of this id are fenced)");
+                tracing::info!(transactional_id = %self.transactional_id, "transactional producer ready (older producers of this id are fenced)");
                 self.producer = Some(producer);
                 self.abort_pending = false;
                 Ok(())
             }
             Err(e) if is_fenced(&e) => {
-                self.fenced = true;
+                self.dead = Some(Dead::Fenced);
                 Err(PrepareError::Fenced)
             }
             Err(e) => Err(PrepareError::Failed(e.to_string())),
         }
     }
 
+    /// The outcome for a producer that accepts nothing more.
+    fn dead_outcome(&self, commit_sent: bool) -> Option<TxnOutcome> {
+        self.dead.as_ref().map(|d| match d {
+            Dead::Fenced => TxnOutcome::Fenced { commit_sent },
+            Dead::Fatal(why) => TxnOutcome::Fatal { why: why.clone(), commit_sent },
+        })
+    }
+
+    /// Records a librdkafka error that ends the producer (fenced or fatal); returns whether it did.
+    fn note_dead(&mut self, e: &KafkaError) -> bool {
+        if is_fenced(e) {
+            self.dead = Some(Dead::Fenced);
+        } else if classes(e).2 {
+            tracing::error!(transactional_id = %self.transactional_id, error = %e, "fatal transactional producer error; it accepts nothing more");
+            self.dead = Some(Dead::Fatal(e.to_string()));
+        }
+        self.dead.is_some()
+    }
+
     fn prepare(&mut self) -> Result<(), PrepareError> {
         self.init()
     }
 
-    fn transact(&mut self, records: Vec<Record>) -> TxnOutcome {
-        if self.fenced {
-            return TxnOutcome::Fenced { commit_sent: false };
+    fn transact(&mut self, records: Vec<Record>, stall_after: Option<Duration>) -> (TxnOutcome, After) {
+        let outcome = self.transact_inner(records, stall_after);
+        let after = match self.deferred_abort.take() {
+            Some((until, why)) => After::DrainThenAbort { until, why },
+            None => After::Nothing,
+        };
+        (outcome, after)
+    }
+
+    fn transact_inner(&mut self, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
+        if let Some(o) = self.dead_outcome(false) {
+            return o;
         }
         if self.in_doubt.is_some() {
-            return TxnOutcome::NotCommitted("the previous transaction is still in doubt".into());
+            return TxnOutcome::NotCommitted { why: "the previous transaction is still in doubt".into(), stalled: Vec::new() };
         }
         match self.init() {
             Ok(()) => {}
-            Err(PrepareError::Fenced) => return TxnOutcome::Fenced { commit_sent: false },
-            Err(e) => return TxnOutcome::NotCommitted(e.to_string()),
+            Err(_) if self.dead.is_some() => return self.dead_outcome(false).expect("dead"),
+            Err(e) => return TxnOutcome::NotCommitted { why: e.to_string(), stalled: Vec::new() },
         }
         if self.abort_pending {
-            if let Err(outcome) = self.abort("the previous transaction's abort had not finished") {
+            if let Err(outcome) = self.abort("the previous transaction's abort had not finished", Vec::new()) {
                 return outcome;
             }
         }
-        let Some(producer) = self.producer.as_ref() else { return TxnOutcome::NotCommitted("no producer".into()) };
+        let Some(producer) = self.producer.as_ref() else {
+            return TxnOutcome::NotCommitted { why: "no producer".into(), stalled: Vec::new() };
+        };
         if let Err(e) = producer.begin_transaction() {
-            return self.failed_before_commit(e, "begin_transaction");
+            return self.failed_before_commit(e, "begin_transaction", Vec::new());
         }
         self.seq += 1;
         let seq = self.seq;
@@ -300,43 +504,54 @@ impl Worker {
         }
         let began = Instant::now();
         let deliver_by = began + self.message_timeout + Duration::from_secs(1);
+        let stall_at = stall_after.map_or(deliver_by, |s| (began + s).min(deliver_by));
         for (i, r) in records.iter().enumerate() {
             if let Err(e) = self.send(producer, seq, i, r, deliver_by) {
-                return self.failed_before_commit(e, "produce");
+                return self.failed_before_commit(e, "produce", vec![r.partition]);
             }
         }
-        // Wait for every delivery report (librdkafka fails a record after `message.timeout.ms`).
+        // Wait for every delivery report (librdkafka fails a record after `message.timeout.ms`),
+        // or until the stall bound.
         let offsets = {
-            let ctx = producer.context();
-            let mut d = ctx.deliveries.lock().expect("deliveries lock");
-            while d.results.iter().any(Option::is_none) {
-                let left = deliver_by.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    break;
-                }
-                d = ctx.delivered.wait_timeout(d, left).expect("deliveries lock").0;
-            }
+            producer.wait_deliveries(stall_at);
+            let d = producer.context().deliveries.lock().expect("deliveries lock");
             let mut offsets = Vec::with_capacity(records.len());
+            let mut stalled = std::collections::BTreeSet::new();
             let mut failure = None;
-            for r in &d.results {
-                match r {
+            let pending = d.results.iter().any(Option::is_none);
+            for (r, result) in records.iter().zip(&d.results) {
+                match result {
                     Some(Ok(o)) => offsets.push(*o),
-                    Some(Err(e)) => failure = Some(e.clone()),
-                    None => failure = Some("no delivery report in time".into()),
+                    Some(Err(e)) => {
+                        stalled.insert(r.partition);
+                        failure = Some(e.clone());
+                    }
+                    None => {
+                        stalled.insert(r.partition);
+                        failure.get_or_insert_with(|| format!("not acknowledged within {} ms", stall_at.duration_since(began).as_millis()));
+                    }
                 }
             }
             drop(d);
             if let Some(why) = failure {
-                return match self.abort(&format!("a record was not delivered: {why}")) {
-                    Ok(()) | Err(TxnOutcome::NotCommitted(_)) => TxnOutcome::NotCommitted(why),
-                    Err(other) => other,
+                let stalled: Vec<i32> = stalled.into_iter().collect();
+                let why = format!("partitions {stalled:?}: {why}");
+                if pending {
+                    // Answer now (the commit is never sent, so it cannot commit); abort once the
+                    // records are no longer in flight.
+                    self.deferred_abort = Some((deliver_by, why.clone()));
+                    return TxnOutcome::NotCommitted { why, stalled };
+                }
+                return match self.abort(&why, stalled.clone()) {
+                    Ok(()) => TxnOutcome::NotCommitted { why, stalled },
+                    Err(outcome) => outcome,
                 };
             }
             offsets
         };
         let delivered = began.elapsed();
         let outcome = self.commit(offsets);
-        tracing::debug!(partition = self.partition, records = records.len(), delivered_us = delivered.as_micros() as u64,
+        tracing::debug!(transactional_id = %self.transactional_id, records = records.len(), delivered_us = delivered.as_micros() as u64,
             committed_us = began.elapsed().as_micros() as u64, "transaction");
         outcome
     }
@@ -346,7 +561,7 @@ impl Worker {
         let first = r.events.first().expect("a record carries at least one event");
         let payload = PixelEvent::record_value(&r.events);
         let mut record = BaseRecord::with_opaque_to(&self.topic, seq << INDEX_BITS | index)
-            .partition(self.partition)
+            .partition(r.partition)
             .key(first.canvas.as_str())
             .payload(&payload)
             .timestamp(first.published_at_ms as i64);
@@ -371,42 +586,38 @@ impl Worker {
     }
 
     /// A failure before the commit was sent: the transaction cannot commit.
-    fn failed_before_commit(&mut self, e: KafkaError, step: &str) -> TxnOutcome {
-        if is_fenced(&e) {
-            self.fenced = true;
-            return TxnOutcome::Fenced { commit_sent: false };
+    fn failed_before_commit(&mut self, e: KafkaError, step: &str, stalled: Vec<i32>) -> TxnOutcome {
+        if self.note_dead(&e) {
+            return self.dead_outcome(false).expect("dead");
         }
         let why = format!("{step}: {e}");
-        match self.abort(&why) {
-            Err(TxnOutcome::Fenced { .. }) => TxnOutcome::Fenced { commit_sent: false },
-            _ => TxnOutcome::NotCommitted(why),
+        match self.abort(&why, stalled.clone()) {
+            Ok(()) => TxnOutcome::NotCommitted { why, stalled },
+            Err(outcome) => outcome,
         }
     }
 
-    /// Aborts the current transaction. `Err` carries the outcome when the abort itself failed:
-    /// still [`TxnOutcome::NotCommitted`] (the commit was never sent), or fenced.
-    fn abort(&mut self, why: &str) -> Result<(), TxnOutcome> {
+    /// Aborts the current transaction (the commit was not sent, so it cannot commit). `Err`
+    /// carries the outcome when the abort itself failed: still not committed, or dead.
+    fn abort(&mut self, why: &str, stalled: Vec<i32>) -> Result<(), TxnOutcome> {
+        self.abort_within(why, stalled, self.message_timeout)
+    }
+
+    fn abort_within(&mut self, why: &str, stalled: Vec<i32>, timeout: Duration) -> Result<(), TxnOutcome> {
         let Some(producer) = self.producer.as_ref() else { return Ok(()) };
-        tracing::warn!(partition = self.partition, reason = why, "aborting the transaction");
-        match producer.abort_transaction(self.message_timeout) {
+        tracing::warn!(transactional_id = %self.transactional_id, reason = why, "aborting the transaction");
+        match producer.abort_transaction(timeout) {
             Ok(()) => {
                 self.abort_pending = false;
                 Ok(())
             }
-            Err(e) if is_fenced(&e) => {
-                self.fenced = true;
-                Err(TxnOutcome::Fenced { commit_sent: false })
-            }
             Err(e) => {
-                let (retriable, _, fatal) = classes(&e);
-                if fatal || !retriable {
-                    // init_transactions on a new producer aborts it.
-                    self.producer = None;
-                    self.abort_pending = false;
-                } else {
-                    self.abort_pending = true;
+                if self.note_dead(&e) {
+                    return Err(self.dead_outcome(false).expect("dead"));
                 }
-                Err(TxnOutcome::NotCommitted(format!("{why}; abort: {e}")))
+                // Retriable: the next transaction finishes the abort first.
+                self.abort_pending = true;
+                Err(TxnOutcome::NotCommitted { why: format!("{why}; abort: {e}"), stalled })
             }
         }
     }
@@ -424,25 +635,22 @@ impl Worker {
                 Ok(()) => return TxnOutcome::Committed(offsets),
                 Err(e) => e,
             };
-            if is_fenced(&e) {
-                self.fenced = true;
-                return TxnOutcome::Fenced { commit_sent: true };
+            let (retriable, requires_abort, _) = classes(&e);
+            if self.note_dead(&e) {
+                return self.dead_outcome(true).expect("dead");
             }
-            let (retriable, requires_abort, fatal) = classes(&e);
             if requires_abort {
-                return match self.abort(&format!("commit: {e}")) {
-                    Err(TxnOutcome::Fenced { .. }) => TxnOutcome::Fenced { commit_sent: true },
-                    _ => TxnOutcome::NotCommitted(format!("commit: {e}")),
+                // The coordinator refused the commit: it did not happen.
+                let why = format!("commit: {e}");
+                return match self.abort(&why, Vec::new()) {
+                    Ok(()) => TxnOutcome::NotCommitted { why, stalled: Vec::new() },
+                    Err(TxnOutcome::NotCommitted { why, stalled }) => TxnOutcome::NotCommitted { why, stalled },
+                    Err(_) => self.dead_outcome(true).expect("dead after abort"),
                 };
             }
             if retriable && Instant::now() < deadline {
-                tracing::warn!(partition = self.partition, error = %e, "commit not confirmed yet; retrying");
+                tracing::warn!(transactional_id = %self.transactional_id, error = %e, "commit not confirmed yet; retrying");
                 continue;
-            }
-            if fatal {
-                // A new producer's init_transactions will finish this transaction one way or the
-                // other; the log then says which.
-                self.producer = None;
             }
             self.in_doubt = Some(offsets);
             return TxnOutcome::InDoubt(e.to_string());
@@ -450,40 +658,33 @@ impl Worker {
     }
 
     fn resolve(&mut self) -> Result<Resolution, String> {
-        if self.fenced {
-            return Ok(Resolution::Fenced);
+        match &self.dead {
+            Some(Dead::Fenced) => return Ok(Resolution::Fenced),
+            Some(Dead::Fatal(why)) => return Ok(Resolution::Fatal(why.clone())),
+            None => {}
         }
         let Some(offsets) = self.in_doubt.clone() else { return Ok(Resolution::NotCommitted) };
-        let Some(producer) = self.producer.as_ref() else {
-            return match self.init() {
-                Ok(()) => {
-                    self.in_doubt = None;
-                    Ok(Resolution::Reinitialised)
-                }
-                Err(PrepareError::Fenced) => Ok(Resolution::Fenced),
-                Err(e) => Err(e.to_string()),
-            };
-        };
+        let Some(producer) = self.producer.as_ref() else { return Ok(Resolution::Fatal("no producer".into())) };
         match producer.commit_transaction(RESOLVE_ATTEMPT) {
             Ok(()) => {
                 self.in_doubt = None;
                 Ok(Resolution::Committed(offsets))
             }
-            Err(e) if is_fenced(&e) => {
-                self.fenced = true;
-                Ok(Resolution::Fenced)
-            }
             Err(e) => {
-                let (retriable, requires_abort, fatal) = classes(&e);
+                let (_, requires_abort, _) = classes(&e);
+                if self.note_dead(&e) {
+                    return Ok(match self.dead.clone() {
+                        Some(Dead::Fatal(why)) => Resolution::Fatal(why),
+                        _ => Resolution::Fenced,
+                    });
+                }
                 if requires_abort {
                     self.in_doubt = None;
-                    return match self.abort(&format!("commit: {e}")) {
+                    return match self.abort(&format!("commit: {e}"), Vec::new()) {
+                        Ok(()) | Err(TxnOutcome::NotCommitted { .. }) => Ok(Resolution::NotCommitted),
                         Err(TxnOutcome::Fenced { .. }) => Ok(Resolution::Fenced),
-                        _ => Ok(Resolution::NotCommitted),
+                        Err(other) => Ok(Resolution::Fatal(format!("{other:?}"))),
                     };
-                }
-                if fatal || !retriable {
-                    self.producer = None;
                 }
                 Err(e.to_string())
             }

@@ -18,11 +18,26 @@ pub struct FleetSpec {
     pub grace_ms: u64,
     pub width: u32,
     pub height: u32,
+    /// Publisher processes the gateway knows (`PUBLISHER_URL` lists them all); only the first is
+    /// started with the fleet, the others by [`Fleet::start_publisher`].
+    pub publishers: usize,
+    /// Extra environment of every publisher (e.g. `PRODUCE_TIMEOUT_MS`).
+    pub publisher_env: Vec<(String, String)>,
 }
 
 impl Default for FleetSpec {
     fn default() -> Self {
-        Self { nodes: 2, partitions: 6, poll_interval_ms: 500, up_threshold: 5, grace_ms: 3000, width: 64, height: 64 }
+        Self {
+            nodes: 2,
+            partitions: 6,
+            poll_interval_ms: 500,
+            up_threshold: 5,
+            grace_ms: 3000,
+            width: 64,
+            height: 64,
+            publishers: 1,
+            publisher_env: Vec::new(),
+        }
     }
 }
 
@@ -32,6 +47,8 @@ pub struct Fleet {
     pub topic: String,
     pub group: String,
     pub publisher: Service,
+    /// The other publishers of [`FleetSpec::publishers`] (not started with the fleet).
+    pub more_publishers: Vec<Service>,
     pub nodes: Vec<Service>,
     pub gateway: Service,
     pub timeline: Arc<Timeline>,
@@ -63,18 +80,20 @@ impl Fleet {
             env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
             env
         };
-        let pub_port = free_port()?;
-        // The publisher creates the topic: with every replica the broker can hold (3 on the cluster).
-        let publisher = Service::new(
-            "publisher",
-            "core-publisher",
-            pub_port,
-            common(&[
-                ("LISTEN_ADDR", format!("127.0.0.1:{pub_port}")),
+        // The publishers create the topic: with every replica the broker can hold (3 on the cluster).
+        let mut publishers = Vec::new();
+        for i in 0..spec.publishers.max(1) {
+            let port = free_port()?;
+            let mut env = common(&[
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
                 ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string()),
-            ]),
-            timeline.clone(),
-        );
+            ]);
+            env.extend(spec.publisher_env.iter().cloned());
+            let name = if i == 0 { "publisher".to_owned() } else { format!("publisher-{}", i + 1) };
+            publishers.push(Service::new(&name, "core-publisher", port, env, timeline.clone()));
+        }
+        let publisher = publishers.remove(0);
+        let more_publishers = publishers;
         let mut nodes = Vec::new();
         for i in 1..=spec.nodes {
             let port = free_port()?;
@@ -102,7 +121,7 @@ impl Fleet {
             common(&[
                 ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
                 ("NODES", node_list.join(",")),
-                ("PUBLISHER_URL", publisher.url()),
+                ("PUBLISHER_URL", std::iter::once(&publisher).chain(&more_publishers).map(Service::url).collect::<Vec<_>>().join(",")),
                 ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
                 ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
                 ("UP_THRESHOLD", spec.up_threshold.to_string()),
@@ -110,7 +129,7 @@ impl Fleet {
             ]),
             timeline.clone(),
         );
-        let mut fleet = Self { spec, topic, group, publisher, nodes, gateway, timeline, http: reqwest::Client::new() };
+        let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };
         fleet.publisher.start()?;
         for n in &mut fleet.nodes {
             n.start()?;
@@ -190,13 +209,42 @@ impl Fleet {
         })
     }
 
-    /// `GET /canvases/{id}` of the publisher: (version, hash).
+    /// `GET /canvases/{id}` of the publisher that accepts writes (the first publisher that
+    /// answers with a version: a fenced one refuses): (version, hash).
     ///
     /// # Errors
-    /// When the publisher does not answer.
+    /// When no publisher answers.
     pub async fn truth(&self, canvas: &str) -> Result<(u64, String), String> {
-        let v = get_json(&self.http, &format!("{}/canvases/{canvas}", self.publisher.url())).await?;
-        Ok((v["version"].as_u64().unwrap_or(0), v["hash"].as_str().unwrap_or_default().to_owned()))
+        let mut last = String::from("no publisher");
+        for p in std::iter::once(&self.publisher).chain(&self.more_publishers) {
+            match get_json(&self.http, &format!("{}/canvases/{canvas}", p.url())).await {
+                Ok(v) if v["version"].is_u64() => {
+                    return Ok((v["version"].as_u64().unwrap_or(0), v["hash"].as_str().unwrap_or_default().to_owned()));
+                }
+                Ok(v) => last = format!("{}: {v}", p.name),
+                Err(e) => last = format!("{}: {e}", p.name),
+            }
+        }
+        Err(last)
+    }
+
+    /// Starts publisher number `n` of [`FleetSpec::publishers`] (1 = the second) and waits until it
+    /// accepts writes (it fences the others).
+    ///
+    /// # Errors
+    /// When it cannot start or does not become ready within 60 s.
+    pub async fn start_publisher(&mut self, n: usize) -> anyhow::Result<()> {
+        let p = self.more_publishers.get_mut(n - 1).ok_or_else(|| anyhow::anyhow!("no publisher number {n}"))?;
+        p.start()?;
+        let (http, url, name) = (self.http.clone(), p.url(), p.name.clone());
+        eventually(&format!("{name} to accept writes"), Duration::from_secs(60), || {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                let h = get_json(&http, &format!("{url}/health")).await?;
+                Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
+            }
+        })
+        .await
     }
 
     /// Stops every process (SIGTERM, then SIGKILL).
@@ -206,5 +254,8 @@ impl Fleet {
             n.terminate(Duration::from_secs(10)).await;
         }
         self.publisher.terminate(Duration::from_secs(5)).await;
+        for p in &mut self.more_publishers {
+            p.terminate(Duration::from_secs(5)).await;
+        }
     }
 }

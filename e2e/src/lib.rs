@@ -11,6 +11,7 @@ pub mod audit;
 pub mod broker;
 pub mod checker;
 pub mod client;
+pub mod faults;
 pub mod fleet;
 /// Steady publishing through the publisher's HTTP API (the `loadgen` crate).
 pub mod load {

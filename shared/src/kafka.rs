@@ -129,6 +129,9 @@ pub struct KafkaSettings {
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms`: must be well below the session timeout (Kafka suggests ≤ 1/3).
     pub heartbeat_interval: Duration,
+    /// librdkafka's `debug` contexts (`eos,broker,protocol`, ...), for diagnosing a client: its
+    /// debug lines become `tracing` debug events of target `kafka` (see `RUST_LOG`). None: off.
+    pub debug: Option<String>,
 }
 
 impl KafkaSettings {
@@ -138,6 +141,7 @@ impl KafkaSettings {
             bootstrap: bootstrap.into(),
             session_timeout: Duration::from_secs(6),
             heartbeat_interval: Duration::from_millis(250),
+            debug: None,
         }
     }
 
@@ -149,6 +153,11 @@ impl KafkaSettings {
             // broker that went away.
             .set("socket.connection.setup.timeout.ms", "10000")
             .set("reconnect.backoff.max.ms", "2000");
+        if let Some(d) = self.debug.as_deref().filter(|d| !d.is_empty()) {
+            // rdkafka derives librdkafka's `log_level` from the `log` crate's level (info here):
+            // ask for debug lines explicitly.
+            c.set("debug", d).set_log_level(RDKafkaLogLevel::Debug);
+        }
         c
     }
 

@@ -1,0 +1,460 @@
+//! The committers: they alone hand out versions, each for the partitions it writes.
+//!
+//! The *shared* committer takes everything waiting on every shared partition (whole units, up to
+//! [`MAX_TXN_EVENTS`], the partitions in turn), gives each canvas's events the next versions after
+//! its committed head, writes them as records (a canvas's consecutive events share a record, up
+//! to 256) in **one Kafka transaction**, and only once it committed applies them to the heads and
+//! answers 201. So a transaction carries whatever arrived while the previous one was committing:
+//! there is no commit interval to tune (Kafka Streams under exactly-once commits every
+//! `commit.interval.ms`, 100 ms by default, which would be the latency floor here), and under
+//! load each transaction carries more events, while the transactions per second stay about one
+//! per commit round trip whatever the number of partitions.
+//!
+//! A stalled partition (its leader gone, a follower stuck in the ISR) would hold every canvas's
+//! transaction: the shared writer aborts a transaction whose records are not all acknowledged
+//! within `PARTITION_STALL_MS` (1 s by default), puts the other partitions' units back in their
+//! queues for the next shared transaction (their callers only waited), and *isolates* the
+//! partitions still waiting: each gets a committer of its own with a producer of its own, so its
+//! trouble delays only its canvases, until it is fast again ([`crate::partition::next_mode`]).
+//!
+//! Outcomes, for every unit of a transaction:
+//! - aborted or never begun (not for a partition's sake): nothing is applied, no version used,
+//!   callers get 503 `kafka_unavailable`, their idempotency keys are released;
+//! - commit not confirmed ([`TxnOutcome::InDoubt`]): callers get 503 `kafka_outcome_unknown`; the
+//!   committer asks the transaction coordinator again ([`EventLog::resolve`], with backoff) until
+//!   it knows, and hands out no version of its partitions meanwhile (new publishes wait, then time
+//!   out in the queue with a definite "not written"). Their keys stay in flight until then, so a
+//!   retry with the same key is refused (409) until the outcome is known, then replayed or run;
+//! - fenced, or a fatal producer error: the whole publisher stops accepting writes ([`Status`]).
+
+use crate::idempotency::KeyStore;
+use crate::log::{EventLog, Record, Resolution, TxnOutcome, Writer};
+use crate::partition::{Activity, IsolationPolicy, Mode, ModeEvent, Partition, Pending, Placement, Unit, MAX_TXN_EVENTS};
+use crate::types::{Fingerprint, PublishError, Published};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+/// The publisher's write state, shared by every committer.
+#[derive(Debug, Default)]
+pub struct Status {
+    /// 0: preparing, 1: accepting writes, 2: fenced, 3: failed.
+    state: AtomicU8,
+    /// Notified once when writes stop for good (fenced or failed).
+    pub stopped_now: Notify,
+    /// Why writes stopped, once they did.
+    why: Mutex<Option<String>>,
+}
+
+impl Status {
+    /// Accepting writes.
+    pub fn set_ready(&self) {
+        let _ = self.state.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    fn stop(&self, state: u8, why: String) {
+        if self.state.fetch_max(state, Ordering::AcqRel) < 2 {
+            tracing::warn!(reason = %why, "this publisher accepts no more writes");
+            *self.why.lock().expect("why lock") = Some(why);
+            self.stopped_now.notify_waiters();
+            self.stopped_now.notify_one();
+        }
+    }
+
+    /// Another publisher took over: no more writes, ever.
+    pub fn set_fenced(&self) {
+        self.stop(2, "fenced: another publisher started on this topic (same transactional ids)".into());
+    }
+
+    /// A producer failed for good: no more writes until the publisher started over (prepares and
+    /// reads the log anew, see [`crate::versions::Versions::start_over`]).
+    pub fn set_failed(&self, why: &str) {
+        self.stop(3, format!("a transactional producer failed for good: {why}"));
+    }
+
+    /// Starting over after a failure (not after fencing): writes get 503 until ready again.
+    pub fn set_preparing(&self) {
+        if self.state.compare_exchange(3, 0, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            *self.why.lock().expect("why lock") = None;
+        }
+    }
+
+    /// Whether a producer failed for good (and the publisher has not started over yet).
+    pub fn is_failed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == 3
+    }
+
+    /// Whether writes are accepted.
+    pub fn is_ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == 1
+    }
+
+    /// Whether another publisher took over.
+    pub fn is_fenced(&self) -> bool {
+        self.state.load(Ordering::Acquire) == 2
+    }
+
+    /// Whether writes stopped for good (fenced or failed).
+    pub fn is_stopped(&self) -> bool {
+        self.state.load(Ordering::Acquire) >= 2
+    }
+
+    /// Why writes stopped, once they did.
+    pub fn why(&self) -> Option<String> {
+        self.why.lock().expect("why lock").clone()
+    }
+}
+
+/// What the committers did since start, for `/health`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Transactions committed, and the events and records in them.
+    pub committed: AtomicU64,
+    pub events: AtomicU64,
+    pub records: AtomicU64,
+    /// Transactions that certainly did not commit (aborted, or never began).
+    pub not_committed: AtomicU64,
+    /// Commits that were not confirmed in time (each then resolved by asking again).
+    pub in_doubt: AtomicU64,
+    /// Times a partition was isolated after stalling a shared transaction.
+    pub isolations: AtomicU64,
+}
+
+impl Counters {
+    fn add(n: &AtomicU64, by: usize) {
+        n.fetch_add(by as u64, Ordering::Relaxed);
+    }
+
+    fn committed(&self, records: &[Record]) {
+        Self::add(&self.committed, 1);
+        Self::add(&self.records, records.len());
+        Self::add(&self.events, records.iter().map(|r| r.events.len()).sum());
+    }
+
+    /// `{"committed","events","records","not_committed","in_doubt","isolations"}`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        serde_json::json!({
+            "committed": get(&self.committed),
+            "events": get(&self.events),
+            "records": get(&self.records),
+            "not_committed": get(&self.not_committed),
+            "in_doubt": get(&self.in_doubt),
+            "isolations": get(&self.isolations),
+        })
+    }
+}
+
+/// What every committer shares.
+pub struct Ctx<L> {
+    pub log: Arc<L>,
+    pub partitions: Vec<Arc<Partition>>,
+    pub keys: Arc<Mutex<KeyStore>>,
+    pub status: Arc<Status>,
+    pub counters: Arc<Counters>,
+    pub policy: IsolationPolicy,
+    /// Wakes the shared committer.
+    pub shared_wake: Notify,
+    pub stop: CancellationToken,
+}
+
+impl<L> Ctx<L> {
+    fn keys(&self) -> std::sync::MutexGuard<'_, KeyStore> {
+        self.keys.lock().expect("key store lock is never poisoned: no panics while held")
+    }
+
+    /// Releases the keys of `events` (certainly not applied).
+    pub fn release<'a>(&self, events: impl IntoIterator<Item = &'a Pending>) {
+        let mut keys = self.keys();
+        for p in events {
+            if let Some(k) = &p.key {
+                keys.finish(k, &p.fp, None);
+            }
+        }
+    }
+
+    /// Wakes whichever committer writes `p` now.
+    pub fn wake(&self, p: &Partition) {
+        match p.mode() {
+            Mode::Shared => self.shared_wake.notify_one(),
+            Mode::Isolated { .. } => p.isolated_wake.notify_one(),
+        }
+    }
+}
+
+/// Units taken for one transaction, with their partitions.
+struct Batch {
+    units: Vec<(i32, Unit)>,
+}
+
+impl Batch {
+    fn is_empty(&self) -> bool {
+        self.units.is_empty()
+    }
+}
+
+/// Takes whole units from the shared partitions, the partitions in turn from `start`, within
+/// [`MAX_TXN_EVENTS`].
+fn take_shared<L>(ctx: &Ctx<L>, start: usize) -> Batch {
+    let n = ctx.partitions.len();
+    let mut units = Vec::new();
+    let mut room = MAX_TXN_EVENTS;
+    for i in 0..n {
+        let p = &ctx.partitions[(start + i) % n];
+        if !matches!(p.mode(), Mode::Shared) {
+            continue;
+        }
+        let taken = p.take(room);
+        room = room.saturating_sub(taken.iter().map(|u| u.events.len()).sum());
+        units.extend(taken.into_iter().map(|u| (p.id, u)));
+        if room == 0 {
+            break;
+        }
+    }
+    Batch { units }
+}
+
+/// The shared committer (runs until `ctx.stop`).
+pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
+    let mut start = 0;
+    loop {
+        let batch = take_shared(&ctx, start);
+        start = start.wrapping_add(1);
+        if batch.is_empty() {
+            tokio::select! {
+                _ = ctx.stop.cancelled() => return,
+                _ = ctx.shared_wake.notified() => {}
+            }
+            continue;
+        }
+        if !commit(&ctx, Writer::Shared, batch, Some(ctx.policy.stall_after)).await {
+            return;
+        }
+    }
+}
+
+/// The committer of partition `p` while it is isolated (runs until `ctx.stop`).
+pub async fn run_isolated<L: EventLog>(ctx: Arc<Ctx<L>>, p: Arc<Partition>) {
+    loop {
+        let isolated = matches!(p.mode(), Mode::Isolated { .. });
+        let units = if isolated { p.take(MAX_TXN_EVENTS) } else { Vec::new() };
+        if units.is_empty() {
+            tokio::select! {
+                _ = ctx.stop.cancelled() => return,
+                _ = p.isolated_wake.notified() => {}
+            }
+            continue;
+        }
+        let batch = Batch { units: units.into_iter().map(|u| (p.id, u)).collect() };
+        if !commit(&ctx, Writer::Partition(p.id), batch, None).await {
+            return;
+        }
+    }
+}
+
+fn partition<L>(ctx: &Ctx<L>, id: i32) -> &Arc<Partition> {
+    &ctx.partitions[id as usize]
+}
+
+/// Runs one transaction of `writer` for `batch` and answers its units. Returns `false` when the
+/// committer must stop.
+async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_after: Option<Duration>) -> bool {
+    if ctx.status.is_stopped() {
+        for (_, u) in batch.units {
+            ctx.release(&u.events);
+            let _ = u.done.send(Err(if ctx.status.is_fenced() { PublishError::Fenced } else { PublishError::NotReady }));
+        }
+        return true;
+    }
+    let touched: Vec<i32> = {
+        let mut t: Vec<i32> = batch.units.iter().map(|(p, _)| *p).collect();
+        t.sort_unstable();
+        t.dedup();
+        t
+    };
+    let (records, placed) = {
+        let input: Vec<(i32, &shared::CanvasId, &[Pending])> = batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice())).collect();
+        crate::partition::plan(&input, |p, c| partition(ctx, p).version_of(c), shared::event::now_ms())
+    };
+    for p in &touched {
+        partition(ctx, *p).set_activity(Activity::Committing);
+    }
+    let began = Instant::now();
+    let oldest = batch.units.iter().map(|(_, u)| u.queued_at).min().map_or(Duration::ZERO, |t| began.duration_since(t));
+    let outcome = tokio::select! {
+        _ = ctx.stop.cancelled() => return false,
+        o = ctx.log.transact(writer, records.clone(), stall_after) => o,
+    };
+    let took = began.elapsed();
+    tracing::debug!(writer = ?writer, units = batch.units.len(), records = records.len(), partitions = touched.len(),
+        oldest_wait_us = oldest.as_micros() as u64, took_us = took.as_micros() as u64, "transaction ended");
+    let idle = |ctx: &Ctx<L>| {
+        for p in &touched {
+            partition(ctx, *p).set_activity(Activity::Idle);
+        }
+    };
+    match outcome {
+        TxnOutcome::Committed(offsets) => {
+            apply_committed(ctx, &records, &offsets);
+            answer_committed(ctx, batch, &placed, &records, &offsets);
+            if let Writer::Partition(id) = writer {
+                let p = partition(ctx, id);
+                if p.apply_mode(ModeEvent::IsolatedCommitted { delivered: took }, &ctx.policy) == Some(Mode::Shared) {
+                    tracing::info!(partition = id, "partition is fast again; it rejoins the shared transaction");
+                    ctx.wake(p);
+                }
+            }
+        }
+        TxnOutcome::NotCommitted { why, stalled } if writer == Writer::Shared && !stalled.is_empty() => {
+            Counters::add(&ctx.counters.not_committed, 1);
+            // Isolate the stalled partitions; every unit goes back to its partition's queue, in
+            // order, for its committer's next transaction (nothing was written: the callers just
+            // waited).
+            let mut back: std::collections::BTreeMap<i32, Vec<Unit>> = std::collections::BTreeMap::new();
+            for (p, u) in batch.units {
+                back.entry(p).or_default().push(u);
+            }
+            for id in &stalled {
+                let p = partition(ctx, *id);
+                p.apply_mode(ModeEvent::StalledInShared, &ctx.policy);
+                Counters::add(&ctx.counters.isolations, 1);
+                tracing::warn!(partition = id, reason = %why, stall_ms = ctx.policy.stall_after.as_millis() as u64,
+                    "partition stalled the shared transaction (aborted; nothing was written); writing it in transactions of its own until it is fast again");
+            }
+            for (id, units) in back {
+                let p = partition(ctx, id);
+                p.requeue(units);
+                ctx.wake(p);
+            }
+        }
+        TxnOutcome::NotCommitted { why, .. } => {
+            Counters::add(&ctx.counters.not_committed, 1);
+            let events = records.iter().map(|r| r.events.len()).sum::<usize>();
+            tracing::warn!(writer = ?writer, events, reason = %why, "transaction not committed; no version used");
+            if let Writer::Partition(id) = writer {
+                // Still in trouble: the clock before it may rejoin starts again.
+                partition(ctx, id).apply_mode(ModeEvent::StalledInShared, &ctx.policy);
+            }
+            for (_, u) in batch.units {
+                ctx.release(&u.events);
+                let _ = u.done.send(Err(PublishError::NotWritten(why.clone())));
+            }
+        }
+        TxnOutcome::Fenced { commit_sent } => {
+            ctx.status.set_fenced();
+            stopped(ctx, batch, commit_sent, PublishError::Fenced);
+        }
+        TxnOutcome::Fatal { why, commit_sent } => {
+            ctx.status.set_failed(&why);
+            stopped(ctx, batch, commit_sent, PublishError::NotReady);
+        }
+        TxnOutcome::InDoubt(why) => {
+            Counters::add(&ctx.counters.in_doubt, 1);
+            for p in &touched {
+                partition(ctx, *p).set_activity(Activity::InDoubt);
+            }
+            tracing::warn!(writer = ?writer, partitions = ?touched, reason = %why,
+                "transaction outcome unknown; asking the coordinator until it is known (no version of these partitions is handed out meanwhile)");
+            let mut in_doubt = Vec::new();
+            for (_, u) in batch.units {
+                let _ = u.done.send(Err(PublishError::Unknown(why.clone())));
+                in_doubt.extend(u.events);
+            }
+            if !resolve(ctx, writer, &records, &in_doubt).await {
+                return false;
+            }
+        }
+    }
+    idle(ctx);
+    true
+}
+
+/// Answers the units of a transaction that ended with writes stopped: `error` (nothing applied)
+/// when the commit was not sent, "outcome unknown" when it was.
+fn stopped<L>(ctx: &Ctx<L>, batch: Batch, commit_sent: bool, error: PublishError) {
+    for (_, u) in batch.units {
+        if commit_sent {
+            let _ = u.done.send(Err(PublishError::Unknown("this publisher stopped while committing".into())));
+        } else {
+            ctx.release(&u.events);
+            let _ = u.done.send(Err(error.clone()));
+        }
+    }
+}
+
+fn apply_committed<L>(ctx: &Ctx<L>, records: &[Record], offsets: &[i64]) {
+    ctx.counters.committed(records);
+    for (r, o) in records.iter().zip(offsets) {
+        partition(ctx, r.partition).apply_committed(r, *o);
+    }
+}
+
+fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: &[Record], offsets: &[i64]) {
+    let mut keys = ctx.keys();
+    for ((_, u), slots) in batch.units.into_iter().zip(placed) {
+        let published: Vec<Published> = slots
+            .iter()
+            .map(|(record, ev)| Published { canvas: ev.canvas.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
+            .collect();
+        for (p, pb) in u.events.iter().zip(&published) {
+            if let Some(k) = &p.key {
+                keys.finish(k, &p.fp, Some(pb.clone()));
+            }
+        }
+        let _ = u.done.send(Ok(published));
+    }
+}
+
+/// Asks until `writer`'s in-doubt transaction's outcome is known, then applies it. Returns `false`
+/// when the committer must stop.
+async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], in_doubt: &[Pending]) -> bool {
+    let mut delay = Duration::from_millis(100);
+    let started = Instant::now();
+    loop {
+        let r = tokio::select! {
+            _ = ctx.stop.cancelled() => return false,
+            r = ctx.log.resolve(writer) => r,
+        };
+        let waited_ms = started.elapsed().as_millis() as u64;
+        match r {
+            Ok(Resolution::Committed(offsets)) => {
+                apply_committed(ctx, records, &offsets);
+                let mut keys = ctx.keys();
+                for (r, o) in records.iter().zip(&offsets) {
+                    for (e, k) in r.events.iter().zip(&r.keys) {
+                        if let Some(k) = k {
+                            let fp = Fingerprint { canvas: e.canvas.clone(), x: e.x, y: e.y, color: e.color };
+                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o });
+                        }
+                    }
+                }
+                tracing::info!(writer = ?writer, waited_ms, "the in-doubt transaction committed");
+                return true;
+            }
+            Ok(Resolution::NotCommitted) => {
+                Counters::add(&ctx.counters.not_committed, 1);
+                ctx.release(in_doubt);
+                tracing::info!(writer = ?writer, waited_ms, "the in-doubt transaction did not commit; no version used");
+                return true;
+            }
+            Ok(Resolution::Fenced) => {
+                ctx.status.set_fenced();
+                return true;
+            }
+            Ok(Resolution::Fatal(why)) => {
+                ctx.status.set_failed(&why);
+                return true;
+            }
+            Err(e) => {
+                tracing::warn!(writer = ?writer, error = %e, waited_ms, "transaction outcome still unknown; asking again");
+                tokio::select! {
+                    _ = ctx.stop.cancelled() => return false,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}

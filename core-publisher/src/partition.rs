@@ -1,0 +1,419 @@
+//! One partition as the publisher sees it: the publishes waiting for its next transaction (as
+//! *units*: one publish, or one canvas's events of a batch, which commit together and in order),
+//! its canvases' committed heads, and which committer writes it.
+//!
+//! A partition is written by the *shared* committer, in one transaction with every other shared
+//! partition, or — after its records stalled a shared transaction — by a committer of its own
+//! ([`Mode::Isolated`]) until it is fast again. [`next_mode`] is that policy, a pure function.
+//! A partition is in at most one transaction at a time: only its current committer takes its
+//! units, and its mode changes only while it is in none.
+
+use crate::log::Record;
+use crate::types::{Fingerprint, PublishError, Published};
+use shared::event::MAX_EVENTS_PER_RECORD;
+use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, Notify};
+
+/// Most events one transaction carries (whole units: a unit is at most a batch's 1,000 events, so
+/// one always fits).
+pub const MAX_TXN_EVENTS: usize = 2_000;
+
+/// One publish waiting in a unit.
+#[derive(Debug, Clone)]
+pub struct Pending {
+    pub fp: Fingerprint,
+    /// Its `Idempotency-Key` (already marked in flight in the key store).
+    pub key: Option<String>,
+}
+
+/// The answer to a unit: one [`Published`] per event, in order.
+pub type UnitAnswer = Result<Vec<Published>, PublishError>;
+
+/// Events of one canvas that commit together, in order.
+pub struct Unit {
+    pub id: u64,
+    pub canvas: CanvasId,
+    pub events: Vec<Pending>,
+    pub done: oneshot::Sender<UnitAnswer>,
+    /// When it was queued.
+    pub queued_at: Instant,
+}
+
+/// Which committer writes a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// In the shared transaction with the other shared partitions.
+    Shared,
+    /// In transactions of its own, since `since`, because its records stalled a shared one.
+    Isolated { since: Instant },
+}
+
+/// What happened to a partition's records, as [`next_mode`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeEvent {
+    /// Its records were not acknowledged within the stall bound, or failed, in a shared
+    /// transaction (which was aborted).
+    StalledInShared,
+    /// A transaction of its own committed, its records acknowledged after `delivered`.
+    IsolatedCommitted { delivered: Duration },
+}
+
+/// When an isolated partition may rejoin the shared transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IsolationPolicy {
+    /// A shared transaction whose records are not all acknowledged after this is aborted and the
+    /// partitions still waiting are isolated (`PARTITION_STALL_MS`).
+    pub stall_after: Duration,
+    /// An isolated partition stays so at least this long...
+    pub isolated_at_least: Duration,
+    /// ...and rejoins on a commit whose records were acknowledged within this (hysteresis: well
+    /// under `stall_after`).
+    pub rejoin_below: Duration,
+}
+
+impl IsolationPolicy {
+    /// The policy for a stall bound: isolated at least 10 s, rejoining on deliveries under a
+    /// quarter of the bound.
+    pub fn with_stall_after(stall_after: Duration) -> Self {
+        Self { stall_after, isolated_at_least: Duration::from_secs(10), rejoin_below: stall_after / 4 }
+    }
+}
+
+/// The mode after `event` at `now`.
+pub fn next_mode(mode: Mode, event: ModeEvent, now: Instant, policy: &IsolationPolicy) -> Mode {
+    match (mode, event) {
+        (_, ModeEvent::StalledInShared) => Mode::Isolated { since: now },
+        (Mode::Isolated { since }, ModeEvent::IsolatedCommitted { delivered }) => {
+            if now.duration_since(since) >= policy.isolated_at_least && delivered < policy.rejoin_below {
+                Mode::Shared
+            } else {
+                mode
+            }
+        }
+        (Mode::Shared, ModeEvent::IsolatedCommitted { .. }) => Mode::Shared,
+    }
+}
+
+/// What a partition is doing, for `/health`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    Idle,
+    Committing,
+    /// A commit was not confirmed; its committer is asking until it knows.
+    InDoubt,
+}
+
+/// The committed state of a partition's canvases.
+struct Book {
+    heads: HashMap<CanvasId, Canvas>,
+    /// The position after the last record known to be in the log.
+    end: i64,
+}
+
+/// One partition: its queue of units, its committed heads, its mode.
+pub struct Partition {
+    pub id: i32,
+    dims: CanvasDims,
+    queue: Mutex<Queue>,
+    book: Mutex<Book>,
+    mode: Mutex<Mode>,
+    activity: Mutex<Activity>,
+    /// Wakes this partition's own committer (while isolated).
+    pub isolated_wake: Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    units: VecDeque<Unit>,
+    next_id: u64,
+}
+
+impl Partition {
+    /// Partition `id`, whose canvases (of size `dims`) are at `heads`, its log read up to `end`.
+    pub fn new(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, end: i64) -> Self {
+        Self {
+            id,
+            dims,
+            queue: Mutex::new(Queue::default()),
+            book: Mutex::new(Book { heads, end }),
+            mode: Mutex::new(Mode::Shared),
+            activity: Mutex::new(Activity::Idle),
+            isolated_wake: Notify::new(),
+        }
+    }
+
+    fn lock_queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().expect("queue lock is never poisoned: no panics while held")
+    }
+
+    fn lock_book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().expect("book lock is never poisoned: no panics while held")
+    }
+
+    /// Queues `events` of `canvas` as one unit; returns its id and where its answer comes.
+    pub fn push(&self, canvas: CanvasId, events: Vec<Pending>) -> (u64, oneshot::Receiver<UnitAnswer>) {
+        let (done, answer) = oneshot::channel();
+        let mut q = self.lock_queue();
+        q.next_id += 1;
+        let id = q.next_id;
+        q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now() });
+        (id, answer)
+    }
+
+    /// Takes unit `id` back out of the queue if no transaction took it yet (its events are then
+    /// certainly not written).
+    pub fn withdraw(&self, id: u64) -> Option<Vec<Pending>> {
+        let mut q = self.lock_queue();
+        let i = q.units.iter().position(|u| u.id == id)?;
+        q.units.remove(i).map(|u| u.events)
+    }
+
+    /// Takes the oldest whole units while the transaction stays within `room` events (the first
+    /// unit goes whatever its size when `room` is [`MAX_TXN_EVENTS`]).
+    pub fn take(&self, room: usize) -> Vec<Unit> {
+        let mut q = self.lock_queue();
+        let mut out = Vec::new();
+        let mut events = 0;
+        while let Some(u) = q.units.front() {
+            let first_of_txn = room == MAX_TXN_EVENTS && out.is_empty();
+            if !first_of_txn && events + u.events.len() > room {
+                break;
+            }
+            events += u.events.len();
+            out.extend(q.units.pop_front());
+        }
+        out
+    }
+
+    /// Puts units a transaction took back at the front, in their order (the transaction was
+    /// aborted for another partition's sake; they go in the next one).
+    pub fn requeue(&self, units: Vec<Unit>) {
+        let mut q = self.lock_queue();
+        for u in units.into_iter().rev() {
+            q.units.push_front(u);
+        }
+    }
+
+    /// Whether units wait.
+    pub fn has_work(&self) -> bool {
+        !self.lock_queue().units.is_empty()
+    }
+
+    /// Which committer writes it.
+    pub fn mode(&self) -> Mode {
+        *self.mode.lock().expect("mode lock")
+    }
+
+    /// Applies `event` to the mode; returns the new mode when it changed.
+    pub fn apply_mode(&self, event: ModeEvent, policy: &IsolationPolicy) -> Option<Mode> {
+        let mut m = self.mode.lock().expect("mode lock");
+        let next = next_mode(*m, event, Instant::now(), policy);
+        let changed = std::mem::discriminant(&next) != std::mem::discriminant(&*m);
+        *m = next;
+        changed.then_some(next)
+    }
+
+    /// What it is doing.
+    pub fn activity(&self) -> Activity {
+        *self.activity.lock().expect("activity lock")
+    }
+
+    pub fn set_activity(&self, a: Activity) {
+        *self.activity.lock().expect("activity lock") = a;
+    }
+
+    /// The committed version of `canvas` (0 when it has none).
+    pub fn version_of(&self, canvas: &CanvasId) -> u64 {
+        self.lock_book().heads.get(canvas).map_or(0, Canvas::version)
+    }
+
+    /// The committed version and hash of `canvas`, if it has events.
+    pub fn truth(&self, canvas: &CanvasId) -> Option<(u64, String)> {
+        self.lock_book().heads.get(canvas).map(|c| (c.version(), c.hash()))
+    }
+
+    /// Canvases with at least one committed event.
+    pub fn canvas_count(&self) -> usize {
+        self.lock_book().heads.len()
+    }
+
+    /// Where a read of what is not known yet starts.
+    pub fn end(&self) -> i64 {
+        self.lock_book().end
+    }
+
+    /// Applies committed `record` (at `offset`) to the heads.
+    pub fn apply_committed(&self, record: &Record, offset: i64) {
+        let mut book = self.lock_book();
+        for ev in &record.events {
+            apply(&mut book.heads, self.dims, ev, offset);
+        }
+        book.end = book.end.max(offset + 1);
+    }
+}
+
+/// Applies one event read from or written to the log (at `offset`) to its canvas's head in
+/// `heads` (a new canvas of size `dims` when it has none).
+pub fn apply(heads: &mut HashMap<CanvasId, Canvas>, dims: CanvasDims, ev: &PixelEvent, offset: i64) {
+    let head = heads.entry(ev.canvas.clone()).or_insert_with(|| Canvas::new(dims));
+    if let shared::canvas::Applied::Gap { expected } = head.apply(ev) {
+        tracing::error!(canvas = %ev.canvas, expected, got = ev.version, offset, "the log skips versions of this canvas");
+    }
+}
+
+/// Units to plan: (partition, canvas, events).
+pub type PlanInput<'a> = [(i32, &'a CanvasId, &'a [Pending])];
+
+/// Where each event of each unit went: (record index, its event).
+pub type Placement = Vec<Vec<(usize, PixelEvent)>>;
+
+/// Gives the units' events their versions (each canvas continues from `version_of` its committed
+/// head, in unit order) and groups each canvas's events into records of at most
+/// [`MAX_EVENTS_PER_RECORD`], each on the canvas's partition. Pure.
+pub fn plan(units: &PlanInput<'_>, version_of: impl Fn(i32, &CanvasId) -> u64, now_ms: u64) -> (Vec<Record>, Placement) {
+    // Each canvas's events in unit order: (unit, event index).
+    let mut order: Vec<(i32, &CanvasId)> = Vec::new();
+    let mut of_canvas: HashMap<(i32, &CanvasId), Vec<(usize, usize)>> = HashMap::new();
+    for (u, (partition, canvas, events)) in units.iter().enumerate() {
+        let list = of_canvas.entry((*partition, *canvas)).or_insert_with(|| {
+            order.push((*partition, *canvas));
+            Vec::new()
+        });
+        list.extend((0..events.len()).map(|i| (u, i)));
+    }
+    let mut records: Vec<Record> = Vec::new();
+    let mut slots: Vec<Vec<Option<(usize, PixelEvent)>>> = units.iter().map(|(_, _, e)| vec![None; e.len()]).collect();
+    for (partition, canvas) in &order {
+        let base = version_of(*partition, canvas);
+        for (chunk_no, chunk) in of_canvas[&(*partition, *canvas)].chunks(MAX_EVENTS_PER_RECORD).enumerate() {
+            let record = records.len();
+            let mut r = Record { partition: *partition, events: Vec::with_capacity(chunk.len()), keys: Vec::with_capacity(chunk.len()) };
+            for (i, &(u, e)) in chunk.iter().enumerate() {
+                let p = &units[u].2[e];
+                let ev = PixelEvent {
+                    canvas: (*canvas).clone(),
+                    version: base + (chunk_no * MAX_EVENTS_PER_RECORD + i) as u64 + 1,
+                    x: p.fp.x,
+                    y: p.fp.y,
+                    color: p.fp.color,
+                    published_at_ms: now_ms,
+                };
+                r.events.push(ev.clone());
+                r.keys.push(p.key.clone());
+                slots[u][e] = Some((record, ev));
+            }
+            records.push(r);
+        }
+    }
+    let placed = slots.into_iter().map(|s| s.into_iter().map(|x| x.expect("every event was placed")).collect()).collect();
+    (records, placed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shared::Color;
+
+    fn id(s: &str) -> CanvasId {
+        CanvasId::parse(s).unwrap()
+    }
+
+    fn pending(canvas: &str, x: u32, key: Option<&str>) -> Pending {
+        Pending { fp: Fingerprint { canvas: id(canvas), x, y: 0, color: Color([1, 2, 3]) }, key: key.map(str::to_owned) }
+    }
+
+    /// (units as (partition, canvas, events), heads: "a" at 4) → versions per unit and records
+    /// (partition, canvas, first version, events).
+    #[test]
+    fn plan_table() {
+        let version_of = |_: i32, c: &CanvasId| if c.as_str() == "a" { 4 } else { 0 };
+        type Case = (&'static str, Vec<(i32, &'static str, usize)>, Vec<Vec<u64>>, Vec<(i32, &'static str, u64, usize)>);
+        let cases: Vec<Case> = vec![
+            ("one publish continues the head", vec![(0, "a", 1)], vec![vec![5]], vec![(0, "a", 5, 1)]),
+            ("a new canvas starts at 1", vec![(1, "b", 1)], vec![vec![1]], vec![(1, "b", 1, 1)]),
+            (
+                "units of one canvas share a record, in unit order; canvases keep their partitions",
+                vec![(0, "a", 1), (1, "b", 2), (0, "a", 2)],
+                vec![vec![5], vec![1, 2], vec![6, 7]],
+                vec![(0, "a", 5, 3), (1, "b", 1, 2)],
+            ),
+            ("a batch of 600 for one canvas: records of 256, 256, 88", vec![(2, "b", 600)], vec![(1..=600).collect()], vec![(2, "b", 1, 256), (2, "b", 257, 256), (2, "b", 513, 88)]),
+        ];
+        for (name, units, want_versions, want_records) in cases {
+            let ids: Vec<CanvasId> = units.iter().map(|(_, c, _)| id(c)).collect();
+            let events: Vec<Vec<Pending>> = units.iter().map(|(_, c, n)| (0..*n).map(|i| pending(c, i as u32 % 8, None)).collect()).collect();
+            let input: Vec<(i32, &CanvasId, &[Pending])> = units.iter().enumerate().map(|(i, (p, _, _))| (*p, &ids[i], events[i].as_slice())).collect();
+            let (records, placed) = plan(&input, version_of, 7);
+            let versions: Vec<Vec<u64>> = placed.iter().map(|u| u.iter().map(|(_, e)| e.version).collect()).collect();
+            assert_eq!(versions, want_versions, "{name}");
+            let shape: Vec<(i32, &str, u64, usize)> =
+                records.iter().map(|r| (r.partition, r.events[0].canvas.as_str(), r.events[0].version, r.events.len())).collect();
+            assert_eq!(shape, want_records, "{name}");
+            for (u, slots) in placed.iter().enumerate() {
+                for (e, (rec, ev)) in slots.iter().enumerate() {
+                    assert!(records[*rec].events.contains(ev), "{name}: unit {u} event {e} is not in record {rec}");
+                    assert_eq!(ev.x, events[u][e].fp.x, "{name}: the event carries its own pixel");
+                }
+            }
+        }
+    }
+
+    /// The isolation policy as a table: (mode, event, seconds since isolated, delivery ms) → mode.
+    #[test]
+    fn isolation_policy_table() {
+        let policy = IsolationPolicy::with_stall_after(Duration::from_millis(1000));
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        type Case = (&'static str, Mode, ModeEvent, u64, &'static str);
+        let iso = Mode::Isolated { since: t0 };
+        let fast = ModeEvent::IsolatedCommitted { delivered: Duration::from_millis(20) };
+        let slow = ModeEvent::IsolatedCommitted { delivered: Duration::from_millis(400) };
+        let cases: Vec<Case> = vec![
+            ("a stall in the shared transaction isolates", Mode::Shared, ModeEvent::StalledInShared, 0, "isolated"),
+            ("a stall while isolated restarts the clock", iso, ModeEvent::StalledInShared, 30, "isolated since 30"),
+            ("fast, but not isolated long enough", iso, fast, 5, "isolated"),
+            ("isolated long enough, but not fast enough", iso, slow, 30, "isolated"),
+            ("isolated long enough and fast: rejoins", iso, fast, 10, "shared"),
+            ("a shared partition stays shared", Mode::Shared, fast, 30, "shared"),
+        ];
+        for (name, mode, event, secs, want) in cases {
+            let got = match next_mode(mode, event, at(secs), &policy) {
+                Mode::Shared => "shared".to_owned(),
+                Mode::Isolated { since } if since == t0 => "isolated".to_owned(),
+                Mode::Isolated { since } => format!("isolated since {}", since.duration_since(t0).as_secs()),
+            };
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_unit_still_queued_can_be_withdrawn_once() {
+        let p = Partition::new(0, CanvasDims::default(), HashMap::new(), 0);
+        let (first, _a) = p.push(id("a"), vec![pending("a", 0, Some("k"))]);
+        let (second, _b) = p.push(id("a"), vec![pending("a", 1, None)]);
+        let back = p.withdraw(first).expect("still queued");
+        assert_eq!(back[0].key.as_deref(), Some("k"));
+        assert!(p.withdraw(first).is_none());
+        assert!(p.withdraw(second).is_some());
+    }
+
+    #[test]
+    fn a_transaction_takes_whole_units_up_to_its_room_and_requeued_units_keep_their_place() {
+        let p = Partition::new(0, CanvasDims::default(), HashMap::new(), 0);
+        let many = |n: usize| (0..n).map(|i| pending("a", i as u32 % 8, None)).collect::<Vec<_>>();
+        let _keep: Vec<_> = [1_000, 900, 200, 5].iter().map(|n| p.push(id("a"), many(*n)).1).collect();
+        let sizes = |units: &[Unit]| units.iter().map(|u| u.events.len()).collect::<Vec<_>>();
+        let first = p.take(MAX_TXN_EVENTS);
+        assert_eq!(sizes(&first), vec![1_000, 900], "1,900 fit; 2,100 would not");
+        assert_eq!(sizes(&p.take(50)), Vec::<usize>::new(), "a partition's turn with less room than its next unit takes nothing");
+        p.requeue(first);
+        assert_eq!(sizes(&p.take(MAX_TXN_EVENTS)), vec![1_000, 900], "requeued units come first, in order");
+        assert_eq!(sizes(&p.take(MAX_TXN_EVENTS)), vec![200, 5]);
+        let _big = p.push(id("a"), many(MAX_TXN_EVENTS + 1)).1;
+        assert_eq!(sizes(&p.take(MAX_TXN_EVENTS)), vec![MAX_TXN_EVENTS + 1], "a unit over the bound still goes, alone");
+    }
+}
