@@ -388,9 +388,11 @@ impl Worker {
 
     /// After a stalled transaction was answered: waits for its outstanding records (acknowledged,
     /// or failed at `message.timeout.ms`), then aborts it. Aborting at once, while the partition
-    /// registration was still waiting on the stalled broker, had the coordinator refuse the abort
-    /// with `INVALID_TXN_STATE` (seen with a follower paused in the ISR), which librdkafka makes
-    /// fatal.
+    /// registration still waited on the stalled broker, made the coordinator refuse the abort
+    /// with `INVALID_TXN_STATE` more often (seen with a follower paused in the ISR): librdkafka
+    /// sends `EndTxn` for a transaction the coordinator never registered (confluentinc/librdkafka
+    /// #4849, open) and makes the answer fatal. It still happens sometimes; the publisher then
+    /// starts over (see [`crate::log`]).
     fn drain_then_abort(&mut self, until: Instant, why: &str) {
         if let Some(p) = self.producer.as_ref() {
             p.wait_deliveries(until);
