@@ -317,3 +317,33 @@ impl BareTail {
         self.thread.take().expect("joined once").join().map_err(|_| anyhow::anyhow!("tail thread panicked"))?
     }
 }
+
+/// Commits transactions back to back on `topic` for `duration` (blocking), each with one small
+/// record on each of `partitions` partitions, as the publisher's shared writer does; returns how
+/// many committed. Warms the broker's transaction paths.
+///
+/// # Errors
+/// When the producer cannot be created or a transaction fails.
+pub fn transactions_for(bootstrap: &str, topic: &str, partitions: u32, duration: Duration) -> anyhow::Result<u64> {
+    use rdkafka::producer::{BaseRecord, ThreadedProducer};
+    let id = format!("bench-warmup-{:08x}", rand::random::<u32>());
+    let cfg = KafkaSettings::new(bootstrap).transactional_producer("bench-warmup-txn", &id, Duration::from_secs(10), Duration::from_secs(60));
+    let producer: ThreadedProducer<rdkafka::producer::DefaultProducerContext> = cfg.create()?;
+    producer.init_transactions(Duration::from_secs(30))?;
+    let started = Instant::now();
+    let mut committed = 0u64;
+    while started.elapsed() < duration {
+        producer.begin_transaction()?;
+        for p in 0..partitions as i32 {
+            let value = format!("warm-up {committed}");
+            producer.send(BaseRecord::<str, String>::to(topic).partition(p).key("warm-up").payload(&value)).map_err(|(e, _)| e)?;
+        }
+        // Commit once delivered (rdkafka's commit flushes in 100 ms steps while anything is out).
+        while producer.in_flight_count() > 0 && started.elapsed() < duration + Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        producer.commit_transaction(Duration::from_secs(10))?;
+        committed += 1;
+    }
+    Ok(committed)
+}

@@ -151,7 +151,8 @@ impl Ctx {
 /// Events/s the broker is warmed at.
 const WARMUP_RATE: f64 = 20_000.0;
 
-/// Produces and consumes at [`WARMUP_RATE`] for the size's `broker_warmup`, nothing measured.
+/// Produces and consumes at [`WARMUP_RATE`] for the size's `broker_warmup`, and commits
+/// transactions of a few records back to back alongside, nothing measured.
 ///
 /// A fresh broker JVM compiles its hot paths for about the first minute under load: its C2 compiler
 /// thread alone took 12 s of CPU in the first 40 s of a latency run at 10k events/s (about a
@@ -171,6 +172,14 @@ pub async fn warm_broker(ctx: &Ctx) -> anyhow::Result<()> {
     let canvases: Vec<String> = (0..100).map(|i| format!("wu-{i}")).collect();
     let mut producer = kafka::DirectProducer::new(&ctx.broker.bootstrap, &topic, servers::PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
     let tail = kafka::BareTail::start(&ctx.broker.bootstrap, &topic, servers::PARTITIONS, &canvases)?;
+    // The publisher's path too: transactions (AddPartitionsToTxn, EndTxn, the coordinator's
+    // markers) are code the plain produce above never runs.
+    let txn_topic = format!("bench-warmup-txn-{:08x}", rand::random::<u32>());
+    kafka::create_topic(&ctx.broker.bootstrap, &txn_topic, servers::PARTITIONS as i32).await?;
+    let transactions = {
+        let (bootstrap, topic) = (ctx.broker.bootstrap.clone(), txn_topic.clone());
+        tokio::task::spawn_blocking(move || kafka::transactions_for(&bootstrap, &topic, servers::PARTITIONS, total))
+    };
     let started = std::time::Instant::now();
     while started.elapsed() < total {
         let step = (total - started.elapsed()).min(Duration::from_secs(5));
@@ -184,7 +193,8 @@ pub async fn warm_broker(ctx: &Ctx) -> anyhow::Result<()> {
     }
     producer.flush()?;
     let consumed = tail.stop()?.len();
-    println!("[bench] broker warm: {} events produced, {consumed} consumed", producer.sent);
+    let committed = transactions.await??;
+    println!("[bench] broker warm: {} events produced, {consumed} consumed; {committed} transactions committed", producer.sent);
     Ok(())
 }
 

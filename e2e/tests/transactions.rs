@@ -1,0 +1,165 @@
+//! What transactions change for the fleet's readers, on a real Apache Kafka broker (librdkafka's
+//! mock cluster writes no markers and shows aborted records, so none of this can be checked on
+//! it): records of an aborted transaction are never read; a partition that ends in a commit
+//! marker has no record at its end − 1 and a replay still completes there, by the consumer's
+//! position; an open transaction holds the readable end (the last stable offset) below the high
+//! watermark; and the publisher rebuilt from such a log has the committed heads only.
+//!
+//! Needs `scripts/kafka/fetch.sh` (the README's test command runs it).
+
+use e2e::broker::{create_topic, Broker, BrokerKind};
+use e2e::procs::{eventually, get_json, Service, Timeline};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::Message;
+use shared::kafka::KafkaSettings;
+use shared::replay::{self, Offsets};
+use shared::{CanvasId, Color, PixelEvent};
+use std::time::{Duration, Instant};
+
+type TxnProducer = ThreadedProducer<DefaultProducerContext>;
+
+fn producer(bootstrap: &str, id: &str) -> TxnProducer {
+    let p: TxnProducer = KafkaSettings::new(bootstrap)
+        .transactional_producer("e2e-txn", id, Duration::from_secs(10), Duration::from_secs(60))
+        .create()
+        .expect("a transactional producer");
+    p.init_transactions(Duration::from_secs(30)).expect("init_transactions");
+    p
+}
+
+fn event(canvas: &str, version: u64) -> String {
+    PixelEvent { canvas: CanvasId::parse(canvas).unwrap(), version, x: version as u32 % 8, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 }.to_json()
+}
+
+/// Writes `events` of `canvas` (versions) to partition 0 in one transaction, then commits or aborts.
+fn transaction(p: &TxnProducer, topic: &str, canvas: &str, versions: std::ops::RangeInclusive<u64>, commit: bool) {
+    p.begin_transaction().expect("begin");
+    for v in versions {
+        let value = event(canvas, v);
+        p.send(BaseRecord::<str, String>::to(topic).partition(0).key(canvas).payload(&value)).map_err(|(e, _)| e).expect("send");
+    }
+    let started = Instant::now();
+    while p.in_flight_count() > 0 && started.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if commit {
+        p.commit_transaction(Duration::from_secs(10)).expect("commit");
+    } else {
+        p.abort_transaction(Duration::from_secs(10)).expect("abort");
+    }
+}
+
+/// Replays partition 0 of `topic` with a read_committed reader: (versions read, final position,
+/// target, last offset read).
+fn replay(bootstrap: &str, topic: &str) -> (Vec<u64>, i64, i64, Option<i64>) {
+    let consumer: BaseConsumer = KafkaSettings::new(bootstrap).reader(&format!("e2e-txn-{:08x}", rand::random::<u32>())).create().expect("a reader");
+    let (plan, _) = replay::plan(&consumer, topic, &Offsets::new(), Duration::from_secs(10)).expect("a plan");
+    let mut versions = Vec::new();
+    let progress = replay::run(
+        &consumer,
+        topic,
+        &plan,
+        Duration::from_secs(20),
+        &|| false,
+        |m| versions.extend(PixelEvent::decode_record(m.payload()).expect("pixel events").into_iter().map(|e| e.version)),
+        |_| {},
+    )
+    .expect("the replay completes");
+    (versions, progress.positions[&0], plan.targets[&0], progress.last_consumed.get(&0).copied())
+}
+
+fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
+    let c: BaseConsumer = KafkaSettings::new(bootstrap).reader("e2e-txn-wm").create().expect("a reader");
+    c.fetch_watermarks(topic, 0, Duration::from_secs(10)).expect("watermarks")
+}
+
+#[test]
+fn readers_see_committed_records_only_and_complete_at_markers() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
+    rt.block_on(async {
+        let broker = Broker::start(BrokerKind::Real).await.expect("a real Kafka broker (scripts/kafka/fetch.sh must have run)");
+        let topic = format!("txn-{:08x}", rand::random::<u32>());
+        create_topic(&broker.bootstrap, &topic, 1, 1).await.expect("a topic");
+        let (bootstrap, t) = (broker.bootstrap.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let p = producer(&bootstrap, &format!("{t}-a"));
+            transaction(&p, &t, "c1", 1..=3, true);
+            transaction(&p, &t, "c1", 4..=6, false); // aborted: versions 4..=6 are written again below
+            transaction(&p, &t, "c1", 4..=5, true);
+
+            // Committed 1..=3, aborted, committed 4..=5: 8 records and 3 markers, offsets 0..=10.
+            let (low, high) = watermarks(&bootstrap, &t);
+            assert_eq!((low, high), (0, 11), "8 records and 3 markers");
+            let (versions, position, target, last) = replay(&bootstrap, &t);
+            assert_eq!(versions, vec![1, 2, 3, 4, 5], "the aborted records are never read");
+            assert_eq!(target, 11, "no transaction is open: the readable end is the high watermark");
+            assert_eq!(last, Some(9), "the last record is at 9; offset 10 is a commit marker");
+            assert!(position >= target, "the replay completed at the consumer's position ({position}), past the marker");
+
+            // An open transaction holds the last stable offset at its first record.
+            let open = producer(&bootstrap, &format!("{t}-b"));
+            open.begin_transaction().expect("begin");
+            let value = event("c2", 1);
+            open.send(BaseRecord::<str, String>::to(&t).partition(0).key("c2").payload(&value)).map_err(|(e, _)| e).expect("send");
+            let started = Instant::now();
+            while open.in_flight_count() > 0 && started.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (_, target_open, _, _) = {
+                let (v, pos, target, last) = replay(&bootstrap, &t);
+                assert_eq!(v, vec![1, 2, 3, 4, 5], "an open transaction's record is not read");
+                (v, pos, target, last)
+            };
+            assert_eq!(target_open, 11, "read_committed: the readable end is the LSO (11), not the high watermark (12)");
+            open.commit_transaction(Duration::from_secs(10)).expect("commit");
+            let (versions, _, target, _) = replay(&bootstrap, &t);
+            assert_eq!(target, 13, "committed: the record and its marker are below the end");
+            assert_eq!(versions, vec![1, 2, 3, 4, 5, 1]);
+        })
+        .await
+        .expect("the checks ran");
+
+        // A publisher started on this log rebuilds the committed heads only: c1 at 5, c2 at 1,
+        // and continues at 6.
+        let tl = Timeline::new(true);
+        let port = e2e::broker::free_port().expect("a port");
+        let env = [
+            ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
+            ("KAFKA_TOPIC", topic.clone()),
+            ("TOPIC_PARTITIONS", "1".to_owned()),
+            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+            ("CANVAS_WIDTH", "8".to_owned()),
+            ("CANVAS_HEIGHT", "8".to_owned()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        let mut publisher = Service::new("publisher", "core-publisher", port, env, tl);
+        publisher.start().expect("the publisher starts");
+        let http = reqwest::Client::new();
+        let url = publisher.url();
+        eventually("the publisher to accept writes", Duration::from_secs(60), || {
+            let (http, url) = (http.clone(), url.clone());
+            async move { Ok(get_json(&http, &format!("{url}/ready")).await?["ready"].as_bool().unwrap_or(false).then_some(())) }
+        })
+        .await
+        .expect("ready");
+        let c1 = get_json(&http, &format!("{url}/canvases/c1")).await.expect("c1");
+        assert_eq!(c1["version"], 5, "{c1}");
+        let c2 = get_json(&http, &format!("{url}/canvases/c2")).await.expect("c2");
+        assert_eq!(c2["version"], 1, "{c2}");
+        let r: serde_json::Value = http
+            .post(format!("{url}/canvases/c1/pixels"))
+            .json(&serde_json::json!({"x": 1, "y": 1, "color": "#010203"}))
+            .send()
+            .await
+            .expect("a publish")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(r["version"], 6, "{r}");
+        publisher.terminate(Duration::from_secs(5)).await;
+    });
+}
