@@ -220,6 +220,10 @@ fn take_shared<L>(ctx: &Ctx<L>, start: usize) -> Batch {
 pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
     let mut start = 0;
     loop {
+        tokio::select! {
+            _ = ctx.stop.cancelled() => return,
+            _ = ctx.log.available(Writer::Shared) => {}
+        }
         let batch = take_shared(&ctx, start);
         start = start.wrapping_add(1);
         if batch.is_empty() {
@@ -239,6 +243,12 @@ pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
 pub async fn run_isolated<L: EventLog>(ctx: Arc<Ctx<L>>, p: Arc<Partition>) {
     loop {
         let isolated = matches!(p.mode(), Mode::Isolated { .. });
+        if isolated && p.has_work() {
+            tokio::select! {
+                _ = ctx.stop.cancelled() => return,
+                _ = ctx.log.available(Writer::Partition(p.id)) => {}
+            }
+        }
         let units = if isolated { p.take(MAX_TXN_EVENTS) } else { Vec::new() };
         if units.is_empty() {
             tokio::select! {

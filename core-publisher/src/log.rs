@@ -129,6 +129,11 @@ pub trait EventLog: Send + Sync + 'static {
     /// ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
     fn transact(&self, writer: Writer, records: Vec<Record>, stall_after: Option<Duration>) -> impl Future<Output = TxnOutcome> + Send;
 
+    /// Resolves once `writer` has a producer free for a transaction (not still aborting a stalled
+    /// one). A committer waits for it before it takes units, so units wait in their queues, where a
+    /// caller's deadline can still withdraw them as certainly not written.
+    fn available(&self, writer: Writer) -> impl Future<Output = ()> + Send;
+
     /// One more attempt to learn how `writer`'s in-doubt transaction ended; `Err` while it is
     /// still not known.
     fn resolve(&self, writer: Writer) -> impl Future<Output = Result<Resolution, String>> + Send;
@@ -311,6 +316,19 @@ impl EventLog for KafkaLog {
             }
         }
         outcome
+    }
+
+    async fn available(&self, writer: Writer) {
+        loop {
+            let free = self
+                .lock_writers()
+                .get(&writer)
+                .is_none_or(|ws| ws.slots.iter().any(|s| !s.is_busy()));
+            if free {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     async fn resolve(&self, writer: Writer) -> Result<Resolution, String> {
@@ -618,6 +636,8 @@ pub mod fake {
                 Fate::FatalBeforeCommit => TxnOutcome::Fatal { why: "fatal idempotence error".into(), commit_sent: false },
             }
         }
+
+        async fn available(&self, _writer: Writer) {}
 
         async fn resolve(&self, writer: Writer) -> Result<Resolution, String> {
             tokio::task::yield_now().await;

@@ -397,7 +397,7 @@ impl Worker {
         if let Some(p) = self.producer.as_ref() {
             p.wait_deliveries(until);
         }
-        let _ = self.abort_within(why, Vec::new(), self.transaction_timeout);
+        let _ = self.abort(why, Vec::new());
     }
 
     fn create(&self) -> Result<TxnProducer, KafkaError> {
@@ -602,13 +602,9 @@ impl Worker {
     /// Aborts the current transaction (the commit was not sent, so it cannot commit). `Err`
     /// carries the outcome when the abort itself failed: still not committed, or dead.
     fn abort(&mut self, why: &str, stalled: Vec<i32>) -> Result<(), TxnOutcome> {
-        self.abort_within(why, stalled, self.message_timeout)
-    }
-
-    fn abort_within(&mut self, why: &str, stalled: Vec<i32>, timeout: Duration) -> Result<(), TxnOutcome> {
         let Some(producer) = self.producer.as_ref() else { return Ok(()) };
         tracing::warn!(transactional_id = %self.transactional_id, reason = why, "aborting the transaction");
-        match producer.abort_transaction(timeout) {
+        match producer.abort_transaction(self.message_timeout) {
             Ok(()) => {
                 self.abort_pending = false;
                 Ok(())

@@ -347,3 +347,107 @@ pub fn transactions_for(bootstrap: &str, topic: &str, partitions: u32, duration:
     }
     Ok(committed)
 }
+
+/// Writes fleet events straight to a topic in Kafka transactions, as the publisher's shared
+/// writer does: each transaction carries every event that came due while the previous one was
+/// committing (no HTTP, no fleet): the bare cost of the transactional protocol. One producer,
+/// blocking: call [`TxnDirect::run_at`] from a blocking thread.
+pub struct TxnDirect {
+    producer: rdkafka::producer::ThreadedProducer<rdkafka::producer::DefaultProducerContext>,
+    topic: String,
+    partitions: u32,
+    side: u32,
+    canvases: Vec<String>,
+    next_version: Vec<u64>,
+    /// Transactions committed.
+    pub transactions: u64,
+}
+
+impl TxnDirect {
+    /// A transactional producer (initialised) for `canvases` of `topic`.
+    ///
+    /// # Errors
+    /// When the producer cannot be created or initialised.
+    pub fn new(
+        bootstrap: &str,
+        topic: &str,
+        partitions: u32,
+        side: u32,
+        canvases: Vec<String>,
+    ) -> anyhow::Result<Self> {
+        let id = format!("bench-txn-{:08x}", rand::random::<u32>());
+        let producer: rdkafka::producer::ThreadedProducer<
+            rdkafka::producer::DefaultProducerContext,
+        > = KafkaSettings::new(bootstrap)
+            .transactional_producer(
+                "bench-txn",
+                &id,
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+            )
+            .create()?;
+        producer.init_transactions(Duration::from_secs(30))?;
+        let n = canvases.len();
+        Ok(Self {
+            producer,
+            topic: topic.into(),
+            partitions,
+            side,
+            canvases,
+            next_version: vec![1; n],
+            transactions: 0,
+        })
+    }
+
+    /// Offers `rate` events/s round-robin over the canvases for `duration`; each event is timed
+    /// from the moment it came due (as a publish is timed from its request). Returns
+    /// (canvas index, version, due time) of every event sent.
+    ///
+    /// # Errors
+    /// When a transaction fails.
+    pub fn run_at(
+        &mut self,
+        rate: f64,
+        duration: Duration,
+    ) -> anyhow::Result<Vec<(usize, u64, Instant)>> {
+        use rdkafka::producer::BaseRecord;
+        let start = Instant::now();
+        let mut log = Vec::new();
+        let mut sent = 0u64;
+        let mut i = 0usize;
+        while start.elapsed() < duration {
+            let due = ((start.elapsed().as_secs_f64() * rate) as u64).max(sent);
+            if due == sent {
+                std::thread::sleep(Duration::from_micros(200));
+                continue;
+            }
+            self.producer.begin_transaction()?;
+            while sent < due {
+                let c = i % self.canvases.len();
+                let version = self.next_version[c];
+                let value = event(&self.canvases[c], version, self.side).to_json();
+                let partition = partition_for(self.canvases[c].as_bytes(), self.partitions) as i32;
+                let due_at = start + Duration::from_secs_f64(sent as f64 / rate);
+                self.producer
+                    .send(
+                        BaseRecord::<str, String>::to(&self.topic)
+                            .partition(partition)
+                            .key(&self.canvases[c])
+                            .payload(&value),
+                    )
+                    .map_err(|(e, _)| e)?;
+                log.push((c, version, due_at));
+                self.next_version[c] += 1;
+                sent += 1;
+                i += 1;
+            }
+            // Commit once delivered (rdkafka's commit flushes in 100 ms steps while anything is out).
+            while self.producer.in_flight_count() > 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            self.producer.commit_transaction(Duration::from_secs(10))?;
+            self.transactions += 1;
+        }
+        Ok(log)
+    }
+}

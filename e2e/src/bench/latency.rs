@@ -266,6 +266,10 @@ pub struct Level {
     pub centrifugo: Option<Dist>,
     pub socketio: Option<Dist>,
     pub bare: Option<Dist>,
+    /// The same producer → consumer round trip in Kafka transactions, one per commit cycle (what
+    /// the publisher's protocol costs by itself), and the events per transaction.
+    pub bare_txn: Option<Dist>,
+    pub bare_txn_events_per_txn: Option<f64>,
 }
 
 /// How the bench publishes through the HTTP publisher.
@@ -442,6 +446,61 @@ async fn bare_level(ctx: &Ctx, rate: f64) -> anyhow::Result<Dist> {
     Ok(d)
 }
 
+/// The bare baseline in transactions: [`super::kafka::TxnDirect`] at `rate` → a `read_committed`
+/// consumer; (latency from each event's due time to its receipt, events per transaction).
+async fn bare_txn_level(ctx: &Ctx, rate: f64) -> anyhow::Result<(Dist, f64)> {
+    let topic = format!("bench-bare-txn-{:08x}", rand::random::<u32>());
+    super::kafka::create_topic(&ctx.broker.bootstrap, &topic, PARTITIONS as i32).await?;
+    let canvases: Vec<String> = (0..ctx.size.latency_canvases)
+        .map(|i| format!("lt-{i}"))
+        .collect();
+    let tail = BareTail::start(&ctx.broker.bootstrap, &topic, PARTITIONS, &canvases)?;
+    let (bootstrap, side, warm, window) = (
+        ctx.broker.bootstrap.clone(),
+        ctx.canvas_side,
+        ctx.size.latency_warmup,
+        ctx.size.duration,
+    );
+    println!("[bench]   bare librdkafka in transactions: warming up at {rate} events/s for {:.1} s (not measured), then {} s measured", warm.as_secs_f64(), window.as_secs());
+    let cpu = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let cpu2 = cpu.clone();
+    let (log, per_txn) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+        let mut p = super::kafka::TxnDirect::new(&bootstrap, &topic, PARTITIONS, side, canvases)?;
+        p.run_at(rate, warm)?;
+        std::thread::sleep(Duration::from_millis(500));
+        let before = p.transactions;
+        let cpu0 = MachineCpu::now().ok();
+        let log = p.run_at(rate, window)?;
+        *cpu2.lock().expect("cpu lock") = Some(busy_since(cpu0));
+        let per_txn = log.len() as f64 / (p.transactions - before).max(1) as f64;
+        Ok((log, per_txn))
+    })
+    .await??;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = tail.stop()?;
+    let by_key: HashMap<(usize, u64), Instant> =
+        log.iter().map(|(c, v, t)| ((*c, *v), *t)).collect();
+    let mut h = histogram();
+    for (c, v, at) in &got {
+        if let Some(t0) = by_key.get(&(*c, *v)) {
+            let _ = h.record(at.saturating_duration_since(*t0).as_micros().max(1) as u64);
+        }
+    }
+    let busy = cpu.lock().expect("cpu lock").take().flatten();
+    let d = Dist {
+        cores_busy_pct: busy,
+        ..dist(
+            &h,
+            (log.len() as u64).saturating_sub(h.len()),
+            log.len() as f64 / window.as_secs_f64(),
+        )
+    };
+    println!(
+        "[bench]   bare librdkafka in transactions: {d:?}, {per_txn:.1} events per transaction"
+    );
+    Ok((d, per_txn))
+}
+
 /// Runs every load level; returns the rows.
 pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
     let mut levels = Vec::new();
@@ -451,6 +510,15 @@ pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
         match bare_level(ctx, rate).await {
             Ok(d) => level.bare = Some(d),
             Err(e) => ctx.error(format!("latency {rate}/s, bare librdkafka: {e:#}")),
+        }
+        match bare_txn_level(ctx, rate).await {
+            Ok((d, per_txn)) => {
+                level.bare_txn = Some(d);
+                level.bare_txn_events_per_txn = Some(per_txn);
+            }
+            Err(e) => ctx.error(format!(
+                "latency {rate}/s, bare librdkafka in transactions: {e:#}"
+            )),
         }
         for system in ctx.systems() {
             let server = match Server::start(system, ctx).await {
@@ -535,6 +603,24 @@ fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
                     }
                 }
                 rows.push(r);
+            }
+            if let Some(bt) = &l.bare_txn {
+                rows.push(Row::ours_only(
+                "latency",
+                &format!(
+                    "{} ev/s: bare librdkafka in Kafka transactions (the publisher's protocol alone, {:.1} events per transaction) produce → consume {q}, ms",
+                    l.rate,
+                    l.bare_txn_events_per_txn.unwrap_or(0.0)
+                ),
+                format!(
+                    "one transactional producer: each transaction carries every event that came due while the previous one committed (begin, produce, wait for the acknowledgements, commit), timed from when the event came due; a read_committed consumer; cores {} busy; {}",
+                    pct(bt.cores_busy_pct),
+                    ctx.broker_label
+                ),
+                Better::Neither,
+                f(bt),
+                "a baseline of the protocol, not of a system",
+            ));
             }
             rows.push(Row {
                 section: "latency".into(),
