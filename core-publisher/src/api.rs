@@ -5,7 +5,7 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations"}` since start) |
+//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
@@ -302,6 +302,10 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
         "in_doubt_partitions": v.in_doubt_partitions(),
         "partition_writers": v.partition_reports(),
         "transactions": v.counters().to_json(),
+        "snapshots": serde_json::json!({
+            "uncovered_canvases": v.uncovered_canvases(),
+            "incomplete_canvases": v.incomplete_canvases(),
+        }),
         "canvases": v.canvas_count(),
         "partitions": v.partitions(),
         "width": v.dims().width,

@@ -28,8 +28,9 @@
 //! - fenced, or a fatal producer error: the whole publisher stops accepting writes ([`Status`]).
 
 use crate::idempotency::KeyStore;
-use crate::log::{EventLog, Record, Resolution, TxnOutcome, Writer};
-use crate::partition::{Activity, IsolationPolicy, Mode, ModeEvent, Partition, Pending, Placement, Unit, MAX_TXN_EVENTS};
+use crate::log::{EventLog, Record, Resolution, SnapshotWrite, TxnOutcome, Writer};
+use crate::partition::{Activity, IsolationPolicy, Mode, ModeEvent, Partition, Pending, Placement, PlannedSnapshots, Unit, MAX_TXN_EVENTS};
+use crate::snapshots::SnapshotPolicy;
 use crate::types::{Fingerprint, PublishError, Published};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
@@ -120,20 +121,22 @@ pub struct Counters {
     pub in_doubt: AtomicU64,
     /// Times a partition was isolated after stalling a shared transaction.
     pub isolations: AtomicU64,
+    /// Canvas snapshots committed.
+    pub snapshots: AtomicU64,
 }
 
 impl Counters {
-    fn add(n: &AtomicU64, by: usize) {
-        n.fetch_add(by as u64, Ordering::Relaxed);
+    fn add(n: &AtomicU64, by: impl TryInto<u64>) {
+        n.fetch_add(by.try_into().unwrap_or(0), Ordering::Relaxed);
     }
 
     fn committed(&self, records: &[Record]) {
         Self::add(&self.committed, 1);
         Self::add(&self.records, records.len());
-        Self::add(&self.events, records.iter().map(|r| r.events.len()).sum());
+        Self::add(&self.events, records.iter().map(|r| r.events.len()).sum::<usize>());
     }
 
-    /// `{"committed","events","records","not_committed","in_doubt","isolations"}`.
+    /// `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}`.
     pub fn to_json(&self) -> serde_json::Value {
         let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
         serde_json::json!({
@@ -143,6 +146,7 @@ impl Counters {
             "not_committed": get(&self.not_committed),
             "in_doubt": get(&self.in_doubt),
             "isolations": get(&self.isolations),
+            "snapshots": get(&self.snapshots),
         })
     }
 }
@@ -155,6 +159,8 @@ pub struct Ctx<L> {
     pub status: Arc<Status>,
     pub counters: Arc<Counters>,
     pub policy: IsolationPolicy,
+    /// When canvases are snapshotted ([`crate::snapshots`]).
+    pub snapshots: SnapshotPolicy,
     /// Wakes the shared committer.
     pub shared_wake: Notify,
     pub stop: CancellationToken,
@@ -226,10 +232,11 @@ pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
         }
         let batch = take_shared(&ctx, start);
         start = start.wrapping_add(1);
-        if batch.is_empty() {
+        if batch.is_empty() && !snapshots_due(&ctx, Writer::Shared) {
             tokio::select! {
                 _ = ctx.stop.cancelled() => return,
                 _ = ctx.shared_wake.notified() => {}
+                _ = tokio::time::sleep(SNAPSHOT_TICK) => {}
             }
             continue;
         }
@@ -250,10 +257,11 @@ pub async fn run_isolated<L: EventLog>(ctx: Arc<Ctx<L>>, p: Arc<Partition>) {
             }
         }
         let units = if isolated { p.take(MAX_TXN_EVENTS) } else { Vec::new() };
-        if units.is_empty() {
+        if units.is_empty() && !(isolated && snapshots_due(&ctx, Writer::Partition(p.id))) {
             tokio::select! {
                 _ = ctx.stop.cancelled() => return,
                 _ = p.isolated_wake.notified() => {}
+                _ = tokio::time::sleep(SNAPSHOT_TICK) => {}
             }
             continue;
         }
@@ -266,6 +274,45 @@ pub async fn run_isolated<L: EventLog>(ctx: Arc<Ctx<L>>, p: Arc<Partition>) {
 
 fn partition<L>(ctx: &Ctx<L>, id: i32) -> &Arc<Partition> {
     &ctx.partitions[id as usize]
+}
+
+/// How often an idle committer looks for canvases due a snapshot by age.
+const SNAPSHOT_TICK: Duration = Duration::from_secs(1);
+
+/// The partitions `writer` writes now.
+fn written_by<L>(ctx: &Ctx<L>, writer: Writer) -> Vec<&Arc<Partition>> {
+    match writer {
+        Writer::Shared => ctx.partitions.iter().filter(|p| matches!(p.mode(), Mode::Shared)).collect(),
+        Writer::Partition(id) => vec![partition(ctx, id)],
+    }
+}
+
+/// Whether a partition `writer` writes has a canvas due a snapshot by age.
+fn snapshots_due<L>(ctx: &Ctx<L>, writer: Writer) -> bool {
+    let now = Instant::now();
+    written_by(ctx, writer).iter().any(|p| p.snapshots_due(&ctx.snapshots, now))
+}
+
+/// The snapshots the next transaction of `writer` carries, per partition: the canvases it writes
+/// events of when due by count, and any due by age (see [`crate::snapshots`]).
+fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch) -> Vec<PlannedSnapshots> {
+    let now = Instant::now();
+    written_by(ctx, writer)
+        .into_iter()
+        .map(|p| {
+            let writing: Vec<&shared::CanvasId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).collect();
+            p.plan_snapshots(&writing, &ctx.snapshots, now)
+        })
+        .filter(|s| !s.writes.is_empty())
+        .collect()
+}
+
+/// Records committed snapshots (before the same transaction's records are applied).
+fn apply_snapshots<L>(ctx: &Ctx<L>, planned: &[PlannedSnapshots]) {
+    for s in planned {
+        partition(ctx, s.partition).apply_snapshots(s);
+        Counters::add(&ctx.counters.snapshots, s.canvases.len() as u64);
+    }
 }
 
 /// Runs one transaction of `writer` for `batch` and answers its units. Returns `false` when the
@@ -288,6 +335,18 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
         let input: Vec<(i32, &shared::CanvasId, &[Pending])> = batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice())).collect();
         crate::partition::plan(&input, |p, c| partition(ctx, p).version_of(c), shared::event::now_ms())
     };
+    let planned = plan_snapshots(ctx, writer, &batch);
+    if records.is_empty() && planned.is_empty() {
+        return true;
+    }
+    let writes: Vec<SnapshotWrite> = planned.iter().flat_map(|s| s.writes.iter().cloned()).collect();
+    let touched: Vec<i32> = {
+        let mut t = touched;
+        t.extend(planned.iter().map(|s| s.partition));
+        t.sort_unstable();
+        t.dedup();
+        t
+    };
     for p in &touched {
         partition(ctx, *p).set_activity(Activity::Committing);
     }
@@ -295,7 +354,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     let oldest = batch.units.iter().map(|(_, u)| u.queued_at).min().map_or(Duration::ZERO, |t| began.duration_since(t));
     let outcome = tokio::select! {
         _ = ctx.stop.cancelled() => return false,
-        o = ctx.log.transact(writer, records.clone(), stall_after) => o,
+        o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
     };
     let took = began.elapsed();
     tracing::debug!(writer = ?writer, units = batch.units.len(), records = records.len(), partitions = touched.len(),
@@ -307,6 +366,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     };
     match outcome {
         TxnOutcome::Committed(offsets) => {
+            apply_snapshots(ctx, &planned);
             apply_committed(ctx, &records, &offsets);
             answer_committed(ctx, batch, &placed, &records, &offsets);
             if let Writer::Partition(id) = writer {
@@ -372,7 +432,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
                 let _ = u.done.send(Err(PublishError::Unknown(why.clone())));
                 in_doubt.extend(u.events);
             }
-            if !resolve(ctx, writer, &records, &in_doubt).await {
+            if !resolve(ctx, writer, &records, &planned, &in_doubt).await {
                 return false;
             }
         }
@@ -419,7 +479,7 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
 
 /// Asks until `writer`'s in-doubt transaction's outcome is known, then applies it. Returns `false`
 /// when the committer must stop.
-async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], in_doubt: &[Pending]) -> bool {
+async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], planned: &[PlannedSnapshots], in_doubt: &[Pending]) -> bool {
     let mut delay = Duration::from_millis(100);
     let started = Instant::now();
     loop {
@@ -430,6 +490,7 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
         let waited_ms = started.elapsed().as_millis() as u64;
         match r {
             Ok(Resolution::Committed(offsets)) => {
+                apply_snapshots(ctx, planned);
                 apply_committed(ctx, records, &offsets);
                 let mut keys = ctx.keys();
                 for (r, o) in records.iter().zip(&offsets) {

@@ -27,11 +27,12 @@ pub struct Config {
     /// Replication factor for a topic this process creates.
     #[arg(long, env = "TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
     pub replication_factor: i32,
-    /// Canvas width in pixels.
-    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    /// Canvas width in pixels (at most 1024: a snapshot of the largest canvas must fit the
+    /// snapshot topic's `max.message.bytes`).
+    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_width: u32,
     /// Canvas height in pixels.
-    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_height: u32,
     /// How long a transaction's records may wait for their acknowledgement
     /// (`message.timeout.ms`; the transaction is aborted after it), and how long its commit is
@@ -56,6 +57,26 @@ pub struct Config {
     /// fast again (so one stalled partition holds the others back at most this long).
     #[arg(long, env = "PARTITION_STALL_MS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(10..=300_000))]
     pub partition_stall_ms: u64,
+    /// How long the events topic keeps records when this process creates it (`retention.ms`),
+    /// ms; -1 keeps them for ever. Readers never need a record older than the snapshots'
+    /// checkpoints, so it must be far above `SNAPSHOT_EVERY_MS` (at least ten times).
+    #[arg(long, env = "RETENTION_MS", default_value_t = 604_800_000, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
+    pub retention_ms: i64,
+    /// Topic of canvas snapshots and checkpoints (compacted, created beside the events topic).
+    /// Default: `<KAFKA_TOPIC>-snapshots`.
+    #[arg(long, env = "SNAPSHOT_TOPIC")]
+    pub snapshot_topic: Option<String>,
+    /// A canvas is snapshotted once this many versions passed since its last snapshot...
+    #[arg(long, env = "SNAPSHOT_EVERY_VERSIONS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_every_versions: u64,
+    /// ...or once its oldest event not in a snapshot is this old, ms, whichever comes first: a
+    /// recovering reader replays at most about this much of any partition.
+    #[arg(long, env = "SNAPSHOT_EVERY_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
+    pub snapshot_every_ms: u64,
+    /// How far back, ms, a restarted publisher reads the log for `Idempotency-Key`s: a retry
+    /// within this window after a restart is still applied once.
+    #[arg(long, env = "IDEMPOTENCY_WINDOW_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(0..=604_800_000))]
+    pub idempotency_window_ms: u64,
     /// librdkafka `debug` contexts for the publisher's Kafka clients (e.g. `eos,broker`), to
     /// diagnose them: their lines are `tracing` debug events of target `kafka`, so also set
     /// `RUST_LOG=info,kafka=debug`. Empty: off.
@@ -101,7 +122,31 @@ impl Config {
                 self.transaction_timeout_ms, self.produce_timeout_ms
             ));
         }
+        if self.retention_ms >= 0 && (self.retention_ms as u64) < 10 * self.snapshot_every_ms {
+            p.push(format!(
+                "RETENTION_MS (--retention-ms) {} must be at least ten times SNAPSHOT_EVERY_MS ({}): records retention deletes \
+                 must already be covered by snapshots",
+                self.retention_ms, self.snapshot_every_ms
+            ));
+        }
+        if let Some(t) = &self.snapshot_topic {
+            p.extend(shared::kafka::topic_name_problem(t).map(|e| format!("SNAPSHOT_TOPIC (--snapshot-topic): {e}")));
+        }
         p
+    }
+
+    /// The snapshot topic.
+    pub fn snapshot_topic(&self) -> String {
+        self.snapshot_topic.clone().unwrap_or_else(|| shared::snapshot::topic_for(&self.topic))
+    }
+
+    /// When canvases are snapshotted.
+    pub fn snapshot_policy(&self) -> crate::snapshots::SnapshotPolicy {
+        crate::snapshots::SnapshotPolicy {
+            every_versions: self.snapshot_every_versions,
+            every: Duration::from_millis(self.snapshot_every_ms),
+            ..Default::default()
+        }
     }
 
     /// The base of the transactional ids (see [`Config::transactional_id`]).
@@ -139,6 +184,11 @@ impl Config {
             ("TRANSACTIONAL_ID", self.transactional_id()),
             ("TRANSACTION_TIMEOUT_MS", self.transaction_timeout_ms.to_string()),
             ("PARTITION_STALL_MS", self.partition_stall_ms.to_string()),
+            ("RETENTION_MS", self.retention_ms.to_string()),
+            ("SNAPSHOT_TOPIC", self.snapshot_topic()),
+            ("SNAPSHOT_EVERY_VERSIONS", self.snapshot_every_versions.to_string()),
+            ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
+            ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
         ])
     }
@@ -198,5 +248,13 @@ mod tests {
         assert!(parse(&["--produce-timeout-ms", "3000", "--transaction-timeout-ms", "10000"]).problems().is_empty());
         let p = parse(&["--transactional-id", "has space"]).problems();
         assert!(p.iter().any(|m| m.contains("TRANSACTIONAL_ID")), "{p:?}");
+    }
+
+    #[test]
+    fn a_retention_not_far_above_the_snapshot_interval_is_refused() {
+        let p = parse(&["--retention-ms", "300000", "--snapshot-every-ms", "60000"]).problems();
+        assert!(p.iter().any(|m| m.contains("RETENTION_MS")), "{p:?}");
+        assert!(parse(&["--retention-ms", "-1"]).problems().is_empty());
+        assert_eq!(parse(&["--topic", "t"]).snapshot_topic(), "t-snapshots");
     }
 }

@@ -19,6 +19,7 @@ pub mod config;
 pub mod idempotency;
 pub mod log;
 pub mod partition;
+pub mod snapshots;
 pub mod txn;
 pub mod types;
 pub mod versions;
@@ -56,18 +57,27 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let kafka_log = KafkaLog::new(
         settings.clone(),
         config.topic.clone(),
+        config.snapshot_topic(),
         config.transactional_id(),
         config.produce_timeout(),
         config.transaction_timeout(),
     );
-    let timings = crate::versions::Timings { answer_timeout: config.answer_timeout(), stall_after: config.partition_stall() };
+    let timings = crate::versions::Timings {
+        answer_timeout: config.answer_timeout(),
+        stall_after: config.partition_stall(),
+        snapshots: config.snapshot_policy(),
+        key_window: Duration::from_millis(config.idempotency_window_ms),
+    };
     let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0, timings));
 
     // The server answers at once (503 until ready); the topic and the heads come from Kafka.
     let prepare = {
         let (versions, shutdown, config) = (versions.clone(), shutdown.clone(), config.clone());
         async move {
-            let ensure = || log::ensure_topic(&settings, &config.topic, config.partitions, config.replication_factor);
+            let snapshot_topic = config.snapshot_topic();
+            let ensure = || {
+                log::ensure_topics(&settings, &config.topic, &snapshot_topic, config.partitions, config.replication_factor, config.retention_ms)
+            };
             let partitions = tokio::select! {
                 r = ensure.retry(retry).notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "topic not ready; retrying")) => r,
                 _ = shutdown.cancelled() => return,

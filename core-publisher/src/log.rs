@@ -24,12 +24,13 @@
 //! with [`fake::FakeLog`]; [`KafkaLog`] is the real one (its transactions are in [`crate::txn`]).
 
 use crate::txn::{Polling, TxnWriter};
-use rdkafka::consumer::BaseConsumer;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets};
+use shared::snapshot::Loaded;
 use shared::PixelEvent;
 use std::collections::HashMap;
 use std::future::Future;
@@ -44,6 +45,15 @@ pub struct Record {
     pub partition: i32,
     pub events: Vec<PixelEvent>,
     pub keys: Vec<Option<String>>,
+}
+
+/// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a canvas's
+/// snapshot or a partition's checkpoint, on the same partition number as the canvas's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotWrite {
+    pub partition: i32,
+    pub key: String,
+    pub value: Vec<u8>,
 }
 
 /// How a transaction ended.
@@ -117,6 +127,26 @@ pub struct LoggedEvent {
     pub idempotency_key: Option<String>,
 }
 
+/// Where a rebuild reads the events topic from, per partition: `needed` (the checkpoint: every
+/// record at or after it may be needed; absent = the log start) and `wanted` (earlier, for
+/// idempotency keys only: records there are not needed if retention deleted them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tail {
+    pub needed: Offsets,
+    pub wanted: Offsets,
+}
+
+/// How a tail read ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TailEnd {
+    /// The position each partition's read ended at.
+    pub positions: Offsets,
+    /// Partitions whose needed records had been deleted (the log starts after the checkpoint).
+    pub truncated: Vec<i32>,
+    /// Records read.
+    pub records: u64,
+}
+
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
     /// Initialises the transactional producers of every writer of a topic of `partitions`
@@ -124,10 +154,17 @@ pub trait EventLog: Send + Sync + 'static {
     /// their open transactions. Call it before reading the log at start-up, and only then.
     fn prepare(&self, partitions: u32) -> impl Future<Output = Result<(), PrepareError>> + Send;
 
-    /// Writes `records` in one transaction of `writer` and commits it. With `stall_after`, a
+    /// Writes `records` (events topic) and `snapshots` (snapshot topic) in one transaction of
+    /// `writer` and commits it; the offsets of a commit are the records'. With `stall_after`, a
     /// transaction whose records are not all acknowledged by then is aborted
     /// ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
-    fn transact(&self, writer: Writer, records: Vec<Record>, stall_after: Option<Duration>) -> impl Future<Output = TxnOutcome> + Send;
+    fn transact(
+        &self,
+        writer: Writer,
+        records: Vec<Record>,
+        snapshots: Vec<SnapshotWrite>,
+        stall_after: Option<Duration>,
+    ) -> impl Future<Output = TxnOutcome> + Send;
 
     /// Resolves once `writer` has a producer free for a transaction (not still aborting a stalled
     /// one). A committer waits for it before it takes units, so units wait in their queues, where a
@@ -138,8 +175,21 @@ pub trait EventLog: Send + Sync + 'static {
     /// still not known.
     fn resolve(&self, writer: Writer) -> impl Future<Output = Result<Resolution, String>> + Send;
 
-    /// Every committed event of the topic, and the position each partition's read ended at.
-    fn read_all(&self) -> impl Future<Output = Result<(Vec<LoggedEvent>, Offsets), ReadError>> + Send;
+    /// The snapshot topic's committed snapshots and checkpoints (empty when it does not exist).
+    fn read_snapshots(&self) -> impl Future<Output = Result<Loaded, ReadError>> + Send;
+
+    /// Per partition, the first offset whose record timestamp is at or after `ms` (Kafka's
+    /// offsets-for-times; the partition's end when there is none).
+    fn offsets_for_time(&self, ms: i64) -> impl Future<Output = Result<Offsets, ReadError>> + Send;
+
+    /// Streams the committed events of every partition from `plan`'s start ([`Tail`]) to its
+    /// end into `sink`, in log order per partition; returns the sink and where each partition's
+    /// read ended.
+    fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(
+        &self,
+        plan: Tail,
+        sink: F,
+    ) -> impl Future<Output = Result<(F, TailEnd), ReadError>> + Send;
 
     /// Drops every producer after one failed for good, before the publisher starts over with
     /// [`EventLog::prepare`] (as a restarted process would).
@@ -171,6 +221,7 @@ struct Producers {
 pub struct KafkaLog {
     settings: KafkaSettings,
     topic: String,
+    snapshot_topic: String,
     transactional_id: String,
     message_timeout: Duration,
     transaction_timeout: Duration,
@@ -178,9 +229,17 @@ pub struct KafkaLog {
 }
 
 impl KafkaLog {
-    /// A log on `topic`; see [`KafkaLog::transactional_id_of`] for its producers' ids.
-    pub fn new(settings: KafkaSettings, topic: String, transactional_id: String, message_timeout: Duration, transaction_timeout: Duration) -> Self {
-        Self { settings, topic, transactional_id, message_timeout, transaction_timeout, writers: Mutex::new(HashMap::new()) }
+    /// A log on `topic`, with its snapshots on `snapshot_topic`; see
+    /// [`KafkaLog::transactional_id_of`] for its producers' ids.
+    pub fn new(
+        settings: KafkaSettings,
+        topic: String,
+        snapshot_topic: String,
+        transactional_id: String,
+        message_timeout: Duration,
+        transaction_timeout: Duration,
+    ) -> Self {
+        Self { settings, topic, snapshot_topic, transactional_id, message_timeout, transaction_timeout, writers: Mutex::new(HashMap::new()) }
     }
 
     /// The `transactional.id` of `writer`'s producer number `slot`: `<base>-shared-<slot>`, or
@@ -206,6 +265,7 @@ impl KafkaLog {
                     Arc::new(TxnWriter::start(
                         self.settings.clone(),
                         self.topic.clone(),
+                        self.snapshot_topic.clone(),
                         Self::transactional_id_of(&self.transactional_id, writer, slot),
                         if writer == Writer::Shared { Polling::Thread } else { Polling::Own },
                         self.message_timeout,
@@ -235,60 +295,33 @@ impl KafkaLog {
         self.lock_writers().clear();
     }
 
-    async fn read(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
-        let settings = self.settings.clone();
-        let topic = self.topic.clone();
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer<FleetContext> = settings
-                .reader("core-publisher")
-                .create_with_context(FleetContext::default())
-                .map_err(|e| ReadError(e.to_string()))?;
-            let (plan, truncated) = replay::plan(&consumer, &topic, &Offsets::new(), Duration::from_secs(10))
-                .map_err(|e| ReadError(e.to_string()))?;
-            if !truncated.is_empty() {
-                tracing::error!(partitions = ?truncated,
-                    "the log no longer starts at offset 0 on these partitions (records deleted by retention): canvases there \
-                     miss their first versions; their hashes cannot match clients that saw them. Keep the topic's retention infinite");
+    fn consumer(settings: &KafkaSettings) -> Result<BaseConsumer<FleetContext>, ReadError> {
+        settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| ReadError(e.to_string()))
+    }
+}
+
+/// The events of one record, each with its idempotency key (record headers, one per event).
+fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<LoggedEvent> {
+    match PixelEvent::decode_record(msg.payload()) {
+        Ok(events) => {
+            let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
+            if keys.len() != events.len() {
+                if !keys.is_empty() {
+                    tracing::warn!(partition = msg.partition(), offset = msg.offset(), events = events.len(), headers = keys.len(),
+                        "a record's idempotency-key headers do not match its events one to one; its keys are not remembered");
+                }
+                keys = vec![None; events.len()];
             }
-            let total = replay::Progress::new(&plan).remaining();
-            let mut out = Vec::new();
-            let progress = replay::run(
-                &consumer,
-                &topic,
-                &plan,
-                Duration::from_secs(30),
-                &|| false,
-                |msg| match PixelEvent::decode_record(msg.payload()) {
-                    Ok(events) => {
-                        let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
-                        if keys.len() != events.len() {
-                            if !keys.is_empty() {
-                                tracing::warn!(partition = msg.partition(), offset = msg.offset(), events = events.len(), headers = keys.len(),
-                                    "a record's idempotency-key headers do not match its events one to one; its keys are not remembered");
-                            }
-                            keys = vec![None; events.len()];
-                        }
-                        out.extend(events.into_iter().zip(keys).map(|(event, idempotency_key)| LoggedEvent {
-                            partition: msg.partition(),
-                            offset: msg.offset(),
-                            event,
-                            idempotency_key,
-                        }));
-                    }
-                    Err(e) => tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e,
-                        "skipping a record that is not a pixel event"),
-                },
-                |pr| {
-                    if total > 10_000 {
-                        tracing::info!(read = pr.count, total, "reading the log");
-                    }
-                },
-            )
-            .map_err(|e| ReadError(e.to_string()))?;
-            Ok((out, progress.positions))
-        })
-        .await
-        .map_err(|e| ReadError(e.to_string()))?
+            events
+                .into_iter()
+                .zip(keys)
+                .map(|(event, idempotency_key)| LoggedEvent { partition: msg.partition(), offset: msg.offset(), event, idempotency_key })
+                .collect()
+        }
+        Err(e) => {
+            tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e, "skipping a record that is not a pixel event");
+            Vec::new()
+        }
     }
 }
 
@@ -305,11 +338,11 @@ impl EventLog for KafkaLog {
         results.into_iter().collect()
     }
 
-    async fn transact(&self, writer: Writer, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
+    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
         let Some((slot, producer)) = self.turn(writer) else {
             return TxnOutcome::NotCommitted { why: format!("{writer:?} was not prepared"), stalled: Vec::new() };
         };
-        let outcome = producer.transact(records, stall_after).await;
+        let outcome = producer.transact(records, snapshots, stall_after).await;
         if matches!(outcome, TxnOutcome::InDoubt(_)) {
             if let Some(ws) = self.lock_writers().get_mut(&writer) {
                 ws.in_doubt = Some(slot);
@@ -343,8 +376,72 @@ impl EventLog for KafkaLog {
         r
     }
 
-    async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
-        self.read().await
+    async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
+        let (settings, topic) = (self.settings.clone(), self.snapshot_topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let consumer = Self::consumer(&settings)?;
+            shared::snapshot::load(&consumer, &topic, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
+    }
+
+    async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {
+        let (settings, topic) = (self.settings.clone(), self.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let consumer = Self::consumer(&settings)?;
+            let n = replay::partition_count(&consumer, &topic, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))?;
+            let mut tpl = rdkafka::TopicPartitionList::new();
+            for p in 0..n as i32 {
+                tpl.add_partition_offset(&topic, p, rdkafka::Offset::Offset(ms)).map_err(|e| ReadError(e.to_string()))?;
+            }
+            let found = consumer.offsets_for_times(tpl, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))?;
+            let mut out = Offsets::new();
+            for e in found.elements_for_topic(&topic) {
+                // `End`: no record that recent; nothing is wanted before the checkpoint.
+                if let rdkafka::Offset::Offset(o) = e.offset() {
+                    out.insert(e.partition(), o);
+                }
+            }
+            Ok(out)
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
+    }
+
+    async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
+        let (settings, topic) = (self.settings.clone(), self.topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let consumer = Self::consumer(&settings)?;
+            let (plan, truncated) = replay::plan_wanting(&consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
+                .map_err(|e| ReadError(e.to_string()))?;
+            let total = replay::Progress::new(&plan).remaining();
+            tracing::info!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
+                "reading the log after the snapshots");
+            let mut last = std::time::Instant::now();
+            let progress = replay::run(
+                &consumer,
+                &topic,
+                &plan,
+                Duration::from_secs(30),
+                &|| false,
+                |msg| {
+                    for e in logged_events(msg) {
+                        sink(e);
+                    }
+                },
+                |pr| {
+                    if last.elapsed() >= Duration::from_secs(1) && !pr.is_complete() {
+                        tracing::info!(read = pr.count, total, "reading the log");
+                        last = std::time::Instant::now();
+                    }
+                },
+            )
+            .map_err(|e| ReadError(e.to_string()))?;
+            Ok((sink, TailEnd { positions: progress.positions, truncated, records: progress.count }))
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
     }
 
     fn reset(&self) {
@@ -359,17 +456,48 @@ fn header_values(msg: &impl Message, name: &str) -> Vec<Option<String>> {
     })
 }
 
-/// Ensures `topic` exists (creating it with `partitions` × `replication` when it does not) and
-/// returns its real partition count.
+/// The snapshot topic's `segment.ms`: compaction never touches the active segment, so a short
+/// segment lets superseded snapshots go within about an hour.
+pub const SNAPSHOT_SEGMENT_MS: u64 = 3_600_000;
+
+/// Ensures the events topic exists (creating it with `partitions` × `replication` and
+/// `retention.ms` = `retention_ms` when it does not), then the snapshot topic with the events
+/// topic's real partition count (`cleanup.policy=compact`, [`SNAPSHOT_SEGMENT_MS`],
+/// `max.message.bytes` for the largest canvas). Returns the events topic's partition count.
 ///
 /// # Errors
-/// When the broker cannot be reached or refuses to create the topic.
-pub async fn ensure_topic(
+/// When the broker cannot be reached or refuses, or the snapshot topic exists with another
+/// partition count (a canvas's snapshot must live on its events' partition number).
+pub async fn ensure_topics(
     settings: &KafkaSettings,
     topic: &str,
+    snapshot_topic: &str,
     partitions: u32,
     replication: i32,
+    retention_ms: i64,
 ) -> Result<u32, String> {
+    let retention = retention_ms.to_string();
+    let events = [("retention.ms", retention.as_str()), ("retention.bytes", "-1")];
+    let n = ensure_topic(settings, topic, partitions, replication, &events).await?;
+    let (segment, max_bytes) = (SNAPSHOT_SEGMENT_MS.to_string(), shared::snapshot::MAX_RECORD_BYTES.to_string());
+    let snapshots = [
+        ("cleanup.policy", "compact"),
+        ("segment.ms", segment.as_str()),
+        ("max.message.bytes", max_bytes.as_str()),
+        ("min.cleanable.dirty.ratio", "0.1"),
+    ];
+    let m = ensure_topic(settings, snapshot_topic, n, replication, &snapshots).await?;
+    if m != n {
+        return Err(format!(
+            "snapshot topic {snapshot_topic} has {m} partitions and {topic} has {n}: they must have the same count (delete the snapshot topic, or set SNAPSHOT_TOPIC to a new one)"
+        ));
+    }
+    Ok(n)
+}
+
+/// Ensures `topic` exists (creating it with `partitions` × `replication` and `configs` when it
+/// does not) and returns its real partition count.
+async fn ensure_topic(settings: &KafkaSettings, topic: &str, partitions: u32, replication: i32, configs: &[(&str, &str)]) -> Result<u32, String> {
     use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     let count = || {
         let (settings, topic) = (settings.clone(), topic.to_owned());
@@ -386,16 +514,15 @@ pub async fn ensure_topic(
     }
     let admin: AdminClient<FleetContext> =
         settings.admin("core-publisher-admin").create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
-    // The log is the canvases' only state: keep every record (Kafka's `retention.ms` and
-    // `retention.bytes`, -1 = unlimited).
-    let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication))
-        .set("retention.ms", "-1")
-        .set("retention.bytes", "-1");
+    let mut new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
     for r in results {
         match r {
-            Ok(_) => tracing::info!(topic, partitions, replication, "created topic (retention unlimited)"),
+            Ok(_) => tracing::info!(topic, partitions, replication, configs = ?configs, "created topic"),
             Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((name, code)) => return Err(format!("create topic {name}: {code}")),
         }
@@ -444,10 +571,15 @@ pub mod fake {
     struct Shared {
         partitions: u32,
         entries: Mutex<BTreeMap<i32, Vec<Entry>>>,
+        /// Per partition, the log start (records below it were deleted, as retention would).
+        low: Mutex<BTreeMap<i32, i64>>,
+        /// The snapshot topic's committed records, per partition, in order.
+        snapshots: Mutex<BTreeMap<i32, Vec<(String, Vec<u8>)>>>,
         /// The current producer epoch of each writer (bumped by every `prepare`).
         epochs: Mutex<HashMap<Writer, u64>>,
-        /// The in-doubt transaction of each writer: its records, and whether it commits.
-        pending: Mutex<HashMap<Writer, (Vec<Record>, bool)>>,
+        /// The in-doubt transaction of each writer: its records and snapshots, and whether it
+        /// commits.
+        pending: Mutex<HashMap<Writer, (Vec<Record>, Vec<SnapshotWrite>, bool)>>,
         attempts: AtomicU64,
         /// The writer of each transaction attempt, in order.
         writers: Mutex<Vec<Writer>>,
@@ -474,6 +606,8 @@ pub mod fake {
                 shared: Arc::new(Shared {
                     partitions,
                     entries: Mutex::new(BTreeMap::new()),
+                    low: Mutex::new(BTreeMap::new()),
+                    snapshots: Mutex::new(BTreeMap::new()),
                     epochs: Mutex::new(HashMap::new()),
                     pending: Mutex::new(HashMap::new()),
                     attempts: AtomicU64::new(0),
@@ -536,6 +670,39 @@ pub mod fake {
             self.committed().len()
         }
 
+        /// Deletes the records of `partition` below `before` (Kafka's DeleteRecords).
+        pub fn delete_records(&self, partition: i32, before: i64) {
+            let mut low = self.shared.low.lock().unwrap();
+            let at = low.entry(partition).or_insert(0);
+            *at = (*at).max(before);
+        }
+
+        /// The committed snapshot-topic records of `partition`, decoded, in order.
+        pub fn snapshot_entries(&self, partition: i32) -> Vec<shared::snapshot::Entry> {
+            let snaps = self.shared.snapshots.lock().unwrap();
+            snaps
+                .get(&partition)
+                .map(|v| v.iter().filter_map(|(k, v)| shared::snapshot::decode(Some(k.as_bytes()), Some(v)).ok().flatten()).collect())
+                .unwrap_or_default()
+        }
+
+        /// Where `partition`'s log ends (the offset the next entry takes).
+        pub fn end_of(&self, partition: i32) -> i64 {
+            self.shared.entries.lock().unwrap().get(&partition).map_or(0, |v| v.len() as i64)
+        }
+
+        /// Appends a transaction: its records (committed or aborted) and a marker on each of
+        /// their partitions, and, when it commits, its snapshots; returns the records' offsets.
+        fn append_txn(&self, records: &[Record], snapshots: &[SnapshotWrite], commit: bool) -> Vec<i64> {
+            if commit {
+                let mut snaps = self.shared.snapshots.lock().unwrap();
+                for w in snapshots {
+                    snaps.entry(w.partition).or_default().push((w.key.clone(), w.value.clone()));
+                }
+            }
+            Self::append(&mut self.shared.entries.lock().unwrap(), records, commit)
+        }
+
         /// Appends a transaction's records (committed or aborted) and a marker on each of its
         /// partitions; returns the records' offsets.
         fn append(entries: &mut BTreeMap<i32, Vec<Entry>>, records: &[Record], commit: bool) -> Vec<i64> {
@@ -574,8 +741,8 @@ pub mod fake {
             for w in writers {
                 // init_transactions finishes what an older producer left in doubt.
                 let left = self.shared.pending.lock().unwrap().remove(&w);
-                if let Some((records, commit)) = left {
-                    Self::append(&mut self.shared.entries.lock().unwrap(), &records, commit);
+                if let Some((records, snapshots, commit)) = left {
+                    self.append_txn(&records, &snapshots, commit);
                 }
                 let mut epochs = self.shared.epochs.lock().unwrap();
                 let e = epochs.entry(w).or_insert(0);
@@ -585,8 +752,13 @@ pub mod fake {
             Ok(())
         }
 
-        async fn transact(&self, writer: Writer, records: Vec<Record>, _stall_after: Option<Duration>) -> TxnOutcome {
-            assert!(!records.is_empty(), "a transaction writes at least one record");
+        async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, _stall_after: Option<Duration>) -> TxnOutcome {
+            assert!(!records.is_empty() || !snapshots.is_empty(), "a transaction writes at least one record");
+            for w in &snapshots {
+                if let Writer::Partition(p) = writer {
+                    assert_eq!(w.partition, p, "an isolated partition's writer writes only that partition's snapshots");
+                }
+            }
             for r in &records {
                 assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
                 assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
@@ -607,29 +779,28 @@ pub mod fake {
                 return TxnOutcome::Fenced { commit_sent: false };
             }
             let late = self.shared.pending.lock().unwrap().remove(&writer);
-            let mut entries = self.shared.entries.lock().unwrap();
             // An in-doubt transaction nobody resolved lands now, before this one.
-            if let Some((late, commit)) = late {
-                Self::append(&mut entries, &late, commit);
+            if let Some((late, late_snaps, commit)) = late {
+                self.append_txn(&late, &late_snaps, commit);
             }
             let fate = (self.shared.fate)(n);
             match fate {
-                Fate::Commit => TxnOutcome::Committed(Self::append(&mut entries, &records, true)),
+                Fate::Commit => TxnOutcome::Committed(self.append_txn(&records, &snapshots, true)),
                 Fate::Abort => {
-                    Self::append(&mut entries, &records, false);
+                    self.append_txn(&records, &snapshots, false);
                     TxnOutcome::NotCommitted { why: "aborted".into(), stalled: Vec::new() }
                 }
                 Fate::StallLowest => {
-                    Self::append(&mut entries, &records, false);
-                    let lowest = records.iter().map(|r| r.partition).min().expect("records");
+                    self.append_txn(&records, &snapshots, false);
+                    let lowest = records.iter().map(|r| r.partition).chain(snapshots.iter().map(|w| w.partition)).min().expect("records");
                     TxnOutcome::NotCommitted { why: format!("partition {lowest} stalled"), stalled: vec![lowest] }
                 }
                 Fate::InDoubtThenCommit | Fate::InDoubtThenAbort => {
-                    self.shared.pending.lock().unwrap().insert(writer, (records, fate == Fate::InDoubtThenCommit));
+                    self.shared.pending.lock().unwrap().insert(writer, (records, snapshots, fate == Fate::InDoubtThenCommit));
                     TxnOutcome::InDoubt("commit not confirmed".into())
                 }
                 Fate::FencedCommitted => {
-                    Self::append(&mut entries, &records, true);
+                    self.append_txn(&records, &snapshots, true);
                     *self.shared.epochs.lock().unwrap().entry(writer).or_default() += 1;
                     TxnOutcome::Fenced { commit_sent: true }
                 }
@@ -646,23 +817,52 @@ pub mod fake {
                 return Err("still in doubt".into());
             }
             let pending = self.shared.pending.lock().unwrap().remove(&writer);
-            let Some((records, commit)) = pending else {
+            let Some((records, snapshots, commit)) = pending else {
                 return Ok(Resolution::NotCommitted);
             };
-            let offsets = Self::append(&mut self.shared.entries.lock().unwrap(), &records, commit);
+            let offsets = self.append_txn(&records, &snapshots, commit);
             Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
         }
 
-        async fn read_all(&self) -> Result<(Vec<LoggedEvent>, Offsets), ReadError> {
+        async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
+            let mut loaded = Loaded::default();
+            for p in 0..self.shared.partitions as i32 {
+                for e in self.snapshot_entries(p) {
+                    loaded.add(p, e);
+                }
+            }
+            Ok(loaded)
+        }
+
+        async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {
             let entries = self.shared.entries.lock().unwrap();
-            let mut out = Vec::new();
-            let mut ends = Offsets::new();
+            let mut out = Offsets::new();
+            for (p, v) in entries.iter() {
+                let found = v.iter().position(|e| matches!(e, Entry::Record(r) if r.first().is_some_and(|(ev, _)| ev.published_at_ms as i64 >= ms)));
+                if let Some(o) = found {
+                    out.insert(*p, o as i64);
+                }
+            }
+            Ok(out)
+        }
+
+        async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
+            let entries = self.shared.entries.lock().unwrap().clone();
+            let low = self.shared.low.lock().unwrap().clone();
+            let mut end = TailEnd::default();
             for p in 0..self.shared.partitions as i32 {
                 let v = entries.get(&p).cloned().unwrap_or_default();
-                ends.insert(p, v.len() as i64);
-                out.extend(Self::logged(p, &v));
+                let (start, cut) = replay::start_of(tail.needed.get(&p).copied(), tail.wanted.get(&p).copied(), low.get(&p).copied().unwrap_or(0));
+                if cut {
+                    end.truncated.push(p);
+                }
+                for e in Self::logged(p, &v).into_iter().filter(|e| e.offset >= start) {
+                    sink(e);
+                }
+                end.records += v.iter().skip(start as usize).filter(|e| matches!(e, Entry::Record(_))).count() as u64;
+                end.positions.insert(p, v.len() as i64);
             }
-            Ok((out, ends))
+            Ok((sink, end))
         }
 
         fn reset(&self) {

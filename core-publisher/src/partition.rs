@@ -8,7 +8,8 @@
 //! A partition is in at most one transaction at a time: only its current committer takes its
 //! units, and its mode changes only while it is in none.
 
-use crate::log::Record;
+use crate::log::{Record, SnapshotWrite};
+use crate::snapshots::{self, Coverage, SnapshotPolicy};
 use crate::types::{Fingerprint, PublishError, Published};
 use shared::event::MAX_EVENTS_PER_RECORD;
 use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
@@ -110,8 +111,19 @@ pub enum Activity {
 /// The committed state of a partition's canvases.
 struct Book {
     heads: HashMap<CanvasId, Canvas>,
+    /// Their snapshots, and what those do not cover yet.
+    coverage: Coverage,
     /// The position after the last record known to be in the log.
     end: i64,
+}
+
+/// Snapshots planned for one transaction on one partition: (canvas, version) of each, and the
+/// records to write (each snapshot, then the partition's checkpoint).
+#[derive(Debug, Clone, Default)]
+pub struct PlannedSnapshots {
+    pub partition: i32,
+    pub canvases: Vec<(CanvasId, u64)>,
+    pub writes: Vec<SnapshotWrite>,
 }
 
 /// One partition: its queue of units, its committed heads, its mode.
@@ -135,11 +147,16 @@ struct Queue {
 impl Partition {
     /// Partition `id`, whose canvases (of size `dims`) are at `heads`, its log read up to `end`.
     pub fn new(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, end: i64) -> Self {
+        Self::restored(id, dims, heads, Coverage::default(), end)
+    }
+
+    /// As [`Partition::new`], with what the snapshots cover (from the rebuild).
+    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, coverage: Coverage, end: i64) -> Self {
         Self {
             id,
             dims,
             queue: Mutex::new(Queue::default()),
-            book: Mutex::new(Book { heads, end }),
+            book: Mutex::new(Book { heads, coverage, end }),
             mode: Mutex::new(Mode::Shared),
             activity: Mutex::new(Activity::Idle),
             isolated_wake: Notify::new(),
@@ -252,7 +269,71 @@ impl Partition {
         for ev in &record.events {
             apply(&mut book.heads, self.dims, ev, offset);
         }
+        if let Some(first) = record.events.first() {
+            book.coverage.recorded(&first.canvas, offset, Instant::now());
+        }
         book.end = book.end.max(offset + 1);
+    }
+
+    /// The snapshots a transaction on this partition should carry at `now`: the canvases of
+    /// `writing` (the canvases it writes events of) that are due by count, and the oldest ones
+    /// due by age, at most `policy.max_per_txn`; then the checkpoint they lead to. Empty when
+    /// none is due. Each is of the committed head, which covers every committed record.
+    pub fn plan_snapshots(&self, writing: &[&CanvasId], policy: &SnapshotPolicy, now: Instant) -> PlannedSnapshots {
+        let book = self.lock_book();
+        let mut chosen: Vec<&CanvasId> = Vec::new();
+        let is_due = |c: &CanvasId| {
+            book.heads.get(c).is_some_and(|h| {
+                snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.uncovered_for(c, now))
+            })
+        };
+        for c in writing {
+            if chosen.len() < policy.max_per_txn && !chosen.contains(c) && is_due(c) {
+                chosen.push(c);
+            }
+        }
+        let by_age = book.coverage.due_by_age(now, policy.every, policy.max_per_txn);
+        for c in &by_age {
+            if chosen.len() < policy.max_per_txn && !chosen.contains(&c) && is_due(c) {
+                chosen.push(c);
+            }
+        }
+        let mut planned = PlannedSnapshots { partition: self.id, ..Default::default() };
+        if chosen.is_empty() {
+            return planned;
+        }
+        for c in &chosen {
+            let head = &book.heads[*c];
+            let snap = shared::snapshot::Snapshot::of(c, head, 0, book.coverage.position(c));
+            planned.canvases.push(((*c).clone(), head.version()));
+            planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value: snap.encode() });
+        }
+        let checkpoint = book.coverage.checkpoint_after(&chosen, book.end);
+        planned.writes.push(SnapshotWrite {
+            partition: self.id,
+            key: shared::snapshot::CHECKPOINT_KEY.to_owned(),
+            value: shared::snapshot::Checkpoint { offset: checkpoint }.encode(),
+        });
+        planned
+    }
+
+    /// Records that `planned` committed (call before applying the same transaction's records).
+    pub fn apply_snapshots(&self, planned: &PlannedSnapshots) {
+        let mut book = self.lock_book();
+        for (c, v) in &planned.canvases {
+            book.coverage.snapshotted(c, *v);
+        }
+    }
+
+    /// Whether a canvas waits for a snapshot by age at `now` (the committer then writes a
+    /// transaction of snapshots alone, so an idle partition's checkpoint moves too).
+    pub fn snapshots_due(&self, policy: &SnapshotPolicy, now: Instant) -> bool {
+        !self.lock_book().coverage.due_by_age(now, policy.every, 1).is_empty()
+    }
+
+    /// Canvases with records no snapshot covers yet.
+    pub fn uncovered_count(&self) -> usize {
+        self.lock_book().coverage.uncovered_count()
     }
 }
 

@@ -25,7 +25,7 @@
 //! `transaction.timeout.ms` (the publisher paused that long) as `_FENCED` too: it cannot be told
 //! apart from another publisher taking over, and is treated the same.
 
-use crate::log::{PrepareError, Record, Resolution, TxnOutcome};
+use crate::log::{PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -47,7 +47,7 @@ const RESOLVE_ATTEMPT: Duration = Duration::from_secs(5);
 /// A job for the writer's thread.
 enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
-    Transact(Vec<Record>, Option<Duration>, oneshot::Sender<TxnOutcome>),
+    Transact(Vec<Record>, Vec<SnapshotWrite>, Option<Duration>, oneshot::Sender<TxnOutcome>),
     Resolve(oneshot::Sender<Result<Resolution, String>>),
 }
 
@@ -64,6 +64,7 @@ impl TxnWriter {
     pub fn start(
         settings: KafkaSettings,
         topic: String,
+        snapshot_topic: String,
         transactional_id: String,
         polling: Polling,
         message_timeout: Duration,
@@ -75,6 +76,7 @@ impl TxnWriter {
         let worker = Worker {
             settings,
             topic,
+            snapshot_topic,
             transactional_id,
             polling,
             message_timeout,
@@ -118,8 +120,8 @@ impl TxnWriter {
 
     /// Writes `records` in one transaction and commits it (aborting when not every record is
     /// acknowledged within `stall_after`, when given).
-    pub async fn transact(&self, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
-        self.ask(|tx| Job::Transact(records, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
+    pub async fn transact(&self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
+        self.ask(|tx| Job::Transact(records, snapshots, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
     }
 
     /// One more attempt to learn how the in-doubt transaction ended.
@@ -238,6 +240,10 @@ impl TxnProducer {
         with_producer!(self, p => p.send(record))
     }
 
+    fn send_bytes<'a>(&self, record: BaseRecord<'a, str, [u8], usize>) -> Result<(), (KafkaError, BaseRecord<'a, str, [u8], usize>)> {
+        with_producer!(self, p => p.send(record))
+    }
+
     /// Serves events now (a producer polled by its own thread; nothing for the other).
     fn poll_now(&self) {
         if let TxnProducer::Own(p) = self {
@@ -302,6 +308,8 @@ enum Dead {
 struct Worker {
     settings: KafkaSettings,
     topic: String,
+    /// Where snapshots and checkpoints go ([`shared::snapshot`]).
+    snapshot_topic: String,
     transactional_id: String,
     polling: Polling,
     message_timeout: Duration,
@@ -373,8 +381,8 @@ impl Worker {
             Job::Prepare(reply) => {
                 let _ = reply.send(self.prepare());
             }
-            Job::Transact(records, stall_after, reply) => {
-                let (outcome, after) = self.transact(records, stall_after);
+            Job::Transact(records, snapshots, stall_after, reply) => {
+                let (outcome, after) = self.transact(records, snapshots, stall_after);
                 let _ = reply.send(outcome);
                 if let After::DrainThenAbort { until, why } = after {
                     self.drain_then_abort(until, &why);
@@ -465,8 +473,8 @@ impl Worker {
         self.init()
     }
 
-    fn transact(&mut self, records: Vec<Record>, stall_after: Option<Duration>) -> (TxnOutcome, After) {
-        let outcome = self.transact_inner(records, stall_after);
+    fn transact(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> (TxnOutcome, After) {
+        let outcome = self.transact_inner(records, snapshots, stall_after);
         let after = match self.deferred_abort.take() {
             Some((until, why)) => After::DrainThenAbort { until, why },
             None => After::Nothing,
@@ -474,7 +482,7 @@ impl Worker {
         (outcome, after)
     }
 
-    fn transact_inner(&mut self, records: Vec<Record>, stall_after: Option<Duration>) -> TxnOutcome {
+    fn transact_inner(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
         if let Some(o) = self.dead_outcome(false) {
             return o;
         }
@@ -502,7 +510,7 @@ impl Worker {
         {
             let mut d = producer.context().deliveries.lock().expect("deliveries lock");
             d.seq = seq;
-            d.results = vec![None; records.len()];
+            d.results = vec![None; records.len() + snapshots.len()];
         }
         let began = Instant::now();
         let deliver_by = began + self.message_timeout + Duration::from_secs(1);
@@ -512,6 +520,13 @@ impl Worker {
                 return self.failed_before_commit(e, "produce", vec![r.partition]);
             }
         }
+        for (j, w) in snapshots.iter().enumerate() {
+            if let Err(e) = self.send_snapshot(producer, seq, records.len() + j, w, deliver_by) {
+                return self.failed_before_commit(e, "produce a snapshot", vec![w.partition]);
+            }
+        }
+        // The partition of each delivery slot: the records', then the snapshots'.
+        let slot_partitions: Vec<i32> = records.iter().map(|r| r.partition).chain(snapshots.iter().map(|w| w.partition)).collect();
         // Wait for every delivery report (librdkafka fails a record after `message.timeout.ms`),
         // or until the stall bound.
         let offsets = {
@@ -521,15 +536,19 @@ impl Worker {
             let mut stalled = std::collections::BTreeSet::new();
             let mut failure = None;
             let pending = d.results.iter().any(Option::is_none);
-            for (r, result) in records.iter().zip(&d.results) {
+            for (i, (partition, result)) in slot_partitions.iter().zip(&d.results).enumerate() {
                 match result {
-                    Some(Ok(o)) => offsets.push(*o),
+                    Some(Ok(o)) => {
+                        if i < records.len() {
+                            offsets.push(*o);
+                        }
+                    }
                     Some(Err(e)) => {
-                        stalled.insert(r.partition);
+                        stalled.insert(*partition);
                         failure = Some(e.clone());
                     }
                     None => {
-                        stalled.insert(r.partition);
+                        stalled.insert(*partition);
                         failure.get_or_insert_with(|| format!("not acknowledged within {} ms", stall_at.duration_since(began).as_millis()));
                     }
                 }
@@ -577,6 +596,24 @@ impl Worker {
         }
         loop {
             match producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// Queues one snapshot-topic record (waiting while librdkafka's queue is full).
+    fn send_snapshot(&self, producer: &TxnProducer, seq: usize, index: usize, w: &SnapshotWrite, by: Instant) -> Result<(), KafkaError> {
+        let mut record = BaseRecord::<str, [u8], usize>::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
+            .partition(w.partition)
+            .key(w.key.as_str())
+            .payload(w.value.as_slice());
+        loop {
+            match producer.send_bytes(record) {
                 Ok(()) => return Ok(()),
                 Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
                     record = back;

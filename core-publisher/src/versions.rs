@@ -16,10 +16,12 @@
 
 use crate::committer::{self, Counters, Ctx, Status};
 use crate::idempotency::{KeyStore, Lookup};
-use crate::log::{EventLog, PrepareError, ReadError};
-use crate::partition::{self, Activity, IsolationPolicy, Mode, Partition, Pending};
+use crate::log::{EventLog, LoggedEvent, PrepareError, ReadError, Tail};
+use crate::snapshots::{Coverage, SnapshotPolicy};
+use crate::partition::{Activity, IsolationPolicy, Mode, Partition, Pending};
 use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
 use shared::partitioner::partition_for;
+use shared::canvas::Applied;
 use shared::{Canvas, CanvasDims, CanvasId, Color};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -56,11 +58,56 @@ pub struct Timings {
     /// A shared transaction whose records are not all acknowledged by then is aborted and the
     /// partitions still waiting are isolated.
     pub stall_after: Duration,
+    /// When canvases are snapshotted.
+    pub snapshots: SnapshotPolicy,
+    /// How far back a restarted publisher reads the log for idempotency keys (beyond the
+    /// snapshots' checkpoints): a retry with the same key within it is still answered once.
+    pub key_window: Duration,
 }
 
 impl Default for Timings {
     fn default() -> Self {
-        Self { answer_timeout: Duration::from_secs(11), stall_after: Duration::from_secs(1) }
+        Self {
+            answer_timeout: Duration::from_secs(11),
+            stall_after: Duration::from_secs(1),
+            snapshots: SnapshotPolicy::default(),
+            key_window: Duration::from_secs(600),
+        }
+    }
+}
+
+/// What a rebuild builds while it streams the log's tail.
+struct Rebuilt {
+    dims: CanvasDims,
+    heads: Vec<HashMap<CanvasId, Canvas>>,
+    coverage: Vec<Coverage>,
+    /// Canvases whose versions skip (records deleted that no snapshot covers).
+    incomplete: Vec<CanvasId>,
+    events: usize,
+}
+
+impl Rebuilt {
+    /// Applies one event of the tail; returns whether it was new to the heads.
+    fn apply(&mut self, le: &LoggedEvent, now: std::time::Instant) -> bool {
+        let p = le.partition as usize;
+        let (Some(heads), Some(cover)) = (self.heads.get_mut(p), self.coverage.get_mut(p)) else { return false };
+        let head = heads.entry(le.event.canvas.clone()).or_insert_with(|| Canvas::new(self.dims));
+        match head.apply(&le.event) {
+            Applied::Duplicate => false,
+            applied => {
+                if let Applied::Gap { expected } = applied {
+                    tracing::error!(canvas = %le.event.canvas, expected, got = le.event.version, partition = le.partition, offset = le.offset,
+                        "this canvas's versions skip in the log and no snapshot covers them (records deleted by retention?): its pixels before version {} are lost",
+                        le.event.version);
+                    if !self.incomplete.contains(&le.event.canvas) {
+                        self.incomplete.push(le.event.canvas.clone());
+                    }
+                }
+                cover.recorded(&le.event.canvas, le.offset, now);
+                self.events += 1;
+                true
+            }
+        }
     }
 }
 
@@ -85,6 +132,8 @@ pub struct Versions<L> {
     status: Arc<Status>,
     counters: Arc<Counters>,
     timings: Timings,
+    /// Canvases found with versions missing from the log and no snapshot covering them.
+    incomplete: Mutex<Vec<CanvasId>>,
     /// Stops the committers (cancelled on drop).
     stop: CancellationToken,
 }
@@ -113,6 +162,7 @@ impl<L: EventLog> Versions<L> {
             status: Arc::new(Status::default()),
             counters: Arc::new(Counters::default()),
             timings,
+            incomplete: Mutex::new(Vec::new()),
             stop: CancellationToken::new(),
         }
     }
@@ -206,24 +256,65 @@ impl<L: EventLog> Versions<L> {
             }
             Err(e) => return Err(RebuildError::Prepare(e)),
         }
-        let (events, ends) = self.log.read_all().await?;
-        let mut heads: Vec<HashMap<CanvasId, Canvas>> = (0..n).map(|_| HashMap::new()).collect();
-        {
-            let mut keys = self.lock_keys();
-            for le in &events {
-                let Some(h) = heads.get_mut(le.partition as usize) else { continue };
-                partition::apply(h, self.dims, &le.event, le.offset);
+        // Heads from the snapshots, then the log's tail after each partition's checkpoint,
+        // streamed (never the whole topic in memory); the tail starts earlier where the log
+        // still has records within the idempotency-key window.
+        let loaded = self.log.read_snapshots().await?;
+        let key_from_ms = shared::event::now_ms().saturating_sub(self.timings.key_window.as_millis() as u64) as i64;
+        let wanted = self.log.offsets_for_time(key_from_ms).await?;
+        let mut rebuilt = Rebuilt {
+            dims: self.dims,
+            heads: (0..n).map(|_| HashMap::new()).collect(),
+            coverage: (0..n).map(|_| Coverage::default()).collect(),
+            incomplete: Vec::new(),
+            events: 0,
+        };
+        let from_snapshots = loaded.canvases.len();
+        for (canvas, (p, snap)) in loaded.canvases {
+            if snap.dims != self.dims {
+                tracing::error!(canvas = %canvas, width = snap.dims.width, height = snap.dims.height,
+                    "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
+                continue;
+            }
+            let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
+            cover.restored(&canvas, snap.version, snap.offset);
+            heads.insert(canvas, snap.to_canvas());
+        }
+        let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
+        let state = Arc::new(Mutex::new(rebuilt));
+        let (keys, sink_state) = (self.keys.clone(), state.clone());
+        let now = std::time::Instant::now();
+        let (_, end) = self
+            .log
+            .read_tail(Tail { needed, wanted }, move |le: LoggedEvent| {
+                sink_state.lock().expect("rebuild state lock").apply(&le, now);
                 if let Some(k) = &le.idempotency_key {
                     let ev = &le.event;
                     let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
-                    keys.learn(k, fp, Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset });
+                    let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+                    keys.lock().expect("key store lock").learn(k, fp, published);
                 }
-            }
+            })
+            .await?;
+        if !end.truncated.is_empty() {
+            tracing::error!(partitions = ?end.truncated,
+                "records after these partitions' checkpoints were deleted (retention shorter than the snapshot interval?): canvases with versions there may have lost pixels");
         }
-        let partitions: Vec<Arc<Partition>> = heads
+        let rebuilt = std::mem::replace(
+            &mut *state.lock().expect("rebuild state lock"),
+            Rebuilt { dims: self.dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), events: 0 },
+        );
+        tracing::info!(canvases_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
+            incomplete = rebuilt.incomplete.len(), "heads rebuilt from the snapshots and the log after them");
+        *self.incomplete.lock().expect("incomplete lock") = rebuilt.incomplete;
+        let events_read = end.records as usize;
+        let ends = end.positions;
+        let partitions: Vec<Arc<Partition>> = rebuilt
+            .heads
             .into_iter()
+            .zip(rebuilt.coverage)
             .enumerate()
-            .map(|(p, h)| Arc::new(Partition::new(p as i32, self.dims, h, ends.get(&(p as i32)).copied().unwrap_or(0))))
+            .map(|(p, (h, c))| Arc::new(Partition::restored(p as i32, self.dims, h, c, ends.get(&(p as i32)).copied().unwrap_or(0))))
             .collect();
         let ctx = Arc::new(Ctx {
             log: self.log.clone(),
@@ -232,6 +323,7 @@ impl<L: EventLog> Versions<L> {
             status: self.status.clone(),
             counters: self.counters.clone(),
             policy: IsolationPolicy::with_stall_after(self.timings.stall_after),
+            snapshots: self.timings.snapshots,
             shared_wake: Notify::new(),
             stop: self.stop.child_token(),
         });
@@ -241,7 +333,18 @@ impl<L: EventLog> Versions<L> {
         }
         *self.ctx.write().expect("ctx lock") = Some(ctx);
         self.status.set_ready();
-        Ok(events.len())
+        Ok(events_read)
+    }
+
+    /// Canvases whose versions skip in the log where no snapshot covers them (their early pixels
+    /// are lost); empty on a healthy log.
+    pub fn incomplete_canvases(&self) -> Vec<CanvasId> {
+        self.incomplete.lock().expect("incomplete lock").clone()
+    }
+
+    /// Canvases with records that no snapshot covers yet, over every partition.
+    pub fn uncovered_canvases(&self) -> usize {
+        self.current().map_or(0, |ctx| ctx.partitions.iter().map(|p| p.uncovered_count()).sum())
     }
 
     /// Whether a producer failed for good and the publisher must start over.
@@ -715,6 +818,138 @@ mod tests {
         assert_eq!(restarted.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("once")).await.unwrap(), (p, true));
         assert_eq!(restarted.publish(&id("c1"), 0, 0, Color([0, 0, 0])).await.unwrap().version, 7);
         assert_eq!(restarted.log.events_of("c1"), (1..=7).collect::<Vec<u64>>());
+    }
+
+    fn snapshotting(every_versions: u64, every: Duration) -> Timings {
+        Timings { answer_timeout: WAIT, snapshots: SnapshotPolicy { every_versions, every, max_per_txn: 64 }, ..Timings::default() }
+    }
+
+    /// The snapshot of `canvas` with the highest version in the fake's snapshot topic, and the
+    /// partition's latest checkpoint.
+    fn latest_snapshot(log: &FakeLog, partition: i32, canvas: &str) -> (Option<shared::snapshot::Snapshot>, Option<i64>) {
+        let mut snap: Option<shared::snapshot::Snapshot> = None;
+        let mut checkpoint = None;
+        for e in log.snapshot_entries(partition) {
+            match e {
+                shared::snapshot::Entry::Canvas(s) if s.canvas.as_str() == canvas => {
+                    assert!(snap.as_ref().is_none_or(|have| s.version > have.version), "a snapshot never goes back");
+                    snap = Some(s);
+                }
+                shared::snapshot::Entry::Canvas(_) => {}
+                shared::snapshot::Entry::Checkpoint(c) => {
+                    assert!(checkpoint.is_none_or(|have| c.offset >= have), "a checkpoint never goes back");
+                    checkpoint = Some(c.offset);
+                }
+            }
+        }
+        (snap, checkpoint)
+    }
+
+    #[tokio::test]
+    async fn a_canvas_is_snapshotted_every_n_versions_inside_the_transactions() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(5, Duration::from_secs(3600)));
+        v.rebuild().await.unwrap();
+        let c = id("c1");
+        let p = v.partition_of(&c);
+        for i in 0..12 {
+            v.publish(&c, i % 8, 0, Color([i as u8, 0, 0])).await.unwrap();
+        }
+        // Taken of the committed head by the transactions of versions 6 and 11.
+        let (snap, checkpoint) = latest_snapshot(&log, p, "c1");
+        let snap = snap.expect("a snapshot");
+        assert_eq!(snap.version, 10);
+        let mut at_10 = Canvas::new(DIMS);
+        for i in 0..10u32 {
+            at_10.apply(&shared::PixelEvent { canvas: c.clone(), version: i as u64 + 1, x: i % 8, y: 0, color: Color([i as u8, 0, 0]), published_at_ms: 0 });
+        }
+        assert_eq!(snap.to_canvas().hash(), at_10.hash(), "the snapshot holds the pixels of version 10");
+        // The snapshot covers the record of version 10; replay starts right after it (its
+        // marker), before version 11's record.
+        let at = |version| (0..log.end_of(p)).find(|o| log.record_at(p, *o).is_some_and(|r| r[0].0.version == version)).unwrap();
+        assert_eq!(snap.offset, at(10) + 1);
+        assert_eq!(checkpoint, Some(snap.offset));
+        assert!(snap.offset <= at(11));
+        assert_eq!(v.counters().to_json()["snapshots"], 2);
+    }
+
+    #[tokio::test]
+    async fn an_idle_canvas_is_snapshotted_by_age_so_the_checkpoint_moves() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(1_000, Duration::from_millis(50)));
+        v.rebuild().await.unwrap();
+        let (a, b) = (id("c1"), id("c4"));
+        assert_eq!(v.partition_of(&a), v.partition_of(&b), "two canvases of one partition");
+        let p = v.partition_of(&a);
+        v.publish(&a, 0, 0, Color([1, 0, 0])).await.unwrap();
+        v.publish(&b, 0, 0, Color([2, 0, 0])).await.unwrap();
+        v.publish(&b, 1, 0, Color([2, 0, 0])).await.unwrap();
+        // Nobody publishes again: the committer writes a transaction of snapshots alone.
+        until("both canvases snapshotted", || latest_snapshot(&log, p, "c1").0.is_some() && latest_snapshot(&log, p, "c4").0.is_some()).await;
+        let (sb, checkpoint) = latest_snapshot(&log, p, "c4");
+        assert_eq!(sb.unwrap().version, 2);
+        assert!(checkpoint.unwrap() >= log.end_of(p) - 1, "every canvas is covered: the checkpoint is the partition's end");
+        assert_eq!(v.uncovered_canvases(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_aborted_transaction_leaves_no_snapshot_and_the_next_one_takes_it() {
+        let log = Arc::new(FakeLog::new(3, |n| if n == 3 { Fate::Abort } else { Fate::Commit }));
+        let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(3, Duration::from_secs(3600)));
+        v.rebuild().await.unwrap();
+        let c = id("c1");
+        let p = v.partition_of(&c);
+        for i in 0..3 {
+            v.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        // Attempt 3 carries the snapshot of version 3 and is aborted.
+        assert!(v.publish(&c, 3, 0, Color([1, 0, 0])).await.is_err());
+        assert_eq!(latest_snapshot(&log, p, "c1").0, None);
+        v.publish(&c, 3, 0, Color([1, 0, 0])).await.unwrap();
+        assert_eq!(latest_snapshot(&log, p, "c1").0.map(|s| s.version), Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_restart_after_retention_deleted_every_covered_record_continues_the_versions() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let first = Versions::shared(log.clone(), DIMS, 3, snapshotting(4, Duration::from_millis(50)));
+        first.rebuild().await.unwrap();
+        let (a, quiet) = (id("c1"), id("c2"));
+        for i in 0..9 {
+            first.publish(&a, i % 8, 1, Color([9, i as u8, 0])).await.unwrap();
+        }
+        first.publish(&quiet, 3, 3, Color([7, 7, 7])).await.unwrap();
+        until("every canvas covered", || first.uncovered_canvases() == 0).await;
+        let truths = (first.truth(&a).await.unwrap(), first.truth(&quiet).await.unwrap());
+        // Retention deletes everything below each partition's checkpoint.
+        for p in 0..3 {
+            if let (_, Some(cp)) = latest_snapshot(&log, p, "") {
+                log.delete_records(p, cp);
+            }
+        }
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, snapshotting(4, Duration::from_millis(50)));
+        restarted.rebuild().await.unwrap();
+        assert_eq!((restarted.truth(&a).await.unwrap(), restarted.truth(&quiet).await.unwrap()), truths);
+        assert!(restarted.incomplete_canvases().is_empty());
+        assert_eq!(restarted.publish(&quiet, 0, 0, Color([0, 0, 0])).await.unwrap().version, 2, "the head came from the snapshot");
+        assert_eq!(restarted.publish(&a, 0, 0, Color([0, 0, 0])).await.unwrap().version, 10);
+    }
+
+    #[tokio::test]
+    async fn a_restart_that_finds_needed_records_deleted_names_the_canvas() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let first = ready_on(log.clone(), WAIT).await;
+        let c = id("c1");
+        for i in 0..4 {
+            first.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        // No snapshot covers them (the default interval is a minute), and the log loses the
+        // first two records.
+        let p = first.partition_of(&c);
+        let second = (0..log.end_of(p)).filter(|o| log.record_at(p, *o).is_some()).nth(2).unwrap();
+        log.delete_records(p, second);
+        let restarted = ready(log.another_publisher()).await;
+        assert_eq!(restarted.incomplete_canvases(), vec![c.clone()]);
     }
 
     #[tokio::test]

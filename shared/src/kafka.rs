@@ -204,6 +204,8 @@ impl KafkaSettings {
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "0")
+            // A snapshot of the largest canvas ([`crate::snapshot::MAX_RECORD_BYTES`]) plus headroom.
+            .set("message.max.bytes", (crate::snapshot::MAX_RECORD_BYTES + 65_536).to_string())
             .set("message.timeout.ms", message_timeout.as_millis().to_string())
             .set("transaction.timeout.ms", transaction_timeout.as_millis().to_string());
         c

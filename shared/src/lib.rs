@@ -13,6 +13,7 @@
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
+//! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
 //! - [`ws`]: WebSocket close frames and protocol-error classification;
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
 
@@ -25,6 +26,7 @@ pub mod partitioner;
 pub mod protocol;
 pub mod replay;
 pub mod shutdown;
+pub mod snapshot;
 pub mod telemetry;
 pub mod ws;
 

@@ -159,6 +159,23 @@ pub fn plan<C: ConsumerContext>(
     from: &Offsets,
     timeout: Duration,
 ) -> Result<(ReplayPlan, Vec<i32>), ReplayError> {
+    plan_wanting(consumer, topic, from, &Offsets::new(), timeout)
+}
+
+/// As [`plan`], where `needed[p]` is the offset from which the reader needs every record (absent:
+/// the log start, 0) and `wanted[p]` an earlier offset it would also like to read when the log
+/// still has it (the publisher's idempotency keys): the start is `min(needed, wanted)`, raised to
+/// the low watermark; only a needed offset below the low watermark is reported as truncated.
+///
+/// # Errors
+/// [`ReplayError`] when metadata or watermarks cannot be read within `timeout`.
+pub fn plan_wanting<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    needed: &Offsets,
+    wanted: &Offsets,
+    timeout: Duration,
+) -> Result<(ReplayPlan, Vec<i32>), ReplayError> {
     let n = partition_count(consumer, topic, timeout)?;
     let mut plan = ReplayPlan { starts: Offsets::new(), targets: Offsets::new() };
     let mut truncated = Vec::new();
@@ -166,24 +183,22 @@ pub fn plan<C: ConsumerContext>(
         let (low, high) = consumer
             .fetch_watermarks(topic, p, timeout)
             .map_err(|source| ReplayError::Watermarks { topic: topic.into(), partition: p, source })?;
-        let start = match from.get(&p) {
-            Some(&pos) if pos < low => {
-                truncated.push(p);
-                low
-            }
-            Some(&pos) => pos,
-            None => {
-                // Reading from the log start: if that is past offset 0, history was deleted.
-                if low > 0 {
-                    truncated.push(p);
-                }
-                low
-            }
-        };
+        let (start, cut) = start_of(needed.get(&p).copied(), wanted.get(&p).copied(), low);
+        if cut {
+            truncated.push(p);
+        }
         plan.starts.insert(p, start);
         plan.targets.insert(p, high);
     }
     Ok((plan, truncated))
+}
+
+/// Where a partition's read starts, and whether needed records are gone: `needed` absent means
+/// from offset 0. Pure.
+pub fn start_of(needed: Option<i64>, wanted: Option<i64>, low: i64) -> (i64, bool) {
+    let need = needed.unwrap_or(0);
+    let from = wanted.map_or(need, |w| w.min(need));
+    (from.max(low), need < low)
 }
 
 /// Runs `plan` on `consumer` (manual assignment, blocking: call it from a blocking thread).
@@ -361,5 +376,23 @@ mod tests {
     fn offsets_format_like_the_catchup_line() {
         assert_eq!(fmt_offsets(&Offsets::from([(0, 2), (3, 10)])), "{0=2, 3=10}");
         assert_eq!(fmt_offsets(&Offsets::new()), "{}");
+    }
+
+    #[test]
+    fn start_of_table() {
+        // (needed, wanted, low watermark) → (start, needed records deleted)
+        let table = [
+            (None, None, 0, (0, false)),
+            (None, None, 5, (5, true)),
+            (Some(10), None, 0, (10, false)),
+            (Some(10), Some(4), 0, (4, false)),
+            // Keys wanted from 4, but retention deleted up to 7: start there, nothing needed lost.
+            (Some(10), Some(4), 7, (7, false)),
+            (Some(10), Some(12), 0, (10, false)),
+            (Some(10), None, 12, (12, true)),
+        ];
+        for (needed, wanted, low, want) in table {
+            assert_eq!(start_of(needed, wanted, low), want, "needed {needed:?}, wanted {wanted:?}, low {low}");
+        }
     }
 }

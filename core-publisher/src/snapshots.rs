@@ -1,0 +1,195 @@
+//! When the publisher snapshots a canvas, and where a partition's checkpoint is.
+//!
+//! The publisher holds every canvas's committed head, so it writes the snapshots
+//! ([`shared::snapshot`]) itself, inside the transactions that write events: a snapshot and a
+//! checkpoint commit or abort with them and are fenced with the publisher. A snapshot is of the
+//! head *before* the transaction that carries it (whose records' offsets are not known until it
+//! commits), so it covers every record of the canvas committed so far.
+//!
+//! [`due`] is the policy, a pure function: a canvas is snapshotted once `every_versions` versions
+//! passed since its last snapshot, or once its oldest record not covered by one is `every` old,
+//! whichever comes first (the count bounds how many events a reader replays for a busy canvas; the
+//! time bounds how far back any partition's replay starts, idle canvases included).
+//!
+//! [`Coverage`] keeps, per partition, each canvas's last snapshot and its oldest uncovered record:
+//! the checkpoint is the oldest uncovered record's offset (or the partition's end when every
+//! canvas is covered).
+
+use shared::CanvasId;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+/// When canvases are snapshotted (`SNAPSHOT_EVERY_VERSIONS`, `SNAPSHOT_EVERY_MS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    /// Versions since the last snapshot that make one due.
+    pub every_versions: u64,
+    /// Age of the oldest uncovered record that makes one due.
+    pub every: Duration,
+    /// Most snapshots one transaction carries (the rest wait for the next).
+    pub max_per_txn: usize,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        Self { every_versions: 1_000, every: Duration::from_secs(60), max_per_txn: 64 }
+    }
+}
+
+/// Whether a canvas at `version`, last snapshotted at `snapshot_version`, whose oldest record not
+/// covered by that snapshot was committed `uncovered_for` ago (`None`: every record is covered),
+/// needs a snapshot now.
+pub fn due(policy: &SnapshotPolicy, version: u64, snapshot_version: u64, uncovered_for: Option<Duration>) -> bool {
+    version > snapshot_version
+        && (version - snapshot_version >= policy.every_versions || uncovered_for.is_some_and(|age| age >= policy.every))
+}
+
+/// What the publisher knows of one canvas's snapshots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark {
+    /// The version of its latest committed snapshot (0: none).
+    snapshot_version: u64,
+    /// Offset of its last committed record (-1: none read or written).
+    last_offset: i64,
+    /// Its oldest committed record not covered by the snapshot: offset, and when it was learned.
+    first_uncovered: Option<(i64, Instant)>,
+}
+
+/// One partition's canvases: their snapshots and what they do not cover.
+#[derive(Debug, Default)]
+pub struct Coverage {
+    marks: HashMap<CanvasId, Mark>,
+    /// Oldest uncovered record's offset → its canvas.
+    uncovered: BTreeMap<i64, CanvasId>,
+}
+
+impl Coverage {
+    /// A canvas read from its snapshot (version `version`, covering records before `offset`).
+    pub fn restored(&mut self, canvas: &CanvasId, version: u64, offset: i64) {
+        self.marks.insert(canvas.clone(), Mark { snapshot_version: version, last_offset: offset - 1, first_uncovered: None });
+    }
+
+    /// A committed record of `canvas` at `offset` that its snapshot does not cover.
+    pub fn recorded(&mut self, canvas: &CanvasId, offset: i64, now: Instant) {
+        let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, last_offset: -1, first_uncovered: None });
+        mark.last_offset = mark.last_offset.max(offset);
+        if mark.first_uncovered.is_none() {
+            mark.first_uncovered = Some((offset, now));
+            self.uncovered.insert(offset, canvas.clone());
+        }
+    }
+
+    /// A committed snapshot of `canvas` at `version`, covering every record committed before it.
+    pub fn snapshotted(&mut self, canvas: &CanvasId, version: u64) {
+        if let Some(mark) = self.marks.get_mut(canvas) {
+            mark.snapshot_version = mark.snapshot_version.max(version);
+            if let Some((offset, _)) = mark.first_uncovered.take() {
+                self.uncovered.remove(&offset);
+            }
+        }
+    }
+
+    /// The version of `canvas`'s latest snapshot (0: none).
+    pub fn snapshot_version(&self, canvas: &CanvasId) -> u64 {
+        self.marks.get(canvas).map_or(0, |m| m.snapshot_version)
+    }
+
+    /// The offset after `canvas`'s last committed record (what a snapshot of it now reflects).
+    pub fn position(&self, canvas: &CanvasId) -> i64 {
+        self.marks.get(canvas).map_or(0, |m| m.last_offset + 1)
+    }
+
+    /// How long `canvas`'s oldest uncovered record has been so, at `now`.
+    pub fn uncovered_for(&self, canvas: &CanvasId, now: Instant) -> Option<Duration> {
+        self.marks.get(canvas)?.first_uncovered.map(|(_, at)| now.saturating_duration_since(at))
+    }
+
+    /// Canvases whose oldest uncovered record is at least `every` old at `now`, oldest first, at
+    /// most `limit`.
+    pub fn due_by_age(&self, now: Instant, every: Duration, limit: usize) -> Vec<CanvasId> {
+        self.uncovered
+            .values()
+            .take_while(|c| self.uncovered_for(c, now).is_some_and(|age| age >= every))
+            .take(limit)
+            .cloned()
+            .collect()
+    }
+
+    /// The checkpoint once `snapshotting` are covered: the oldest offset a canvas still needs
+    /// replayed, or `end` (the position after the partition's last known record) when none does.
+    pub fn checkpoint_after(&self, snapshotting: &[&CanvasId], end: i64) -> i64 {
+        self.uncovered.iter().find(|(_, c)| !snapshotting.contains(c)).map_or(end, |(o, _)| (*o).min(end))
+    }
+
+    /// Canvases with an uncovered record.
+    pub fn uncovered_count(&self) -> usize {
+        self.uncovered.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(s: &str) -> CanvasId {
+        CanvasId::parse(s).unwrap()
+    }
+
+    #[test]
+    fn due_table() {
+        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), max_per_txn: 8 };
+        let s = Duration::from_secs;
+        // (version, snapshot version, uncovered for) → due
+        let table = [
+            (0, 0, None, false),
+            (5, 5, None, false),
+            (99, 0, Some(s(1)), false),
+            (100, 0, Some(s(1)), true),
+            (150, 50, Some(s(0)), true),
+            (51, 50, Some(s(59)), false),
+            (51, 50, Some(s(60)), true),
+            // A canvas whose every record is covered is never due, however old.
+            (50, 50, Some(s(600)), false),
+        ];
+        for (version, snap, age, want) in table {
+            assert_eq!(due(&p, version, snap, age), want, "version {version}, snapshot {snap}, age {age:?}");
+        }
+    }
+
+    #[test]
+    fn the_checkpoint_is_the_oldest_uncovered_record() {
+        let t0 = Instant::now();
+        let mut c = Coverage::default();
+        assert_eq!(c.checkpoint_after(&[], 0), 0);
+        c.recorded(&id("a"), 3, t0);
+        c.recorded(&id("b"), 5, t0);
+        c.recorded(&id("a"), 7, t0);
+        assert_eq!(c.checkpoint_after(&[], 10), 3);
+        // Snapshotting a moves the checkpoint to b's oldest uncovered record.
+        assert_eq!(c.checkpoint_after(&[&id("a")], 10), 5);
+        c.snapshotted(&id("a"), 2);
+        assert_eq!(c.checkpoint_after(&[], 10), 5);
+        assert_eq!(c.position(&id("a")), 8);
+        c.snapshotted(&id("b"), 1);
+        assert_eq!(c.checkpoint_after(&[], 10), 10);
+        // A new record of a after its snapshot is uncovered again.
+        c.recorded(&id("a"), 11, t0);
+        assert_eq!(c.checkpoint_after(&[], 12), 11);
+        assert_eq!(c.snapshot_version(&id("a")), 2);
+    }
+
+    #[test]
+    fn canvases_are_due_by_age_oldest_first() {
+        let t0 = Instant::now();
+        let mut c = Coverage::default();
+        c.recorded(&id("old"), 1, t0);
+        c.recorded(&id("mid"), 2, t0 + Duration::from_secs(30));
+        c.recorded(&id("new"), 3, t0 + Duration::from_secs(59));
+        let at = t0 + Duration::from_secs(90);
+        assert_eq!(c.due_by_age(at, Duration::from_secs(60), 10), vec![id("old"), id("mid")]);
+        assert_eq!(c.due_by_age(at, Duration::from_secs(60), 1), vec![id("old")]);
+        c.restored(&id("r"), 4, 9);
+        assert_eq!(c.position(&id("r")), 9);
+        assert_eq!(c.snapshot_version(&id("r")), 4);
+    }
+}

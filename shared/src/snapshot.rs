@@ -1,0 +1,371 @@
+//! Canvas snapshots and checkpoints: the compacted *snapshot topic* beside the events topic.
+//!
+//! The snapshot topic (default `<events topic>-snapshots`, `cleanup.policy=compact`, as many
+//! partitions as the events topic: a canvas's snapshot lives on the same partition number as its
+//! events) holds, per key, the latest write:
+//!
+//! - key = a canvas id: that canvas's latest [`Snapshot`] (its version, pixels, and the
+//!   events-topic offset after the last record it reflects);
+//! - key = [`CHECKPOINT_KEY`]: the partition's [`Checkpoint`], the events-topic offset below which
+//!   every canvas of that partition is covered by its snapshot. Replay of the partition starts
+//!   there, even when some of its canvases have been idle for a month.
+//!
+//! The publisher writes both inside its Kafka transactions, with the events (Kafka Streams keeps
+//! state and offsets atomic the same way): they are fenced with it, a `read_committed` reader never
+//! sees a snapshot of an aborted write, and since the publisher is the only writer and a canvas's
+//! head only grows, the last write of a key is also its highest version. A reader still keeps the
+//! highest version per canvas ([`Loaded::add`]), so a record that compaction has not merged yet,
+//! or any late writer, cannot make a snapshot go back.
+//!
+//! Value format, version [`FORMAT_VERSION`] (readers accept every version up to theirs and refuse
+//! later ones, so a rolling deploy upgrades readers first):
+//!
+//! ```text
+//! byte 0        format version (1)
+//! bytes 1..5    header length n, u32 big-endian
+//! bytes 5..5+n  header, JSON:
+//!               canvas:  {"canvas","version","epoch","width","height","offset","compression":"lz4"}
+//!               checkpoint: {"checkpoint": <offset>}
+//! bytes 5+n..   canvas only: the canonical pixel bytes (see [`crate::canvas`]), LZ4 block format
+//!               with the uncompressed length prepended (u32 little-endian; lz4_flex's
+//!               `compress_prepend_size`)
+//! ```
+
+use crate::canvas::{Canvas, CanvasDims};
+use crate::event::CanvasId;
+use crate::replay::{self, Offsets, ReplayError};
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
+use rdkafka::message::Message;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// The value format this build writes (and the newest it reads).
+pub const FORMAT_VERSION: u8 = 1;
+
+/// The key of a partition's checkpoint record (not a valid canvas id, so it never collides).
+pub const CHECKPOINT_KEY: &str = "#checkpoint";
+
+/// Largest side of a canvas whose snapshot the topic accepts: 1024 × 1024 × 3 bytes is 3 MiB,
+/// which LZ4 can only grow by a few bytes per KiB.
+pub const MAX_SIDE: u32 = 1024;
+
+/// The snapshot topic's `max.message.bytes` (and the producers' `message.max.bytes`): a snapshot
+/// of the largest canvas, incompressible, with its header.
+pub const MAX_RECORD_BYTES: usize = 4 * 1024 * 1024;
+
+/// The default snapshot topic of `events_topic`.
+pub fn topic_for(events_topic: &str) -> String {
+    format!("{events_topic}-snapshots")
+}
+
+/// The latest state of one canvas as the publisher committed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub canvas: CanvasId,
+    /// The version the pixels reflect.
+    pub version: u64,
+    /// The canvas stream's epoch (0 until a canvas is reset).
+    pub epoch: u64,
+    pub dims: CanvasDims,
+    /// The events-topic offset after the last record this snapshot reflects, on the canvas's
+    /// partition: records of this canvas below it are covered.
+    pub offset: i64,
+    /// The canonical bytes.
+    pub pixels: Vec<u8>,
+}
+
+/// Per partition: every canvas's records below `offset` are covered by its snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub offset: i64,
+}
+
+/// One decoded record of the snapshot topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Canvas(Snapshot),
+    Checkpoint(Checkpoint),
+}
+
+/// Why a snapshot-topic record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("record has no key")]
+    NoKey,
+    #[error("key is not a canvas id: {0}")]
+    BadKey(String),
+    #[error("value is shorter than its header says")]
+    Truncated,
+    #[error("format version {0} is newer than this build reads ({FORMAT_VERSION}); upgrade readers first")]
+    NewerFormat(u8),
+    #[error("header: {0}")]
+    Header(String),
+    #[error("header names canvas {header} but the key is {key}")]
+    KeyMismatch { key: String, header: String },
+    #[error("canvas size {width}x{height} is outside 1..={MAX_SIDE}")]
+    BadSize { width: u32, height: u32 },
+    #[error("unknown compression {0:?}")]
+    Compression(String),
+    #[error("pixels do not decompress to {expected} bytes: {why}")]
+    Pixels { expected: usize, why: String },
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CanvasHeader {
+    canvas: String,
+    version: u64,
+    #[serde(default)]
+    epoch: u64,
+    width: u32,
+    height: u32,
+    offset: i64,
+    compression: String,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CheckpointHeader {
+    checkpoint: i64,
+}
+
+fn frame(header: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(5 + header.len() + body.len());
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&(header.len() as u32).to_be_bytes());
+    out.extend_from_slice(header);
+    out.extend_from_slice(body);
+    out
+}
+
+impl Snapshot {
+    /// The snapshot of `canvas` (id `id`) whose last record ends before `offset`.
+    pub fn of(id: &CanvasId, canvas: &Canvas, epoch: u64, offset: i64) -> Self {
+        Self { canvas: id.clone(), version: canvas.version(), epoch, dims: canvas.dims(), offset, pixels: canvas.bytes().to_vec() }
+    }
+
+    /// The record value.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = CanvasHeader {
+            canvas: self.canvas.as_str().to_owned(),
+            version: self.version,
+            epoch: self.epoch,
+            width: self.dims.width,
+            height: self.dims.height,
+            offset: self.offset,
+            compression: "lz4".into(),
+        };
+        let header = serde_json::to_vec(&header).expect("a header always serialises");
+        frame(&header, &lz4_flex::compress_prepend_size(&self.pixels))
+    }
+
+    /// The canvas it holds.
+    pub fn to_canvas(&self) -> Canvas {
+        Canvas::from_bytes(self.dims, self.version, self.pixels.clone()).expect("decode checked the pixel length")
+    }
+}
+
+impl Checkpoint {
+    /// The record value.
+    pub fn encode(&self) -> Vec<u8> {
+        frame(&serde_json::to_vec(&CheckpointHeader { checkpoint: self.offset }).expect("serialises"), &[])
+    }
+}
+
+/// Decodes one record of the snapshot topic; `Ok(None)` for a tombstone (no value).
+///
+/// # Errors
+/// [`SnapshotError`] naming what is wrong; the reader skips such a record.
+pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>, SnapshotError> {
+    let key = std::str::from_utf8(key.ok_or(SnapshotError::NoKey)?).map_err(|_| SnapshotError::BadKey("(not UTF-8)".into()))?;
+    let Some(value) = value else { return Ok(None) };
+    let (&format, rest) = value.split_first().ok_or(SnapshotError::Truncated)?;
+    if format > FORMAT_VERSION {
+        return Err(SnapshotError::NewerFormat(format));
+    }
+    let len_bytes: [u8; 4] = rest.get(..4).ok_or(SnapshotError::Truncated)?.try_into().expect("4 bytes");
+    let len = u32::from_be_bytes(len_bytes) as usize;
+    let header = rest.get(4..4 + len).ok_or(SnapshotError::Truncated)?;
+    let body = &rest[4 + len..];
+    if key == CHECKPOINT_KEY {
+        let h: CheckpointHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
+        return Ok(Some(Entry::Checkpoint(Checkpoint { offset: h.checkpoint })));
+    }
+    let canvas = CanvasId::parse(key).map_err(|_| SnapshotError::BadKey(key.into()))?;
+    let h: CanvasHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
+    if h.canvas != key {
+        return Err(SnapshotError::KeyMismatch { key: key.into(), header: h.canvas });
+    }
+    if !(1..=MAX_SIDE).contains(&h.width) || !(1..=MAX_SIDE).contains(&h.height) {
+        return Err(SnapshotError::BadSize { width: h.width, height: h.height });
+    }
+    if h.compression != "lz4" {
+        return Err(SnapshotError::Compression(h.compression));
+    }
+    let dims = CanvasDims { width: h.width, height: h.height };
+    let expected = dims.byte_len();
+    // The prepended length is checked against the canvas size before anything is allocated.
+    let prepended = body.get(..4).ok_or(SnapshotError::Truncated)?;
+    let declared = u32::from_le_bytes(prepended.try_into().expect("4 bytes")) as usize;
+    if declared != expected {
+        return Err(SnapshotError::Pixels { expected, why: format!("the record says {declared} bytes") });
+    }
+    let pixels = lz4_flex::block::decompress(&body[4..], expected).map_err(|e| SnapshotError::Pixels { expected, why: e.to_string() })?;
+    if pixels.len() != expected {
+        return Err(SnapshotError::Pixels { expected, why: format!("got {} bytes", pixels.len()) });
+    }
+    Ok(Some(Entry::Canvas(Snapshot { canvas, version: h.version, epoch: h.epoch, dims, offset: h.offset, pixels })))
+}
+
+/// What a reader learned from the snapshot topic.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The highest-version snapshot of each canvas, with its partition.
+    pub canvases: HashMap<CanvasId, (i32, Snapshot)>,
+    /// The latest checkpoint per partition (partitions without one: replay from the log start).
+    pub checkpoints: Offsets,
+    /// Records read (including the ones a later record replaced).
+    pub records: u64,
+    /// Records skipped as unreadable.
+    pub skipped: u64,
+}
+
+impl Loaded {
+    /// Adds one entry read on `partition`: a canvas's snapshot replaces a lower version only; a
+    /// checkpoint replaces the partition's earlier one (checkpoints only move forward, and the
+    /// topic is read in order).
+    pub fn add(&mut self, partition: i32, entry: Entry) {
+        self.records += 1;
+        match entry {
+            Entry::Canvas(s) => match self.canvases.get(&s.canvas) {
+                Some((_, have)) if have.version > s.version => {}
+                _ => {
+                    self.canvases.insert(s.canvas.clone(), (partition, s));
+                }
+            },
+            Entry::Checkpoint(c) => {
+                let at = self.checkpoints.entry(partition).or_insert(c.offset);
+                *at = (*at).max(c.offset);
+            }
+        }
+    }
+}
+
+/// Reads the whole snapshot topic `topic` (its readable end when called: the last stable offset
+/// under `read_committed`) with `consumer` (manual assignment, blocking). A topic that does not
+/// exist yet reads as empty (a fleet that has not written snapshots yet).
+///
+/// # Errors
+/// [`ReplayError`] when the broker cannot be read or the read stalls for `stall_timeout`.
+pub fn load<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    stall_timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Loaded, ReplayError> {
+    let (plan, _) = match replay::plan(consumer, topic, &Offsets::new(), Duration::from_secs(10)) {
+        Ok(p) => p,
+        Err(ReplayError::NoTopic { .. }) => return Ok(Loaded::default()),
+        Err(e) => return Err(e),
+    };
+    let mut loaded = Loaded::default();
+    replay::run(
+        consumer,
+        topic,
+        &plan,
+        stall_timeout,
+        cancelled,
+        |msg| match decode(msg.key(), msg.payload()) {
+            Ok(Some(entry)) => loaded.add(msg.partition(), entry),
+            Ok(None) => {}
+            Err(e) => {
+                loaded.skipped += 1;
+                tracing::warn!(topic, partition = msg.partition(), offset = msg.offset(), error = %e, "skipping an unreadable snapshot record");
+            }
+        },
+        |_| {},
+    )?;
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Color, PixelEvent};
+
+    fn id(s: &str) -> CanvasId {
+        CanvasId::parse(s).unwrap()
+    }
+
+    fn painted(version: u64) -> Canvas {
+        let mut c = Canvas::new(CanvasDims { width: 8, height: 4 });
+        for v in 1..=version {
+            let ev = PixelEvent { canvas: id("a"), version: v, x: (v % 8) as u32, y: 1, color: Color([v as u8, 2, 3]), published_at_ms: 0 };
+            c.apply(&ev);
+        }
+        c
+    }
+
+    #[test]
+    fn a_canvas_snapshot_round_trips() {
+        let s = Snapshot::of(&id("a"), &painted(5), 0, 42);
+        let got = decode(Some(b"a"), Some(&s.encode())).unwrap().unwrap();
+        assert_eq!(got, Entry::Canvas(s.clone()));
+        assert_eq!(s.to_canvas().hash(), painted(5).hash());
+    }
+
+    #[test]
+    fn a_checkpoint_round_trips_and_a_tombstone_is_nothing() {
+        let v = Checkpoint { offset: 77 }.encode();
+        assert_eq!(decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&v)).unwrap(), Some(Entry::Checkpoint(Checkpoint { offset: 77 })));
+        assert_eq!(decode(Some(b"a"), None).unwrap(), None);
+    }
+
+    #[test]
+    fn bad_records_are_refused_with_the_reason() {
+        let good = Snapshot::of(&id("a"), &painted(2), 0, 3).encode();
+        let mut newer = good.clone();
+        newer[0] = FORMAT_VERSION + 1;
+        let mut lying = good.clone();
+        let n = lying.len();
+        lying.truncate(n - 1);
+        let cases: Vec<(Option<&[u8]>, Vec<u8>, fn(&SnapshotError) -> bool)> = vec![
+            (None, good.clone(), |e| matches!(e, SnapshotError::NoKey)),
+            (Some(b"b"), good.clone(), |e| matches!(e, SnapshotError::KeyMismatch { .. })),
+            (Some(b"no spaces"), good.clone(), |e| matches!(e, SnapshotError::BadKey(_))),
+            (Some(b"a"), newer, |e| matches!(e, SnapshotError::NewerFormat(_))),
+            (Some(b"a"), vec![1, 0, 0], |e| matches!(e, SnapshotError::Truncated)),
+            (Some(b"a"), lying, |e| matches!(e, SnapshotError::Pixels { .. })),
+        ];
+        for (key, value, want) in cases {
+            let e = decode(key, Some(&value)).unwrap_err();
+            assert!(want(&e), "{key:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_huge_declared_length_is_refused_before_allocating() {
+        let mut v = Snapshot::of(&id("a"), &painted(1), 0, 1).encode();
+        let len = u32::from_be_bytes(v[1..5].try_into().unwrap()) as usize;
+        v[5 + len..5 + len + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(decode(Some(b"a"), Some(&v)), Err(SnapshotError::Pixels { .. })));
+    }
+
+    #[test]
+    fn the_highest_version_wins_whatever_order_records_come_in() {
+        let mut l = Loaded::default();
+        l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(5), 0, 10)));
+        l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(3), 0, 6)));
+        l.add(0, Entry::Checkpoint(Checkpoint { offset: 9 }));
+        l.add(0, Entry::Checkpoint(Checkpoint { offset: 4 }));
+        assert_eq!(l.canvases[&id("a")].1.version, 5);
+        assert_eq!(l.checkpoints[&0], 9);
+        assert_eq!(l.records, 4);
+    }
+
+    #[test]
+    fn the_largest_canvas_fits_the_topic_even_incompressible() {
+        let dims = CanvasDims { width: MAX_SIDE, height: MAX_SIDE };
+        let noise: Vec<u8> = (0..dims.byte_len()).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+        let s = Snapshot { canvas: id("big"), version: 1, epoch: 0, dims, offset: 0, pixels: noise };
+        assert!(s.encode().len() < MAX_RECORD_BYTES);
+    }
+}
