@@ -617,7 +617,10 @@ mod tests {
         assert_contiguous(&v.log.events_of("hot"), "hot");
         let (records, transactions) = (v.log.record_count(), v.log.attempts());
         assert!(transactions < 300, "300 concurrent publishes to one canvas took {transactions} transactions: nothing was grouped");
-        assert_eq!(records, transactions as usize, "{records} records in {transactions} transactions: a canvas's events share a record");
+        // A canvas's events share a record (up to MAX_EVENTS_PER_RECORD each: a transaction that
+        // took more than that of the 300 needs a second one).
+        let most = transactions as usize + 300 / shared::event::MAX_EVENTS_PER_RECORD;
+        assert!(records <= most, "{records} records in {transactions} transactions: a canvas's events share a record");
         let mut versions: Vec<u64> = answers.iter().map(|p| p.version).collect();
         versions.sort_unstable();
         assert_contiguous(&versions, "hot (answers)");

@@ -56,6 +56,10 @@ pub struct CatchupReport {
     pub positions: BTreeMap<i32, i64>,
     /// Records replayed (applied or dropped as duplicates) in this replay.
     pub replay_count: u64,
+    /// Canvases whose state came from their snapshot in this recovery (the replay then started at
+    /// each partition's checkpoint).
+    #[serde(default)]
+    pub canvases_from_snapshots: u64,
     /// Why the last replay failed, when `status` is `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -166,6 +170,7 @@ mod tests {
                 last_consumed_offsets: BTreeMap::from([(0, 2)]),
                 positions: BTreeMap::from([(0, 3)]),
                 replay_count: 3,
+                canvases_from_snapshots: 1,
                 error: None,
             },
         };

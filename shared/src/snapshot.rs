@@ -261,11 +261,29 @@ pub fn load<C: ConsumerContext>(
     stall_timeout: Duration,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Loaded, ReplayError> {
-    let (plan, _) = match replay::plan(consumer, topic, &Offsets::new(), Duration::from_secs(10)) {
+    load_partitions(consumer, topic, None, stall_timeout, cancelled)
+}
+
+/// As [`load`], of `partitions` only (all when `None`).
+///
+/// # Errors
+/// As [`load`].
+pub fn load_partitions<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: Option<&[i32]>,
+    stall_timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Loaded, ReplayError> {
+    let (mut plan, _) = match replay::plan(consumer, topic, &Offsets::new(), Duration::from_secs(10)) {
         Ok(p) => p,
         Err(ReplayError::NoTopic { .. }) => return Ok(Loaded::default()),
         Err(e) => return Err(e),
     };
+    if let Some(only) = partitions {
+        plan.starts.retain(|p, _| only.contains(p));
+        plan.targets.retain(|p, _| only.contains(p));
+    }
     let mut loaded = Loaded::default();
     replay::run(
         consumer,

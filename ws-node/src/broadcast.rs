@@ -50,6 +50,8 @@ pub enum Revoked {
 
 struct BroadcastContext {
     hub: Arc<Hub>,
+    /// For [`crate::snapshot::skip_ahead`] on assignment.
+    config: Config,
     topic: String,
     handover: mpsc::UnboundedSender<Revoked>,
     /// `REVOKE_HOLD_MS`; zero hands over at once.
@@ -81,6 +83,12 @@ impl ConsumerContext for BroadcastContext {
                 // The second after a revocation is the rebalance's next round: the consumer
                 // delivers the kept partitions again.
                 self.hub.assignment_came();
+                // Partitions not followed for long (or whose records were deleted) start from
+                // their snapshots: the replay is bounded by the snapshot interval.
+                let fresh: Vec<i32> = partitions.iter().copied().filter(|p| !self.hub.owned().contains(p)).collect();
+                if !fresh.is_empty() {
+                    crate::snapshot::skip_ahead(&self.config, &self.hub, &fresh);
+                }
                 let positions = self.hub.positions();
                 let mut starts = shared::replay::Offsets::new();
                 for p in &partitions {
@@ -173,6 +181,7 @@ impl Broadcast {
         let stop = Arc::new(AtomicBool::new(false));
         let context = BroadcastContext {
             hub: hub.clone(),
+            config: config.clone(),
             topic: config.topic.clone(),
             handover,
             hold: config.revoke_hold(),

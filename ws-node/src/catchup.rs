@@ -1,19 +1,25 @@
 //! Catch-up: replay, in order, the stretch of the log this node's state is missing, before it
 //! serves anyone.
 //!
-//! 1. Record the readable end of every partition: the targets. The catch-up consumer reads
+//! 1. Load the snapshot topic ([`shared::snapshot`]): every canvas whose snapshot is newer than
+//!    the node's state takes it (size ∝ canvases, not events), and each partition's checkpoint
+//!    says where the log must be read from: every canvas's records below it are in its snapshot.
+//! 2. Record the readable end of every partition: the targets. The catch-up consumer reads
 //!    `read_committed`, so that is the partition's last stable offset (what `query_watermark_offsets`
 //!    returns to such a consumer), not the high watermark: records of an open transaction may
 //!    still be aborted.
-//! 2. With the node's own catch-up consumer group (never the broadcast group, so replay does not
-//!    disturb live delivery), read each partition from the node's position (the offset after the
-//!    last record its state applied; the log start when it has none) and apply every record.
-//! 3. Complete when the consumer's position has reached the target on every partition (a
+//! 3. With the node's own catch-up consumer group (never the broadcast group, so replay does not
+//!    disturb live delivery), read each partition from its checkpoint or the node's position (the
+//!    offset after the last record its state applied), whichever is later, and apply every record
+//!    (a canvas skips the records its snapshot already holds). Needed records that retention
+//!    deleted are an error in the log, naming the partitions; the canvases whose versions then
+//!    skip are named as they are applied.
+//! 4. Complete when the consumer's position has reached the target on every partition (a
 //!    partition with nothing to read is complete at once; a partition that ends in a transaction
 //!    marker has no record at target − 1, see [`shared::replay`]), log
-//!    `[CATCHUP] completed replayCount=.. targetOffsets=.. lastConsumedOffsets=..`, and commit the
-//!    positions to the catch-up group (so `kafka-consumer-groups --describe` shows where replay
-//!    ended; the node itself always starts from its in-memory state).
+//!    `[CATCHUP] completed replayCount=.. canvasesFromSnapshots=.. targetOffsets=.. lastConsumedOffsets=..`,
+//!    and commit the positions to the catch-up group (so `kafka-consumer-groups --describe` shows
+//!    where replay ended; the node itself always starts from its in-memory state).
 //!
 //! Records published after the targets were recorded are not lost: the broadcast consumer starts
 //! each partition it is assigned at the node's position, which is where catch-up stopped.
@@ -26,7 +32,7 @@ use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use shared::api::{CatchupReport, CatchupStatus};
 use shared::kafka::FleetContext;
-use shared::replay::{self, fmt_offsets, Progress, ReplayError};
+use shared::replay::{self, fmt_offsets, Offsets, Progress, ReplayError};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -41,6 +47,7 @@ pub fn idle_report() -> CatchupReport {
         last_consumed_offsets: Default::default(),
         positions: Default::default(),
         replay_count: 0,
+            canvases_from_snapshots: 0,
         error: None,
     }
 }
@@ -62,16 +69,35 @@ pub fn run(
         .catchup_consumer(&config.catchup_group(), &format!("{}-catchup", config.node_id))
         .create_with_context(FleetContext::default())
         .map_err(ReplayError::Client)?;
-    let (plan, truncated) = replay::plan(&consumer, &config.topic, &hub.positions(), Duration::from_secs(10))?;
+    // 1. The snapshots (size ∝ canvases, not events), then each partition from its checkpoint
+    //    (or the node's own position where that is later).
+    let snapshot_topic = config.snapshot_topic();
+    let loaded = shared::snapshot::load(&consumer, &snapshot_topic, STALL_TIMEOUT, cancelled)?;
+    let (snapshot_records, checkpoints) = (loaded.records, loaded.checkpoints.clone());
+    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
+    let mut needed = hub.positions();
+    for (p, checkpoint) in &checkpoints {
+        let at = needed.entry(*p).or_insert(*checkpoint);
+        *at = (*at).max(*checkpoint);
+    }
+    tracing::info!(
+        "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
+        snapshot_topic,
+        snapshot_records,
+        from_snapshots,
+        fmt_offsets(&checkpoints)
+    );
+    let (plan, truncated) = replay::plan_wanting(&consumer, &config.topic, &needed, &Offsets::new(), Duration::from_secs(10))?;
     if !truncated.is_empty() {
         tracing::error!(partitions = ?truncated,
-            "[CATCHUP] records this node needs were deleted by retention on these partitions: canvases there may miss old \
-             pixels and differ from nodes that saw them. Keep the topic's retention infinite");
+            "[CATCHUP] records this node needs were deleted on these partitions and no snapshot covers them: canvases there \
+             may miss old pixels (the log reports the canvases whose versions skip)");
     }
     let partitions = plan.targets.len() as u32;
     // The state reflects everything before the start (nothing exists before the log start).
     hub.advance_positions(&plan.starts);
     set_report(report, CatchupStatus::Running, &Progress::new(&plan), None);
+    report.lock().expect("catch-up report lock").canvases_from_snapshots = from_snapshots;
     let total = Progress::new(&plan).remaining();
     tracing::info!(
         "[CATCHUP] started groupId={} startOffsets={} targetOffsets={} toReplay={}",
@@ -104,8 +130,9 @@ pub fn run(
     hub.advance_positions(&progress.positions);
     set_report(report, CatchupStatus::Completed, &progress, None);
     tracing::info!(
-        "[CATCHUP] completed replayCount={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
+        "[CATCHUP] completed replayCount={} canvasesFromSnapshots={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
         progress.count,
+        from_snapshots,
         fmt_offsets(&progress.targets),
         fmt_offsets(&progress.last_consumed),
         fmt_offsets(&progress.positions),

@@ -22,6 +22,10 @@ pub struct Config {
     /// Topic of pixel events.
     #[arg(long, env = "KAFKA_TOPIC", default_value = shared::kafka::DEFAULT_TOPIC)]
     pub topic: String,
+    /// Topic of canvas snapshots and checkpoints the publisher writes (default
+    /// `<KAFKA_TOPIC>-snapshots`): recovery starts from them.
+    #[arg(long, env = "SNAPSHOT_TOPIC")]
+    pub snapshot_topic: Option<String>,
     /// Consumer group of the live consumers, shared by every node.
     #[arg(long, env = "BROADCAST_GROUP", default_value = shared::kafka::DEFAULT_BROADCAST_GROUP)]
     pub broadcast_group: String,
@@ -38,10 +42,10 @@ pub struct Config {
     #[arg(long, env = "KAFKA_HEARTBEAT_INTERVAL_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub heartbeat_interval_ms: u64,
     /// Canvas width in pixels (must match the publisher's).
-    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_width: u32,
     /// Canvas height in pixels (must match the publisher's).
-    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_height: u32,
     /// Recent events kept per canvas, so resumes are served as events (events).
     #[arg(long, env = "RECENT_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
@@ -134,6 +138,7 @@ impl Config {
             ("LISTEN_ADDR", self.listen.to_string()),
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
             ("KAFKA_TOPIC", self.topic.clone()),
+            ("SNAPSHOT_TOPIC", self.snapshot_topic()),
             ("BROADCAST_GROUP", self.broadcast_group.clone()),
             ("CATCHUP_GROUP", self.catchup_group()),
             ("KAFKA_SESSION_TIMEOUT_MS", self.session_timeout_ms.to_string()),
@@ -166,6 +171,11 @@ impl Config {
         k.session_timeout = Duration::from_millis(self.session_timeout_ms);
         k.heartbeat_interval = Duration::from_millis(self.heartbeat_interval_ms);
         k
+    }
+
+    /// The snapshot topic.
+    pub fn snapshot_topic(&self) -> String {
+        self.snapshot_topic.clone().unwrap_or_else(|| shared::snapshot::topic_for(&self.topic))
     }
 
     /// The catch-up consumer's group id.

@@ -253,6 +253,38 @@ impl Hub {
         self.fanout.write_pending();
     }
 
+    /// Restores canvases from their snapshots where a snapshot is newer than the state (a snapshot
+    /// of another canvas size is refused with an error). Sessions already on a restored canvas get
+    /// the snapshot frame, as after any resync. Returns how many canvases were restored.
+    pub fn restore(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> u64 {
+        let mut restored = 0;
+        let mut inner = self.lock();
+        for snap in snapshots {
+            if snap.dims != self.dims {
+                tracing::error!(canvas = %snap.canvas, width = snap.dims.width, height = snap.dims.height,
+                    "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
+                continue;
+            }
+            let recent = self.recent;
+            let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel {
+                state: CanvasState::new(snap.canvas.as_str(), snap.dims, recent),
+                sessions: Vec::new(),
+            });
+            if snap.version <= channel.state.version() {
+                continue;
+            }
+            channel.state = CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), recent);
+            restored += 1;
+            if !channel.sessions.is_empty() {
+                let frame = channel.state.snapshot_frame();
+                self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+            }
+        }
+        drop(inner);
+        self.fanout.write_pending();
+        restored
+    }
+
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
     /// partitions it had nothing to read on).
     pub fn advance_positions(&self, positions: &Offsets) {

@@ -72,6 +72,12 @@ impl CanvasState {
         Self { canvas: Canvas::new(dims), recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned(), warned_size: false }
     }
 
+    /// A state restored from a snapshot (no recent events: a resume from before it gets the
+    /// snapshot).
+    pub fn restored(id: &str, canvas: Canvas, capacity: usize) -> Self {
+        Self { canvas, recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned(), warned_size: false }
+    }
+
     /// The version the state reflects.
     pub fn version(&self) -> u64 {
         self.canvas.version()

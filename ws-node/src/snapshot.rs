@@ -1,0 +1,110 @@
+//! Snapshots on the node's side of a takeover: a partition assigned to this node is read from the
+//! node's own position, which is only as recent as the node's last catch-up when it did not own
+//! the partition since. When that position is far behind the partition's end, or below its log
+//! start (records deleted by retention), the node first restores the partition's canvases from
+//! the snapshot topic ([`shared::snapshot`]) and moves its position up to the partition's
+//! checkpoint: the replay is then bounded by the snapshot interval, not by how long the node ran.
+
+use crate::config::Config;
+use crate::hub::Hub;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use shared::kafka::FleetContext;
+use shared::replay::{fmt_offsets, Offsets};
+use std::time::{Duration, Instant};
+
+/// A partition whose position is more than this many offsets behind its end starts from the
+/// snapshots (fewer are replayed faster than the snapshots are read).
+pub const SKIP_AHEAD_LAG: i64 = 10_000;
+
+/// Whether a reader at `position` (none: never read) of a partition whose log spans `low..high`
+/// should start from the snapshots. Pure.
+pub fn from_snapshots(position: Option<i64>, low: i64, high: i64) -> bool {
+    position.is_none_or(|p| p < low || high - p > SKIP_AHEAD_LAG)
+}
+
+/// For each of `partitions` that [`from_snapshots`] picks, restores its canvases from their
+/// snapshots where those are newer and raises the node's position to its checkpoint. Blocking.
+/// Returns the positions it raised. A partition whose needed records are gone with no checkpoint
+/// covering them is an error in the log, naming it (its canvases then report the versions that
+/// skip as they are applied).
+pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
+    let started = Instant::now();
+    let consumer: BaseConsumer<FleetContext> =
+        match config.kafka().reader(&format!("{}-snapshots", config.node_id)).create_with_context(FleetContext::default()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "[SNAPSHOT] cannot create a reader; replaying from the node's position");
+                return Offsets::new();
+            }
+        };
+    let positions = hub.positions();
+    let mut picked = Vec::new();
+    let mut lows = Offsets::new();
+    for p in partitions {
+        match consumer.fetch_watermarks(&config.topic, *p, Duration::from_secs(5)) {
+            Ok((low, high)) => {
+                lows.insert(*p, low);
+                if from_snapshots(positions.get(p).copied(), low, high) {
+                    picked.push(*p);
+                }
+            }
+            Err(e) => tracing::warn!(partition = p, error = %e, "[SNAPSHOT] cannot read the watermarks; replaying from the node's position"),
+        }
+    }
+    if picked.is_empty() {
+        return Offsets::new();
+    }
+    let loaded = match shared::snapshot::load_partitions(&consumer, &config.snapshot_topic(), Some(&picked), Duration::from_secs(30), &|| false) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::warn!(partitions = ?picked, error = %e, "[SNAPSHOT] cannot read the snapshots; replaying from the node's position");
+            return Offsets::new();
+        }
+    };
+    let checkpoints = loaded.checkpoints.clone();
+    let restored = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
+    let mut raised = Offsets::new();
+    for p in &picked {
+        let low = lows.get(p).copied().unwrap_or(0);
+        let have = positions.get(p).copied().unwrap_or(0);
+        let target = checkpoints.get(p).copied().unwrap_or(0).max(have);
+        if target < low {
+            tracing::error!(partition = p, position = have, log_start = low,
+                "[SNAPSHOT] records this node needs were deleted and no snapshot covers them: canvases of this partition may miss old pixels");
+        }
+        if target > have || !positions.contains_key(p) {
+            raised.insert(*p, target);
+        }
+    }
+    hub.advance_positions(&raised);
+    let _ = consumer.unassign();
+    tracing::info!(
+        "[SNAPSHOT] partitions={:?} restored canvasesFromSnapshots={} positions={} tookMs={}",
+        picked,
+        restored,
+        fmt_offsets(&raised),
+        started.elapsed().as_millis()
+    );
+    raised
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_snapshots_table() {
+        // (position, low watermark, high watermark) → start from the snapshots
+        let table = [
+            (None, 0, 0, true),
+            (Some(5), 0, 10, false),
+            (Some(5), 0, 5 + SKIP_AHEAD_LAG, false),
+            (Some(5), 0, 6 + SKIP_AHEAD_LAG, true),
+            (Some(5), 6, 10, true),
+            (Some(6), 6, 10, false),
+        ];
+        for (position, low, high, want) in table {
+            assert_eq!(from_snapshots(position, low, high), want, "position {position:?}, log {low}..{high}");
+        }
+    }
+}
