@@ -171,9 +171,15 @@ impl<L> Ctx<L> {
         self.keys.lock().expect("key store lock is never poisoned: no panics while held")
     }
 
-    /// Releases the keys of `events` (certainly not applied).
+    /// Releases the keys of `events` (certainly not applied). Nothing once this state is stopped:
+    /// [`crate::versions::Versions::start_over`] released every key in flight then, and a key
+    /// taken since belongs to a request of the new state (checked under the store's lock, which
+    /// the start-over takes after cancelling `stop`).
     pub fn release<'a>(&self, events: impl IntoIterator<Item = &'a Pending>) {
         let mut keys = self.keys();
+        if self.stop.is_cancelled() {
+            return;
+        }
         for p in events {
             if let Some(k) = &p.key {
                 keys.finish(k, &p.fp, None);
@@ -352,7 +358,11 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     }
     let began = Instant::now();
     let oldest = batch.units.iter().map(|(_, u)| u.queued_at).min().map_or(Duration::ZERO, |t| began.duration_since(t));
+    if ctx.stop.is_cancelled() {
+        return false;
+    }
     let outcome = tokio::select! {
+        biased;
         _ = ctx.stop.cancelled() => return false,
         o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
     };
