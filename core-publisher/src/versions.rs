@@ -897,6 +897,34 @@ mod tests {
         assert_eq!(v.uncovered_canvases(), 0);
     }
 
+    /// A publisher that stopped writing (here fenced) while a canvas is due a snapshot by age: its
+    /// committer found the snapshot due, `commit` returned at once (writes stopped) and the loop
+    /// went round again without ever awaiting anything, pinning a worker thread forever (on a
+    /// current-thread runtime, nothing else ever ran again; a fenced process could not exit).
+    #[test]
+    fn a_stopped_publisher_with_a_snapshot_due_does_not_spin() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+                let old = Versions::shared(log.clone(), DIMS, 3, snapshotting(1_000, Duration::from_millis(50)));
+                old.rebuild().await.unwrap();
+                let c = id("c1");
+                old.publish(&c, 0, 0, Color([1, 0, 0])).await.unwrap();
+                // Another publisher fences this one before the snapshot is due.
+                let new = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, snapshotting(1_000, Duration::from_secs(3600)));
+                new.rebuild().await.unwrap();
+                // At the idle committer's next look (every second) the old one's snapshot
+                // transaction is fenced; writes stop; the snapshot stays due.
+                tokio::time::sleep(Duration::from_millis(2_500)).await;
+                let _ = tx.send(old.is_fenced());
+            });
+        });
+        let fenced = rx.recv_timeout(Duration::from_secs(10)).expect("the runtime ran nothing else for 10 s: a committer spins");
+        assert!(fenced, "the snapshot transaction found the old publisher fenced");
+    }
+
     #[tokio::test]
     async fn an_aborted_transaction_leaves_no_snapshot_and_the_next_one_takes_it() {
         let log = Arc::new(FakeLog::new(3, |n| if n == 3 { Fate::Abort } else { Fate::Commit }));
