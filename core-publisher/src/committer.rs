@@ -293,8 +293,14 @@ fn written_by<L>(ctx: &Ctx<L>, writer: Writer) -> Vec<&Arc<Partition>> {
     }
 }
 
-/// Whether a partition `writer` writes has a canvas due a snapshot by age.
+/// Whether a partition `writer` writes has a canvas due a snapshot by age, and writes go on. Once
+/// they stopped (fenced, or failed until the start-over) [`commit`] writes nothing and returns at
+/// once, so a due snapshot must not count as work: the committer's loop would go round without
+/// ever awaiting, pinning its worker thread.
 fn snapshots_due<L>(ctx: &Ctx<L>, writer: Writer) -> bool {
+    if ctx.status.is_stopped() {
+        return false;
+    }
     let now = Instant::now();
     written_by(ctx, writer).iter().any(|p| p.snapshots_due(&ctx.snapshots, now))
 }
