@@ -171,9 +171,15 @@ impl<L> Ctx<L> {
         self.keys.lock().expect("key store lock is never poisoned: no panics while held")
     }
 
-    /// Releases the keys of `events` (certainly not applied).
+    /// Releases the keys of `events` (certainly not applied). Nothing once this state is stopped:
+    /// [`crate::versions::Versions::start_over`] released every key in flight then, and a key
+    /// taken since belongs to a request of the new state (checked under the store's lock, which
+    /// the start-over takes after cancelling `stop`).
     pub fn release<'a>(&self, events: impl IntoIterator<Item = &'a Pending>) {
         let mut keys = self.keys();
+        if self.stop.is_cancelled() {
+            return;
+        }
         for p in events {
             if let Some(k) = &p.key {
                 keys.finish(k, &p.fp, None);
@@ -287,8 +293,14 @@ fn written_by<L>(ctx: &Ctx<L>, writer: Writer) -> Vec<&Arc<Partition>> {
     }
 }
 
-/// Whether a partition `writer` writes has a canvas due a snapshot by age.
+/// Whether a partition `writer` writes has a canvas due a snapshot by age, and writes go on. Once
+/// they stopped (fenced, or failed until the start-over) [`commit`] writes nothing and returns at
+/// once, so a due snapshot must not count as work: the committer's loop would go round without
+/// ever awaiting, pinning its worker thread.
 fn snapshots_due<L>(ctx: &Ctx<L>, writer: Writer) -> bool {
+    if ctx.status.is_stopped() {
+        return false;
+    }
     let now = Instant::now();
     written_by(ctx, writer).iter().any(|p| p.snapshots_due(&ctx.snapshots, now))
 }
@@ -352,7 +364,11 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     }
     let began = Instant::now();
     let oldest = batch.units.iter().map(|(_, u)| u.queued_at).min().map_or(Duration::ZERO, |t| began.duration_since(t));
+    if ctx.stop.is_cancelled() {
+        return false;
+    }
     let outcome = tokio::select! {
+        biased;
         _ = ctx.stop.cancelled() => return false,
         o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
     };

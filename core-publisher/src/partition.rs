@@ -142,6 +142,8 @@ pub struct Partition {
 struct Queue {
     units: VecDeque<Unit>,
     next_id: u64,
+    /// Set by [`Partition::close`]: its committers are gone, nothing more is queued.
+    closed: bool,
 }
 
 impl Partition {
@@ -177,8 +179,30 @@ impl Partition {
         let mut q = self.lock_queue();
         q.next_id += 1;
         let id = q.next_id;
-        q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now() });
+        if q.closed {
+            // The publisher started over: no committer of this state will take it.
+            let _ = done.send(Err(PublishError::NotReady));
+        } else {
+            q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now() });
+        }
         (id, answer)
+    }
+
+    /// Once its committers are stopped (the publisher starts over): answers every queued unit
+    /// `NotReady` (certainly not written) and refuses what is pushed later, so no caller waits
+    /// for a committer that is gone. Their keys are the caller's to release.
+    pub fn close(&self) -> Vec<Pending> {
+        let units: Vec<Unit> = {
+            let mut q = self.lock_queue();
+            q.closed = true;
+            q.units.drain(..).collect()
+        };
+        let mut events = Vec::new();
+        for u in units {
+            let _ = u.done.send(Err(PublishError::NotReady));
+            events.extend(u.events);
+        }
+        events
     }
 
     /// Takes unit `id` back out of the queue if no transaction took it yet (its events are then

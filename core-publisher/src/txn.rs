@@ -33,7 +33,7 @@ use rdkafka::{ClientContext, Message};
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::PixelEvent;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -54,9 +54,10 @@ enum Job {
 /// One transactional producer, driven from its own thread.
 pub struct TxnWriter {
     jobs: Mutex<mpsc::Sender<Job>>,
-    /// Set from a job's hand-over until the thread finished it, clean-up included (the abort of
-    /// a stalled transaction can outlast its answer).
-    busy: Arc<AtomicBool>,
+    /// Jobs handed over and not finished yet, clean-up included (the abort of a stalled
+    /// transaction can outlast its answer). A count, not a flag the thread clears when its queue
+    /// looks empty: a job handed over between that look and the clearing would run "not busy".
+    busy: Arc<AtomicUsize>,
 }
 
 impl TxnWriter {
@@ -71,7 +72,7 @@ impl TxnWriter {
         transaction_timeout: Duration,
     ) -> Self {
         let (tx, rx) = mpsc::channel();
-        let busy = Arc::new(AtomicBool::new(false));
+        let busy = Arc::new(AtomicUsize::new(0));
         let thread = format!("txn-{}", transactional_id.rsplit('-').next().unwrap_or("?"));
         let worker = Worker {
             settings,
@@ -100,13 +101,14 @@ impl TxnWriter {
 
     /// Whether the thread is working on a job (or cleaning up after one).
     pub fn is_busy(&self) -> bool {
-        self.busy.load(Ordering::Acquire)
+        self.busy.load(Ordering::Acquire) > 0
     }
 
     async fn ask<T>(&self, job: impl FnOnce(oneshot::Sender<T>) -> Job, gone: T) -> T {
         let (tx, rx) = oneshot::channel();
-        self.busy.store(true, Ordering::Release);
+        self.busy.fetch_add(1, Ordering::AcqRel);
         if self.jobs.lock().expect("jobs lock").send(job(tx)).is_err() {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
             return gone;
         }
         rx.await.unwrap_or(gone)
@@ -353,13 +355,8 @@ fn classes(e: &KafkaError) -> (bool, bool, bool) {
 }
 
 impl Worker {
-    fn run(mut self, jobs: mpsc::Receiver<Job>, busy: &AtomicBool) {
+    fn run(mut self, jobs: mpsc::Receiver<Job>, busy: &AtomicUsize) {
         loop {
-            if let Ok(job) = jobs.try_recv() {
-                self.handle(job);
-                continue;
-            }
-            busy.store(false, Ordering::Release);
             let job = match jobs.recv_timeout(IDLE_POLL) {
                 Ok(job) => job,
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -371,6 +368,7 @@ impl Worker {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
             self.handle(job);
+            busy.fetch_sub(1, Ordering::AcqRel);
         }
         // The writer was dropped: the producer goes with the thread (librdkafka purges what is
         // queued; an open transaction is aborted by the coordinator or the next publisher).

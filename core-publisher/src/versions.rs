@@ -359,7 +359,12 @@ impl<L: EventLog> Versions<L> {
     /// the interrupted transactions did).
     pub fn start_over(&self) {
         if let Some(ctx) = self.ctx.write().expect("ctx lock").take() {
+            // Cancelled before the keys are released below: the old state's committers and callers
+            // release no key after that (see `Ctx::release`).
             ctx.stop.cancel();
+            for p in &ctx.partitions {
+                p.close();
+            }
         }
         self.log.reset();
         self.lock_keys().release_in_flight();
@@ -895,6 +900,34 @@ mod tests {
         assert_eq!(v.uncovered_canvases(), 0);
     }
 
+    /// A publisher that stopped writing (here fenced) while a canvas is due a snapshot by age: its
+    /// committer found the snapshot due, `commit` returned at once (writes stopped) and the loop
+    /// went round again without ever awaiting anything, pinning a worker thread forever (on a
+    /// current-thread runtime, nothing else ever ran again; a fenced process could not exit).
+    #[test]
+    fn a_stopped_publisher_with_a_snapshot_due_does_not_spin() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async {
+                let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+                let old = Versions::shared(log.clone(), DIMS, 3, snapshotting(1_000, Duration::from_millis(50)));
+                old.rebuild().await.unwrap();
+                let c = id("c1");
+                old.publish(&c, 0, 0, Color([1, 0, 0])).await.unwrap();
+                // Another publisher fences this one before the snapshot is due.
+                let new = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, snapshotting(1_000, Duration::from_secs(3600)));
+                new.rebuild().await.unwrap();
+                // At the idle committer's next look (every second) the old one's snapshot
+                // transaction is fenced; writes stop; the snapshot stays due.
+                tokio::time::sleep(Duration::from_millis(2_500)).await;
+                let _ = tx.send(old.is_fenced());
+            });
+        });
+        let fenced = rx.recv_timeout(Duration::from_secs(10)).expect("the runtime ran nothing else for 10 s: a committer spins");
+        assert!(fenced, "the snapshot transaction found the old publisher fenced");
+    }
+
     #[tokio::test]
     async fn an_aborted_transaction_leaves_no_snapshot_and_the_next_one_takes_it() {
         let log = Arc::new(FakeLog::new(3, |n| if n == 3 { Fate::Abort } else { Fate::Commit }));
@@ -1143,6 +1176,64 @@ mod tests {
         assert_eq!((p.version, replayed), (1, false));
         assert_eq!(v.publish_with_key(&c, 0, 0, Color([1, 1, 1]), Some("k")).await.unwrap(), (p, true));
         assert_eq!(v.log.events_of("c1"), vec![1]);
+    }
+
+    /// A publish still queued in the committers' state from before a start-over must not touch the
+    /// key store of the publisher that started over: its caller's deadline used to release its key
+    /// even though a retry had taken that key since (in flight in the new state), so a third
+    /// request with the key ran again and the publish was applied twice.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_publish_left_queued_by_a_start_over_does_not_release_a_retry_s_key() {
+        let log = FakeLog::new(3, |n| match n {
+            0 => Fate::StallLowest,
+            3 => Fate::FatalBeforeCommit,
+            _ => Fate::Commit,
+        });
+        let (old_blocker, retry_txn) = (log.gate(2), log.gate(4));
+        let v = ready_on(Arc::new(log), Duration::from_millis(1_000)).await;
+        let on = |want: i32| (0..).map(|i| id(&format!("p{i}"))).find(|c| v.partition_of(c) == want).unwrap();
+        let (c0, c1) = (on(0), on(1));
+        // Transaction 0 stalls on partition 0, which is isolated; its publish commits in 1.
+        assert_eq!(v.publish(&c0, 0, 0, Color([1, 1, 1])).await.unwrap().version, 1);
+        assert_eq!(v.partition_reports()[0].mode, "isolated");
+        // The shared committer is held in transaction 2; a keyed publish queues behind it.
+        let blocker = {
+            let (v, c1) = (v.clone(), c1.clone());
+            tokio::spawn(async move { v.publish(&c1, 0, 0, Color([1, 1, 1])).await })
+        };
+        until("transaction 2 began", || v.log.attempts() >= 3).await;
+        let first = {
+            let (v, c1) = (v.clone(), c1.clone());
+            tokio::spawn(async move { v.publish_with_key(&c1, 1, 1, Color([7, 7, 7]), Some("k")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // The isolated partition's producer fails for good (transaction 3): the publisher starts
+        // over, as `lib.rs` does.
+        assert_eq!(v.publish(&c0, 1, 0, Color([1, 1, 1])).await, Err(PublishError::NotReady));
+        assert!(v.failed());
+        v.start_over();
+        v.rebuild().await.unwrap();
+        drop(old_blocker);
+        // A retry with the key runs in the new state; its transaction (4) does not end yet.
+        let retry = {
+            let (v, c1) = (v.clone(), c1.clone());
+            tokio::spawn(async move { v.publish_with_key(&c1, 1, 1, Color([7, 7, 7]), Some("k")).await })
+        };
+        until("transaction 4 began", || v.log.attempts() >= 5).await;
+        // The first request was still queued in the old state: certainly not written.
+        let first = first.await.unwrap();
+        assert_eq!(first, Err(PublishError::NotReady), "answered when its state stopped, not at its deadline");
+        // The retry's key is still in flight: a third request must not run.
+        let third = {
+            let (v, c1) = (v.clone(), c1.clone());
+            tokio::spawn(async move { v.publish_with_key(&c1, 1, 1, Color([7, 7, 7]), Some("k")).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        retry_txn.notify_one();
+        let (third, _, _) = (third.await.unwrap(), retry.await.unwrap(), blocker.await.unwrap());
+        let applied = v.log.committed().into_iter().flatten().filter(|(_, k)| k.as_deref() == Some("k")).count();
+        assert_eq!(applied, 1, "the publish with key k was applied {applied} times (third request: {third:?})");
+        assert_eq!(third, Err(PublishError::KeyInFlight));
     }
 
     #[tokio::test]
