@@ -11,7 +11,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 /// Log tags that make a line part of the timeline.
-pub const TIMELINE_TAGS: &[&str] = &["[CATCHUP]", "[DRAIN]", "[BROADCAST]", "[RELEASE]", "[NODE]", "[GATEWAY]", "[HARNESS]"];
+pub const TIMELINE_TAGS: &[&str] = &["[CATCHUP]", "[DRAIN]", "[BROADCAST]", "[RELEASE]", "[NODE]", "[GATEWAY]", "[HARNESS]", "[SNAPSHOT]", "[STANDBY]"];
 
 /// One timeline line.
 #[derive(Debug, Clone)]

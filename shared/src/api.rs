@@ -82,6 +82,9 @@ pub struct NodeHealth {
     /// Open WebSocket sessions.
     pub sessions: usize,
     pub catchup: CatchupReport,
+    /// Partitions this node does not own but keeps current (warm standby), sorted.
+    #[serde(default)]
+    pub standby_partitions: Vec<i32>,
 }
 
 /// Body of `POST /admin/drain` on a node.
@@ -173,6 +176,7 @@ mod tests {
                 canvases_from_snapshots: 1,
                 error: None,
             },
+            standby_partitions: vec![1, 3],
         };
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["state"], "HEALTHY");

@@ -170,6 +170,8 @@ pub struct Broadcast {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
     release: Option<JoinHandle<()>>,
+    /// The standby reader ([`crate::standby`]), when `STANDBY` is on.
+    standby: Option<JoinHandle<()>>,
 }
 
 impl Broadcast {
@@ -202,18 +204,31 @@ impl Broadcast {
             .name("release".into())
             .spawn(move || release_loop(reader, &topic, hub2, stop2))
             .expect("spawn the release reader thread");
+        let standby = if config.standby {
+            let standby_reader: BaseConsumer<FleetContext> =
+                config.kafka().reader(&format!("{}-standby", config.node_id)).create_with_context(FleetContext::default())?;
+            let (stop2, hub2, topic) = (stop.clone(), hub.clone(), config.topic.clone());
+            Some(
+                std::thread::Builder::new()
+                    .name("standby".into())
+                    .spawn(move || crate::standby::run(standby_reader, &topic, hub2, stop2))
+                    .expect("spawn the standby reader thread"),
+            )
+        } else {
+            None
+        };
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("broadcast".into())
             .spawn(move || poll_loop(consumer, hub, stop2))
             .expect("spawn the broadcast thread");
-        Ok(Self { stop, thread: Some(thread), release: Some(release) })
+        Ok(Self { stop, thread: Some(thread), release: Some(release), standby })
     }
 
     /// Leaves the group (the partitions move to the other members) and waits for the thread.
     pub async fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        let threads: Vec<JoinHandle<()>> = self.thread.take().into_iter().chain(self.release.take()).collect();
+        let threads: Vec<JoinHandle<()>> = self.thread.take().into_iter().chain(self.release.take()).chain(self.standby.take()).collect();
         let _ = tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join()))).await;
     }
 }

@@ -66,6 +66,10 @@ pub struct Config {
     /// over at once, in the rebalance callback.
     #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub revoke_hold_ms: u64,
+    /// Keep every partition's state current, not only the owned ones (a group-less standby reader;
+    /// see the `standby` module): takeovers then need no replay. `false` halves the node's reads.
+    #[arg(long, env = "STANDBY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub standby: bool,
     /// `retry_after_ms` of the reconnect notices this node sends, ms.
     #[arg(long, env = "RECONNECT_AFTER_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub reconnect_after_ms: u64,
@@ -150,6 +154,7 @@ impl Config {
             ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
             ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),
+            ("STANDBY", self.standby.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
             ("WRITE_TIMEOUT_MS", self.write_timeout_ms.to_string()),
             ("PING_INTERVAL_MS", self.ping_interval_ms.to_string()),

@@ -7,8 +7,8 @@
 //!
 //! Modules: [`config`], [`lifecycle`] (the node's state machine), [`state`] (one canvas and its
 //! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
-//! the targets), [`snapshot`] (a takeover's start from the snapshots), [`broadcast`] (live
-//! consumer and rebalances), [`session`] (one WebSocket),
+//! the targets), [`snapshot`] (a takeover's start from the snapshots), [`standby`] (the other
+//! partitions kept current), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
 //! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes).
 
 pub mod broadcast;
@@ -21,6 +21,7 @@ pub mod lifecycle;
 pub mod node;
 pub mod session;
 pub mod snapshot;
+pub mod standby;
 pub mod state;
 
 use crate::config::Config;

@@ -148,6 +148,7 @@ impl Node {
             partition_count: self.partition_count(),
             sessions: self.hub.open_sessions(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
+            standby_partitions: if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() },
         }
     }
 
