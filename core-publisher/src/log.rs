@@ -518,7 +518,9 @@ async fn ensure_topic(settings: &KafkaSettings, topic: &str, partitions: u32, re
     for (k, v) in configs {
         new = new.set(k, v);
     }
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    // A broker that never answers (librdkafka's mock cluster has no CreateTopics) is retried with
+    // a warning rather than waited for.
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(Duration::from_secs(15)));
     let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
     for r in results {
         match r {

@@ -326,13 +326,20 @@ impl Partition {
         if chosen.is_empty() {
             return planned;
         }
+        let mut bytes = 0;
+        let mut taken: Vec<&CanvasId> = Vec::new();
         for c in &chosen {
+            if !taken.is_empty() && bytes >= policy.max_bytes_per_txn {
+                break;
+            }
             let head = &book.heads[*c];
-            let snap = shared::snapshot::Snapshot::of(c, head, 0, book.coverage.position(c));
+            let value = shared::snapshot::Snapshot::of(c, head, 0, book.coverage.position(c)).encode();
+            bytes += value.len();
+            taken.push(c);
             planned.canvases.push(((*c).clone(), head.version()));
-            planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value: snap.encode() });
+            planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value });
         }
-        let checkpoint = book.coverage.checkpoint_after(&chosen, book.end);
+        let checkpoint = book.coverage.checkpoint_after(&taken, book.end);
         planned.writes.push(SnapshotWrite {
             partition: self.id,
             key: shared::snapshot::CHECKPOINT_KEY.to_owned(),

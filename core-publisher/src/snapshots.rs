@@ -26,13 +26,16 @@ pub struct SnapshotPolicy {
     pub every_versions: u64,
     /// Age of the oldest uncovered record that makes one due.
     pub every: Duration,
-    /// Most snapshots one transaction carries (the rest wait for the next).
+    /// Most snapshots one transaction carries (the rest wait for the next)...
     pub max_per_txn: usize,
+    /// ...and their most bytes, encoded (at least one is always taken), so that large canvases
+    /// do not make a transaction's records slow to acknowledge.
+    pub max_bytes_per_txn: usize,
 }
 
 impl Default for SnapshotPolicy {
     fn default() -> Self {
-        Self { every_versions: 1_000, every: Duration::from_secs(60), max_per_txn: 64 }
+        Self { every_versions: 1_000, every: Duration::from_secs(60), max_per_txn: 64, max_bytes_per_txn: 1 << 20 }
     }
 }
 
@@ -66,7 +69,7 @@ pub struct Coverage {
 impl Coverage {
     /// A canvas read from its snapshot (version `version`, covering records before `offset`).
     pub fn restored(&mut self, canvas: &CanvasId, version: u64, offset: i64) {
-        self.marks.insert(canvas.clone(), Mark { snapshot_version: version, last_offset: offset - 1, first_uncovered: None });
+        self.marks.insert(canvas.clone(), Mark { snapshot_version: version, last_offset: offset.saturating_sub(1), first_uncovered: None });
     }
 
     /// A committed record of `canvas` at `offset` that its snapshot does not cover.
@@ -137,7 +140,7 @@ mod tests {
 
     #[test]
     fn due_table() {
-        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), max_per_txn: 8 };
+        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), max_per_txn: 8, max_bytes_per_txn: 1 << 20 };
         let s = Duration::from_secs;
         // (version, snapshot version, uncovered for) → due
         let table = [

@@ -269,13 +269,24 @@ impl<L: EventLog> Versions<L> {
             incomplete: Vec::new(),
             events: 0,
         };
+        // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
+        // corrupt; or of another canvas size) may be the only record of its canvas's head: going
+        // on without it would hand that canvas's versions out again. Refuse until fixed.
+        if loaded.skipped > 0 {
+            return Err(RebuildError::Read(ReadError(format!(
+                "{} snapshot record(s) could not be read (see the warnings; a newer format needs a newer publisher): refusing to start \
+                 without them, as their canvases' versions would be reused",
+                loaded.skipped
+            ))));
+        }
+        if let Some((canvas, (_, snap))) = loaded.canvases.iter().find(|(_, (_, s))| s.dims != self.dims) {
+            return Err(RebuildError::Read(ReadError(format!(
+                "the snapshot of {canvas} is {}x{}, not CANVAS_WIDTH x CANVAS_HEIGHT {}x{}: refusing to start with another canvas size",
+                snap.dims.width, snap.dims.height, self.dims.width, self.dims.height
+            ))));
+        }
         let from_snapshots = loaded.canvases.len();
         for (canvas, (p, snap)) in loaded.canvases {
-            if snap.dims != self.dims {
-                tracing::error!(canvas = %canvas, width = snap.dims.width, height = snap.dims.height,
-                    "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
-                continue;
-            }
             let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
             cover.restored(&canvas, snap.version, snap.offset);
             heads.insert(canvas, snap.to_canvas());
@@ -829,7 +840,7 @@ mod tests {
     }
 
     fn snapshotting(every_versions: u64, every: Duration) -> Timings {
-        Timings { answer_timeout: WAIT, snapshots: SnapshotPolicy { every_versions, every, max_per_txn: 64 }, ..Timings::default() }
+        Timings { answer_timeout: WAIT, snapshots: SnapshotPolicy { every_versions, every, ..SnapshotPolicy::default() }, ..Timings::default() }
     }
 
     /// The snapshot of `canvas` with the highest version in the fake's snapshot topic, and the
@@ -969,6 +980,24 @@ mod tests {
         assert!(restarted.incomplete_canvases().is_empty());
         assert_eq!(restarted.publish(&quiet, 0, 0, Color([0, 0, 0])).await.unwrap().version, 2, "the head came from the snapshot");
         assert_eq!(restarted.publish(&a, 0, 0, Color([0, 0, 0])).await.unwrap().version, 10);
+    }
+
+    #[tokio::test]
+    async fn a_restart_that_cannot_use_a_snapshot_refuses_to_start_rather_than_reuse_versions() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let first = Versions::shared(log.clone(), DIMS, 3, snapshotting(2, Duration::from_secs(3600)));
+        first.rebuild().await.unwrap();
+        let c = id("c1");
+        for i in 0..3 {
+            first.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        assert_eq!(first.counters().to_json()["snapshots"], 1);
+        // Another canvas size: that snapshot cannot be used, and it may be the only head.
+        let other = CanvasDims { width: 4, height: 4 };
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), other, 3, snapshotting(2, Duration::from_secs(3600)));
+        let e = restarted.rebuild().await.unwrap_err();
+        assert!(e.to_string().contains("canvas size"), "{e}");
+        assert!(!restarted.is_ready());
     }
 
     #[tokio::test]

@@ -389,15 +389,19 @@ impl Broker {
         }
     }
 
-    /// Creates `topic` on the embedded broker (the others get it from the publisher's admin call).
+    /// Creates `topic` and its snapshot topic ([`shared::snapshot::topic_for`]) on the embedded
+    /// broker: librdkafka's mock cluster does not answer CreateTopics, so the publisher cannot
+    /// (the other brokers get them from the publisher's admin call).
     ///
     /// # Errors
     /// When the mock cluster refuses.
     pub fn precreate_topic(&self, topic: &str, partitions: i32) -> anyhow::Result<()> {
         if let Inner::Embedded { stop: Some(tx), .. } = &self.inner {
-            let (done, rx) = std::sync::mpsc::channel();
-            tx.send(MockCommand::CreateTopic { name: topic.into(), partitions, done })?;
-            rx.recv()?.map_err(anyhow::Error::msg)?;
+            for name in [topic.to_owned(), shared::snapshot::topic_for(topic)] {
+                let (done, rx) = std::sync::mpsc::channel();
+                tx.send(MockCommand::CreateTopic { name, partitions, done })?;
+                rx.recv()?.map_err(anyhow::Error::msg)?;
+            }
         }
         Ok(())
     }

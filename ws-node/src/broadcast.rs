@@ -83,10 +83,13 @@ impl ConsumerContext for BroadcastContext {
                 // The second after a revocation is the rebalance's next round: the consumer
                 // delivers the kept partitions again.
                 self.hub.assignment_came();
-                // Partitions not followed for long (or whose records were deleted) start from
-                // their snapshots: the replay is bounded by the snapshot interval.
-                let fresh: Vec<i32> = partitions.iter().copied().filter(|p| !self.hub.owned().contains(p)).collect();
-                if !fresh.is_empty() {
+                // Without the standby reader, partitions not followed for long (or whose records
+                // were deleted) start from their snapshots: the replay is bounded by the snapshot
+                // interval. Held partitions are current (the release reader reads them) and
+                // have sessions that must not skip versions.
+                let (owned, held) = (self.hub.owned(), self.hub.held());
+                let fresh: Vec<i32> = partitions.iter().copied().filter(|p| !owned.contains(p) && !held.contains(p)).collect();
+                if !self.config.standby && !fresh.is_empty() {
                     crate::snapshot::skip_ahead(&self.config, &self.hub, &fresh);
                 }
                 let positions = self.hub.positions();

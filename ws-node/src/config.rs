@@ -67,7 +67,9 @@ pub struct Config {
     #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub revoke_hold_ms: u64,
     /// Keep every partition's state current, not only the owned ones (a group-less standby reader;
-    /// see the `standby` module): takeovers then need no replay. `false` halves the node's reads.
+    /// see the `standby` module): a takeover then starts at the partitions' head. With it every
+    /// node reads the whole topic; `false` reads only what the node owns, and a takeover far
+    /// behind starts from the snapshots.
     #[arg(long, env = "STANDBY", default_value_t = true, action = clap::ArgAction::Set)]
     pub standby: bool,
     /// `retry_after_ms` of the reconnect notices this node sends, ms.

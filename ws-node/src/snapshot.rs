@@ -1,6 +1,6 @@
-//! Snapshots on the node's side of a takeover: a partition assigned to this node is read from the
-//! node's own position, which is only as recent as the node's last catch-up when it did not own
-//! the partition since. When that position is far behind the partition's end, or below its log
+//! Snapshots on the node's side of a takeover, when the standby reader is off (`STANDBY=false`): a
+//! partition assigned to this node is read from the node's own position, which is only as recent
+//! as the node's last catch-up when it did not own the partition since. When that position is far behind the partition's end, or below its log
 //! start (records deleted by retention), the node first restores the partition's canvases from
 //! the snapshot topic ([`shared::snapshot`]) and moves its position up to the partition's
 //! checkpoint: the replay is then bounded by the snapshot interval, not by how long the node ran.
