@@ -563,6 +563,12 @@ pub mod fake {
     /// A record of the fake log: its events with their idempotency keys.
     pub type FakeRecord = Vec<(PixelEvent, Option<String>)>;
 
+    /// A committed snapshot-topic record: key, value.
+    type SnapshotEntry = (String, Vec<u8>);
+
+    /// An in-doubt transaction: its records, its snapshots, and whether it commits.
+    type InDoubtTxn = (Vec<Record>, Vec<SnapshotWrite>, bool);
+
     #[derive(Clone, Debug)]
     enum Entry {
         Record(FakeRecord),
@@ -576,12 +582,12 @@ pub mod fake {
         /// Per partition, the log start (records below it were deleted, as retention would).
         low: Mutex<BTreeMap<i32, i64>>,
         /// The snapshot topic's committed records, per partition, in order.
-        snapshots: Mutex<BTreeMap<i32, Vec<(String, Vec<u8>)>>>,
+        snapshots: Mutex<BTreeMap<i32, Vec<SnapshotEntry>>>,
         /// The current producer epoch of each writer (bumped by every `prepare`).
         epochs: Mutex<HashMap<Writer, u64>>,
         /// The in-doubt transaction of each writer: its records and snapshots, and whether it
         /// commits.
-        pending: Mutex<HashMap<Writer, (Vec<Record>, Vec<SnapshotWrite>, bool)>>,
+        pending: Mutex<HashMap<Writer, InDoubtTxn>>,
         attempts: AtomicU64,
         /// The writer of each transaction attempt, in order.
         writers: Mutex<Vec<Writer>>,

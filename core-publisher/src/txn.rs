@@ -148,6 +148,9 @@ struct TxnContext {
     delivered: Condvar,
 }
 
+/// A snapshot-topic record as it is produced (binary value).
+type BytesRecord<'a> = BaseRecord<'a, str, [u8], usize>;
+
 /// Records per transaction are below 2^20 (the opaque's low bits; a transaction carries at most
 /// [`crate::partition::MAX_TXN_EVENTS`] events).
 const INDEX_BITS: u32 = 20;
@@ -242,7 +245,9 @@ impl TxnProducer {
         with_producer!(self, p => p.send(record))
     }
 
-    fn send_bytes<'a>(&self, record: BaseRecord<'a, str, [u8], usize>) -> Result<(), (KafkaError, BaseRecord<'a, str, [u8], usize>)> {
+    // rdkafka's `send` hands the record back in the error the same way.
+    #[allow(clippy::result_large_err)]
+    fn send_bytes<'a>(&self, record: BytesRecord<'a>) -> Result<(), (KafkaError, BytesRecord<'a>)> {
         with_producer!(self, p => p.send(record))
     }
 
@@ -606,7 +611,7 @@ impl Worker {
 
     /// Queues one snapshot-topic record (waiting while librdkafka's queue is full).
     fn send_snapshot(&self, producer: &TxnProducer, seq: usize, index: usize, w: &SnapshotWrite, by: Instant) -> Result<(), KafkaError> {
-        let mut record = BaseRecord::<str, [u8], usize>::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
+        let mut record = BytesRecord::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
             .partition(w.partition)
             .key(w.key.as_str())
             .payload(w.value.as_slice());

@@ -345,7 +345,8 @@ mod tests {
         let mut lying = good.clone();
         let n = lying.len();
         lying.truncate(n - 1);
-        let cases: Vec<(Option<&[u8]>, Vec<u8>, fn(&SnapshotError) -> bool)> = vec![
+        type Case<'a> = (Option<&'a [u8]>, Vec<u8>, fn(&SnapshotError) -> bool);
+        let cases: Vec<Case> = vec![
             (None, good.clone(), |e| matches!(e, SnapshotError::NoKey)),
             (Some(b"b"), good.clone(), |e| matches!(e, SnapshotError::KeyMismatch { .. })),
             (Some(b"no spaces"), good.clone(), |e| matches!(e, SnapshotError::BadKey(_))),

@@ -47,7 +47,7 @@ pub fn idle_report() -> CatchupReport {
         last_consumed_offsets: Default::default(),
         positions: Default::default(),
         replay_count: 0,
-            canvases_from_snapshots: 0,
+        canvases_from_snapshots: 0,
         error: None,
     }
 }
