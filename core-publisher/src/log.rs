@@ -295,8 +295,19 @@ impl KafkaLog {
         self.lock_writers().clear();
     }
 
-    fn consumer(settings: &KafkaSettings) -> Result<BaseConsumer<FleetContext>, ReadError> {
-        settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| ReadError(e.to_string()))
+    /// Runs `read` with a new `read_committed` reader on a blocking thread.
+    async fn with_reader<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&BaseConsumer<FleetContext>) -> Result<T, ReadError> + Send + 'static,
+    ) -> Result<T, ReadError> {
+        let settings = self.settings.clone();
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer<FleetContext> =
+                settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| ReadError(e.to_string()))?;
+            read(&consumer)
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
     }
 }
 
@@ -377,20 +388,17 @@ impl EventLog for KafkaLog {
     }
 
     async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
-        let (settings, topic) = (self.settings.clone(), self.snapshot_topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let consumer = Self::consumer(&settings)?;
-            shared::snapshot::load(&consumer, &topic, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
+        let topic = self.snapshot_topic.clone();
+        self.with_reader(move |consumer| {
+            shared::snapshot::load(consumer, &topic, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
         })
         .await
-        .map_err(|e| ReadError(e.to_string()))?
     }
 
     async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {
-        let (settings, topic) = (self.settings.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let consumer = Self::consumer(&settings)?;
-            let n = replay::partition_count(&consumer, &topic, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))?;
+        let topic = self.topic.clone();
+        self.with_reader(move |consumer| {
+            let n = replay::partition_count(consumer, &topic, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))?;
             let mut tpl = rdkafka::TopicPartitionList::new();
             for p in 0..n as i32 {
                 tpl.add_partition_offset(&topic, p, rdkafka::Offset::Offset(ms)).map_err(|e| ReadError(e.to_string()))?;
@@ -406,21 +414,19 @@ impl EventLog for KafkaLog {
             Ok(out)
         })
         .await
-        .map_err(|e| ReadError(e.to_string()))?
     }
 
     async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
-        let (settings, topic) = (self.settings.clone(), self.topic.clone());
-        tokio::task::spawn_blocking(move || {
-            let consumer = Self::consumer(&settings)?;
-            let (plan, truncated) = replay::plan_wanting(&consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
+        let topic = self.topic.clone();
+        self.with_reader(move |consumer| {
+            let (plan, truncated) = replay::plan_wanting(consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
             let total = replay::Progress::new(&plan).remaining();
             tracing::info!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
                 "reading the log after the snapshots");
             let mut last = std::time::Instant::now();
             let progress = replay::run(
-                &consumer,
+                consumer,
                 &topic,
                 &plan,
                 Duration::from_secs(30),
@@ -441,7 +447,6 @@ impl EventLog for KafkaLog {
             Ok((sink, TailEnd { positions: progress.positions, truncated, records: progress.count }))
         })
         .await
-        .map_err(|e| ReadError(e.to_string()))?
     }
 
     fn reset(&self) {

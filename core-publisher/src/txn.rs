@@ -27,7 +27,7 @@
 
 use crate::log::{PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders, ToBytes};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::{ClientContext, Message};
 use shared::event::IDEMPOTENCY_HEADER;
@@ -148,8 +148,8 @@ struct TxnContext {
     delivered: Condvar,
 }
 
-/// A snapshot-topic record as it is produced (binary value).
-type BytesRecord<'a> = BaseRecord<'a, str, [u8], usize>;
+/// A record as a writer produces it: key = canvas id (or the checkpoint key), value `P`.
+type Produced<'a, P> = BaseRecord<'a, str, P, usize>;
 
 /// Records per transaction are below 2^20 (the opaque's low bits; a transaction carries at most
 /// [`crate::partition::MAX_TXN_EVENTS`] events).
@@ -241,17 +241,26 @@ impl TxnProducer {
     }
 
     #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back to be retried
-    fn send<'a>(&self, record: BaseRecord<'a, str, String, usize>) -> Result<(), (KafkaError, BaseRecord<'a, str, String, usize>)> {
-        with_producer!(self, p => p.send(record))
-    }
-
     // rdkafka's `send` hands the record back in the error the same way.
     #[allow(clippy::result_large_err)]
-    fn send_bytes<'a>(&self, record: BytesRecord<'a>) -> Result<(), (KafkaError, BytesRecord<'a>)> {
+    fn send<'a, P: ToBytes + ?Sized>(&self, record: Produced<'a, P>) -> Result<(), (KafkaError, Produced<'a, P>)> {
         with_producer!(self, p => p.send(record))
     }
 
-    /// Serves events now (a producer polled by its own thread; nothing for the other).
+    /// Queues `record`, waiting while librdkafka's queue is full, until `by`.
+    fn queue<P: ToBytes + ?Sized>(&self, mut record: Produced<'_, P>, by: Instant) -> Result<(), KafkaError> {
+        loop {
+            match self.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
+                    record = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
     fn poll_now(&self) {
         if let TxnProducer::Own(p) = self {
             p.poll(Duration::ZERO);
@@ -597,34 +606,16 @@ impl Worker {
             }
             record = record.headers(headers);
         }
-        loop {
-            match producer.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, _)) => return Err(e),
-            }
-        }
+        producer.queue(record, by)
     }
 
     /// Queues one snapshot-topic record (waiting while librdkafka's queue is full).
     fn send_snapshot(&self, producer: &TxnProducer, seq: usize, index: usize, w: &SnapshotWrite, by: Instant) -> Result<(), KafkaError> {
-        let mut record = BytesRecord::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
+        let record = Produced::<[u8]>::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
             .partition(w.partition)
             .key(w.key.as_str())
             .payload(w.value.as_slice());
-        loop {
-            match producer.send_bytes(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, _)) => return Err(e),
-            }
-        }
+        producer.queue(record, by)
     }
 
     /// A failure before the commit was sent: the transaction cannot commit.

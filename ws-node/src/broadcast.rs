@@ -249,6 +249,25 @@ const BRIDGE_AT_MOST: Duration = Duration::from_secs(10);
 /// The release reader: reads the held partitions ([`Hub::hold`]) from the node's positions and
 /// applies their records, so held sessions keep their events until they are handed over. Its
 /// assignment follows the hub's held and bridged sets (checked every poll, at most 50 ms apart).
+/// Assigns `reader` (no group) exactly `partitions` of `topic`, each from the node's position in
+/// `positions` (the log start when it has none); unassigns when `partitions` is empty. Used by the
+/// release reader and the standby reader.
+pub(crate) fn assign_from(
+    reader: &BaseConsumer<FleetContext>,
+    topic: &str,
+    partitions: &[i32],
+    positions: &shared::replay::Offsets,
+) -> rdkafka::error::KafkaResult<()> {
+    if partitions.is_empty() {
+        return reader.unassign();
+    }
+    let mut tpl = TopicPartitionList::new();
+    for p in partitions {
+        tpl.add_partition_offset(topic, *p, positions.get(p).copied().map_or(Offset::Beginning, Offset::Offset))?;
+    }
+    reader.assign(&tpl)
+}
+
 fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     // Learn the topic's leaders now: a first assignment without them waits for a metadata round
     // and a connection (measured: 0.8–1.3 s on a real broker, against 0.2 s when warm).
@@ -263,15 +282,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
         if scope != reading {
             let held = scope;
             let positions = hub.positions();
-            let mut tpl = TopicPartitionList::new();
-            for p in &held {
-                let offset = positions.get(p).copied().map_or(Offset::Beginning, Offset::Offset);
-                if let Err(e) = tpl.add_partition_offset(topic, *p, offset) {
-                    tracing::error!(partition = p, error = %e, "[RELEASE] cannot set the start offset");
-                }
-            }
-            let r = if held.is_empty() { reader.unassign() } else { reader.assign(&tpl) };
-            match r {
+            match assign_from(&reader, topic, &held, &positions) {
                 Ok(()) if held.is_empty() => tracing::info!("[RELEASE] stopped reading partitions={:?} (handed over or back)", reading),
                 Ok(()) => tracing::info!(
                     "[RELEASE] reading partitions={:?} (held={:?}, kept but stalled until the rebalance's next round={:?}) from offsets={} for their sessions",

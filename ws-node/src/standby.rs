@@ -9,7 +9,6 @@
 
 use crate::hub::Hub;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::{Offset, TopicPartitionList};
 use shared::kafka::FleetContext;
 use shared::replay::fmt_offsets;
 use std::collections::BTreeSet;
@@ -34,15 +33,7 @@ pub fn run(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop:
             let known: BTreeSet<i32> = positions.keys().copied().collect();
             let want = scope(&known, &hub.owned(), &hub.held());
             if want != reading {
-                let mut tpl = TopicPartitionList::new();
-                for p in &want {
-                    let offset = positions.get(p).copied().map_or(Offset::Beginning, Offset::Offset);
-                    if let Err(e) = tpl.add_partition_offset(topic, *p, offset) {
-                        tracing::error!(partition = p, error = %e, "[STANDBY] cannot set the start offset");
-                    }
-                }
-                let r = if want.is_empty() { reader.unassign() } else { reader.assign(&tpl) };
-                match r {
+                match crate::broadcast::assign_from(&reader, topic, &want, &positions) {
                     Ok(()) => tracing::info!(
                         "[STANDBY] reading partitions={:?} from offsets={} (kept current, not served)",
                         want,
