@@ -6,6 +6,12 @@
 //! version once and in order and ends with the publisher's canvas; the versions continue after the
 //! publisher's restart.
 //!
+//! A second test freezes a node (SIGSTOP) and deletes the records its readers were about to read:
+//! when it resumes, its standby reader and broadcast consumer find their positions below the log
+//! start (`auto.offset.reset=error`: never skipped silently), restore those partitions from the
+//! snapshots and read on; the node then takes over every partition with a kill -9 of the other,
+//! and its clients resume by events.
+//!
 //! librdkafka's mock cluster has no DeleteRecords and no compaction, so this runs on real Kafka
 //! only. Needs `scripts/kafka/fetch.sh` (the README's test command runs it).
 
@@ -34,30 +40,21 @@ fn low_watermarks(bootstrap: &str, topic: &str, partitions: u32) -> Offsets {
     (0..partitions as i32).map(|p| (p, consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").0)).collect()
 }
 
-async fn trimmed_log_through_kill_failback_and_publisher_restart() {
-    let tl = Timeline::new(true);
-    let broker = Broker::start(BrokerKind::Real).await.expect("broker");
-    let spec = FleetSpec {
-        publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "300".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "40".into())],
-        ..FleetSpec::default()
-    };
-    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
-    let snapshot_topic = shared::snapshot::topic_for(&fleet.topic);
-    let state = fleet.fleet_state().await.unwrap();
-    let nodes = vec!["ws-1".to_owned(), "ws-2".to_owned()];
-    let canvases = pick_canvases(&state, fleet.spec.partitions, 4, &nodes);
-    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
-    let clients = spawn_clients(&fleet, &canvases, 8, dims).await.expect("clients");
-    let load = Load::start(&format!("{}/api", fleet.gateway.url()), canvases.clone(), 60.0, dims.width, dims.height);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+fn high_watermarks(bootstrap: &str, topic: &str, partitions: u32) -> Offsets {
+    let consumer: BaseConsumer = KafkaSettings::new(bootstrap).reader("e2e-ret-watermarks").create().expect("a reader");
+    (0..partitions as i32).map(|p| (p, consumer.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1)).collect()
+}
 
-    // Retention, at once: every partition loses its records below its checkpoint.
-    let partitions: Vec<i32> = canvases.iter().map(|c| shared::partitioner::partition_for(c.as_bytes(), fleet.spec.partitions) as i32).collect();
-    let cps = eventually("a checkpoint past offset 0 on every partition with canvases", Duration::from_secs(30), || {
-        let (b, t, parts) = (broker.bootstrap.clone(), snapshot_topic.clone(), partitions.clone());
+/// Waits until every partition of `partitions` has a checkpoint past `above` (0 when absent), then
+/// deletes every partition's records below its checkpoint (DeleteRecords, as retention would).
+/// Returns the checkpoints, now the log starts.
+async fn delete_below_checkpoints(broker: &Broker, fleet: &Fleet, partitions: &[i32], above: &Offsets) -> Offsets {
+    let snapshot_topic = shared::snapshot::topic_for(&fleet.topic);
+    let cps = eventually("a checkpoint past the given offsets on every partition with canvases", Duration::from_secs(30), || {
+        let (b, t, parts, above) = (broker.bootstrap.clone(), snapshot_topic.clone(), partitions.to_vec(), above.clone());
         async move {
             let cps = tokio::task::spawn_blocking(move || checkpoints(&b, &t)).await.map_err(|e| e.to_string())?;
-            Ok(parts.iter().all(|p| cps.get(p).is_some_and(|o| *o > 0)).then_some(cps))
+            Ok(parts.iter().all(|p| cps.get(p).is_some_and(|o| *o > above.get(p).copied().unwrap_or(0))).then_some(cps))
         }
     })
     .await
@@ -73,7 +70,33 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     for (p, o) in &cps {
         assert_eq!(lows[p], *o, "partition {p} starts at its checkpoint now");
     }
-    tl.mark(format!("deleted the records below the checkpoints {cps:?}"));
+    fleet.timeline.mark(format!("deleted the records below the checkpoints {cps:?}"));
+    cps
+}
+
+fn partitions_of(canvases: &[String], n: u32) -> Vec<i32> {
+    canvases.iter().map(|c| shared::partitioner::partition_for(c.as_bytes(), n) as i32).collect()
+}
+
+async fn trimmed_log_through_kill_failback_and_publisher_restart() {
+    let tl = Timeline::new(true);
+    let broker = Broker::start(BrokerKind::Real).await.expect("broker");
+    let spec = FleetSpec {
+        publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "300".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "40".into())],
+        ..FleetSpec::default()
+    };
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
+    let state = fleet.fleet_state().await.unwrap();
+    let nodes = vec!["ws-1".to_owned(), "ws-2".to_owned()];
+    let canvases = pick_canvases(&state, fleet.spec.partitions, 4, &nodes);
+    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
+    let clients = spawn_clients(&fleet, &canvases, 8, dims).await.expect("clients");
+    let load = Load::start(&format!("{}/api", fleet.gateway.url()), canvases.clone(), 60.0, dims.width, dims.height);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+
+    // Retention, at once: every partition loses its records below its checkpoint.
+    let partitions = partitions_of(&canvases, fleet.spec.partitions);
+    delete_below_checkpoints(&broker, &fleet, &partitions, &Offsets::new()).await;
 
     // kill -9 of ws-1: ws-2 takes its partitions from below their new log start.
     let kill_at = shared::event::now_ms();
@@ -123,12 +146,90 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     assert!(versions >= accepted, "{accepted} publishes accepted but the canvases' versions add up to {versions}");
 }
 
+async fn frozen_node_below_the_log_start() {
+    let tl = Timeline::new(true);
+    let broker = Broker::start(BrokerKind::Real).await.expect("broker");
+    let spec = FleetSpec {
+        publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "300".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "40".into())],
+        ..FleetSpec::default()
+    };
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
+    let state = fleet.fleet_state().await.unwrap();
+    // Clients on ws-1's canvases only (ws-2 will be frozen); events on ws-2's canvases too, so
+    // both its standby reader and its broadcast consumer fall below the log start.
+    let watched = pick_canvases(&state, fleet.spec.partitions, 4, &["ws-1".to_owned()]);
+    let unwatched = pick_canvases(&state, fleet.spec.partitions, 4, &["ws-2".to_owned()]);
+    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
+    let clients = spawn_clients(&fleet, &watched, 8, dims).await.expect("clients");
+    let all: Vec<String> = watched.iter().chain(&unwatched).cloned().collect();
+    let load = Load::start(&format!("{}/api", fleet.gateway.url()), all.clone(), 60.0, dims.width, dims.height);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let pid = nix::unistd::Pid::from_raw(fleet.nodes[1].pid().expect("ws-2 runs") as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    tl.mark("SIGSTOP ws-2: its readers stop where they are");
+    let (b, t, n) = (broker.bootstrap.clone(), fleet.topic.clone(), fleet.spec.partitions);
+    let frozen_ends = tokio::task::spawn_blocking(move || high_watermarks(&b, &t, n)).await.unwrap();
+    let lows = delete_below_checkpoints(&broker, &fleet, &partitions_of(&all, fleet.spec.partitions), &frozen_ends).await;
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    tl.mark("SIGCONT ws-2: the records after its positions are gone");
+
+    let (http, url) = (fleet.http.clone(), fleet.nodes[1].url());
+    let h = eventually("ws-2 to restore from the snapshots and read every partition from its log start on", Duration::from_secs(60), || {
+        let (http, url, lows) = (http.clone(), url.clone(), lows.clone());
+        async move {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            let positions: Offsets = h["partitions"]
+                .as_array()
+                .map(|a| a.iter().map(|p| (p["partition"].as_i64().unwrap_or(-1) as i32, p["position"].as_i64().unwrap_or(-1))).collect())
+                .unwrap_or_default();
+            let below: Vec<i32> = lows.iter().filter(|(p, low)| positions.get(p).is_none_or(|pos| pos < low)).map(|(p, _)| *p).collect();
+            let ok = h["log_start_recoveries"].as_u64().unwrap_or(0) > 0 && below.is_empty() && h["ready"] == true;
+            if ok { Ok(Some(h)) } else { Err(format!("recoveries {}, below the log start {below:?}, ready {}", h["log_start_recoveries"], h["ready"])) }
+        }
+    })
+    .await
+    .expect("ws-2 restored");
+    assert_eq!(h["incomplete_canvas_count"], 0, "ws-2 names canvases that miss pixels: {h}");
+
+    // ws-2's state is current again: it takes every partition over and ws-1's clients resume
+    // from it by events.
+    let kill_at = shared::event::now_ms();
+    fleet.nodes[0].kill9().await;
+    fleet
+        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let ws2 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-2").cloned()).unwrap_or_default();
+            let owned = ws2["assigned_partitions"].as_array().map_or(0, |a| a.len());
+            (owned == f["partition_count"].as_u64().unwrap_or(0) as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
+        })
+        .await
+        .expect("takeover");
+    all_receiving(&clients, kill_at, "every client to receive again after the kill", Duration::from_secs(60)).await.expect("failover");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    load.stop().await;
+    let truths = wait_for_heads(&fleet, &clients, &watched).await.expect("heads");
+    let (_, verdicts) = finish(clients, &truths).await;
+    fleet.stop().await;
+    for v in &verdicts {
+        assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
+    }
+}
+
+/// One test at a time: each starts its own broker and fleet (two cores).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn block_on(f: impl std::future::Future<Output = ()>) {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
+}
+
+#[test]
+fn frozen_reader_below_the_log_start_real_kafka() {
+    block_on(frozen_node_below_the_log_start());
+}
+
 #[test]
 fn real_kafka() {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(trimmed_log_through_kill_failback_and_publisher_restart());
+    block_on(trimmed_log_through_kill_failback_and_publisher_restart());
 }

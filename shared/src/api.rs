@@ -85,6 +85,50 @@ pub struct NodeHealth {
     /// Partitions this node does not own but keeps current (warm standby), sorted.
     #[serde(default)]
     pub standby_partitions: Vec<i32>,
+    /// Every partition the node knows: what it does with it, and how far behind its end it is.
+    #[serde(default)]
+    pub partitions: Vec<PartitionHealth>,
+    /// Times a reader's position was found below its partition's log start (records deleted by
+    /// retention) and the partition was restored from the snapshots.
+    #[serde(default)]
+    pub log_start_recoveries: u64,
+    /// Canvases whose versions skipped as they were applied: their records were deleted with no
+    /// snapshot covering them, so they may miss old pixels (sorted, at most 100 named)...
+    #[serde(default)]
+    pub incomplete_canvases: Vec<String>,
+    /// ...and how many there are in all.
+    #[serde(default)]
+    pub incomplete_canvas_count: usize,
+}
+
+/// What a node does with a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PartitionRole {
+    /// Assigned to this node by the broadcast group: its events are fanned out here.
+    Owned,
+    /// Moved to another node; this node still serves its sessions from the log until the new
+    /// owner serves them.
+    Held,
+    /// Kept current by the standby reader, not served.
+    Standby,
+    /// Not read (standby off, or the node is not serving): its state is as old as its position.
+    NotRead,
+}
+
+/// One partition in a node's `/health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionHealth {
+    pub partition: i32,
+    pub role: PartitionRole,
+    /// The offset after the last record the node's state applied.
+    pub position: i64,
+    /// The partition's readable end (under read_committed its last stable offset, which is the
+    /// high watermark when no transaction is open), as last read (about once a second); absent
+    /// until read.
+    pub end: Option<i64>,
+    /// `end − position` (0 when the position is at or past the end read last).
+    pub lag: Option<i64>,
 }
 
 /// Body of `POST /admin/drain` on a node.
@@ -177,11 +221,17 @@ mod tests {
                 error: None,
             },
             standby_partitions: vec![1, 3],
+            partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2) }],
+            log_start_recoveries: 1,
+            incomplete_canvases: vec!["c7".into()],
+            incomplete_canvas_count: 1,
         };
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["state"], "HEALTHY");
         assert_eq!(json["catchup"]["status"], "completed");
         assert_eq!(json["catchup"]["target_offsets"]["0"], 3);
+        assert_eq!(json["partitions"][0]["role"], "owned");
+        assert_eq!(json["partitions"][0]["lag"], 2);
         assert_eq!(serde_json::from_value::<NodeHealth>(json).unwrap(), h);
     }
 }

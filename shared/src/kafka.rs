@@ -222,6 +222,10 @@ impl KafkaSettings {
     ///   (`fetch.min.bytes=1`), but librdkafka's mock cluster waits the whole `fetch.wait.max.ms`
     ///   (default 500 ms) before answering; 100 ms keeps live latency low there too, at the cost of
     ///   ten empty fetches a second per idle broker connection.
+    ///
+    /// Every reader of the fleet has `auto.offset.reset=error`: a position below the log start
+    /// (records deleted by retention) is reported ([`out_of_range`]) and the partition stops, never
+    /// silently moved to the log start; the reader's owner goes to the snapshots.
     pub fn broadcast_consumer(&self, group: &str, client_id: &str) -> ClientConfig {
         let mut c = self.base(client_id);
         c.set("group.id", group)
@@ -231,21 +235,20 @@ impl KafkaSettings {
             .set("heartbeat.interval.ms", self.heartbeat_interval.as_millis().to_string())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            .set("auto.offset.reset", "error")
             .set("enable.partition.eof", "false")
             .set("isolation.level", READ_COMMITTED);
         c
     }
 
     /// A node's catch-up consumer: its own group id (so replay never joins or disturbs the
-    /// broadcast group), partitions assigned by hand with explicit start offsets, and
-    /// `auto.offset.reset=earliest` (a start before the log start means "from the log start").
+    /// broadcast group), partitions assigned by hand with explicit start offsets.
     pub fn catchup_consumer(&self, group: &str, client_id: &str) -> ClientConfig {
         let mut c = self.base(client_id);
         c.set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            .set("auto.offset.reset", "error")
             .set("enable.partition.eof", "false")
             .set("isolation.level", READ_COMMITTED)
             // Replay reads whole batches; fetch more per request than live consumption needs.
@@ -254,13 +257,14 @@ impl KafkaSettings {
         c
     }
 
-    /// A plain reader (manual assignment, no commits): the publisher's head rebuild and tools.
+    /// A plain reader (manual assignment, no commits): the publisher's head rebuild, the node's
+    /// release and standby readers, and tools.
     pub fn reader(&self, client_id: &str) -> ClientConfig {
         let mut c = self.base(client_id);
         c.set("group.id", format!("{client_id}-reader"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
+            .set("auto.offset.reset", "error")
             .set("enable.partition.eof", "false")
             .set("isolation.level", READ_COMMITTED);
         c
@@ -270,6 +274,18 @@ impl KafkaSettings {
     pub fn admin(&self, client_id: &str) -> ClientConfig {
         self.base(client_id)
     }
+}
+
+/// Whether a consumer's error says a partition's position is out of range (below the log start:
+/// records deleted by retention; or past the end). With `auto.offset.reset=error` librdkafka stops
+/// fetching that partition until it is assigned or seeked again.
+pub fn out_of_range(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+    matches!(
+        e,
+        KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
+            | KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
+    )
 }
 
 #[cfg(test)]
@@ -285,6 +301,7 @@ mod tests {
             ("reader", s.reader("c")),
         ] {
             assert_eq!(c.get("isolation.level"), Some(READ_COMMITTED), "{name}");
+            assert_eq!(c.get("auto.offset.reset"), Some("error"), "{name}: a deleted record is never skipped silently");
         }
         let t = s.transactional_producer("c", "tx-0", Duration::from_secs(5), Duration::from_secs(60));
         assert_eq!((t.get("transactional.id"), t.get("acks"), t.get("transaction.timeout.ms")), (Some("tx-0"), Some("all"), Some("60000")));

@@ -116,6 +116,11 @@ pub enum ReplayError {
     Stalled { idle: Duration, remaining: u64 },
     #[error("cancelled")]
     Cancelled,
+    /// A partition's position fell below its log start while it was read: retention (or
+    /// DeleteRecords) deleted records still to be read. Nothing was skipped; plan again (from
+    /// the snapshots, whose checkpoints cover what was deleted).
+    #[error("records still to read were deleted while reading ({0}); start again from the snapshots")]
+    LogStartMoved(String),
 }
 
 /// Number of partitions of `topic`.
@@ -209,7 +214,8 @@ pub fn start_of(needed: Option<i64>, wanted: Option<i64>, low: i64) -> (i64, boo
 ///
 /// # Errors
 /// [`ReplayError::Stalled`] when no record arrives for `stall_timeout` while records remain,
-/// [`ReplayError::Cancelled`], or [`ReplayError::Assign`].
+/// [`ReplayError::Cancelled`], [`ReplayError::Assign`], or [`ReplayError::LogStartMoved`] when a
+/// position falls below its partition's log start (never skipped silently).
 pub fn run<C: ConsumerContext>(
     consumer: &BaseConsumer<C>,
     topic: &str,
@@ -256,6 +262,7 @@ pub fn run<C: ConsumerContext>(
                         return Ok(());
                     }
                 }
+                Some(Err(e)) if crate::kafka::out_of_range(&e) => return Err(ReplayError::LogStartMoved(e.to_string())),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "replay: consumer reported an error (librdkafka retries)");
                 }

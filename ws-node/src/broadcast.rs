@@ -175,6 +175,8 @@ pub struct Broadcast {
     release: Option<JoinHandle<()>>,
     /// The standby reader ([`crate::standby`]), when `STANDBY` is on.
     standby: Option<JoinHandle<()>>,
+    /// Reads every partition's end once a second, for the lag in `/health`.
+    ends: Option<JoinHandle<()>>,
 }
 
 impl Broadcast {
@@ -202,36 +204,44 @@ impl Broadcast {
             .create_with_context(context)?;
         consumer.subscribe(&[&config.topic])?;
         tracing::info!(group = %config.broadcast_group, topic = %config.topic, "[BROADCAST] joined the broadcast group; waiting for an assignment");
-        let (stop2, hub2, topic) = (stop.clone(), hub.clone(), config.topic.clone());
+        let (stop2, hub2, config2) = (stop.clone(), hub.clone(), config.clone());
         let release = std::thread::Builder::new()
             .name("release".into())
-            .spawn(move || release_loop(reader, &topic, hub2, stop2))
+            .spawn(move || release_loop(reader, &config2, hub2, stop2))
             .expect("spawn the release reader thread");
         let standby = if config.standby {
             let standby_reader: BaseConsumer<FleetContext> =
                 config.kafka().reader(&format!("{}-standby", config.node_id)).create_with_context(FleetContext::default())?;
-            let (stop2, hub2, topic) = (stop.clone(), hub.clone(), config.topic.clone());
+            let (stop2, hub2, config2) = (stop.clone(), hub.clone(), config.clone());
             Some(
                 std::thread::Builder::new()
                     .name("standby".into())
-                    .spawn(move || crate::standby::run(standby_reader, &topic, hub2, stop2))
+                    .spawn(move || crate::standby::run(standby_reader, &config2, hub2, stop2))
                     .expect("spawn the standby reader thread"),
             )
         } else {
             None
         };
+        let ends_reader: BaseConsumer<FleetContext> =
+            config.kafka().reader(&format!("{}-ends", config.node_id)).create_with_context(FleetContext::default())?;
+        let (stop2, hub2, topic) = (stop.clone(), hub.clone(), config.topic.clone());
+        let ends = std::thread::Builder::new()
+            .name("log-ends".into())
+            .spawn(move || ends_loop(&ends_reader, &topic, &hub2, &stop2))
+            .expect("spawn the log-ends thread");
         let stop2 = stop.clone();
         let thread = std::thread::Builder::new()
             .name("broadcast".into())
             .spawn(move || poll_loop(consumer, hub, stop2))
             .expect("spawn the broadcast thread");
-        Ok(Self { stop, thread: Some(thread), release: Some(release), standby })
+        Ok(Self { stop, thread: Some(thread), release: Some(release), standby, ends: Some(ends) })
     }
 
     /// Leaves the group (the partitions move to the other members) and waits for the thread.
     pub async fn stop(mut self) {
         self.stop.store(true, Ordering::Release);
-        let threads: Vec<JoinHandle<()>> = self.thread.take().into_iter().chain(self.release.take()).chain(self.standby.take()).collect();
+        let threads: Vec<JoinHandle<()>> =
+            self.thread.take().into_iter().chain(self.release.take()).chain(self.standby.take()).chain(self.ends.take()).collect();
         let _ = tokio::task::spawn_blocking(move || threads.into_iter().for_each(|t| drop(t.join()))).await;
     }
 }
@@ -239,6 +249,26 @@ impl Broadcast {
 impl Drop for Broadcast {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Reads the readable end of every partition the node has a position for, about once a second,
+/// into the hub (`/health` shows each partition's lag behind it).
+fn ends_loop(reader: &BaseConsumer<FleetContext>, topic: &str, hub: &Hub, stop: &AtomicBool) {
+    while !stop.load(Ordering::Acquire) {
+        let mut ends = hub.ends();
+        for p in hub.positions().keys() {
+            if let Ok((_, high)) = reader.fetch_watermarks(topic, *p, Duration::from_secs(2)) {
+                ends.insert(*p, high);
+            }
+        }
+        hub.set_ends(ends);
+        for _ in 0..10 {
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 }
 
@@ -268,7 +298,8 @@ pub(crate) fn assign_from(
     reader.assign(&tpl)
 }
 
-fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+    let topic = config.topic.as_str();
     // Learn the topic's leaders now: a first assignment without them waits for a metadata round
     // and a connection (measured: 0.8–1.3 s on a real broker, against 0.2 s when warm).
     if let Err(e) = reader.fetch_metadata(Some(topic), Duration::from_secs(5)) {
@@ -306,9 +337,42 @@ fn release_loop(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, 
                 }
                 let _ = hub.apply_record(p, off, msg.payload());
             }
+            Some(Err(e)) if shared::kafka::out_of_range(&e) => {
+                tracing::warn!(error = %e, partitions = ?reading, "[RELEASE] a position is below its partition's log start (records deleted); restoring from the snapshots");
+                crate::snapshot::from_log_start(config, &hub, &reading);
+                reading.clear();
+                let _ = reader.unassign();
+            }
             Some(Err(e)) => tracing::warn!(error = %e, "[RELEASE] reader error (librdkafka retries)"),
             None => {}
         }
+    }
+}
+
+/// An owned partition's position is below its log start (records deleted while the node did not
+/// read them: it was frozen, or its position came from long ago): librdkafka stopped fetching it
+/// (`auto.offset.reset=error`). Its canvases are restored from the snapshots (sessions on them get
+/// the snapshot frame), and the partition is assigned again from its checkpoint.
+fn restart_below_log_start(consumer: &BaseConsumer<BroadcastContext>, hub: &Hub, e: &KafkaError) {
+    let owned = hub.owned();
+    tracing::warn!(error = %e, partitions = ?owned, "[BROADCAST] a position is below its partition's log start (records deleted); restoring from the snapshots");
+    let ctx = consumer.context();
+    let raised = crate::snapshot::from_log_start(&ctx.config, hub, &owned);
+    if raised.is_empty() {
+        return;
+    }
+    let mut tpl = TopicPartitionList::new();
+    for (p, o) in &raised {
+        if let Err(e) = tpl.add_partition_offset(&ctx.topic, *p, Offset::Offset(*o)) {
+            tracing::error!(partition = p, error = %e, "[BROADCAST] cannot set the restart offset");
+            return;
+        }
+    }
+    // A stopped partition cannot be seeked: it is assigned again, from the raised position.
+    let r = consumer.incremental_unassign(&tpl).and_then(|()| consumer.incremental_assign(&tpl));
+    match r {
+        Ok(()) => tracing::info!("[BROADCAST] reading partitions={:?} again from offsets={}", raised.keys().collect::<Vec<_>>(), fmt_offsets(&raised)),
+        Err(e) => tracing::error!(error = %e, "[BROADCAST] cannot assign the restored partitions again"),
     }
 }
 
@@ -344,12 +408,17 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
                     }
                     match consumer.poll(Duration::ZERO) {
                         Some(Ok(msg)) => apply(msg),
+                        Some(Err(e)) if shared::kafka::out_of_range(&e) => {
+                            restart_below_log_start(&consumer, &hub, &e);
+                            break;
+                        }
                         Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),
                         None => break,
                     }
                 }
                 hub.write_queued();
             }
+            Some(Err(e)) if shared::kafka::out_of_range(&e) => restart_below_log_start(&consumer, &hub, &e),
             Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),
             None => {}
         }

@@ -136,6 +136,11 @@ struct Inner {
     bridge_assigns_left: u8,
     paused: BTreeSet<i32>,
     last_broadcast_poll: Option<Instant>,
+    /// Per partition, its readable end as last read ([`Hub::set_ends`]): lag = end − position.
+    ends: Offsets,
+    /// Canvases whose versions skipped as they were applied (their records were deleted with no
+    /// snapshot covering them), until a snapshot restores them.
+    incomplete: BTreeSet<CanvasId>,
 }
 
 /// Canvas states, sessions, positions and ownership of one node.
@@ -147,6 +152,9 @@ pub struct Hub {
     open_sessions: AtomicUsize,
     next_session_id: AtomicU64,
     fanout: Fanout,
+    /// Times a reader's position was found below its partition's log start and the partition was
+    /// restored from the snapshots ([`crate::snapshot::from_log_start`]).
+    log_start_recoveries: AtomicU64,
 }
 
 impl Hub {
@@ -166,11 +174,14 @@ impl Hub {
                 bridge_assigns_left: 0,
                 paused: BTreeSet::new(),
                 last_broadcast_poll: None,
+                ends: Offsets::new(),
+                incomplete: BTreeSet::new(),
             }),
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
             fanout: Fanout::new(),
+            log_start_recoveries: AtomicU64::new(0),
         }
     }
 
@@ -199,7 +210,12 @@ impl Hub {
             state: CanvasState::new(ev.canvas.as_str(), dims, recent),
             sessions: Vec::new(),
         });
+        let before = channel.state.version();
         let Some(frame) = channel.state.apply(ev) else { return };
+        if ev.version > before + 1 {
+            inner.incomplete.insert(ev.canvas.clone());
+        }
+        let channel = inner.canvases.get_mut(&ev.canvas).expect("the channel just applied");
         if live && !channel.sessions.is_empty() {
             // Written after the hub lock is released, in apply order, to the sessions registered now.
             self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
@@ -275,10 +291,12 @@ impl Hub {
             }
             channel.state = CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), recent);
             restored += 1;
+            let canvas = snap.canvas.clone();
             if !channel.sessions.is_empty() {
                 let frame = channel.state.snapshot_frame();
                 self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
             }
+            inner.incomplete.remove(&canvas);
         }
         drop(inner);
         self.fanout.write_pending();
@@ -293,6 +311,34 @@ impl Hub {
             let pos = inner.positions.entry(*p).or_insert(*o);
             *pos = (*pos).max(*o);
         }
+    }
+
+    /// Counts one restore of partitions whose position was below their log start.
+    pub fn count_log_start_recovery(&self) {
+        self.log_start_recoveries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times partitions were restored because their position was below the log start.
+    pub fn log_start_recoveries(&self) -> u64 {
+        self.log_start_recoveries.load(Ordering::Relaxed)
+    }
+
+    /// Records the readable end of each partition (for the lag in `/health`).
+    pub fn set_ends(&self, ends: Offsets) {
+        self.lock().ends = ends;
+    }
+
+    /// The readable end of each partition as last read ([`Hub::set_ends`]).
+    pub fn ends(&self) -> Offsets {
+        self.lock().ends.clone()
+    }
+
+    /// Canvases whose versions skipped as they were applied: their records were deleted with no
+    /// snapshot covering them, so they may miss old pixels (sorted; at most `limit`), and how many
+    /// there are in all.
+    pub fn incomplete_canvases(&self, limit: usize) -> (Vec<String>, usize) {
+        let inner = self.lock();
+        (inner.incomplete.iter().take(limit).map(|c| c.to_string()).collect(), inner.incomplete.len())
     }
 
     /// Advances the position of `partition` past a record that could not be applied (not a pixel

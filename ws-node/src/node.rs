@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::drain::{self, HandOverOutcome};
 use crate::hub::Hub;
 use crate::lifecycle::{transition, Effect, Input, Phase};
-use shared::api::{CatchupReport, CatchupStatus, DrainReport, NodeHealth, RecoveryAck};
+use shared::api::{CatchupReport, CatchupStatus, DrainReport, NodeHealth, PartitionHealth, PartitionRole, RecoveryAck};
 use shared::protocol::{close, DrainReason};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -138,6 +138,8 @@ impl Node {
     pub fn health(&self) -> NodeHealth {
         let phase = self.phase();
         let ready = phase == Phase::Ready && !self.broadcast_stalled();
+        let standby = if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() };
+        let (incomplete_canvases, incomplete_canvas_count) = self.hub.incomplete_canvases(100);
         NodeHealth {
             node_id: self.config.node_id.clone(),
             state: if phase == Phase::Ready && !ready { Phase::Up.reported() } else { phase.reported() },
@@ -148,7 +150,11 @@ impl Node {
             partition_count: self.partition_count(),
             sessions: self.hub.open_sessions(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
-            standby_partitions: if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() },
+            standby_partitions: standby.clone(),
+            partitions: partition_health(&self.hub.positions(), &self.hub.ends(), &self.hub.owned(), &self.hub.held(), &standby),
+            log_start_recoveries: self.hub.log_start_recoveries(),
+            incomplete_canvases,
+            incomplete_canvas_count,
         }
     }
 
@@ -292,5 +298,55 @@ impl Node {
         if tokio::time::timeout(Duration::from_secs(5), self.sessions.wait()).await.is_err() {
             tracing::warn!(open = self.hub.open_sessions(), "sessions still open 5 s after shutdown; exiting anyway");
         }
+    }
+}
+
+/// Each partition the node has a position for: its role and its lag behind the end read last.
+/// Pure.
+pub fn partition_health(
+    positions: &shared::replay::Offsets,
+    ends: &shared::replay::Offsets,
+    owned: &[i32],
+    held: &[i32],
+    standby: &[i32],
+) -> Vec<PartitionHealth> {
+    positions
+        .iter()
+        .map(|(p, position)| {
+            let role = if owned.contains(p) {
+                PartitionRole::Owned
+            } else if held.contains(p) {
+                PartitionRole::Held
+            } else if standby.contains(p) {
+                PartitionRole::Standby
+            } else {
+                PartitionRole::NotRead
+            };
+            let end = ends.get(p).copied();
+            PartitionHealth { partition: *p, role, position: *position, end, lag: end.map(|e| (e - position).max(0)) }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partition_health_names_roles_and_lags() {
+        let positions = shared::replay::Offsets::from([(0, 10), (1, 4), (2, 7), (3, 9)]);
+        let ends = shared::replay::Offsets::from([(0, 12), (1, 4), (2, 5)]);
+        let got: Vec<(i32, PartitionRole, Option<i64>)> =
+            partition_health(&positions, &ends, &[0], &[1], &[2]).into_iter().map(|h| (h.partition, h.role, h.lag)).collect();
+        assert_eq!(
+            got,
+            vec![
+                (0, PartitionRole::Owned, Some(2)),
+                (1, PartitionRole::Held, Some(0)),
+                // An end read before the position moved on is no lag.
+                (2, PartitionRole::Standby, Some(0)),
+                (3, PartitionRole::NotRead, None),
+            ]
+        );
     }
 }

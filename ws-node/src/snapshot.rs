@@ -1,9 +1,16 @@
-//! Snapshots on the node's side of a takeover, when the standby reader is off (`STANDBY=false`): a
-//! partition assigned to this node is read from the node's own position, which is only as recent
-//! as the node's last catch-up when it did not own the partition since. When that position is far behind the partition's end, or below its log
-//! start (records deleted by retention), the node first restores the partition's canvases from
-//! the snapshot topic ([`shared::snapshot`]) and moves its position up to the partition's
-//! checkpoint: the replay is then bounded by the snapshot interval, not by how long the node ran.
+//! Snapshots on the node's side of a takeover and of an offset out of range.
+//!
+//! - Every reader has `auto.offset.reset=error`: a position below a partition's log start (its
+//!   records deleted by retention while the node did not read them: frozen, or down for longer than
+//!   the retention) is reported, never silently moved. [`from_log_start`] then restores the
+//!   partition's canvases from the snapshot topic and raises the position to its checkpoint, and
+//!   the reader is assigned again from there. Assignment checks the same before it starts.
+//! - When the standby reader is off (`STANDBY=false`), a partition assigned to this node is read
+//!   from the node's own position, which is only as recent as the node's last catch-up when it did
+//!   not own the partition since. When that position is far behind the partition's end
+//!   ([`skip_ahead`]), the node first restores the partition's canvases from the snapshot topic
+//!   ([`shared::snapshot`]) and moves its position up to the partition's checkpoint: the replay is
+//!   then bounded by the snapshot interval, not by how long the node ran.
 
 use crate::config::Config;
 use crate::hub::Hub;
@@ -17,17 +24,42 @@ use std::time::{Duration, Instant};
 pub const SKIP_AHEAD_LAG: i64 = 10_000;
 
 /// Whether a reader at `position` (none: never read) of a partition whose log spans `low..high`
-/// should start from the snapshots. Pure.
+/// should start from the snapshots when it takes the partition over without standby. Pure.
 pub fn from_snapshots(position: Option<i64>, low: i64, high: i64) -> bool {
-    position.is_none_or(|p| p < low || high - p > SKIP_AHEAD_LAG)
+    below_log_start(position, low) || position.is_some_and(|p| high - p > SKIP_AHEAD_LAG)
+}
+
+/// Whether a reader at `position` (none: never read) would ask for records retention deleted:
+/// it must start from the snapshots (`auto.offset.reset=error` never moves it silently). Pure.
+pub fn below_log_start(position: Option<i64>, low: i64) -> bool {
+    position.is_none_or(|p| p < low)
 }
 
 /// For each of `partitions` that [`from_snapshots`] picks, restores its canvases from their
 /// snapshots where those are newer and raises the node's position to its checkpoint. Blocking.
-/// Returns the positions it raised. A partition whose needed records are gone with no checkpoint
-/// covering them is an error in the log, naming it (its canvases then report the versions that
-/// skip as they are applied).
+/// Returns the positions it raised.
 pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
+    restore_partitions(config, hub, partitions, from_snapshots, "far behind or below the log start")
+}
+
+/// For each of `partitions` whose position is below its log start (records deleted by retention
+/// since the node read them: a reader reported an offset out of range, or is about to), restores
+/// its canvases from their snapshots and raises the position to the checkpoint. Blocking. Returns
+/// the positions it raised; the caller assigns or seeks its reader there.
+pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
+    let raised = restore_partitions(config, hub, partitions, |position, low, _| below_log_start(position, low), "below the log start");
+    if !raised.is_empty() {
+        hub.count_log_start_recovery();
+    }
+    raised
+}
+
+/// Restores the partitions `pick(position, low, high)` selects from the snapshot topic: their
+/// canvases take their snapshots where newer (sessions on them get the snapshot frame), and their
+/// positions rise to their checkpoints (at least to the log start). A partition whose needed
+/// records are gone with no checkpoint covering them is an error in the log, naming it; its
+/// canvases whose versions then skip are named in `/health` as they are applied.
+fn restore_partitions(config: &Config, hub: &Hub, partitions: &[i32], pick: impl Fn(Option<i64>, i64, i64) -> bool, why: &str) -> Offsets {
     let started = Instant::now();
     let consumer: BaseConsumer<FleetContext> =
         match config.kafka().reader(&format!("{}-snapshots", config.node_id)).create_with_context(FleetContext::default()) {
@@ -44,7 +76,7 @@ pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
         match consumer.fetch_watermarks(&config.topic, *p, Duration::from_secs(5)) {
             Ok((low, high)) => {
                 lows.insert(*p, low);
-                if from_snapshots(positions.get(p).copied(), low, high) {
+                if pick(positions.get(p).copied(), low, high) {
                     picked.push(*p);
                 }
             }
@@ -67,11 +99,13 @@ pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
     for p in &picked {
         let low = lows.get(p).copied().unwrap_or(0);
         let have = positions.get(p).copied().unwrap_or(0);
-        let target = checkpoints.get(p).copied().unwrap_or(0).max(have);
-        if target < low {
-            tracing::error!(partition = p, position = have, log_start = low,
-                "[SNAPSHOT] records this node needs were deleted and no snapshot covers them: canvases of this partition may miss old pixels");
+        let checkpoint = checkpoints.get(p).copied().unwrap_or(0);
+        if checkpoint.max(have) < low {
+            tracing::error!(partition = p, position = have, checkpoint, log_start = low,
+                "[SNAPSHOT] records this node needs were deleted and no snapshot covers them: canvases of this partition may miss old pixels (named in /health as they are applied)");
         }
+        // Never below the log start: what is below is gone, and a read from there would be out of range.
+        let target = checkpoint.max(have).max(low);
         if target > have || !positions.contains_key(p) {
             raised.insert(*p, target);
         }
@@ -79,8 +113,9 @@ pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
     hub.advance_positions(&raised);
     let _ = consumer.unassign();
     tracing::info!(
-        "[SNAPSHOT] partitions={:?} restored canvasesFromSnapshots={} positions={} tookMs={}",
+        "[SNAPSHOT] partitions={:?} ({}) restored canvasesFromSnapshots={} positions={} tookMs={}",
         picked,
+        why,
         restored,
         fmt_offsets(&raised),
         started.elapsed().as_millis()
@@ -105,6 +140,14 @@ mod tests {
         ];
         for (position, low, high, want) in table {
             assert_eq!(from_snapshots(position, low, high), want, "position {position:?}, log {low}..{high}");
+        }
+    }
+
+    #[test]
+    fn below_log_start_table() {
+        // (position, low watermark) → records it would read are gone
+        for (position, low, want) in [(None, 0, true), (Some(0), 0, false), (Some(4), 5, true), (Some(5), 5, false), (Some(9), 5, false)] {
+            assert_eq!(below_log_start(position, low), want, "position {position:?}, log start {low}");
         }
     }
 }

@@ -7,6 +7,7 @@
 //! and failback time do not grow with the node's uptime. `STANDBY=false` turns it off (the node
 //! then reads only what it owns, and a takeover starts from the snapshots when far behind).
 
+use crate::config::Config;
 use crate::hub::Hub;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use shared::kafka::FleetContext;
@@ -22,8 +23,11 @@ pub fn scope(known: &BTreeSet<i32>, owned: &[i32], held: &[i32]) -> Vec<i32> {
     known.iter().copied().filter(|p| !owned.contains(p) && !held.contains(p)).collect()
 }
 
-/// Runs the standby reader on `reader` until `stop` (blocking: its own thread).
-pub fn run(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+/// Runs the standby reader on `reader` until `stop` (blocking: its own thread). A position found
+/// below its partition's log start (offset out of range) restores those partitions from the
+/// snapshots ([`crate::snapshot::from_log_start`]) and reads on from their checkpoints.
+pub fn run(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
+    let topic = config.topic.as_str();
     let mut reading: Vec<i32> = Vec::new();
     let mut checked = std::time::Instant::now() - Duration::from_secs(1);
     while !stop.load(Ordering::Acquire) {
@@ -58,6 +62,13 @@ pub fn run(reader: BaseConsumer<FleetContext>, topic: &str, hub: Arc<Hub>, stop:
                         tracing::warn!(partition = p, offset = off, error = %e, "[STANDBY] skipping a record that is not a pixel event");
                     }
                 }
+            }
+            Some(Err(e)) if shared::kafka::out_of_range(&e) => {
+                tracing::warn!(error = %e, partitions = ?reading, "[STANDBY] a position is below its partition's log start (records deleted); restoring from the snapshots");
+                crate::snapshot::from_log_start(config, &hub, &reading);
+                // Assigned again from the raised positions at the next check.
+                reading.clear();
+                let _ = reader.unassign();
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[STANDBY] reader error (librdkafka retries)"),
             None => {}
