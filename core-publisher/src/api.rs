@@ -117,6 +117,7 @@ fn publish_error(e: PublishError) -> ApiError {
             a.retry_after_secs = Some(RETRY_AFTER_SECS);
             a
         }
+        PublishError::CanvasLimit { .. } => ApiError::conflict("canvas_limit", e.to_string()),
         PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
     }
 }
@@ -307,6 +308,11 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
             "incomplete_canvases": v.incomplete_canvases(),
         }),
         "canvases": v.canvas_count(),
+        "canvas_limit": serde_json::json!({
+            "max_canvases": v.max_canvases(),
+            // At 90 % of the limit: time to raise MAX_CANVASES or to retire canvases.
+            "near": v.canvas_count() as f64 >= 0.9 * v.max_canvases() as f64,
+        }),
         "partitions": v.partitions(),
         "width": v.dims().width,
         "height": v.dims().height,
@@ -384,6 +390,27 @@ mod tests {
         assert_eq!(s, StatusCode::OK);
         assert_eq!(j["version"], 1);
         assert_eq!(j["hash"].as_str().unwrap().len(), 64);
+    }
+
+    #[tokio::test]
+    async fn a_publish_that_would_create_a_canvas_past_the_limit_is_refused() {
+        let v = Versions::new(FakeLog::new(6, |_| Fate::Commit), CanvasDims::default(), 6, crate::versions::Timings::default()).with_max_canvases(2);
+        let v = Arc::new(v);
+        v.rebuild().await.unwrap();
+        let app = router(v.clone());
+        let px = r##"{"x":1,"y":2,"color":"#FF0000"}"##;
+        for c in ["c1", "c2"] {
+            assert_eq!(call(&app, "POST", &format!("/canvases/{c}/pixels"), px).await.0, StatusCode::CREATED, "{c}");
+        }
+        let (s, j, _) = call(&app, "POST", "/canvases/c3/pixels", px).await;
+        assert_eq!((s, j["error"].as_str()), (StatusCode::CONFLICT, Some("canvas_limit")), "{j}");
+        assert!(j["message"].as_str().unwrap().contains("MAX_CANVASES"), "{j}");
+        assert_eq!(call(&app, "GET", "/canvases/c3", Body::empty()).await.1["version"], 0, "nothing of c3 was written");
+        // Canvases that exist keep taking writes.
+        let (s, j, _) = call(&app, "POST", "/canvases/c1/pixels", px).await;
+        assert_eq!((s, j["version"].as_u64()), (StatusCode::CREATED, Some(2)));
+        let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!((h["canvases"].as_u64(), h["canvas_limit"]["max_canvases"].as_u64(), h["canvas_limit"]["near"].as_bool()), (Some(2), Some(2), Some(true)), "{h}");
     }
 
     /// Each bad request: (path, body, status, error code, field named). Nothing may be published.

@@ -66,6 +66,11 @@ pub struct Config {
     /// Default: `<KAFKA_TOPIC>-snapshots`.
     #[arg(long, env = "SNAPSHOT_TOPIC")]
     pub snapshot_topic: Option<String>,
+    /// Canvases the publisher holds at most: a publish that would create one more is refused
+    /// (409 `canvas_limit`). Every node holds every canvas too (standby), so this bounds the
+    /// fleet's memory: about canvases × (width × height × 3 + the nodes' `RECENT_BYTES`).
+    #[arg(long, env = "MAX_CANVASES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_canvases: u64,
     /// A canvas is snapshotted once this many versions passed since its last snapshot...
     #[arg(long, env = "SNAPSHOT_EVERY_VERSIONS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_every_versions: u64,
@@ -186,6 +191,7 @@ impl Config {
             ("PARTITION_STALL_MS", self.partition_stall_ms.to_string()),
             ("RETENTION_MS", self.retention_ms.to_string()),
             ("SNAPSHOT_TOPIC", self.snapshot_topic()),
+            ("MAX_CANVASES", self.max_canvases.to_string()),
             ("SNAPSHOT_EVERY_VERSIONS", self.snapshot_every_versions.to_string()),
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),

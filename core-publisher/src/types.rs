@@ -58,6 +58,10 @@ pub enum PublishError {
     /// being resolved).
     #[error("a request with this Idempotency-Key is still running")]
     KeyInFlight,
+    /// The canvas has no event yet and the publisher already holds `limit` canvases
+    /// (`MAX_CANVASES`): nothing was written.
+    #[error("the publisher holds {limit} canvases, its limit (MAX_CANVASES); this publish would create another")]
+    CanvasLimit { limit: usize },
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]
     OutOfBounds { field: &'static str, limit: u32 },

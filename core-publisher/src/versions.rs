@@ -134,6 +134,8 @@ pub struct Versions<L> {
     timings: Timings,
     /// Canvases found with versions missing from the log and no snapshot covering them.
     incomplete: Mutex<Vec<CanvasId>>,
+    /// A publish that would create a canvas past this many is refused ([`PublishError::CanvasLimit`]).
+    max_canvases: usize,
     /// Stops the committers (cancelled on drop).
     stop: CancellationToken,
 }
@@ -151,6 +153,18 @@ impl<L: EventLog> Versions<L> {
         Self::shared(Arc::new(log), dims, partitions, timings)
     }
 
+    /// Refuses publishes that would create a canvas past `limit` ([`PublishError::CanvasLimit`]).
+    #[must_use]
+    pub fn with_max_canvases(mut self, limit: usize) -> Self {
+        self.max_canvases = limit;
+        self
+    }
+
+    /// The canvas limit ([`Versions::with_max_canvases`]; unlimited by default).
+    pub fn max_canvases(&self) -> usize {
+        self.max_canvases
+    }
+
     /// Like [`Versions::new`] over a log shared with others (tests: two publishers on one log).
     pub fn shared(log: Arc<L>, dims: CanvasDims, partitions: u32, timings: Timings) -> Self {
         Self {
@@ -163,6 +177,7 @@ impl<L: EventLog> Versions<L> {
             counters: Arc::new(Counters::default()),
             timings,
             incomplete: Mutex::new(Vec::new()),
+            max_canvases: usize::MAX,
             stop: CancellationToken::new(),
         }
     }
@@ -446,6 +461,11 @@ impl<L: EventLog> Versions<L> {
     pub async fn publish_many(&self, canvas: &CanvasId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
         if let Some(e) = self.not_writable() {
             return vec![Err(e)];
+        }
+        // A canvas without a committed event is a new one. (Checked against committed canvases:
+        // first publishes of new canvases racing each other may pass the limit by those in flight.)
+        if self.canvas_count() >= self.max_canvases && self.partition(canvas).is_some_and(|(_, p)| p.truth(canvas).is_none()) {
+            return vec![Err(PublishError::CanvasLimit { limit: self.max_canvases })];
         }
         let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(pixels.len());
         let mut unit: Vec<(usize, Pending)> = Vec::new();

@@ -50,6 +50,11 @@ pub struct Config {
     /// Recent events kept per canvas, so resumes are served as events (events).
     #[arg(long, env = "RECENT_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub recent_events: u64,
+    /// Bytes of recent event frames kept per canvas, besides `RECENT_EVENTS` (whichever is
+    /// reached first bounds the window; the newest event is always kept). A node's memory for
+    /// windows is at most canvases × this.
+    #[arg(long, env = "RECENT_BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
+    pub recent_bytes: u64,
     /// Frames a session may have queued before it is closed as too slow (1013) (frames).
     #[arg(long, env = "SESSION_QUEUE", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(8..=1_000_000))]
     pub session_queue: u64,
@@ -152,6 +157,7 @@ impl Config {
             ("CANVAS_WIDTH", self.canvas_width.to_string()),
             ("CANVAS_HEIGHT", self.canvas_height.to_string()),
             ("RECENT_EVENTS", self.recent_events.to_string()),
+            ("RECENT_BYTES", self.recent_bytes.to_string()),
             ("SESSION_QUEUE", self.session_queue.to_string()),
             ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
@@ -170,6 +176,11 @@ impl Config {
     /// The canvas size.
     pub fn dims(&self) -> CanvasDims {
         CanvasDims { width: self.canvas_width, height: self.canvas_height }
+    }
+
+    /// How much of each canvas's recent events is kept.
+    pub fn window(&self) -> crate::state::Window {
+        crate::state::Window { events: self.recent_events as usize, bytes: self.recent_bytes as usize }
     }
 
     /// Kafka client settings.

@@ -22,9 +22,9 @@
 //! once.
 
 use crate::session::{Fanout, Offer, Outbox};
-use crate::state::{Backlog, CanvasState, Frame};
+use crate::state::{Backlog, CanvasState, Frame, Window};
 use shared::replay::Offsets;
-use shared::{CanvasDims, CanvasId, PixelEvent};
+use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -114,8 +114,11 @@ pub enum Refusal {
     Behind { have: u64, since: u64 },
 }
 
+/// A canvas on this node: its state once it has an event or a snapshot (a canvas with neither is
+/// blank: its sessions share the hub's one blank canvas, and it is forgotten when its last session
+/// ends), and its sessions.
 struct Channel {
-    state: CanvasState,
+    state: Option<CanvasState>,
     sessions: Vec<SessionHandle>,
 }
 
@@ -146,7 +149,9 @@ struct Inner {
 /// Canvas states, sessions, positions and ownership of one node.
 pub struct Hub {
     dims: CanvasDims,
-    recent: usize,
+    window: Window,
+    /// The one blank canvas every session on a canvas without events is served from.
+    blank: Canvas,
     inner: Mutex<Inner>,
     applied: Notify,
     open_sessions: AtomicUsize,
@@ -158,11 +163,12 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// An empty hub: canvases of `dims`, keeping `recent` events each.
-    pub fn new(dims: CanvasDims, recent: usize) -> Self {
+    /// An empty hub: canvases of `dims`, keeping what `window` allows of their recent events.
+    pub fn new(dims: CanvasDims, window: Window) -> Self {
         Self {
             dims,
-            recent,
+            window,
+            blank: Canvas::new(dims),
             inner: Mutex::new(Inner {
                 canvases: HashMap::new(),
                 positions: Offsets::new(),
@@ -205,13 +211,11 @@ impl Hub {
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
         let live = (inner.owned.contains(&partition) || inner.held.contains_key(&partition)) && !inner.paused.contains(&partition);
-        let (dims, recent) = (self.dims, self.recent);
-        let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel {
-            state: CanvasState::new(ev.canvas.as_str(), dims, recent),
-            sessions: Vec::new(),
-        });
-        let before = channel.state.version();
-        let Some(frame) = channel.state.apply(ev) else { return };
+        let (dims, window) = (self.dims, self.window);
+        let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+        let state = channel.state.get_or_insert_with(|| CanvasState::new(ev.canvas.as_str(), dims, window));
+        let before = state.version();
+        let Some(frame) = state.apply(ev) else { return };
         if ev.version > before + 1 {
             inner.incomplete.insert(ev.canvas.clone());
         }
@@ -281,19 +285,16 @@ impl Hub {
                     "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
                 continue;
             }
-            let recent = self.recent;
-            let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel {
-                state: CanvasState::new(snap.canvas.as_str(), snap.dims, recent),
-                sessions: Vec::new(),
-            });
-            if snap.version <= channel.state.version() {
+            let window = self.window;
+            let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+            if snap.version <= channel.state.as_ref().map_or(0, CanvasState::version) {
                 continue;
             }
-            channel.state = CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), recent);
+            let state = channel.state.insert(CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), window));
             restored += 1;
             let canvas = snap.canvas.clone();
             if !channel.sessions.is_empty() {
-                let frame = channel.state.snapshot_frame();
+                let frame = state.snapshot_frame();
                 self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
             }
             inner.incomplete.remove(&canvas);
@@ -495,7 +496,7 @@ impl Hub {
 
     /// The version of `canvas` in this node's state (0 when it has none).
     pub fn version_of(&self, canvas: &CanvasId) -> u64 {
-        self.lock().canvases.get(canvas).map_or(0, |c| c.state.version())
+        self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::version)
     }
 
     /// Waits until the state of `canvas` reaches `since`, at most `timeout`. Returns the version.
@@ -526,12 +527,12 @@ impl Hub {
     pub fn subscribe(&self, handle: SessionHandle, since: u64) -> Result<Backlog, Refusal> {
         let mut inner = self.lock();
         admits(&inner, handle.partition)?;
-        let (dims, recent) = (self.dims, self.recent);
-        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel {
-            state: CanvasState::new(handle.canvas.as_str(), dims, recent),
-            sessions: Vec::new(),
-        });
-        match channel.state.backlog(since) {
+        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+        let backlog = match &channel.state {
+            Some(state) => state.backlog(since),
+            None => crate::state::blank_backlog(handle.canvas.as_str(), &self.blank, since),
+        };
+        match backlog {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
             backlog => {
                 channel.sessions.push(handle);
@@ -542,8 +543,13 @@ impl Hub {
 
     /// Removes session `id` of `canvas` (its task ended).
     pub fn unsubscribe(&self, canvas: &CanvasId, id: u64) {
-        if let Some(c) = self.lock().canvases.get_mut(canvas) {
+        let mut inner = self.lock();
+        if let Some(c) = inner.canvases.get_mut(canvas) {
             c.sessions.retain(|s| s.id != id);
+            // A blank canvas is forgotten with its last session.
+            if c.state.is_none() && c.sessions.is_empty() {
+                inner.canvases.remove(canvas);
+            }
         }
     }
 
@@ -585,7 +591,12 @@ impl Hub {
 
     /// Canvases held.
     pub fn canvas_count(&self) -> usize {
-        self.lock().canvases.len()
+        self.lock().canvases.values().filter(|c| c.state.is_some()).count()
+    }
+
+    /// Bytes of recent events held over every canvas.
+    pub fn recent_bytes(&self) -> usize {
+        self.lock().canvases.values().filter_map(|c| c.state.as_ref()).map(CanvasState::recent_bytes).sum()
     }
 }
 
@@ -638,7 +649,7 @@ mod tests {
     }
 
     fn version_of_frame(f: &Frame) -> u64 {
-        match serde_json::from_str::<ServerMessage>(f.as_str()).unwrap() {
+        match serde_json::from_str::<ServerMessage>(&f.text()).unwrap() {
             ServerMessage::Event(e) => e.version,
             ServerMessage::Snapshot { version, .. } => version,
             other => panic!("{other:?}"),
@@ -659,7 +670,7 @@ mod tests {
     }
 
     fn hub() -> Hub {
-        Hub::new(CanvasDims { width: 4, height: 4 }, 100)
+        Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX })
     }
 
     #[test]
@@ -717,6 +728,34 @@ mod tests {
         h.resume(&BTreeSet::from([2]));
         assert_eq!(h.admits(2), Ok(()));
         assert_eq!(h.version_of(&id("c1")), 1, "events are applied while paused");
+    }
+
+    #[test]
+    fn sessions_on_blank_canvases_allocate_no_canvas() {
+        let h = hub();
+        h.assign(&[0]);
+        let mut rxs = Vec::new();
+        for i in 0..50 {
+            let (handle, rx) = SessionHandle::new(i, id(&format!("new-{i}")), 0, 16);
+            assert!(matches!(h.subscribe(handle, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
+            rxs.push(rx);
+        }
+        assert_eq!(h.canvas_count(), 0, "no canvas state for canvases without events");
+        for i in 0..50 {
+            h.unsubscribe(&id(&format!("new-{i}")), i);
+        }
+        assert!(h.lock().canvases.is_empty(), "blank canvases are forgotten with their last session");
+        // A session on a blank canvas still gets the canvas's first event.
+        let (handle, rx) = SessionHandle::new(99, id("c1"), 0, 16);
+        h.subscribe(handle, 0).unwrap();
+        h.apply(0, 0, &ev("c1", 1));
+        h.fanout.settle();
+        let seen: Vec<u64> = rx.out.take_waiting().iter().map(version_of_wire).collect();
+        assert_eq!(seen, vec![1]);
+        assert_eq!(h.canvas_count(), 1);
+        h.unsubscribe(&id("c1"), 99);
+        assert_eq!(h.canvas_count(), 1, "a canvas with events stays");
+        drop(rxs);
     }
 
     #[test]

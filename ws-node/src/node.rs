@@ -47,7 +47,7 @@ pub struct Node {
 impl Node {
     /// A node in phase `Up`, with its hand-over task running until `shutdown`.
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
-        let hub = Arc::new(Hub::new(config.dims(), config.recent_events as usize));
+        let hub = Arc::new(Hub::new(config.dims(), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let node = Arc::new(Self {
             config,

@@ -10,37 +10,60 @@ use shared::{Canvas, CanvasDims, PixelEvent};
 use std::collections::VecDeque;
 
 /// A serialised server message, shared by every session it is sent to (cloning is a reference
-/// count): its JSON text, and the WebSocket frames that carry it, encoded once (server frames are
-/// unmasked, so the bytes are the same for every client; long texts as 2 KiB fragments).
+/// count): the WebSocket frames that carry its JSON text, encoded once (server frames are
+/// unmasked, so the bytes are the same for every client; long texts as 2 KiB fragments). Only the
+/// wire form is kept: an event held in a canvas's recent window costs its frame's bytes once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
-    text: Utf8Bytes,
     wire: bytes::Bytes,
 }
 
 impl Frame {
-    /// The message's JSON text.
-    pub fn as_str(&self) -> &str {
-        self.text.as_str()
+    /// The message's JSON text, put together from the frame's fragments (for tests and logs).
+    pub fn text(&self) -> String {
+        let mut text = Vec::with_capacity(self.wire.len());
+        let mut at = 0;
+        while at + 2 <= self.wire.len() {
+            let (len, header) = match self.wire[at + 1] & 0x7f {
+                126 => (u16::from_be_bytes([self.wire[at + 2], self.wire[at + 3]]) as usize, 4),
+                127 => (u64::from_be_bytes(self.wire[at + 2..at + 10].try_into().expect("8 bytes")) as usize, 10),
+                n => (n as usize, 2),
+            };
+            text.extend_from_slice(&self.wire[at + header..at + header + len]);
+            at += header + len;
+        }
+        String::from_utf8(text).expect("a text frame's payload is UTF-8")
     }
 
     /// The bytes to write to a client's socket.
     pub fn wire(&self) -> &bytes::Bytes {
         &self.wire
     }
+
+    /// How many bytes it holds.
+    pub fn len(&self) -> usize {
+        self.wire.len()
+    }
 }
 
 impl From<Utf8Bytes> for Frame {
     fn from(text: Utf8Bytes) -> Self {
-        let wire = shared::ws::encode_text(text.as_bytes());
-        Self { text, wire }
+        Self { wire: shared::ws::encode_text(text.as_bytes()) }
     }
 }
 
 impl From<String> for Frame {
     fn from(text: String) -> Self {
-        Utf8Bytes::from(text).into()
+        Self { wire: shared::ws::encode_text(text.as_bytes()) }
     }
+}
+
+/// How much of a canvas's recent events a node keeps, so resumes are served as events: at most
+/// `events` events and `bytes` bytes of their frames (the newest event is always kept).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub events: usize,
+    pub bytes: usize,
 }
 
 /// What a new session gets before live events.
@@ -58,24 +81,32 @@ pub enum Backlog {
 #[derive(Debug)]
 pub struct CanvasState {
     canvas: Canvas,
-    /// (version, frame), contiguous, newest last; at most `capacity` long.
+    /// (version, frame), contiguous, newest last; within `window`.
     recent: VecDeque<(u64, Frame)>,
-    capacity: usize,
+    /// Bytes of the frames in `recent`.
+    recent_bytes: usize,
+    window: Window,
     id: String,
     /// Whether the canvas-size mismatch was reported already (once per canvas).
     warned_size: bool,
 }
 
 impl CanvasState {
-    /// An empty (white, version 0) canvas keeping `capacity` recent events.
-    pub fn new(id: &str, dims: CanvasDims, capacity: usize) -> Self {
-        Self { canvas: Canvas::new(dims), recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned(), warned_size: false }
+    /// An empty (white, version 0) canvas keeping the recent events `window` allows.
+    pub fn new(id: &str, dims: CanvasDims, window: Window) -> Self {
+        Self::restored(id, Canvas::new(dims), window)
     }
 
     /// A state restored from a snapshot (no recent events: a resume from before it gets the
     /// snapshot).
-    pub fn restored(id: &str, canvas: Canvas, capacity: usize) -> Self {
-        Self { canvas, recent: VecDeque::new(), capacity: capacity.max(1), id: id.to_owned(), warned_size: false }
+    pub fn restored(id: &str, canvas: Canvas, window: Window) -> Self {
+        let window = Window { events: window.events.max(1), bytes: window.bytes };
+        Self { canvas, recent: VecDeque::new(), recent_bytes: 0, window, id: id.to_owned(), warned_size: false }
+    }
+
+    /// Bytes of the recent events held.
+    pub fn recent_bytes(&self) -> usize {
+        self.recent_bytes
     }
 
     /// The version the state reflects.
@@ -103,12 +134,15 @@ impl CanvasState {
                         "the log skips versions of this canvas; clients will resync");
                     // Held events must stay contiguous, so a gap forgets them (resumes get a snapshot).
                     self.recent.clear();
+                    self.recent_bytes = 0;
                 }
                 let frame: Frame = ServerMessage::Event(ev.clone()).to_json().into();
-                if self.recent.len() == self.capacity {
-                    self.recent.pop_front();
-                }
+                self.recent_bytes += frame.len();
                 self.recent.push_back((ev.version, frame.clone()));
+                while self.recent.len() > 1 && (self.recent.len() > self.window.events || self.recent_bytes > self.window.bytes) {
+                    let (_, old) = self.recent.pop_front().expect("more than one held");
+                    self.recent_bytes -= old.len();
+                }
                 Some(frame)
             }
         }
@@ -134,16 +168,25 @@ impl CanvasState {
 
     /// A `snapshot` frame of the current state.
     pub fn snapshot_frame(&self) -> Frame {
-        let dims = self.canvas.dims();
-        ServerMessage::Snapshot {
-            canvas: self.id.clone(),
-            version: self.version(),
-            width: dims.width,
-            height: dims.height,
-            pixels: self.canvas.pixels_base64(),
-        }
+        snapshot_frame(&self.id, &self.canvas)
+    }
+}
+
+/// A `snapshot` frame of `canvas` named `id`.
+pub fn snapshot_frame(id: &str, canvas: &Canvas) -> Frame {
+    let dims = canvas.dims();
+    ServerMessage::Snapshot { canvas: id.to_owned(), version: canvas.version(), width: dims.width, height: dims.height, pixels: canvas.pixels_base64() }
         .to_json()
         .into()
+}
+
+/// The backlog of a canvas with no event and no snapshot, from the shared `blank` canvas: its
+/// version-0 snapshot, or `Behind` for a client that says it has versions.
+pub fn blank_backlog(id: &str, blank: &Canvas, since: u64) -> Backlog {
+    if since > 0 {
+        Backlog::Behind { have: 0 }
+    } else {
+        Backlog::Snapshot { frame: snapshot_frame(id, blank), version: 0 }
     }
 }
 
@@ -160,7 +203,7 @@ mod tests {
         match b {
             Backlog::Events(fs) => fs
                 .iter()
-                .map(|f| match serde_json::from_str::<ServerMessage>(f.as_str()).unwrap() {
+                .map(|f| match serde_json::from_str::<ServerMessage>(&f.text()).unwrap() {
                     ServerMessage::Event(e) => e.version,
                     other => panic!("{other:?}"),
                 })
@@ -169,8 +212,12 @@ mod tests {
         }
     }
 
-    fn state_with(n: u64, capacity: usize) -> CanvasState {
-        let mut s = CanvasState::new("c1", CanvasDims { width: 4, height: 4 }, capacity);
+    fn state_with(n: u64, events: usize) -> CanvasState {
+        state_within(n, Window { events, bytes: usize::MAX })
+    }
+
+    fn state_within(n: u64, window: Window) -> CanvasState {
+        let mut s = CanvasState::new("c1", CanvasDims { width: 4, height: 4 }, window);
         for v in 1..=n {
             assert!(s.apply(&ev(v)).is_some());
         }
@@ -206,7 +253,7 @@ mod tests {
     #[test]
     fn snapshot_frame_decodes_to_the_same_canvas() {
         let s = state_with(4, 10);
-        match serde_json::from_str::<ServerMessage>(s.snapshot_frame().as_str()).unwrap() {
+        match serde_json::from_str::<ServerMessage>(&s.snapshot_frame().text()).unwrap() {
             ServerMessage::Snapshot { canvas, version, width, height, pixels } => {
                 assert_eq!((canvas.as_str(), version, width, height), ("c1", 4, 4, 4));
                 let c = Canvas::from_base64(CanvasDims { width, height }, version, &pixels).unwrap();
@@ -214,6 +261,27 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn the_window_is_bounded_in_bytes_too() {
+        let one = state_with(1, 1).recent_bytes();
+        assert!(one > 0);
+        // Room for three events' frames (versions 1..9 encode to the same length).
+        let s = state_within(9, Window { events: 100, bytes: 3 * one });
+        assert_eq!(s.recent_bytes(), 3 * one);
+        assert_eq!(versions(&s.backlog(6)), vec![7, 8, 9]);
+        assert!(matches!(s.backlog(5), Backlog::Snapshot { version: 9, .. }), "version 6 no longer held");
+        // A window smaller than one event still keeps the newest.
+        let tiny = state_within(3, Window { events: 100, bytes: 1 });
+        assert_eq!(versions(&tiny.backlog(2)), vec![3]);
+    }
+
+    #[test]
+    fn a_frame_s_text_survives_fragmentation() {
+        let long = format!("{{\"x\":\"{}\"}}", "y".repeat(5000));
+        assert_eq!(Frame::from(long.clone()).text(), long);
+        assert_eq!(Frame::from("{}".to_owned()).text(), "{}");
     }
 
     #[test]
