@@ -13,7 +13,8 @@
 #      (compose-go validation with the machine's Go) and the live pages in headless Chromium
 #      (screenshots in target/browser-artifacts/).
 #   6. The benchmark tool once at its tiny size, against Centrifugo and Socket.IO too (they are
-#      installed from the Go module proxy and npm on first use), so it cannot rot.
+#      installed from the Go module proxy and npm on first use), so it cannot rot; then its
+#      recovery-vs-log-age measure (not in the default set) at its tiny size.
 #
 # Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
 set -euo pipefail
@@ -39,5 +40,8 @@ cargo test --release --workspace -- --nocapture "$@"
 # The binary built in step 4 (`cargo run -p e2e` would resolve features for e2e alone and rebuild).
 step "the benchmark tool at its tiny size, peers included (target/release/bench --size tiny)"
 target/release/bench --size tiny --out target/bench/tiny
+
+step "the recovery-vs-log-age measure at its tiny size (target/release/bench --size tiny --only age --no-peers)"
+target/release/bench --size tiny --only age --no-peers --out target/bench/tiny-age
 
 step "all tests passed"

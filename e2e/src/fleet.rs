@@ -23,6 +23,8 @@ pub struct FleetSpec {
     pub publishers: usize,
     /// Extra environment of every publisher (e.g. `PRODUCE_TIMEOUT_MS`).
     pub publisher_env: Vec<(String, String)>,
+    /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
+    pub bin_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for FleetSpec {
@@ -37,6 +39,7 @@ impl Default for FleetSpec {
             height: 64,
             publishers: 1,
             publisher_env: Vec::new(),
+            bin_dir: None,
         }
     }
 }
@@ -80,6 +83,7 @@ impl Fleet {
             env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
             env
         };
+        let bin = |name: &str| spec.bin_dir.as_ref().map_or_else(|| name.to_owned(), |d| d.join(name).display().to_string());
         // The publishers create the topic: with every replica the broker can hold (3 on the cluster).
         let mut publishers = Vec::new();
         for i in 0..spec.publishers.max(1) {
@@ -90,7 +94,7 @@ impl Fleet {
             ]);
             env.extend(spec.publisher_env.iter().cloned());
             let name = if i == 0 { "publisher".to_owned() } else { format!("publisher-{}", i + 1) };
-            publishers.push(Service::new(&name, "core-publisher", port, env, timeline.clone()));
+            publishers.push(Service::new(&name, &bin("core-publisher"), port, env, timeline.clone()));
         }
         let publisher = publishers.remove(0);
         let more_publishers = publishers;
@@ -100,7 +104,7 @@ impl Fleet {
             let id = format!("ws-{i}");
             nodes.push(Service::new(
                 &id,
-                "ws-node",
+                &bin("ws-node"),
                 port,
                 common(&[
                     ("NODE_ID", id.clone()),
@@ -116,7 +120,7 @@ impl Fleet {
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
         let gateway = Service::new(
             "gateway",
-            "gateway",
+            &bin("gateway"),
             gw_port,
             common(&[
                 ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),

@@ -39,17 +39,24 @@ pub fn below_log_start(position: Option<i64>, low: i64) -> bool {
 /// snapshots where those are newer and raises the node's position to its checkpoint. Blocking.
 /// Returns the positions it raised.
 pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
-    restore_partitions(config, hub, partitions, from_snapshots, "far behind or below the log start")
+    restore_partitions(config, hub, partitions, from_snapshots, "far behind or below the log start").0
 }
 
 /// For each of `partitions` whose position is below its log start (records deleted by retention
 /// since the node read them: a reader reported an offset out of range, or is about to), restores
 /// its canvases from their snapshots and raises the position to the checkpoint. Blocking. Returns
-/// the positions it raised; the caller assigns or seeks its reader there.
+/// the positions it raised; the caller assigns its reader there again. A partition that could not
+/// be restored (the snapshot topic unreadable) is returned at its unchanged position after a
+/// second's pause: read from there, it reports the offset out of range again, which retries.
 pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
-    let raised = restore_partitions(config, hub, partitions, |position, low, _| below_log_start(position, low), "below the log start");
+    let (mut raised, unrestored) = restore_partitions(config, hub, partitions, |position, low, _| below_log_start(position, low), "below the log start");
     if !raised.is_empty() {
         hub.count_log_start_recovery();
+    }
+    if !unrestored.is_empty() {
+        std::thread::sleep(Duration::from_secs(1));
+        let positions = hub.positions();
+        raised.extend(unrestored.iter().filter_map(|p| positions.get(p).map(|o| (*p, *o))));
     }
     raised
 }
@@ -58,15 +65,22 @@ pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets
 /// canvases take their snapshots where newer (sessions on them get the snapshot frame), and their
 /// positions rise to their checkpoints (at least to the log start). A partition whose needed
 /// records are gone with no checkpoint covering them is an error in the log, naming it; its
-/// canvases whose versions then skip are named in `/health` as they are applied.
-fn restore_partitions(config: &Config, hub: &Hub, partitions: &[i32], pick: impl Fn(Option<i64>, i64, i64) -> bool, why: &str) -> Offsets {
+/// canvases whose versions then skip are named in `/health` as they are applied. Returns the
+/// raised positions, and the picked partitions it could not restore.
+fn restore_partitions(
+    config: &Config,
+    hub: &Hub,
+    partitions: &[i32],
+    pick: impl Fn(Option<i64>, i64, i64) -> bool,
+    why: &str,
+) -> (Offsets, Vec<i32>) {
     let started = Instant::now();
     let consumer: BaseConsumer<FleetContext> =
         match config.kafka().reader(&format!("{}-snapshots", config.node_id)).create_with_context(FleetContext::default()) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(error = %e, "[SNAPSHOT] cannot create a reader; replaying from the node's position");
-                return Offsets::new();
+                return (Offsets::new(), partitions.to_vec());
             }
         };
     let positions = hub.positions();
@@ -84,13 +98,13 @@ fn restore_partitions(config: &Config, hub: &Hub, partitions: &[i32], pick: impl
         }
     }
     if picked.is_empty() {
-        return Offsets::new();
+        return (Offsets::new(), Vec::new());
     }
     let loaded = match shared::snapshot::load_partitions(&consumer, &config.snapshot_topic(), Some(&picked), Duration::from_secs(30), &|| false) {
         Ok(l) => l,
         Err(e) => {
             tracing::warn!(partitions = ?picked, error = %e, "[SNAPSHOT] cannot read the snapshots; replaying from the node's position");
-            return Offsets::new();
+            return (Offsets::new(), picked);
         }
     };
     let checkpoints = loaded.checkpoints.clone();
@@ -120,7 +134,7 @@ fn restore_partitions(config: &Config, hub: &Hub, partitions: &[i32], pick: impl
         fmt_offsets(&raised),
         started.elapsed().as_millis()
     );
-    raised
+    (raised, Vec::new())
 }
 
 #[cfg(test)]

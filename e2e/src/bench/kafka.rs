@@ -35,6 +35,24 @@ pub async fn create_topic(bootstrap: &str, topic: &str, partitions: i32) -> anyh
     wait_for_leaders(bootstrap, topic, partitions).await
 }
 
+/// Creates `topic` with `partitions` partitions and the topic `configs`, and waits for its leaders.
+///
+/// # Errors
+/// When the broker refuses or does not answer.
+pub async fn create_topic_with(bootstrap: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = KafkaSettings::new(bootstrap).admin("bench-admin").create()?;
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    for r in admin.create_topics(&[new], &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)))).await? {
+        if let Err((t, e)) = r {
+            bail!("create topic {t}: {e}");
+        }
+    }
+    wait_for_leaders(bootstrap, topic, partitions).await
+}
+
 /// Waits until every partition of a new `topic` has a leader in the broker's metadata (at most
 /// 30 s). `CreateTopics` answers before the controller has elected them; a watermark request in
 /// that window fails with `NotLeaderForPartition` (seen once, at the broker warm-up).
@@ -124,6 +142,8 @@ pub struct DirectProducer {
     pub sent: u64,
     /// Bytes of the last record value.
     pub value_bytes: usize,
+    /// The records' timestamp (ms since the epoch) when set; now otherwise.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl DirectProducer {
@@ -137,7 +157,7 @@ impl DirectProducer {
         cfg.set("queue.buffering.max.messages", "2000000").set("queue.buffering.max.kbytes", "1048576");
         let producer: FutureProducer = cfg.create()?;
         let n = canvases.len();
-        Ok(Self { producer, topic: topic.into(), partitions, side, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0 })
+        Ok(Self { producer, topic: topic.into(), partitions, side, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0, timestamp_ms: None })
     }
 
     /// Enqueues the next event of canvas number `i` (without waiting for the broker).
@@ -153,6 +173,9 @@ impl DirectProducer {
         let headers = OwnedHeaders::new().insert(Header { key: CHANNELS_HEADER, value: Some(canvas.as_bytes()) });
         let t0 = Instant::now();
         let mut record = FutureRecord::to(&self.topic).key(canvas.as_bytes()).payload(value.as_bytes()).partition(partition).headers(headers);
+        if let Some(ts) = self.timestamp_ms {
+            record = record.timestamp(ts);
+        }
         let started = Instant::now();
         loop {
             match self.producer.send_result(record) {

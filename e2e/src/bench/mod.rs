@@ -1,12 +1,14 @@
 //! The benchmarks (`cargo run --release -p e2e --bin bench`): fan-out, latency, replay, memory,
 //! failover — the fleet side by side with Centrifugo and Socket.IO, on the same broker and machine,
-//! in one run — and the publisher's own throughput (publish).
+//! in one run — the publisher's own throughput (publish), and how recovery grows with the length
+//! of the log (age).
 //!
 //! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
 //! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
 //! serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
 //! measures on a fresh topic and stops it afterwards, so runs do not disturb each other.
 
+pub mod age;
 pub mod failover;
 pub mod fanout;
 pub mod floor;
@@ -49,6 +51,12 @@ pub struct Size {
     pub failover_rate: f64,
     /// Load on the broker before anything is measured (see [`warm_broker`]); zero skips it.
     pub broker_warmup: Duration,
+    /// Log sizes of the age measure, events (the first is the baseline: one per canvas).
+    pub age_events: Vec<u64>,
+    /// Canvases the age measure's logs are spread over.
+    pub age_canvases: usize,
+    /// How much the age measure's log grows before its second kill, events.
+    pub age_growth: u64,
 }
 
 impl Size {
@@ -72,6 +80,9 @@ impl Size {
             failover_canvases: 10,
             failover_rate: 100.0,
             broker_warmup: Duration::from_secs(30),
+            age_events: vec![10_000, 1_000_000, 5_000_000],
+            age_canvases: 10_000,
+            age_growth: 3_000_000,
         }
     }
 
@@ -91,6 +102,9 @@ impl Size {
             failover_canvases: 4,
             failover_rate: 40.0,
             broker_warmup: Duration::ZERO,
+            age_events: vec![200, 20_000],
+            age_canvases: 200,
+            age_growth: 20_000,
         }
     }
 }
@@ -105,6 +119,9 @@ pub enum Measure {
     Failover,
     /// The publisher's throughput (ours only).
     Publish,
+    /// Recovery vs log age: publisher and node recovery, memory and failover as the log grows
+    /// (ours only; not in the default set: it takes about 15 minutes at full size).
+    Age,
 }
 
 /// What every measure needs.
@@ -116,6 +133,8 @@ pub struct Ctx {
     pub peers: bool,
     /// Canvas width = height, pixels (64 by default: a 16 KiB snapshot frame).
     pub canvas_side: u32,
+    /// An earlier build's binaries, measured beside this one's (the age measure).
+    pub before: Option<std::path::PathBuf>,
     errors: Mutex<Vec<String>>,
 }
 
@@ -123,7 +142,7 @@ impl Ctx {
     /// A context over a started broker.
     pub fn new(broker: Broker, size: Size, peers: bool, canvas_side: u32) -> Self {
         let broker_label = format!("broker: {}", broker.kind.label());
-        Self { broker, broker_label, size, peers, canvas_side, errors: Mutex::new(Vec::new()) }
+        Self { broker, broker_label, size, peers, canvas_side, before: None, errors: Mutex::new(Vec::new()) }
     }
 
     /// The systems measured: the fleet, then the peers (unless `--no-peers`).
@@ -213,6 +232,7 @@ pub async fn run(ctx: &Ctx, measures: &[Measure]) -> Vec<report::Row> {
             Measure::Memory => memory::run(ctx, &ctx.size.memory_levels).await,
             Measure::Failover => failover::run(ctx).await,
             Measure::Publish => publish::run(ctx).await,
+            Measure::Age => age::run(ctx, ctx.before.as_ref()).await,
         });
         println!("[bench] {m:?} done in {:.0} s", started.elapsed().as_secs_f64());
     }

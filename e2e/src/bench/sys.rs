@@ -26,6 +26,17 @@ pub fn rss_bytes(pid: u32) -> anyhow::Result<u64> {
     Ok(status.vmrss.context("no VmRSS")? * 1024)
 }
 
+/// Peak resident set size of a process so far (`VmHWM`), bytes.
+///
+/// # Errors
+/// When the process is gone or `/proc` cannot be read.
+pub fn peak_rss_bytes(pid: u32) -> anyhow::Result<u64> {
+    let status = procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.status())
+        .with_context(|| format!("read /proc/{pid}/status"))?;
+    Ok(status.vmhwm.context("no VmHWM")? * 1024)
+}
+
 /// CPU seconds of several processes together (a server and its helpers).
 ///
 /// # Errors

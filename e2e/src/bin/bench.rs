@@ -38,6 +38,10 @@ struct Args {
     /// (full: 1000, 10000, 50000).
     #[arg(long = "rate", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     rates: Vec<u32>,
+    /// The binaries of an earlier build (a directory with core-publisher, ws-node and gateway),
+    /// measured beside this build's by the age measure.
+    #[arg(long)]
+    before: Option<PathBuf>,
     /// Where results.json and results.md go.
     #[arg(long, default_value = "target/bench")]
     out: PathBuf,
@@ -74,7 +78,8 @@ fn main() -> anyhow::Result<()> {
         };
         println!("[bench] starting the broker: {}", kind.label());
         let broker = Broker::start(kind).await?;
-        let ctx = Ctx::new(broker, size.clone(), !args.no_peers, args.canvas_side);
+        let mut ctx = Ctx::new(broker, size.clone(), !args.no_peers, args.canvas_side);
+        ctx.before = args.before.clone();
         let rows = bench::run(&ctx, &measures).await;
         let mut command = format!("cargo run --release -p e2e --bin bench -- --size {}", size.name);
         for m in &args.only {
@@ -85,6 +90,9 @@ fn main() -> anyhow::Result<()> {
         }
         for r in &args.rates {
             command += &format!(" --rate {r}");
+        }
+        if let Some(d) = &args.before {
+            command += &format!(" --before {}", d.display());
         }
         if args.canvas_side != 64 {
             command += &format!(" --canvas-side {}", args.canvas_side);
