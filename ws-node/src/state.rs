@@ -41,7 +41,7 @@ impl Frame {
     }
 
     /// How many bytes it holds.
-    pub fn len(&self) -> usize {
+    pub fn byte_len(&self) -> usize {
         self.wire.len()
     }
 }
@@ -137,11 +137,11 @@ impl CanvasState {
                     self.recent_bytes = 0;
                 }
                 let frame: Frame = ServerMessage::Event(ev.clone()).to_json().into();
-                self.recent_bytes += frame.len();
+                self.recent_bytes += frame.byte_len();
                 self.recent.push_back((ev.version, frame.clone()));
                 while self.recent.len() > 1 && (self.recent.len() > self.window.events || self.recent_bytes > self.window.bytes) {
                     let (_, old) = self.recent.pop_front().expect("more than one held");
-                    self.recent_bytes -= old.len();
+                    self.recent_bytes -= old.byte_len();
                 }
                 Some(frame)
             }
