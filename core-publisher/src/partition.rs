@@ -277,6 +277,11 @@ impl Partition {
         self.lock_book().heads.get(canvas).map(|c| (c.version(), c.hash()))
     }
 
+    /// Whether `canvas` has a committed event.
+    pub fn has(&self, canvas: &CanvasId) -> bool {
+        self.lock_book().heads.contains_key(canvas)
+    }
+
     /// Canvases with at least one committed event.
     pub fn canvas_count(&self) -> usize {
         self.lock_book().heads.len()

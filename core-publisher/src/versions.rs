@@ -463,8 +463,9 @@ impl<L: EventLog> Versions<L> {
             return vec![Err(e)];
         }
         // A canvas without a committed event is a new one. (Checked against committed canvases:
-        // first publishes of new canvases racing each other may pass the limit by those in flight.)
-        if self.canvas_count() >= self.max_canvases && self.partition(canvas).is_some_and(|(_, p)| p.truth(canvas).is_none()) {
+        // first publishes of new canvases racing each other may pass the limit by those in flight;
+        // at the limit, a publish to a canvas whose first event is not committed yet is refused.)
+        if self.partition(canvas).is_some_and(|(_, p)| !p.has(canvas)) && self.canvas_count() >= self.max_canvases {
             return vec![Err(PublishError::CanvasLimit { limit: self.max_canvases })];
         }
         let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(pixels.len());

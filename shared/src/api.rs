@@ -99,6 +99,12 @@ pub struct NodeHealth {
     /// ...and how many there are in all.
     #[serde(default)]
     pub incomplete_canvas_count: usize,
+    /// Canvases with state (an event or a snapshot) on this node.
+    #[serde(default)]
+    pub canvases: usize,
+    /// Bytes of the recent-events windows' frames over every canvas (`RECENT_BYTES` bounds each).
+    #[serde(default)]
+    pub recent_window_bytes: usize,
 }
 
 /// What a node does with a partition.
@@ -225,6 +231,8 @@ mod tests {
             log_start_recoveries: 1,
             incomplete_canvases: vec!["c7".into()],
             incomplete_canvas_count: 1,
+            canvases: 4,
+            recent_window_bytes: 520,
         };
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["state"], "HEALTHY");

@@ -198,6 +198,13 @@ impl Broadcast {
         };
         let reader: BaseConsumer<FleetContext> =
             config.kafka().reader(&format!("{}-release", config.node_id)).create_with_context(FleetContext::default())?;
+        let ends_reader: BaseConsumer<FleetContext> =
+            config.kafka().reader(&format!("{}-ends", config.node_id)).create_with_context(FleetContext::default())?;
+        let standby_reader: Option<BaseConsumer<FleetContext>> = if config.standby {
+            Some(config.kafka().reader(&format!("{}-standby", config.node_id)).create_with_context(FleetContext::default())?)
+        } else {
+            None
+        };
         let consumer: BaseConsumer<BroadcastContext> = config
             .kafka()
             .broadcast_consumer(&config.broadcast_group, &config.node_id)
@@ -209,9 +216,7 @@ impl Broadcast {
             .name("release".into())
             .spawn(move || release_loop(reader, &config2, hub2, stop2))
             .expect("spawn the release reader thread");
-        let standby = if config.standby {
-            let standby_reader: BaseConsumer<FleetContext> =
-                config.kafka().reader(&format!("{}-standby", config.node_id)).create_with_context(FleetContext::default())?;
+        let standby = if let Some(standby_reader) = standby_reader {
             let (stop2, hub2, config2) = (stop.clone(), hub.clone(), config.clone());
             Some(
                 std::thread::Builder::new()
@@ -222,8 +227,6 @@ impl Broadcast {
         } else {
             None
         };
-        let ends_reader: BaseConsumer<FleetContext> =
-            config.kafka().reader(&format!("{}-ends", config.node_id)).create_with_context(FleetContext::default())?;
         let (stop2, hub2, topic) = (stop.clone(), hub.clone(), config.topic.clone());
         let ends = std::thread::Builder::new()
             .name("log-ends".into())
@@ -353,26 +356,40 @@ fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hu
 /// read them: it was frozen, or its position came from long ago): librdkafka stopped fetching it
 /// (`auto.offset.reset=error`). Its canvases are restored from the snapshots (sessions on them get
 /// the snapshot frame), and the partition is assigned again from its checkpoint.
+///
+/// The error does not say which partition stopped, and another reader may have restored it first
+/// (the hub's position is then already past the log start while this consumer's fetch is still
+/// stopped), so every owned partition is assigned again from the node's position: a stopped
+/// partition cannot be seeked. Records fetched but not applied are read again; duplicates are
+/// dropped by version.
 fn restart_below_log_start(consumer: &BaseConsumer<BroadcastContext>, hub: &Hub, e: &KafkaError) {
     let owned = hub.owned();
-    tracing::warn!(error = %e, partitions = ?owned, "[BROADCAST] a position is below its partition's log start (records deleted); restoring from the snapshots");
+    tracing::warn!(error = %e, partitions = ?owned, "[BROADCAST] a position is out of range (records deleted?); restoring from the snapshots what is below the log start");
     let ctx = consumer.context();
-    let raised = crate::snapshot::from_log_start(&ctx.config, hub, &owned);
-    if raised.is_empty() {
+    crate::snapshot::from_log_start(&ctx.config, hub, &owned);
+    if consumer.assignment_lost() {
+        // The group gave the partitions away: the revocation is coming, and the next assignment
+        // starts from the node's positions.
         return;
     }
+    let owned = hub.owned();
+    let positions = hub.positions();
     let mut tpl = TopicPartitionList::new();
-    for (p, o) in &raised {
-        if let Err(e) = tpl.add_partition_offset(&ctx.topic, *p, Offset::Offset(*o)) {
+    for p in &owned {
+        let offset = positions.get(p).copied().map_or(Offset::Beginning, Offset::Offset);
+        if let Err(e) = tpl.add_partition_offset(&ctx.topic, *p, offset) {
             tracing::error!(partition = p, error = %e, "[BROADCAST] cannot set the restart offset");
             return;
         }
     }
-    // A stopped partition cannot be seeked: it is assigned again, from the raised position.
     let r = consumer.incremental_unassign(&tpl).and_then(|()| consumer.incremental_assign(&tpl));
     match r {
-        Ok(()) => tracing::info!("[BROADCAST] reading partitions={:?} again from offsets={}", raised.keys().collect::<Vec<_>>(), fmt_offsets(&raised)),
-        Err(e) => tracing::error!(error = %e, "[BROADCAST] cannot assign the restored partitions again"),
+        Ok(()) => tracing::info!(
+            "[BROADCAST] reading partitions={:?} again from offsets={}",
+            owned,
+            fmt_offsets(&owned.iter().filter_map(|p| positions.get(p).map(|o| (*p, *o))).collect())
+        ),
+        Err(e) => tracing::error!(error = %e, "[BROADCAST] cannot assign the owned partitions again"),
     }
 }
 

@@ -155,6 +155,8 @@ impl Node {
             log_start_recoveries: self.hub.log_start_recoveries(),
             incomplete_canvases,
             incomplete_canvas_count,
+            canvases: self.hub.canvas_count(),
+            recent_window_bytes: self.hub.recent_bytes(),
         }
     }
 

@@ -4,7 +4,8 @@
 //!   records deleted by retention while the node did not read them: frozen, or down for longer than
 //!   the retention) is reported, never silently moved. [`from_log_start`] then restores the
 //!   partition's canvases from the snapshot topic and raises the position to its checkpoint, and
-//!   the reader is assigned again from there. Assignment checks the same before it starts.
+//!   the reader is assigned again from there. (With `STANDBY=false`, assignment checks the same
+//!   before it starts, see below.)
 //! - When the standby reader is off (`STANDBY=false`), a partition assigned to this node is read
 //!   from the node's own position, which is only as recent as the node's last catch-up when it did
 //!   not own the partition since. When that position is far behind the partition's end
@@ -57,6 +58,12 @@ pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets
         std::thread::sleep(Duration::from_secs(1));
         let positions = hub.positions();
         raised.extend(unrestored.iter().filter_map(|p| positions.get(p).map(|o| (*p, *o))));
+    } else if raised.is_empty() {
+        // Nothing is below the log start: another reader restored it already, or the position is
+        // past the partition's end (the topic was deleted and recreated). The caller reads again;
+        // a pause keeps a position that stays out of range from spinning.
+        tracing::warn!(partitions = ?partitions, "[SNAPSHOT] an offset out of range with no position below the log start (past the end: the topic recreated?); reading again");
+        std::thread::sleep(Duration::from_millis(250));
     }
     raised
 }
