@@ -699,6 +699,12 @@ pub mod fake {
                 .unwrap_or_default()
         }
 
+        /// Writes `snapshot` to `partition`'s snapshot topic as if a publisher had committed it.
+        pub fn put_snapshot(&self, partition: i32, snapshot: &shared::snapshot::Snapshot) {
+            let mut snaps = self.shared.snapshots.lock().unwrap();
+            snaps.entry(partition).or_default().push((snapshot.canvas.as_str().to_owned(), snapshot.encode()));
+        }
+
         /// Where `partition`'s log ends (the offset the next entry takes).
         pub fn end_of(&self, partition: i32) -> i64 {
             self.shared.entries.lock().unwrap().get(&partition).map_or(0, |v| v.len() as i64)

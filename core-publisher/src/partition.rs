@@ -338,7 +338,7 @@ impl Partition {
                 break;
             }
             let head = &book.heads[*c];
-            let value = shared::snapshot::Snapshot::of(c, head, 0, book.coverage.position(c)).encode();
+            let value = shared::snapshot::Snapshot::of(c, head, book.coverage.resets(c), book.coverage.position(c)).encode();
             bytes += value.len();
             taken.push(c);
             planned.canvases.push(((*c).clone(), head.version()));

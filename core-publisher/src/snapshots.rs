@@ -52,6 +52,9 @@ pub fn due(policy: &SnapshotPolicy, version: u64, snapshot_version: u64, uncover
 struct Mark {
     /// The version of its latest committed snapshot (0: none).
     snapshot_version: u64,
+    /// Its reset counter, from the snapshot it was restored from (0: none), written back into
+    /// every snapshot of it (the canvas's half of its stream's epoch, [`shared::epoch`]).
+    resets: u64,
     /// Offset of its last committed record (-1: none read or written).
     last_offset: i64,
     /// Its oldest committed record not covered by the snapshot: offset, and when it was learned.
@@ -67,14 +70,15 @@ pub struct Coverage {
 }
 
 impl Coverage {
-    /// A canvas read from its snapshot (version `version`, covering records before `offset`).
-    pub fn restored(&mut self, canvas: &CanvasId, version: u64, offset: i64) {
-        self.marks.insert(canvas.clone(), Mark { snapshot_version: version, last_offset: offset.saturating_sub(1), first_uncovered: None });
+    /// A canvas read from its snapshot (version `version` of reset `resets`, covering records
+    /// before `offset`).
+    pub fn restored(&mut self, canvas: &CanvasId, version: u64, resets: u64, offset: i64) {
+        self.marks.insert(canvas.clone(), Mark { snapshot_version: version, resets, last_offset: offset.saturating_sub(1), first_uncovered: None });
     }
 
     /// A committed record of `canvas` at `offset` that its snapshot does not cover.
     pub fn recorded(&mut self, canvas: &CanvasId, offset: i64, now: Instant) {
-        let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, last_offset: -1, first_uncovered: None });
+        let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets: 0, last_offset: -1, first_uncovered: None });
         mark.last_offset = mark.last_offset.max(offset);
         if mark.first_uncovered.is_none() {
             mark.first_uncovered = Some((offset, now));
@@ -95,6 +99,11 @@ impl Coverage {
     /// The version of `canvas`'s latest snapshot (0: none).
     pub fn snapshot_version(&self, canvas: &CanvasId) -> u64 {
         self.marks.get(canvas).map_or(0, |m| m.snapshot_version)
+    }
+
+    /// The reset counter of `canvas` (0 unless its snapshot said otherwise).
+    pub fn resets(&self, canvas: &CanvasId) -> u64 {
+        self.marks.get(canvas).map_or(0, |m| m.resets)
     }
 
     /// The offset after `canvas`'s last committed record (what a snapshot of it now reflects).
@@ -191,8 +200,8 @@ mod tests {
         let at = t0 + Duration::from_secs(90);
         assert_eq!(c.due_by_age(at, Duration::from_secs(60), 10), vec![id("old"), id("mid")]);
         assert_eq!(c.due_by_age(at, Duration::from_secs(60), 1), vec![id("old")]);
-        c.restored(&id("r"), 4, 9);
+        c.restored(&id("r"), 4, 2, 9);
         assert_eq!(c.position(&id("r")), 9);
-        assert_eq!(c.snapshot_version(&id("r")), 4);
+        assert_eq!((c.snapshot_version(&id("r")), c.resets(&id("r")), c.resets(&id("old"))), (4, 2, 0));
     }
 }

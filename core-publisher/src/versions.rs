@@ -303,7 +303,7 @@ impl<L: EventLog> Versions<L> {
         let from_snapshots = loaded.canvases.len();
         for (canvas, (p, snap)) in loaded.canvases {
             let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
-            cover.restored(&canvas, snap.version, snap.offset);
+            cover.restored(&canvas, snap.version, snap.epoch, snap.offset);
             heads.insert(canvas, snap.to_canvas());
         }
         let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
@@ -911,6 +911,26 @@ mod tests {
         assert_eq!(checkpoint, Some(snap.offset));
         assert!(snap.offset <= at(11));
         assert_eq!(v.counters().to_json()["snapshots"], 2);
+    }
+
+    #[tokio::test]
+    async fn a_restarted_publisher_writes_back_the_reset_count_of_the_snapshot_it_started_from() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let c = id("c1");
+        let p = shared::partitioner::partition_for(c.as_str().as_bytes(), 3) as i32;
+        let mut head = Canvas::new(DIMS);
+        for v in 1..=3 {
+            head.apply(&shared::PixelEvent { canvas: c.clone(), version: v, x: v as u32, y: 0, color: Color([v as u8, 0, 0]), published_at_ms: 0 });
+        }
+        // A canvas reset twice (no operation does that yet; its snapshot says so).
+        log.put_snapshot(p, &shared::snapshot::Snapshot::of(&c, &head, 2, 0));
+        let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(1, Duration::from_secs(3600)));
+        v.rebuild().await.unwrap();
+        assert_eq!(v.publish(&c, 0, 1, Color([9, 9, 9])).await.unwrap().version, 4);
+        v.publish(&c, 1, 1, Color([9, 9, 9])).await.unwrap();
+        let snap = latest_snapshot(&log, p, "c1").0.expect("snapshots of the new versions");
+        assert!(snap.version >= 4, "a snapshot written by this publisher: {}", snap.version);
+        assert_eq!(snap.epoch, 2, "the reset count is carried, not written back as 0");
     }
 
     #[tokio::test]

@@ -1,15 +1,19 @@
 //! A test client: one WebSocket subscriber of one canvas, through the gateway, that reconnects
 //! like a good client should and records everything it receives.
 //!
-//! - Resume: every connection carries `since` = the last version applied; versions at or below it
-//!   are recorded (the fleet sent a duplicate) and dropped; a jump is recorded (the fleet skipped a
-//!   version) and answered with a resync (reconnect with `since`) instead of being applied.
+//! - Resume: every connection carries `since` = the last version applied and `epoch` = the epoch
+//!   of the last `welcome` (none before the first); versions at or below it are recorded (the fleet
+//!   sent a duplicate) and dropped; a jump is recorded (the fleet skipped a version) and answered
+//!   with a resync (reconnect with `since`) instead of being applied. A `welcome` naming another
+//!   epoch than the one sent means the client's versions belong to another history: it forgets its
+//!   canvas and version, and the snapshot that follows is its new base.
 //! - Backoff: exponential with jitter and a cap (`backon`), reset only after a connection stayed
 //!   open for the stable period; a 503's `Retry-After` and a reconnect notice's `retry_after_ms`
 //!   are honoured.
 
 use backon::BackoffBuilder;
 use futures::StreamExt;
+use shared::epoch::Epoch;
 use shared::protocol::ServerMessage;
 use shared::{Canvas, CanvasDims};
 use std::collections::BTreeMap;
@@ -64,6 +68,10 @@ pub struct ClientReport {
     pub refused: u32,
     /// Last version applied.
     pub version: u64,
+    /// The epoch of the last `welcome` (sent back on every reconnect).
+    pub epoch: Option<Epoch>,
+    /// Welcomes that named another epoch than the one the client had.
+    pub epoch_changes: u32,
     /// Hash of the client's canvas.
     pub hash: String,
 }
@@ -156,8 +164,14 @@ async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: Canva
     let mut backoff = builder.build();
     let mut n = 0u32;
     loop {
-        let since = state.lock().expect("client lock").report.version;
-        let url = format!("{base}/ws?canvas={canvas}&since={since}");
+        let (since, epoch) = {
+            let s = state.lock().expect("client lock");
+            (s.report.version, s.report.epoch.clone())
+        };
+        let url = match &epoch {
+            Some(e) => format!("{base}/ws?canvas={canvas}&since={since}&epoch={e}"),
+            None => format!("{base}/ws?canvas={canvas}&since={since}"),
+        };
         let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
@@ -248,7 +262,18 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
             Some((Next::After(Some(Duration::from_millis(retry_after_ms + jitter))), "reconnect_notice".into()))
         }
         ServerMessage::Error { retry_after_ms: Some(ms), .. } => Some((Next::After(Some(Duration::from_millis(ms))), "refused_frame".into())),
-        ServerMessage::Error { .. } | ServerMessage::Welcome { .. } => None,
+        ServerMessage::Welcome { epoch, .. } => {
+            // (A node older than epochs names none: that says nothing about the history.)
+            if epoch.is_some() && s.report.epoch.is_some() && epoch != s.report.epoch {
+                // Another history: nothing the client holds applies to it.
+                s.report.epoch_changes += 1;
+                s.report.version = 0;
+                s.canvas = None;
+            }
+            s.report.epoch = epoch;
+            None
+        }
+        ServerMessage::Error { .. } => None,
     }
 }
 
@@ -286,5 +311,47 @@ async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DIMS: CanvasDims = CanvasDims { width: 2, height: 2 };
+
+    fn welcome(epoch: Option<&str>) -> ServerMessage {
+        ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 0, epoch: epoch.map(|e| Epoch::parse(e).unwrap()) }
+    }
+
+    fn snapshot(version: u64) -> ServerMessage {
+        let canvas = Canvas::new(DIMS);
+        ServerMessage::Snapshot { canvas: "c1".into(), version, width: 2, height: 2, pixels: canvas.pixels_base64() }
+    }
+
+    fn event(version: u64) -> ServerMessage {
+        let canvas = shared::CanvasId::parse("c1").unwrap();
+        ServerMessage::Event(shared::PixelEvent { canvas, version, x: 1, y: 1, color: shared::Color([1, 2, 3]), published_at_ms: 0 })
+    }
+
+    #[test]
+    fn a_welcome_of_another_epoch_makes_the_next_snapshot_the_base_even_when_older() {
+        let mut s = State { report: ClientReport::default(), canvas: None };
+        for f in [welcome(Some("T1-0")), snapshot(10), event(11)] {
+            assert!(apply_frame(&mut s, f, 1, DIMS).is_none());
+        }
+        assert_eq!((s.report.version, s.report.epoch.as_ref().map(Epoch::as_str)), (11, Some("T1-0")));
+        // The same epoch again: nothing is forgotten.
+        assert!(apply_frame(&mut s, welcome(Some("T1-0")), 2, DIMS).is_none());
+        assert_eq!((s.report.version, s.report.epoch_changes), (11, 0));
+        // The topic was recreated: version 3 of the new history replaces version 11 of the old.
+        for f in [welcome(Some("T2-0")), snapshot(3), event(4)] {
+            assert!(apply_frame(&mut s, f, 3, DIMS).is_none());
+        }
+        assert_eq!((s.report.version, s.report.epoch_changes), (4, 1));
+        assert_eq!(s.report.epoch.as_ref().map(Epoch::as_str), Some("T2-0"));
+        // A node older than epochs names none: the client then sends none.
+        assert!(apply_frame(&mut s, welcome(None), 4, DIMS).is_none());
+        assert_eq!((s.report.version, s.report.epoch.clone()), (4, None));
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /ws?canvas=<id>&since=<version>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
@@ -115,7 +115,8 @@ async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): Can
     fleet.publishers.forward(&req).await
 }
 
-/// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0).
+/// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
+/// `epoch` optional and well-formed; passed on to the node).
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
     parse_query(raw.unwrap_or(""))
 }
@@ -128,12 +129,12 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
-    let (upstream, target) = match proxy::connect_upstream(&fleet, q.canvas.as_str(), q.since, &headers).await {
+    let (upstream, target) = match proxy::connect_upstream(&fleet, &q, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
         Err(refused) => return Err(refused.into()),
     };
-    tracing::debug!(canvas = %q.canvas, since = q.since, node = %target.id, "proxying session");
+    tracing::debug!(canvas = %q.canvas, since = q.since, epoch = ?q.epoch.as_ref().map(|e| e.as_str()), node = %target.id, "proxying session");
     let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };
     Ok(proxy::upgrade(fleet, upgrade, upstream, target, peer))
@@ -147,7 +148,7 @@ mod tests {
     fn ws_query_is_validated() {
         let q = parse_ws_query(Some("canvas=c1&since=7")).unwrap();
         assert_eq!((q.canvas.as_str(), q.since), ("c1", 7));
-        for (raw, field) in [("since=1", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas")] {
+        for (raw, field) in [("since=1", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas"), ("canvas=c1&epoch=a%2Fb", "epoch")] {
             assert_eq!(parse_ws_query(Some(raw)).unwrap_err().body.field.as_deref(), Some(field), "{raw}");
         }
     }

@@ -1,4 +1,8 @@
-//! `GET /ws?canvas=&since=`: the WebSocket proxy.
+//! `GET /ws?canvas=&since=&epoch=`: the WebSocket proxy.
+//!
+//! The upstream handshake carries the client's resume position as it came: `canvas`, `since` and,
+//! when the client sent one, `epoch` ([`WsQuery::resume_query`]); `refusal` is the gateway's own
+//! business (nodes always refuse with HTTP, which the gateway relays as the client asked).
 //!
 //! The gateway opens the upstream WebSocket to the node that owns the canvas's partition *before*
 //! it accepts the client's upgrade, so a node's refusal (503 + Retry-After: not ready, draining,
@@ -14,7 +18,7 @@ use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use futures::{SinkExt, StreamExt};
 use shared::http::ApiError;
-use shared::protocol::close;
+use shared::protocol::{close, WsQuery};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
@@ -29,16 +33,13 @@ pub struct Refused {
 
 type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Opens the upstream WebSocket for `canvas`/`since`, trying at most two owners.
+/// Opens the upstream WebSocket for the client's query `q` (its canvas, `since` and `epoch`),
+/// trying at most two owners.
 ///
 /// # Errors
 /// [`Refused`] when no node owns the canvas's partition or the owners refused.
-pub async fn connect_upstream(
-    fleet: &Arc<Fleet>,
-    canvas: &str,
-    since: u64,
-    headers: &HeaderMap,
-) -> Result<(Upstream, Target), Refused> {
+pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(Upstream, Target), Refused> {
+    let canvas = q.canvas.as_str();
     // Two rounds at most: the routing as polled; then, if that failed, the routing after fresh
     // polls of every node, waiting (at most REROUTE_WAIT) until some node owns the partition — a
     // partition in the middle of moving (a drain, a cooperative rebalance) has no owner for a
@@ -64,7 +65,7 @@ pub async fn connect_upstream(
             fleet.refreshed(deadline - now).await;
         };
         for target in targets.into_iter().take(2) {
-            match open(fleet, &target, canvas, since, headers).await {
+            match open(fleet, &target, q, headers).await {
                 Ok(ws) => {
                     if round > 0 {
                         tracing::info!(node = %target.id, canvas, held_ms = started.elapsed().as_millis() as u64,
@@ -93,8 +94,14 @@ const REROUTE_WAIT: Duration = Duration::from_millis(2000);
 /// An upstream handshake slower than this is logged.
 const SLOW_UPSTREAM: Duration = Duration::from_millis(250);
 
-async fn open(fleet: &Fleet, target: &Target, canvas: &str, since: u64, headers: &HeaderMap) -> Result<Upstream, Refused> {
-    let ws_url = format!("{}/ws?canvas={}&since={}", target.url.replacen("http", "ws", 1), canvas, since);
+/// The upstream node's handshake URL for the client's query `q`.
+fn upstream_url(node_url: &str, q: &WsQuery) -> String {
+    format!("{}/ws?{}", node_url.replacen("http", "ws", 1), q.resume_query())
+}
+
+async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) -> Result<Upstream, Refused> {
+    let canvas = q.canvas.as_str();
+    let ws_url = upstream_url(&target.url, q);
     let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
         code: "bad_upstream_url".into(),
         message: e.to_string(),
@@ -379,4 +386,25 @@ fn to_client(msg: ts::Message) -> Option<aws::Message> {
         })),
         ts::Message::Frame(_) => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_upstream_handshake_carries_the_client_s_resume_position() {
+        let q = |raw: &str| shared::http::parse_query::<WsQuery>(raw).unwrap();
+        let node = "http://127.0.0.1:9001";
+        let cases = [
+            ("canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0&refusal=frame", "ws://127.0.0.1:9001/ws?canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0"),
+            ("epoch=x-_1&since=3&canvas=a%2Db", "ws://127.0.0.1:9001/ws?canvas=a-b&since=3&epoch=x-_1"),
+            // An older client: no epoch, served by since alone.
+            ("canvas=c1&since=12", "ws://127.0.0.1:9001/ws?canvas=c1&since=12"),
+            ("canvas=c1", "ws://127.0.0.1:9001/ws?canvas=c1&since=0"),
+        ];
+        for (client, upstream) in cases {
+            assert_eq!(upstream_url(node, &q(client)), upstream, "{client}");
+        }
+    }
 }

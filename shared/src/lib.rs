@@ -7,6 +7,8 @@
 //!
 //! - [`event`]: the Kafka record (key = canvas id, value = [`event::PixelEvent`] as JSON) and colours;
 //! - [`canvas`]: the canvas model, its canonical bytes and SHA-256 hash;
+//! - [`epoch`]: a canvas stream's epoch (which history its versions belong to), sent in `welcome`
+//!   and back in the `/ws` query;
 //! - [`protocol`]: WebSocket frames server → client, the `/ws` query and the close codes;
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
@@ -14,11 +16,13 @@
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
 //! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
+//! - [`topic_id`]: the events topic's Kafka topic ID (librdkafka's DescribeTopics);
 //! - [`ws`]: WebSocket close frames and protocol-error classification;
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
 
 pub mod api;
 pub mod canvas;
+pub mod epoch;
 pub mod event;
 pub mod http;
 pub mod kafka;
@@ -28,6 +32,7 @@ pub mod replay;
 pub mod shutdown;
 pub mod snapshot;
 pub mod telemetry;
+pub mod topic_id;
 pub mod ws;
 
 pub use canvas::{Canvas, CanvasDims};

@@ -1,15 +1,18 @@
 //! The WebSocket protocol between a node (through the gateway) and a client.
 //!
-//! A client opens `GET /ws?canvas=<id>&since=<last version it applied>`. The server then sends JSON
-//! text frames ([`ServerMessage`]), in this order:
+//! A client opens `GET /ws?canvas=<id>&since=<last version it applied>&epoch=<epoch of its
+//! last welcome>` (`epoch` absent on a first connect). The server then sends JSON text frames
+//! ([`ServerMessage`]), in this order:
 //!
-//! 0. a `welcome` naming the node that serves the session;
+//! 0. a `welcome` naming the node that serves the session and the canvas stream's current epoch
+//!    ([`crate::epoch`]);
 //! 1. the backlog: the events after `since`, one `event` frame each, when it still holds them; a
 //!    `snapshot` otherwise, and always when `since=0` (the client has nothing: the snapshot gives it
-//!    a base and the canvas size);
+//!    a base and the canvas size) or when the client's `epoch` is not the current one (its versions
+//!    belong to another history: a recreated topic, a reset canvas);
 //! 2. live `event` frames, each version exactly once and in order;
 //! 3. possibly a `reconnect` notice (the node is draining): reconnect after `retry_after_ms` with
-//!    `since` = the last version applied, and the events continue where they stopped.
+//!    `since` = the last version applied and the epoch, and the events continue where they stopped.
 //!
 //! Clients send nothing but control frames (ping/pong/close); text they send is ignored when it is
 //! well-formed JSON.
@@ -17,6 +20,7 @@
 //! Close codes are from RFC 6455 §7.4.1 and the IANA "WebSocket Close Code Number Registry"
 //! (RFC 6455 §11.7), see [`close`].
 
+use crate::epoch::Epoch;
 use crate::event::PixelEvent;
 use serde::{Deserialize, Serialize};
 
@@ -24,8 +28,17 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ServerMessage {
-    /// First frame of every session: which node serves it (for status displays and logs).
-    Welcome { node: String, canvas: String, since: u64 },
+    /// First frame of every session: which node serves it (for status displays and logs), the
+    /// version the backlog starts after (the client's `since`, or 0 when its epoch was not the
+    /// current one), and the canvas stream's current epoch, which the client sends back as
+    /// `epoch=` when it reconnects (absent only from nodes older than epochs).
+    Welcome {
+        node: String,
+        canvas: String,
+        since: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<Epoch>,
+    },
     /// The whole canvas at `version`: `pixels` is base64 of the canonical bytes
     /// (`width * height * 3` bytes, row-major RGB).
     Snapshot {
@@ -102,16 +115,36 @@ pub enum Refusal {
     Frame,
 }
 
-/// Query of `GET /ws`: `canvas` (a canvas id), `since` (last version applied; 0 = nothing) and
-/// `refusal` (`http` or `frame`, see [`Refusal`]).
+/// Query of `GET /ws`: `canvas` (a canvas id), `since` (last version applied; 0 = nothing),
+/// `epoch` (the epoch of the client's last `welcome`; absent = none known) and `refusal` (`http`
+/// or `frame`, see [`Refusal`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
     /// Validated while parsing (a bad id is an error naming `canvas`).
     pub canvas: crate::CanvasId,
     #[serde(default)]
     pub since: u64,
+    /// Validated while parsing ([`Epoch::parse`]; a bad one is an error naming `epoch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<Epoch>,
     #[serde(default)]
     pub refusal: Refusal,
+}
+
+impl WsQuery {
+    /// The query string a proxy or a client sends on: `canvas=..&since=..`, then `&epoch=..` when
+    /// there is one (canvas ids and epochs need no escaping). `refusal` is the caller's business.
+    pub fn resume_query(&self) -> String {
+        resume_query(&self.canvas, self.since, self.epoch.as_ref())
+    }
+}
+
+/// `canvas=<id>&since=<since>[&epoch=<epoch>]`, the resume position of `GET /ws`.
+pub fn resume_query(canvas: &crate::CanvasId, since: u64, epoch: Option<&Epoch>) -> String {
+    match epoch {
+        Some(e) => format!("canvas={canvas}&since={since}&epoch={e}"),
+        None => format!("canvas={canvas}&since={since}"),
+    }
 }
 
 /// WebSocket close codes the fleet sends, with their source.
@@ -194,7 +227,12 @@ mod tests {
                 r#"{"type":"error","code":"no_owner","message":"m","retry_after_ms":1000}"#,
             ),
             (
-                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12 },
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12, epoch: Some(Epoch::of("q5XGvJ9mR2yqH7Y1cjTQfA", 0)) },
+                r#"{"type":"welcome","node":"ws-1","canvas":"c1","since":12,"epoch":"q5XGvJ9mR2yqH7Y1cjTQfA-0"}"#,
+            ),
+            (
+                // A welcome of a node older than epochs still parses.
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12, epoch: None },
                 r#"{"type":"welcome","node":"ws-1","canvas":"c1","since":12}"#,
             ),
         ];
@@ -223,5 +261,18 @@ mod tests {
         let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1","refusal":"frame"}"#).unwrap();
         assert_eq!(q.refusal, Refusal::Frame);
         assert!(serde_json::from_str::<WsQuery>(r#"{"canvas":"c1","refusal":"smoke"}"#).is_err());
+    }
+
+    #[test]
+    fn ws_query_carries_the_epoch_and_builds_the_resume_query() {
+        let q: WsQuery = crate::http::parse_query("canvas=c1&since=40&epoch=q5X-_9-3&refusal=frame").unwrap();
+        assert_eq!(q.epoch.as_ref().map(Epoch::as_str), Some("q5X-_9-3"));
+        assert_eq!(q.resume_query(), "canvas=c1&since=40&epoch=q5X-_9-3");
+        let q: WsQuery = crate::http::parse_query("canvas=c1&since=40").unwrap();
+        assert_eq!((q.epoch.is_none(), q.resume_query()), (true, "canvas=c1&since=40".to_owned()));
+        for bad in ["canvas=c1&epoch=", "canvas=c1&epoch=a%20b", "canvas=c1&epoch=a%2Bb"] {
+            let e = crate::http::parse_query::<WsQuery>(bad).unwrap_err();
+            assert_eq!(e.body.field.as_deref(), Some("epoch"), "{bad}");
+        }
     }
 }

@@ -64,7 +64,9 @@ pub struct Snapshot {
     pub canvas: CanvasId,
     /// The version the pixels reflect.
     pub version: u64,
-    /// The canvas stream's epoch (0 until a canvas is reset).
+    /// The canvas's reset counter (0: no operation resets a canvas yet), the canvas's half of its
+    /// stream's epoch ([`crate::epoch`]; the other half is the events topic's ID). A snapshot of a
+    /// later reset replaces any of an earlier one, whatever the versions.
     pub epoch: u64,
     pub dims: CanvasDims,
     /// The events-topic offset after the last record this snapshot reflects, on the canvas's
@@ -229,14 +231,14 @@ pub struct Loaded {
 }
 
 impl Loaded {
-    /// Adds one entry read on `partition`: a canvas's snapshot replaces a lower version only; a
-    /// checkpoint replaces the partition's earlier one (checkpoints only move forward, and the
-    /// topic is read in order).
+    /// Adds one entry read on `partition`: a canvas's snapshot replaces one of an earlier reset,
+    /// or a lower version of the same reset, only; a checkpoint replaces the partition's earlier
+    /// one (checkpoints only move forward, and the topic is read in order).
     pub fn add(&mut self, partition: i32, entry: Entry) {
         self.records += 1;
         match entry {
             Entry::Canvas(s) => match self.canvases.get(&s.canvas) {
-                Some((_, have)) if have.version > s.version => {}
+                Some((_, have)) if (have.epoch, have.version) > (s.epoch, s.version) => {}
                 _ => {
                     self.canvases.insert(s.canvas.clone(), (partition, s));
                 }
@@ -328,6 +330,8 @@ mod tests {
         let got = decode(Some(b"a"), Some(&s.encode())).unwrap().unwrap();
         assert_eq!(got, Entry::Canvas(s.clone()));
         assert_eq!(s.to_canvas().hash(), painted(5).hash());
+        let reset = Snapshot::of(&id("a"), &painted(1), 3, 42);
+        assert_eq!(decode(Some(b"a"), Some(&reset.encode())).unwrap(), Some(Entry::Canvas(reset)), "the reset counter is carried");
     }
 
     #[test]
@@ -378,6 +382,10 @@ mod tests {
         assert_eq!(l.canvases[&id("a")].1.version, 5);
         assert_eq!(l.checkpoints[&0], 9);
         assert_eq!(l.records, 4);
+        // A later reset wins at a lower version; an earlier one never comes back.
+        l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(2), 1, 12)));
+        l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(7), 0, 14)));
+        assert_eq!((l.canvases[&id("a")].1.epoch, l.canvases[&id("a")].1.version), (1, 2));
     }
 
     #[test]

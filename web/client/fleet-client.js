@@ -1,8 +1,9 @@
 /**
  * fleet-client.js — the browser client of the canvas fleet: the I/O shell around machine.js.
  *
- * A {@link FleetClient} connects to the gateway's `/ws?canvas=<id>&since=<version>&refusal=frame`,
- * keeps a {@link Canvas} in sync from the frames, and owns reconnection. It decides nothing itself:
+ * A {@link FleetClient} connects to the gateway's
+ * `/ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=frame` (`epoch` once a `welcome` named
+ * one), keeps a {@link Canvas} in sync from the frames, and owns reconnection. It decides nothing itself:
  * it turns socket callbacks, timers, page visibility and method calls into events for the pure
  * `transition` function (machine.js), stamps each with the clock and a random number, and performs
  * the effects it gets back (open or close a socket, set or cancel a timer, apply a frame to the
@@ -211,6 +212,11 @@ export class FleetClient {
     return this.#state.version;
   }
 
+  /** @returns {string | null} the epoch of the canvas's stream from the last `welcome` (sent back as `epoch=`), null before it */
+  get epoch() {
+    return this.#state.epoch;
+  }
+
   /** @returns {string | null} the node serving the current (or last) session, from its `welcome` frame */
   get node() {
     return this.#state.node ?? null;
@@ -243,7 +249,7 @@ export class FleetClient {
 
   /** @returns {string} the URL the next attempt will open */
   get nextUrl() {
-    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path);
+    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path, this.#state.epoch);
   }
 
   /** @returns {Promise<string | null>} lowercase hex SHA-256 of the canvas bytes, null without a canvas */
@@ -274,7 +280,7 @@ export class FleetClient {
   #perform(fx) {
     switch (fx.type) {
       case 'open_socket':
-        return this.#open(fx.attempt, fx.since);
+        return this.#open(fx.attempt, fx.since, fx.epoch);
       case 'close_socket':
         if (this.#socket && this.#socketAttempt === fx.attempt) {
           try {
@@ -312,8 +318,8 @@ export class FleetClient {
   }
 
   /** Opens the socket of an attempt; its callbacks feed events tagged with that attempt. */
-  #open(attempt, since) {
-    const url = buildUrl(this.#base, this.#canvasId, since, this.#path);
+  #open(attempt, since, epoch) {
+    const url = buildUrl(this.#base, this.#canvasId, since, this.#path, epoch);
     let ws;
     try {
       ws = new this.#WebSocket(url);

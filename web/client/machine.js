@@ -40,6 +40,11 @@
  * - Resume: `version` is the last version applied (the anchor); each new socket asks for
  *   `since = version`. An event at or below it is a duplicate (dropped), anchor + 1 is applied, a
  *   jump is a gap: not applied, the socket is closed and reopened with `since` (a resync).
+ * - Epoch: the anchor belongs to the history named by the last `welcome`'s `epoch`, which each
+ *   new socket sends back. A `welcome` naming another epoch (the topic was recreated, the canvas
+ *   reset) means the anchor and the canvas are of a history that no longer exists: both are
+ *   forgotten, and the snapshot the server sends next is the new base, even when older. A `welcome`
+ *   without an epoch (an older server) clears it: the next socket is resumed by `since` alone.
  * - Retry budget: `budgetFailures` failures within `budgetWindowMs` (counted since the last stable
  *   connection) → `closed` with reason {@link BUDGET_EXHAUSTED}. While the page is hidden, failure
  *   delays are multiplied by `hiddenMultiplier`.
@@ -104,6 +109,7 @@ export const DEFAULTS = Object.freeze({
  * @property {number} notices `reconnect` notices
  * @property {number} resumesByEvents reconnects with since > 0 whose first frame was an event
  * @property {number} resumesBySnapshot reconnects with since > 0 whose first frame was a snapshot
+ * @property {number} epochChanges welcomes naming another epoch than the one the socket sent (the anchor was forgotten)
  * @property {number} snapshotsApplied
  * @property {number} staleSnapshots snapshots older than the anchor (dropped)
  * @property {number} eventsApplied
@@ -129,6 +135,7 @@ export function emptyCounters() {
     notices: 0,
     resumesByEvents: 0,
     resumesBySnapshot: 0,
+    epochChanges: 0,
     snapshotsApplied: 0,
     staleSnapshots: 0,
     eventsApplied: 0,
@@ -148,6 +155,7 @@ export function emptyCounters() {
  * @property {Readonly<MachineConfig>} config
  * @property {number} attempt id of the current (or last) socket; 0 before the first
  * @property {number} version the anchor: last version applied (0 = nothing yet)
+ * @property {string | null} epoch the epoch of the anchor's history, from the last `welcome` (null: none known)
  * @property {{width:number, height:number} | null} base canvas size, known after the first snapshot
  * @property {number} failures failures since the last stable connection (drives the backoff exponent)
  * @property {number[]} failureTimes times (ms) of the failures in the budget window, since the last stable connection
@@ -185,7 +193,7 @@ export function emptyCounters() {
 
 /**
  * Effects the shell performs, in order.
- * @typedef {{type:'open_socket', attempt:number, since:number} |
+ * @typedef {{type:'open_socket', attempt:number, since:number, epoch:string|null} |
  *   {type:'close_socket', attempt:number, code:number, reason:string} |
  *   {type:'set_timer', timer:TimerName, attempt:number, delayMs:number} |
  *   {type:'cancel_timer', timer:TimerName} |
@@ -229,6 +237,7 @@ export function initialState(config = {}) {
     config: cfg,
     attempt: 0,
     version: 0,
+    epoch: null,
     base: null,
     failures: 0,
     failureTimes: [],
@@ -337,7 +346,7 @@ function fresh(s) {
   return { ...s, failures: 0, failureTimes: [], reason: null, cause: null };
 }
 
-/** Starts a new attempt: a socket asking for since = the anchor, and its connect deadline. */
+/** Starts a new attempt: a socket asking for since = the anchor (of its epoch), and its connect deadline. */
 function begin(s, effects) {
   const attempt = s.attempt + 1;
   const next = {
@@ -353,7 +362,7 @@ function begin(s, effects) {
     state: next,
     effects: [
       ...effects,
-      { type: 'open_socket', attempt, since: s.version },
+      { type: 'open_socket', attempt, since: s.version, epoch: s.epoch },
       { type: 'set_timer', timer: 'connect', attempt, delayMs: s.config.connectTimeoutMs },
       ...moved(s, next, { attempt, since: s.version }),
     ],
@@ -458,7 +467,7 @@ function onFrame(s, ev) {
   if (s.phase !== 'probation' && s.phase !== 'stable') return keep(s);
   switch (ev.type) {
     case 'welcome':
-      return { state: { ...s, node: ev.node }, effects: [log(`served by ${ev.node}`)] };
+      return onWelcome(s, ev);
     case 'snapshot':
       return onSnapshot(s, ev);
     case 'event':
@@ -482,6 +491,21 @@ function onFrame(s, ev) {
     default:
       return keep(s);
   }
+}
+
+/**
+ * A welcome names the node and the epoch. Another epoch than the anchor's: the anchor and the
+ * canvas belong to a history that was replaced; forget them (the snapshot that follows is the
+ * base, whatever its version; an event before it is a gap).
+ */
+function onWelcome(s, ev) {
+  const epoch = ev.epoch ?? null;
+  const served = log(`served by ${ev.node}`);
+  if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
+    const next = { ...s, node: ev.node, epoch, version: 0, base: null, counters: bump(s.counters, 'epochChanges') };
+    return { state: next, effects: [served, log(`epoch ${s.epoch} -> ${epoch}: the canvas's history was replaced; anchor ${s.version} forgotten`)] };
+  }
+  return { state: { ...s, node: ev.node, epoch }, effects: [served] };
 }
 
 /** A snapshot sets the canvas and the anchor, unless it is older than the anchor. */

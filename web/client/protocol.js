@@ -1,14 +1,17 @@
 /**
  * protocol.js — the fleet's WebSocket protocol as the browser client sees it. Pure: no I/O.
  *
- * - {@link buildUrl}: the handshake URL `…/ws?canvas=<id>&since=<version>&refusal=frame`.
+ * - {@link buildUrl}: the handshake URL `…/ws?canvas=<id>&since=<version>[&epoch=<epoch>]&refusal=frame`.
  * - {@link parseFrame}: one server text frame → one state-machine event (see machine.js), with
  *   every field checked, so the machine only ever sees well-formed data.
  * - {@link CLOSE}, {@link isProtocolError}, {@link closeCause}: close codes (RFC 6455 §7.4.1 and
  *   the IANA registry of §11.7) and the reconnect cause each one is counted under.
  *
  * Server → client frames (JSON text):
- *   {"type":"welcome","node":"ws-1","canvas":"c1","since":12}   (first frame of every session)
+ *   {"type":"welcome","node":"ws-1","canvas":"c1","since":12,"epoch":"q5XGvJ9mR2yqH7Y1cjTQfA-0"}
+ *     (first frame of every session: the serving node, and the epoch of the canvas's stream, which
+ *     the client sends back as `epoch=` on every reconnect; another epoch than the one sent means
+ *     the canvas's history was replaced (its topic recreated, the canvas reset) and a snapshot follows)
  *   {"type":"snapshot","canvas":"c1","version":12,"width":64,"height":64,"pixels":"<base64>"}
  *   {"type":"event","canvas":"c1","version":13,"x":1,"y":2,"color":"#ff0000","published_at_ms":…}
  *   {"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}
@@ -70,13 +73,19 @@ export function closeCause(code) {
  * @param {string} canvas canvas id (1–64 of `A-Z a-z 0-9 - _`)
  * @param {number} since last version applied (0 = nothing yet: the server sends a snapshot)
  * @param {string} [path] endpoint path, `/ws` by default
- * @returns {string} e.g. `ws://host:8000/ws?canvas=c1&since=50&refusal=frame`
+ * @param {string | null} [epoch] the epoch of the last `welcome` (its versions' history); none
+ *   before the first (or from a server that named none)
+ * @returns {string} e.g. `ws://host:8000/ws?canvas=c1&since=50&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0&refusal=frame`
  */
-export function buildUrl(base, canvas, since, path = '/ws') {
+export function buildUrl(base, canvas, since, path = '/ws', epoch = null) {
   const root = String(base).replace(/\/+$/, '');
   const p = path.startsWith('/') ? path : `/${path}`;
-  return `${root}${p}?canvas=${encodeURIComponent(canvas)}&since=${since}&refusal=frame`;
+  const e = epoch ? `&epoch=${encodeURIComponent(epoch)}` : '';
+  return `${root}${p}?canvas=${encodeURIComponent(canvas)}&since=${since}${e}&refusal=frame`;
 }
+
+/** What an epoch looks like (the server's check): 1–100 of `A-Z a-z 0-9 - _`. */
+const EPOCH = /^[A-Za-z0-9_-]{1,100}$/;
 
 /**
  * @typedef {{type:'snapshot', version:number, width:number, height:number, pixels:Uint8Array}} SnapshotFrame
@@ -87,8 +96,9 @@ export function buildUrl(base, canvas, since, path = '/ws') {
  *   a `reconnect` notice: reconnect after retryAfterMs (ms) plus jitter; not a failure
  * @typedef {{type:'refused', code:string, message:string, retryAfterMs:number}} RefusedFrame
  *   an `error` frame: the server refused the session for now; wait at least retryAfterMs (ms)
- * @typedef {{type:'welcome', node:string}} WelcomeFrame
- *   the first frame of a session: which node serves it
+ * @typedef {{type:'welcome', node:string, epoch:string|null}} WelcomeFrame
+ *   the first frame of a session: which node serves it, and the epoch of the canvas's stream
+ *   (null when the server named none, or one that is not an epoch)
  * @typedef {{type:'bad_frame', detail:string}} BadFrame
  *   a frame that cannot be trusted (not JSON, a known type with invalid fields, another canvas)
  * @typedef {{type:'unknown_frame', frameType:string}} UnknownFrame
@@ -119,7 +129,11 @@ export function parseFrame(data, canvas) {
   if (msg === null || typeof msg !== 'object' || typeof msg.type !== 'string') return bad('no type');
   switch (msg.type) {
     case 'welcome':
-      return { type: 'welcome', node: String(msg.node ?? '') };
+      return {
+        type: 'welcome',
+        node: String(msg.node ?? ''),
+        epoch: typeof msg.epoch === 'string' && EPOCH.test(msg.epoch) ? msg.epoch : null,
+      };
     case 'snapshot': {
       if (msg.canvas !== canvas) return bad('snapshot of another canvas');
       const { version, width, height, pixels } = msg;

@@ -5,7 +5,7 @@
 //! | `GET /health` | `200` [`shared::api::NodeHealth`] |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
-//! | `GET /ws?canvas=<id>&since=<version>` | WebSocket upgrade; `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, or behind the client |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, or behind the client |
 
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
@@ -19,6 +19,7 @@ use shared::api::{DrainRequest, MAX_GRACE_MS};
 use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
 use shared::protocol::{close, DrainReason, WsQuery};
+use shared::epoch::Epoch;
 use shared::CanvasId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,9 +78,9 @@ async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Resul
 /// `Retry-After` of a refused handshake, seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
-fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64), ApiError> {
+fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64, Option<Epoch>), ApiError> {
     let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
-    Ok((q.canvas, q.since))
+    Ok((q.canvas, q.since, q.epoch))
 }
 
 /// Checks an upgrade request (RFC 6455 §4.2.1) and returns its `Sec-WebSocket-Accept` value.
@@ -105,7 +106,7 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
 /// runs on tokio-tungstenite's stream, which can send a long message as fragments (see
 /// [`shared::ws::text_frames`]).
 async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Request) -> Result<Response, ApiError> {
-    let (canvas, since) = parse_query(raw.as_deref())?;
+    let (canvas, since, epoch) = parse_query(raw.as_deref())?;
     let accept = accept_key(req.headers())?;
     let headers = req.headers().clone();
     if !node.is_ready() {
@@ -117,17 +118,19 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     node.hub
         .admits(partition)
         .map_err(|r| ApiError::unavailable("not_owner", r.to_string(), RETRY_AFTER_SECS))?;
+    // A client of another epoch is not ahead, whatever its `since`: it gets a snapshot.
+    let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&canvas));
     let have = node.hub.version_of(&canvas);
-    if have < since {
+    if have < wanted {
         // The client is ahead of this node's state (it is still reading the partition): hold the
         // handshake until the state catches up, bounded.
         let waiting = std::time::Instant::now();
-        let have = node.hub.wait_for_version(&canvas, since, node.config.behind_wait()).await;
+        let have = node.hub.wait_for_version(&canvas, wanted, node.config.behind_wait()).await;
         if waiting.elapsed() > std::time::Duration::from_millis(100) {
             tracing::info!(canvas = %canvas, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
                 "handshake waited for its state to reach the client's version");
         }
-        if have < since {
+        if have < wanted {
             return Err(ApiError::unavailable(
                 "behind",
                 format!("this node's state of {canvas} is at version {have}, behind the client's {since}"),
@@ -140,6 +143,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
         canvas,
         partition,
         since,
+        epoch,
         queue: node.config.session_queue as usize,
         write_timeout: node.config.write_timeout(),
         ping_interval: Duration::from_millis(node.config.ping_interval_ms),
@@ -183,9 +187,10 @@ mod tests {
 
     #[test]
     fn query_parsing_names_the_bad_field() {
-        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12));
+        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12, None));
         assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
         assert_eq!(parse_query(Some("canvas=c1")).unwrap().1, 0);
+        assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().2, Some(Epoch::parse("AAAA-0").unwrap()));
         for (q, field) in [
             ("", "canvas"),
             ("since=3", "canvas"),
@@ -193,6 +198,7 @@ mod tests {
             ("canvas=c1&since=x", "since"),
             ("canvas=bad%20id", "canvas"),
             ("canvas=%zz", "canvas"),
+            ("canvas=c1&epoch=a%20b", "epoch"),
         ] {
             let e = parse_query(Some(q)).unwrap_err();
             assert_eq!(e.body.field.as_deref(), Some(field), "{q}");

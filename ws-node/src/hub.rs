@@ -20,9 +20,14 @@
 //! them too, because librdkafka hands the broadcast consumer nothing of them until that round
 //! (measured: about 1 s); events already applied are dropped by version, so each is fanned out
 //! once.
+//!
+//! A canvas stream's epoch ([`shared::epoch`]) is the events topic's ID, which the node learns
+//! before it serves ([`Hub::set_topic_id`]), and the canvas's reset counter from its state; a
+//! session whose client names another epoch gets a snapshot ([`Hub::subscribe_at`]).
 
 use crate::session::{Fanout, Offer, Outbox};
 use crate::state::{Backlog, CanvasState, Frame, Window};
+use shared::epoch::{self, Epoch};
 use shared::replay::Offsets;
 use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -146,9 +151,22 @@ struct Inner {
     incomplete: BTreeSet<CanvasId>,
 }
 
+/// What a new session is sent before live events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Start {
+    /// The canvas stream's current epoch (named in the `welcome`).
+    pub epoch: Epoch,
+    /// The version the backlog starts after: the client's `since`, or 0 when its epoch is not
+    /// the current one.
+    pub since: u64,
+    pub backlog: Backlog,
+}
+
 /// Canvas states, sessions, positions and ownership of one node.
 pub struct Hub {
     dims: CanvasDims,
+    /// The events topic's ID (the topic half of every canvas's epoch); the zero ID until learned.
+    topic_id: Mutex<String>,
     window: Window,
     /// The one blank canvas every session on a canvas without events is served from.
     blank: Canvas,
@@ -167,6 +185,7 @@ impl Hub {
     pub fn new(dims: CanvasDims, window: Window) -> Self {
         Self {
             dims,
+            topic_id: Mutex::new(epoch::ZERO_TOPIC_ID.to_owned()),
             window,
             blank: Canvas::new(dims),
             inner: Mutex::new(Inner {
@@ -287,10 +306,11 @@ impl Hub {
             }
             let window = self.window;
             let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
-            if snap.version <= channel.state.as_ref().map_or(0, CanvasState::version) {
+            // A later reset is newer whatever its version; within one, the higher version.
+            if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
             }
-            let state = channel.state.insert(CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), window));
+            let state = channel.state.insert(CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), snap.epoch, window));
             restored += 1;
             let canvas = snap.canvas.clone();
             if !channel.sessions.is_empty() {
@@ -518,16 +538,51 @@ impl Hub {
         }
     }
 
-    /// Registers a session for `canvas` (in `partition`) that has applied up to `since`, and
-    /// returns what it must be sent before live events. Registration and backlog are atomic with
+    /// Sets the events topic's ID (learned before the node serves); returns the one it replaces
+    /// when that was another (the topic was recreated while this node ran).
+    pub fn set_topic_id(&self, id: &str) -> Option<String> {
+        let mut have = self.topic_id.lock().expect("topic id lock poisoned");
+        if *have == id {
+            return None;
+        }
+        Some(std::mem::replace(&mut *have, id.to_owned()))
+    }
+
+    /// The events topic's ID as known ([`epoch::ZERO_TOPIC_ID`] until learned).
+    pub fn topic_id(&self) -> String {
+        self.topic_id.lock().expect("topic id lock poisoned").clone()
+    }
+
+    /// The current epoch of `canvas`'s stream.
+    pub fn epoch_of(&self, canvas: &CanvasId) -> Epoch {
+        let topic = self.topic_id();
+        let resets = self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::resets);
+        Epoch::of(&topic, resets)
+    }
+
+    /// [`Hub::subscribe_at`] for a client that names no epoch; returns the backlog.
+    ///
+    /// # Errors
+    /// As [`Hub::subscribe_at`].
+    pub fn subscribe(&self, handle: SessionHandle, since: u64) -> Result<Backlog, Refusal> {
+        self.subscribe_at(handle, since, None).map(|start| start.backlog)
+    }
+
+    /// Registers a session for `canvas` (in `partition`) whose client has applied up to `since`
+    /// of the stream `epoch` (`None`: it does not say), and returns what it must be sent before
+    /// live events: a client of another epoch than the current one is served as one that has
+    /// nothing (a snapshot; never refused as ahead). Registration and backlog are atomic with
     /// respect to [`Hub::apply`].
     ///
     /// # Errors
     /// [`Refusal`] when the partition is not served here now, or the state is behind `since`.
-    pub fn subscribe(&self, handle: SessionHandle, since: u64) -> Result<Backlog, Refusal> {
+    pub fn subscribe_at(&self, handle: SessionHandle, since: u64, epoch: Option<&Epoch>) -> Result<Start, Refusal> {
+        let topic = self.topic_id();
         let mut inner = self.lock();
         admits(&inner, handle.partition)?;
         let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+        let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, CanvasState::resets));
+        let since = epoch::resume_after(since, epoch, &current);
         let backlog = match &channel.state {
             Some(state) => state.backlog(since),
             None => crate::state::blank_backlog(handle.canvas.as_str(), &self.blank, since),
@@ -536,7 +591,7 @@ impl Hub {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
             backlog => {
                 channel.sessions.push(handle);
-                Ok(backlog)
+                Ok(Start { epoch: current, since, backlog })
             }
         }
     }
@@ -756,6 +811,75 @@ mod tests {
         h.unsubscribe(&id("c1"), 99);
         assert_eq!(h.canvas_count(), 1, "a canvas with events stays");
         drop(rxs);
+    }
+
+    /// (backlog kind, versions it holds): events → their versions; a snapshot → its version.
+    fn served(b: &Backlog) -> (&'static str, Vec<u64>) {
+        match b {
+            Backlog::Events(fs) => ("events", fs.iter().map(version_of_frame).collect()),
+            Backlog::Snapshot { version, .. } => ("snapshot", vec![*version]),
+            Backlog::Behind { have } => ("behind", vec![*have]),
+        }
+    }
+
+    #[test]
+    fn a_client_of_another_epoch_gets_a_snapshot_and_one_of_this_epoch_resumes_by_events() {
+        let h = hub();
+        h.assign(&[0]);
+        assert_eq!(h.set_topic_id("T1"), Some(shared::epoch::ZERO_TOPIC_ID.to_owned()));
+        for v in 1..=5 {
+            h.apply(0, v as i64 - 1, &ev("c1", v));
+        }
+        let now = Epoch::of("T1", 0);
+        assert_eq!(h.epoch_of(&id("c1")), now);
+        // (since, client's epoch) → (start after, backlog)
+        let cases: [(u64, Option<Epoch>, u64, (&str, Vec<u64>)); 6] = [
+            (3, Some(now.clone()), 3, ("events", vec![4, 5])),
+            (3, None, 3, ("events", vec![4, 5])), // an older client: by since alone
+            (3, Some(Epoch::of("T0", 0)), 0, ("snapshot", vec![5])), // the topic was recreated
+            (3, Some(Epoch::of("T1", 1)), 0, ("snapshot", vec![5])), // another reset count
+            // Version 9 of another history is not "ahead" of this node: a snapshot, not a refusal.
+            (9, Some(Epoch::of("T0", 0)), 0, ("snapshot", vec![5])),
+            (5, Some(now.clone()), 5, ("events", vec![])),
+        ];
+        for (i, (since, epoch, want_since, want)) in cases.into_iter().enumerate() {
+            let (handle, _rx) = SessionHandle::new(i as u64, id("c1"), 0, 16);
+            let start = h.subscribe_at(handle, since, epoch.as_ref()).unwrap();
+            assert_eq!((start.since, served(&start.backlog)), (want_since, want), "since={since} epoch={epoch:?}");
+            assert_eq!(start.epoch, now, "the welcome names the current epoch");
+        }
+        let (handle, _rx) = SessionHandle::new(99, id("c1"), 0, 16);
+        assert_eq!(h.subscribe_at(handle, 9, Some(&now)).unwrap_err(), Refusal::Behind { have: 5, since: 9 }, "ahead in this epoch");
+        assert_eq!(h.set_topic_id("T1"), None, "the same id again is no change");
+    }
+
+    #[test]
+    fn a_restored_canvas_carries_its_snapshot_s_reset_count_and_a_later_reset_wins() {
+        let h = hub();
+        h.assign(&[0]);
+        h.set_topic_id("T");
+        for v in 1..=5 {
+            h.apply(0, v as i64 - 1, &ev("c1", v));
+        }
+        let dims = CanvasDims { width: 4, height: 4 };
+        let snap = |version: u64, resets: u64| shared::snapshot::Snapshot {
+            canvas: id("c1"),
+            version,
+            epoch: resets,
+            dims,
+            offset: 0,
+            pixels: vec![7; dims.byte_len()],
+        };
+        assert_eq!(h.restore([snap(4, 0)]), 0, "an older snapshot of the same reset is not used");
+        assert_eq!(h.restore([snap(2, 1)]), 1, "a snapshot of a later reset replaces the state, even at a lower version");
+        assert_eq!((h.version_of(&id("c1")), h.epoch_of(&id("c1"))), (2, Epoch::of("T", 1)));
+        assert_eq!(h.restore([snap(9, 0)]), 0, "nothing of an earlier reset replaces it");
+        // A client still on reset 0 at version 5 gets the snapshot; one on reset 1 resumes.
+        let (a, _ra) = SessionHandle::new(1, id("c1"), 0, 16);
+        assert_eq!(served(&h.subscribe_at(a, 5, Some(&Epoch::of("T", 0))).unwrap().backlog), ("snapshot", vec![2]));
+        h.apply(0, 5, &ev("c1", 3));
+        let (b, _rb) = SessionHandle::new(2, id("c1"), 0, 16);
+        assert_eq!(served(&h.subscribe_at(b, 2, Some(&Epoch::of("T", 1))).unwrap().backlog), ("events", vec![3]));
     }
 
     #[test]

@@ -183,7 +183,38 @@ impl Node {
         Ok(RecoveryAck { outcome: outcome.into(), catchup: self.catchup.lock().expect("catch-up report lock").clone() })
     }
 
+    /// Reads the events topic's ID, the topic half of every canvas's epoch, before the node
+    /// serves (on every recovery, so a topic recreated while the node ran is noticed).
+    async fn learn_topic_id(&self) -> Result<(), String> {
+        let (kafka, topic, client_id) = (self.config.kafka(), self.config.topic.clone(), format!("{}-topic-id", self.config.node_id));
+        let id = tokio::task::spawn_blocking(move || {
+            let consumer: rdkafka::consumer::BaseConsumer<shared::kafka::FleetContext> = kafka
+                .reader(&client_id)
+                .create_with_context(shared::kafka::FleetContext::default())
+                .map_err(|source| shared::topic_id::TopicIdError::Metadata { topic: topic.clone(), source })?;
+            shared::topic_id::describe(rdkafka::consumer::Consumer::client(&consumer), &topic, Duration::from_secs(10))
+        })
+        .await
+        .map_err(|join| format!("topic id lookup panicked: {join}"))?
+        .map_err(|e| e.to_string())?;
+        if id == shared::epoch::ZERO_TOPIC_ID {
+            tracing::warn!(topic = %self.config.topic, "the broker reports no topic ID (Kafka before 2.8): clients' epochs cannot tell a recreated topic");
+        }
+        match self.hub.set_topic_id(&id) {
+            Some(old) if old != shared::epoch::ZERO_TOPIC_ID => tracing::error!(topic = %self.config.topic, old = %old, new = %id,
+                "the events topic was recreated while this node ran: its state mixes two histories; restart the node"),
+            _ => tracing::info!(topic = %self.config.topic, topic_id = %id, "events topic id (canvas epochs are <topic id>-<resets>)"),
+        }
+        Ok(())
+    }
+
     async fn run_catchup(self: Arc<Self>) {
+        if let Err(e) = self.learn_topic_id().await {
+            tracing::error!(error = %e, "[CATCHUP] cannot read the events topic's ID (the epoch clients resume with); the node stays UP (not ready) until the next start-recovery");
+            catchup::mark_failed(&self.catchup, &e.to_string());
+            self.step(Input::CatchupFailed);
+            return;
+        }
         let node = self.clone();
         let cancel = self.shutdown.clone();
         let result = tokio::task::spawn_blocking(move || {

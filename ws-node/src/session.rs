@@ -48,6 +48,8 @@ pub struct SessionSpec {
     pub canvas: CanvasId,
     pub partition: i32,
     pub since: u64,
+    /// The epoch the client's versions belong to (`epoch=`; `None` when it sent none).
+    pub epoch: Option<shared::epoch::Epoch>,
     pub queue: usize,
     pub write_timeout: Duration,
     /// Interval of WebSocket pings to the client (liveness both ways; a client silent for three
@@ -445,8 +447,8 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     drop(read_buf);
     let (handle, rx) = SessionHandle::new(id, spec.canvas.clone(), spec.partition, spec.queue);
     let out = rx.out.clone();
-    let backlog = match hub.subscribe(handle, spec.since) {
-        Ok(b) => b,
+    let start = match hub.subscribe_at(handle, spec.since, spec.epoch.as_ref()) {
+        Ok(start) => start,
         Err(refusal) => {
             // The handshake checks passed but ownership moved in between: tell the client to retry.
             let msg: Frame = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string(), retry_after_ms: Some(1000) }
@@ -458,10 +460,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
             return;
         }
     };
-    let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas: spec.canvas.to_string(), since: spec.since }
+    if start.since != spec.since {
+        tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
+            epoch = %start.epoch, "the client's epoch is not the canvas's current one: it gets a snapshot");
+    }
+    let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas: spec.canvas.to_string(), since: start.since, epoch: Some(start.epoch) }
         .to_json()
         .into();
-    let (first, kind) = match backlog {
+    let (first, kind) = match start.backlog {
         Backlog::Events(fs) => (std::iter::once(welcome).chain(fs).map(|f| f.wire().clone()).collect::<Vec<_>>(), "events"),
         Backlog::Snapshot { frame, .. } => (vec![welcome.wire().clone(), frame.wire().clone()], "snapshot"),
         Backlog::Behind { .. } => (vec![welcome.wire().clone()], "none"),

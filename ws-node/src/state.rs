@@ -1,7 +1,8 @@
 //! One canvas's state on a node: the canvas, and its recent events as ready-to-send frames.
 //!
 //! The recent events let a resuming client (`since = n`) get events `n+1..` instead of a
-//! snapshot, for as long as they are held (the last `capacity` versions).
+//! snapshot, for as long as they are held (the last `capacity` versions). The state also keeps the
+//! canvas's reset counter, its part of the stream's epoch ([`shared::epoch`]).
 
 use tungstenite::Utf8Bytes;
 use shared::canvas::Applied;
@@ -87,6 +88,8 @@ pub struct CanvasState {
     recent_bytes: usize,
     window: Window,
     id: String,
+    /// The canvas's reset counter (from its snapshot; 0 for a canvas built from events only).
+    resets: u64,
     /// Whether the canvas-size mismatch was reported already (once per canvas).
     warned_size: bool,
 }
@@ -94,14 +97,19 @@ pub struct CanvasState {
 impl CanvasState {
     /// An empty (white, version 0) canvas keeping the recent events `window` allows.
     pub fn new(id: &str, dims: CanvasDims, window: Window) -> Self {
-        Self::restored(id, Canvas::new(dims), window)
+        Self::restored(id, Canvas::new(dims), 0, window)
     }
 
-    /// A state restored from a snapshot (no recent events: a resume from before it gets the
-    /// snapshot).
-    pub fn restored(id: &str, canvas: Canvas, window: Window) -> Self {
+    /// A state restored from a snapshot of a canvas reset `resets` times (no recent events: a
+    /// resume from before it gets the snapshot).
+    pub fn restored(id: &str, canvas: Canvas, resets: u64, window: Window) -> Self {
         let window = Window { events: window.events.max(1), bytes: window.bytes };
-        Self { canvas, recent: VecDeque::new(), recent_bytes: 0, window, id: id.to_owned(), warned_size: false }
+        Self { canvas, recent: VecDeque::new(), recent_bytes: 0, window, id: id.to_owned(), resets, warned_size: false }
+    }
+
+    /// The canvas's reset counter.
+    pub fn resets(&self) -> u64 {
+        self.resets
     }
 
     /// Bytes of the recent events held.

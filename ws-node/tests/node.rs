@@ -122,7 +122,11 @@ impl Harness {
     }
 
     async fn connect(&self, canvas: &str, since: u64) -> Result<Ws, (u16, serde_json::Value, Option<String>)> {
-        match tokio_tungstenite::connect_async(format!("{}/ws?canvas={canvas}&since={since}", self.ws)).await {
+        self.connect_with(&format!("canvas={canvas}&since={since}")).await
+    }
+
+    async fn connect_with(&self, query: &str) -> Result<Ws, (u16, serde_json::Value, Option<String>)> {
+        match tokio_tungstenite::connect_async(format!("{}/ws?{query}", self.ws)).await {
             Ok((ws, _)) => Ok(ws),
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
                 let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
@@ -210,10 +214,10 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     // A new client gets a welcome naming the node, a snapshot of version 5, then live events; a
     // resuming one gets events.
     let mut fresh = h.connect("a", 0).await.expect("served");
-    assert_eq!(
-        next_frame(&mut fresh).await.unwrap(),
-        ServerMessage::Welcome { node: "ws-test".into(), canvas: "a".into(), since: 0 }
-    );
+    match next_frame(&mut fresh).await.unwrap() {
+        ServerMessage::Welcome { node, canvas, since: 0, epoch: Some(_) } => assert_eq!((node.as_str(), canvas.as_str()), ("ws-test", "a")),
+        other => panic!("expected a welcome naming the node and the epoch, got {other:?}"),
+    }
     assert!(matches!(next(&mut fresh).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
     let mut resumed = h.connect("a", 2).await.expect("served");
     for want in 3..=5 {
@@ -225,6 +229,65 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     for want in 6..=8 {
         assert_eq!(version(&next(&mut fresh).await.unwrap()), want);
         assert_eq!(version(&next(&mut resumed).await.unwrap()), want);
+    }
+    h.stop().await;
+}
+
+/// The welcome's epoch, after checking its shape: the topic's ID (not the zero one) and reset 0.
+async fn welcome_epoch(ws: &mut Ws, want_since: u64) -> shared::epoch::Epoch {
+    match next_frame(ws).await.unwrap() {
+        ServerMessage::Welcome { since, epoch: Some(epoch), .. } => {
+            assert_eq!(since, want_since, "the backlog starts after {want_since}");
+            let (topic_id, resets) = epoch.as_str().rsplit_once('-').expect("<topic id>-<resets>");
+            assert_eq!((topic_id.len(), resets), (22, "0"), "{epoch}");
+            assert_ne!(topic_id, shared::epoch::ZERO_TOPIC_ID, "the mock cluster's topic has an id");
+            epoch
+        }
+        other => panic!("expected a welcome with an epoch, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_epoch_gets_a_snapshot_and_the_current_one_resumes_by_events() {
+    let mut h = Harness::start(|c| c.behind_wait_ms = 300).await;
+    for _ in 0..5 {
+        h.publish("a").await;
+    }
+    h.recover().await;
+    let mut first = h.connect("a", 0).await.expect("served");
+    let epoch = welcome_epoch(&mut first, 0).await;
+    assert!(matches!(next(&mut first).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
+
+    // The same epoch: the events after since, nothing else.
+    let mut same = h.connect_with(&format!("canvas=a&since=2&epoch={epoch}")).await.expect("served");
+    assert_eq!(welcome_epoch(&mut same, 2).await, epoch);
+    for want in 3..=5 {
+        assert!(matches!(next(&mut same).await.unwrap(), ServerMessage::Event(e) if e.version == want));
+    }
+
+    // Another topic's epoch (as after the topic was deleted and created again): a snapshot of this
+    // history, never its events 3..5 on top of the client's own version 2.
+    let stale = shared::epoch::Epoch::of("AAAAAAAAAAAAAAAAAAAAAQ", 0);
+    let mut other = h.connect_with(&format!("canvas=a&since=2&epoch={stale}")).await.expect("served");
+    assert_eq!(welcome_epoch(&mut other, 0).await, epoch, "the welcome names the current epoch to keep");
+    assert!(matches!(next(&mut other).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
+
+    // Ahead of this node in another history is no reason to wait or refuse: a snapshot at once.
+    let started = Instant::now();
+    let mut ahead = h.connect_with(&format!("canvas=a&since=40&epoch={stale}")).await.expect("served, not 503 behind");
+    assert!(started.elapsed() < Duration::from_millis(300), "did not wait for version 40");
+    assert_eq!(welcome_epoch(&mut ahead, 0).await, epoch);
+    assert!(matches!(next(&mut ahead).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));
+    // ...but ahead in this epoch still is.
+    let (status, body, _) = h.connect_with(&format!("canvas=a&since=40&epoch={epoch}")).await.expect_err("refused");
+    assert_eq!((status, body["error"].as_str()), (503, Some("behind")));
+    let (status, body, _) = h.connect_with("canvas=a&since=1&epoch=not%20one").await.expect_err("refused");
+    assert_eq!((status, body["field"].as_str()), (400, Some("epoch")));
+
+    // Live events reach every session, each after its own backlog.
+    let v = h.publish("a").await;
+    for ws in [&mut first, &mut same, &mut other, &mut ahead] {
+        assert!(matches!(next(ws).await.unwrap(), ServerMessage::Event(e) if e.version == v));
     }
     h.stop().await;
 }

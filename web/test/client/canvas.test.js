@@ -95,7 +95,13 @@ test('parseFrame: the five frame types', () => {
     { type: 'refused', code: 'no_owner', message: 'm', retryAfterMs: 1000 });
   assert.deepEqual(parseFrame('{"type":"error","code":"not_served_here","message":"m"}', 'c1'),
     { type: 'refused', code: 'not_served_here', message: 'm', retryAfterMs: 0 });
-  assert.deepEqual(parseFrame('{"type":"welcome","node":"ws-1","canvas":"c1","since":0}', 'c1'), { type: 'welcome', node: 'ws-1' });
+  assert.deepEqual(parseFrame('{"type":"welcome","node":"ws-1","canvas":"c1","since":0,"epoch":"q5XGvJ9mR2yqH7Y1cjTQfA-0"}', 'c1'),
+    { type: 'welcome', node: 'ws-1', epoch: 'q5XGvJ9mR2yqH7Y1cjTQfA-0' });
+  // An older server names none; a value that is not an epoch is not sent back.
+  for (const epoch of [undefined, null, '', 'a b', 'a&since=1', 7, 'x'.repeat(101)]) {
+    const frame = JSON.stringify({ type: 'welcome', node: 'ws-1', canvas: 'c1', since: 0, epoch });
+    assert.deepEqual(parseFrame(frame, 'c1'), { type: 'welcome', node: 'ws-1', epoch: null }, String(epoch));
+  }
   assert.deepEqual(parseFrame('{"type":"hello"}', 'c1'), { type: 'unknown_frame', frameType: 'hello' });
 });
 
@@ -122,6 +128,8 @@ test('parseFrame: untrustworthy frames are bad frames, never exceptions', () => 
 test('buildUrl and close codes', () => {
   assert.equal(buildUrl('ws://host:8000', 'c1', 0), 'ws://host:8000/ws?canvas=c1&since=0&refusal=frame');
   assert.equal(buildUrl('wss://host/fleet/', 'a-b_C', 50), 'wss://host/fleet/ws?canvas=a-b_C&since=50&refusal=frame');
+  assert.equal(buildUrl('ws://host:8000', 'c1', 50, '/ws', 'q5X-_G-0'), 'ws://host:8000/ws?canvas=c1&since=50&epoch=q5X-_G-0&refusal=frame');
+  assert.equal(buildUrl('ws://host:8000', 'c1', 50, '/ws', null), 'ws://host:8000/ws?canvas=c1&since=50&refusal=frame');
   for (const code of [1002, 1003, 1007, 1009]) assert.equal(isProtocolError(code), true);
   for (const code of [1000, 1001, 1006, 1008, 1011, 1012, 1013]) assert.equal(isProtocolError(code), false);
   assert.equal(closeCause(1006), 'dropped_1006');

@@ -40,6 +40,7 @@ const ev = (e) => ({ now: NOW, rand: 0, ...e });
 const CANCEL_ATTEMPT = ['cancel_timer:connect', 'cancel_timer:close_wait', 'cancel_timer:stable'];
 const snap = (version) => ({ type: 'snapshot', attempt: 3, version, width: 4, height: 4, pixels: new Uint8Array(48).fill(255) });
 const pix = (version) => ({ type: 'event', attempt: 3, version, x: 1, y: 2, color: '#ff0000', rgb: [255, 0, 0] });
+const welcome = (epoch) => ({ type: 'welcome', attempt: 3, node: 'ws-2', epoch });
 
 // [name, state, event, expected phase, expected effects (without notify/log), extra check]
 const TABLE = [
@@ -47,7 +48,7 @@ const TABLE = [
   ['idle + connect opens attempt 1 with since 0', initialState(), { type: 'connect' }, 'connecting',
     ['open_socket', 'set_timer:connect'], (s, e) => {
       assert.equal(s.attempt, 1);
-      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 1, since: 0 });
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 1, since: 0, epoch: null });
       assert.equal(e.find((x) => x.type === 'set_timer').delayMs, DEFAULTS.connectTimeoutMs);
     }],
   ['idle + timer does nothing', initialState(), { type: 'timer', timer: 'retry', attempt: 0 }, 'idle', []],
@@ -117,6 +118,32 @@ const TABLE = [
     }],
   ['probation + snapshot older than the anchor is dropped', st('probation'), snap(7), 'probation', [],
     (s) => assert.equal(s.version, 10)],
+  // epoch (the welcome names the history the anchor belongs to)
+  ['probation + first welcome stores its epoch, keeps the anchor', st('probation', { epoch: null }), welcome('T-0'), 'probation', [],
+    (s) => {
+      assert.deepEqual([s.epoch, s.node, s.version, s.counters.epochChanges], ['T-0', 'ws-2', 10, 0]);
+      assert.deepEqual(s.base, { width: 4, height: 4 });
+    }],
+  ['probation + welcome of the same epoch keeps the anchor', st('probation', { epoch: 'T-0' }), welcome('T-0'), 'probation', [],
+    (s) => assert.deepEqual([s.epoch, s.version, s.counters.epochChanges], ['T-0', 10, 0])],
+  ['probation + welcome of another epoch forgets the anchor and the canvas', st('probation', { epoch: 'T-0' }), welcome('U-0'), 'probation', [],
+    (s) => {
+      assert.deepEqual([s.epoch, s.version, s.base, s.counters.epochChanges], ['U-0', 0, null, 1]);
+    }],
+  ['after another epoch, an older snapshot is the new base', st('probation', { epoch: 'U-0', version: 0, base: null }), snap(3), 'probation',
+    ['apply_snapshot'], (s) => assert.deepEqual([s.version, s.counters.staleSnapshots], [3, 0])],
+  ['after another epoch, an event before the snapshot is a gap', st('probation', { epoch: 'U-0', version: 0, base: null }), pix(11), 'backoff',
+    [...CANCEL_ATTEMPT, 'close_socket', 'set_timer:retry'], (s) => assert.equal(s.cause, 'gap_resync')],
+  ['probation + welcome without an epoch (an older server) clears it, keeps the anchor', st('probation', { epoch: 'T-0' }), welcome(null),
+    'probation', [], (s) => assert.deepEqual([s.epoch, s.version, s.counters.epochChanges], [null, 10, 0])],
+  ['backoff + retry timer → the socket sends the anchor\'s epoch back', st('backoff', { epoch: 'T-0' }),
+    { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', ['open_socket', 'set_timer:connect'], (s, e) => {
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 10, epoch: 'T-0' });
+    }],
+  ['closed + retry() keeps the epoch with the anchor', st('closed', { epoch: 'T-0', reason: BUDGET_EXHAUSTED }), { type: 'retry' }, 'connecting',
+    ['open_socket', 'set_timer:connect'], (s, e) => assert.equal(e.find((x) => x.type === 'open_socket').epoch, 'T-0')],
+  ['backoff + late welcome of another epoch is not taken', st('backoff', { epoch: 'T-0' }), welcome('U-0'), 'backoff', [],
+    (s) => assert.deepEqual([s.epoch, s.version], ['T-0', 10])],
   // stable
   ['stable + next event → applied, anchor advances', st('stable'), pix(11), 'stable', ['apply_event'],
     (s) => assert.equal(s.version, 11)],

@@ -184,3 +184,47 @@ test('a welcome frame names the serving node without touching the stream', () =>
   assert.equal(h.client.counters.unknownFrames, 0);
   assert.equal(h.client.counters.badFrames, 0);
 });
+
+test('the epoch of the welcome goes back with every reconnect; another epoch makes the next snapshot the base', () => {
+  const h = harness({ random: 0 });
+  h.client.connect();
+  const first = h.last();
+  assert.equal(first.query.get('epoch'), null, 'a first connect names no epoch');
+  first.open();
+  first.send({ type: 'welcome', node: 'ws-1', canvas: 'c1', since: 0, epoch: 'T1-0' });
+  first.send(snapshot(10));
+  first.send(eventFor(11));
+  first.send(eventFor(12));
+  assert.equal(h.client.epoch, 'T1-0');
+  first.serverClose(1012);
+  untilNextSocket(h);
+
+  const second = h.last();
+  assert.equal(second.url, 'ws://gateway:8000/ws?canvas=c1&since=12&epoch=T1-0&refusal=frame');
+  assert.equal(h.client.nextUrl, second.url);
+  second.open();
+  // The topic was recreated: the node names another epoch and sends its history's snapshot,
+  // older than the anchor, which replaces the canvas instead of being dropped as stale.
+  second.send({ type: 'welcome', node: 'ws-2', canvas: 'c1', since: 0, epoch: 'T2-0' });
+  const bytes = white(4, 4);
+  bytes.set([9, 8, 7], 0);
+  second.send(snapshot(3, { bytes }));
+  assert.equal(h.client.version, 3);
+  assert.deepEqual(h.client.canvas.get(0, 0), [9, 8, 7]);
+  second.send(eventFor(4));
+  assert.equal(h.client.version, 4);
+  const c = h.client.counters;
+  assert.deepEqual([c.epochChanges, c.staleSnapshots, c.resumesBySnapshot], [1, 0, 1]);
+  second.serverClose(1012);
+  untilNextSocket(h);
+  assert.equal(h.last().url, 'ws://gateway:8000/ws?canvas=c1&since=4&epoch=T2-0&refusal=frame');
+
+  // An older node names no epoch: the client keeps its anchor and resumes by since alone.
+  h.last().open();
+  h.last().send({ type: 'welcome', node: 'ws-old', canvas: 'c1', since: 4 });
+  h.last().send(eventFor(5));
+  assert.deepEqual([h.client.version, h.client.epoch], [5, null]);
+  h.last().serverClose(1012);
+  untilNextSocket(h);
+  assert.equal(h.last().url, 'ws://gateway:8000/ws?canvas=c1&since=5&refusal=frame');
+});
