@@ -833,7 +833,8 @@ mod tests {
         let now = Epoch::of("T1", 0);
         assert_eq!(h.epoch_of(&id("c1")), now);
         // (since, client's epoch) → (start after, backlog)
-        let cases: [(u64, Option<Epoch>, u64, (&str, Vec<u64>)); 6] = [
+        type Case = (u64, Option<Epoch>, u64, (&'static str, Vec<u64>));
+        let cases: [Case; 6] = [
             (3, Some(now.clone()), 3, ("events", vec![4, 5])),
             (3, None, 3, ("events", vec![4, 5])), // an older client: by since alone
             (3, Some(Epoch::of("T0", 0)), 0, ("snapshot", vec![5])), // the topic was recreated
