@@ -74,6 +74,21 @@ async fn delete_below_checkpoints(broker: &Broker, fleet: &Fleet, partitions: &[
     cps
 }
 
+/// kill -9 of ws-1; waits until ws-2 owns every partition and every client receives again.
+async fn kill_ws1_and_wait_for_takeover(fleet: &mut Fleet, clients: &[e2e::client::Client]) {
+    let kill_at = shared::event::now_ms();
+    fleet.nodes[0].kill9().await;
+    fleet
+        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let ws2 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-2").cloned()).unwrap_or_default();
+            let owned = ws2["assigned_partitions"].as_array().map_or(0, |a| a.len());
+            (owned == f["partition_count"].as_u64().unwrap_or(0) as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
+        })
+        .await
+        .expect("takeover");
+    all_receiving(clients, kill_at, "every client to receive again after the kill", Duration::from_secs(60)).await.expect("failover");
+}
+
 fn partitions_of(canvases: &[String], n: u32) -> Vec<i32> {
     canvases.iter().map(|c| shared::partitioner::partition_for(c.as_bytes(), n) as i32).collect()
 }
@@ -99,17 +114,7 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     delete_below_checkpoints(&broker, &fleet, &partitions, &Offsets::new()).await;
 
     // kill -9 of ws-1: ws-2 takes its partitions from below their new log start.
-    let kill_at = shared::event::now_ms();
-    fleet.nodes[0].kill9().await;
-    fleet
-        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
-            let ws2 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-2").cloned()).unwrap_or_default();
-            let owned = ws2["assigned_partitions"].as_array().map_or(0, |a| a.len());
-            (owned == f["partition_count"].as_u64().unwrap_or(0) as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
-        })
-        .await
-        .expect("takeover");
-    all_receiving(&clients, kill_at, "every client to receive again after the kill", Duration::from_secs(60)).await.expect("failover");
+    kill_ws1_and_wait_for_takeover(&mut fleet, &clients).await;
 
     // ws-1 comes back: catch-up from the snapshots, then the failback.
     let restart_at = shared::event::now_ms();
@@ -194,17 +199,7 @@ async fn frozen_node_below_the_log_start() {
 
     // ws-2's state is current again: it takes every partition over and ws-1's clients resume
     // from it by events.
-    let kill_at = shared::event::now_ms();
-    fleet.nodes[0].kill9().await;
-    fleet
-        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
-            let ws2 = f["nodes"].as_array().and_then(|n| n.iter().find(|n| n["id"] == "ws-2").cloned()).unwrap_or_default();
-            let owned = ws2["assigned_partitions"].as_array().map_or(0, |a| a.len());
-            (owned == f["partition_count"].as_u64().unwrap_or(0) as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
-        })
-        .await
-        .expect("takeover");
-    all_receiving(&clients, kill_at, "every client to receive again after the kill", Duration::from_secs(60)).await.expect("failover");
+    kill_ws1_and_wait_for_takeover(&mut fleet, &clients).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     load.stop().await;

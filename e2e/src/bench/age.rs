@@ -100,15 +100,7 @@ async fn prefill(ctx: &Ctx, canvases: &[String], events: u64) -> anyhow::Result<
     let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, ctx.canvas_side, canvases.to_vec(), false)?;
     p.timestamp_ms = Some(shared::event::now_ms() as i64 - 3_600_000);
     let started = Instant::now();
-    let mut last = Instant::now();
-    for k in 0..events {
-        p.send((k as usize) % canvases.len()).await?;
-        if last.elapsed() > Duration::from_secs(5) {
-            println!("[bench]     {k}/{events} events written ({:.0} s)", started.elapsed().as_secs_f64());
-            last = Instant::now();
-        }
-    }
-    p.flush()?;
+    p.send_round_robin(events, "events").await?;
     println!("[bench]     {events} events written in {:.1} s; writing the snapshots", started.elapsed().as_secs_f64());
     let (bootstrap, topic2, side, canvases) = (ctx.broker.bootstrap.clone(), topic.clone(), ctx.canvas_side, canvases.to_vec());
     tokio::task::spawn_blocking(move || write_snapshots(&bootstrap, &topic2, side, &canvases, events)).await??;
@@ -272,17 +264,9 @@ async fn measure_failover(ctx: &Ctx, build: Build, dir: Option<&Path>) -> anyhow
         // The log grows while the fleet serves it (other canvases, straight to Kafka).
         let grown = ctx.size.age_growth;
         let others: Vec<String> = (0..ctx.size.age_canvases).map(|i| format!("age-{i}")).collect();
-        let mut p = DirectProducer::new(&ctx.broker.bootstrap, &fleet.topic, PARTITIONS, ctx.canvas_side, others.clone(), false)?;
+        let mut p = DirectProducer::new(&ctx.broker.bootstrap, &fleet.topic, PARTITIONS, ctx.canvas_side, others, false)?;
         let started = Instant::now();
-        let mut last = Instant::now();
-        for k in 0..grown {
-            p.send((k as usize) % others.len()).await?;
-            if last.elapsed() > Duration::from_secs(5) {
-                println!("[bench]     the log grows: {k}/{grown} events ({:.0} s)", started.elapsed().as_secs_f64());
-                last = Instant::now();
-            }
-        }
-        p.flush()?;
+        p.send_round_robin(grown, "the log grows").await?;
         let pids: Vec<u32> = fleet.nodes.iter().filter_map(Service::pid).collect();
         settle(&pids, Duration::from_secs(300)).await?;
         println!("[bench]     the log grew by {grown} events in {:.0} s and the nodes applied them", started.elapsed().as_secs_f64());

@@ -220,6 +220,26 @@ impl DirectProducer {
         Ok(self.sent - before)
     }
 
+    /// Enqueues `events` events, one canvas after the other (round robin), as fast as librdkafka
+    /// takes them, saying every 5 s how far it got (`what`: what the progress line calls them),
+    /// then flushes.
+    ///
+    /// # Errors
+    /// As [`DirectProducer::send`] and [`DirectProducer::flush`].
+    pub async fn send_round_robin(&mut self, events: u64, what: &str) -> anyhow::Result<()> {
+        let n = self.canvases.len();
+        let started = Instant::now();
+        let mut last = Instant::now();
+        for k in 0..events {
+            self.send((k as usize) % n).await?;
+            if last.elapsed() > Duration::from_secs(5) {
+                println!("[bench]     {what}: {k}/{events} written ({:.0} s)", started.elapsed().as_secs_f64());
+                last = Instant::now();
+            }
+        }
+        self.flush()
+    }
+
     /// Waits until every enqueued event was acknowledged.
     ///
     /// # Errors

@@ -32,15 +32,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
     println!("[bench]   writing {events} events over {} canvases and {PARTITIONS} partitions to {topic}", canvases.len());
     let mut p = DirectProducer::new(&ctx.broker.bootstrap, &topic, PARTITIONS, ctx.canvas_side, canvases.clone(), false)?;
     let started = Instant::now();
-    let mut last = Instant::now();
-    for k in 0..events {
-        p.send((k as usize) % canvases.len()).await?;
-        if last.elapsed() > Duration::from_secs(5) {
-            println!("[bench]   {k}/{events} written ({:.0} s)", started.elapsed().as_secs_f64());
-            last = Instant::now();
-        }
-    }
-    p.flush()?;
+    p.send_round_robin(events, "replay log").await?;
     println!("[bench]   written in {:.1} s", started.elapsed().as_secs_f64());
 
     println!("[bench]   bare librdkafka consumer reading them from the log start");
