@@ -60,7 +60,7 @@ fn env_vars_read_by(binary: &str) -> BTreeSet<String> {
     let mut vars: BTreeSet<String> =
         help.split("[env: ").skip(1).filter_map(|s| s.split('=').next()).map(str::to_owned).collect();
     // Read by the logging set-up of every binary (shared::telemetry).
-    vars.extend(["RUST_LOG".to_owned(), "NO_COLOR".to_owned()]);
+    vars.extend(["RUST_LOG".to_owned(), "NO_COLOR".to_owned(), "LOG_FORMAT".to_owned()]);
     vars
 }
 
@@ -254,6 +254,38 @@ fn health_check_paths_are_served_by_the_binaries() {
         }
         drop(children);
     });
+}
+
+/// `LOG_FORMAT=json`: every line a service writes is one JSON object with the text line's fields;
+/// an unknown format is refused at startup.
+#[test]
+fn json_logs_are_one_object_per_line_with_the_fields_of_the_text_lines() {
+    use std::io::{BufRead, BufReader};
+    let port = free_port().unwrap();
+    // No broker is needed for the node's first line (UP, not ready); it is stopped after it.
+    let mut child = Command::new(bin("ws-node"))
+        .env_clear()
+        .envs([("LOG_FORMAT", "json"), ("NODE_ID", "ws-json"), ("KAFKA_BOOTSTRAP", "127.0.0.1:1")])
+        .env("LISTEN_ADDR", format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+    assert_eq!(v["level"], "INFO", "{line}");
+    assert_eq!(v["target"], "ws_node", "{line}");
+    assert!(v["timestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+    assert_eq!(v["fields"]["node"], "ws-json", "the text line's fields are fields here too: {line}");
+    assert_eq!(v["fields"]["addr"], format!("127.0.0.1:{port}"), "{line}");
+    assert!(v["fields"]["message"].as_str().unwrap().starts_with("[NODE] ws-json is UP"), "{line}");
+
+    let out = Command::new(bin("gateway")).env_clear().envs([("LOG_FORMAT", "logfmt"), ("NODES", "ws-1=http://127.0.0.1:1")]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown LOG_FORMAT is a configuration error");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("LOG_FORMAT"), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
 #[test]

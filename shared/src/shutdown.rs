@@ -21,7 +21,7 @@ pub trait ServiceConfig {
 }
 
 /// The whole `main` of a service: reports configuration problems (exit 2), or with
-/// `--check-config` prints the configuration; else sets up logging and the shutdown signal, binds
+/// `--check-config` prints the configuration; else sets up logging (`RUST_LOG`, `LOG_FORMAT`) and the shutdown signal, binds
 /// the listener and runs `run(config, listener, shutdown)` on [`run_main`]'s runtime.
 ///
 /// # Errors
@@ -33,7 +33,11 @@ where
     Fut: Future<Output = Result<(), E>>,
     E: From<std::io::Error>,
 {
-    let problems = config.problems();
+    let mut problems = config.problems();
+    let log_format = crate::telemetry::LogFormat::from_env().unwrap_or_else(|e| {
+        problems.push(e);
+        crate::telemetry::LogFormat::Text
+    });
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("error: {p}");
@@ -45,7 +49,7 @@ where
         return Ok(());
     }
     run_main(async move {
-        crate::telemetry::init();
+        crate::telemetry::init_as(log_format);
         let shutdown = signal_token();
         let listener = listen(config.listen())?;
         run(config, listener, shutdown).await
