@@ -226,16 +226,21 @@ impl Service {
         }
     }
 
-    /// SIGTERM, and wait up to `timeout` for a clean exit (then SIGKILL).
-    pub async fn terminate(&mut self, timeout: Duration) {
-        if let Some(mut c) = self.child.take() {
-            if let Some(pid) = c.id() {
-                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
-                self.timeline.mark(format!("SIGTERM {} (pid {pid})", self.name));
-            }
-            if tokio::time::timeout(timeout, c.wait()).await.is_err() {
+    /// SIGTERM, and wait up to `timeout` for a clean exit (then SIGKILL). Returns how the process
+    /// ended: `Some(status)` when it exited within `timeout` (`None` when it had to be killed or
+    /// was not running).
+    pub async fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut c = self.child.take()?;
+        if let Some(pid) = c.id() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+            self.timeline.mark(format!("SIGTERM {} (pid {pid})", self.name));
+        }
+        match tokio::time::timeout(timeout, c.wait()).await {
+            Ok(status) => status.ok(),
+            Err(_) => {
                 let _ = c.start_kill();
                 let _ = c.wait().await;
+                None
             }
         }
     }

@@ -61,7 +61,8 @@ pub struct Report {
     /// Longest publish → receive delay outside the failure windows, ms.
     pub steady_max_latency_ms: u64,
     /// The catch-up line of the recovered node.
-    pub catchup_line: String,
+    /// ws-1's catch-up report (its `/health` `catchup`) once the restarted process completed it.
+    pub catchup_report: serde_json::Value,
     pub replay_count: u64,
     /// The lifecycle steps seen for ws-1, in order, from `/api/fleet`.
     pub lifecycle: Vec<String>,
@@ -345,19 +346,16 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
 
     // ---- recovery
     let restart_at = shared::event::now_ms();
-    let catchups_before = tl.grep("ws-1", "[CATCHUP] completed").len();
     fleet.nodes[0].start()?;
-    let catchup_line = eventually("the restarted ws-1 to complete catch-up", Duration::from_secs(90), || async {
-        let lines = tl.grep("ws-1", "[CATCHUP] completed");
-        Ok(lines.get(catchups_before).map(|l| l[l.find("[CATCHUP]").unwrap_or(0)..].to_owned()))
+    // The restarted process's catch-up, read from its /health (a new process: its first).
+    let ws1_url = fleet.nodes[0].url();
+    let catchup_report = eventually("the restarted ws-1 to complete catch-up", Duration::from_secs(90), || async {
+        let h = get_json(&fleet.http, &format!("{ws1_url}/health")).await?;
+        let c = h["catchup"].clone();
+        if c["status"] == "completed" { Ok(Some(c)) } else { Err(format!("catch-up {}", c["status"])) }
     })
     .await?;
-    let replay_count: u64 = catchup_line
-        .split("replayCount=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .context("replayCount in the catch-up line")?;
+    let replay_count = catchup_report["replay_count"].as_u64().context("replay_count in ws-1's catch-up report")?;
     wait_failback(&fleet, "ws-1", restart_at).await?;
     tl.mark("failback completed");
 
@@ -425,7 +423,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         failover_ms,
         failback_gap_ms,
         steady_max_latency_ms,
-        catchup_line,
+        catchup_report,
         replay_count,
         lifecycle,
         lifecycle_missing: missing,

@@ -130,13 +130,15 @@ async fn drain_and_graceful_stop() {
     let pos = |node: &str, action: &str| actions.iter().rposition(|(n, a)| n == node && a == action);
     let (drained, recovered) = (pos("ws-2", "drain_completed"), pos("ws-2", "start_recovery"));
     assert!(drained.is_some() && recovered > drained, "drain, then recovery: {actions:?}");
-    assert_eq!(tl.grep("ws-2", "[CATCHUP] completed").len(), 2, "ws-2 caught up again after the drain");
+    let ws2 = e2e::procs::get_json(&fleet.http, &format!("{}/health", fleet.nodes[1].url())).await.unwrap();
+    assert_eq!(ws2["catchup"]["status"], "completed", "{}", ws2["catchup"]);
+    assert_eq!(ws2["catchup"]["completed"], 2, "ws-2 caught up again after the drain: {}", ws2["catchup"]);
 
     // Graceful stop of ws-1: it drains (SHUTDOWN), leaves the group, exits.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    fleet.nodes[0].terminate(Duration::from_secs(10)).await;
-    assert!(!tl.grep("ws-1", "[DRAIN] started reason=SHUTDOWN").is_empty(), "ws-1 drained on SIGTERM");
-    assert!(!tl.grep("ws-1", "[NODE] ws-1 stopped").is_empty(), "ws-1 exited cleanly");
+    let term_at = shared::event::now_ms();
+    let exit = fleet.nodes[0].terminate(Duration::from_secs(10)).await;
+    assert!(exit.is_some_and(|s| s.success()), "ws-1 exited cleanly (status 0) within 10 s of SIGTERM: {exit:?}");
     fleet
         .wait_fleet("ws-2 to own every partition after ws-1 stopped", Duration::from_secs(60), |f| {
             let n = partitions(node(f, "ws-2"));
@@ -148,7 +150,14 @@ async fn drain_and_graceful_stop() {
 
     let stats = load.stop().await;
     let truths = wait_for_heads(&fleet, &clients, &canvases).await.expect("clients settle");
-    let (_reports, verdicts) = finish(clients, &truths).await;
+    let (reports, verdicts) = finish(clients, &truths).await;
+    // ws-1 drained on SIGTERM: its clients were told to reconnect (not cut off).
+    let noticed = reports
+        .iter()
+        .flat_map(|r| &r.sessions)
+        .filter(|s| s.closed_ms.is_some_and(|c| c >= term_at) && s.end.as_deref() == Some("reconnect_notice"))
+        .count();
+    assert!(noticed > 0, "ws-1's clients got a reconnect notice when it drained on SIGTERM");
     // The clients' close frames went through the gateway: the node's sessions end too.
     fleet
         .wait_fleet("the node's sessions to close after the clients closed", Duration::from_secs(20), |f| {

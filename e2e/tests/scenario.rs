@@ -39,7 +39,7 @@ async fn scenario_on(broker: BrokerKind) {
     for v in &report.verdicts {
         assert!(v.ok(), "client {} did not get exactly the canvas's versions: {v:?}", v.name);
     }
-    assert!(report.replay_count > 0, "catch-up replayed nothing: {}", report.catchup_line);
+    assert!(report.replay_count > 0, "catch-up replayed nothing: {}", report.catchup_report);
     assert_eq!(report.burst_events, e2e::scenario::BURST, "every publish of the burst was accepted");
     assert!(
         report.burst_records < report.burst_events,

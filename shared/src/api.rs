@@ -60,6 +60,13 @@ pub struct CatchupReport {
     /// each partition's checkpoint).
     #[serde(default)]
     pub canvases_from_snapshots: u64,
+    /// How long the replay took, ms, once `status` is `completed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<u64>,
+    /// Catch-ups this process completed, this one included (a node drained and recovered again
+    /// counts each).
+    #[serde(default)]
+    pub completed: u64,
     /// Why the last replay failed, when `status` is `failed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -224,6 +231,8 @@ mod tests {
                 positions: BTreeMap::from([(0, 3)]),
                 replay_count: 3,
                 canvases_from_snapshots: 1,
+                took_ms: Some(12),
+                completed: 1,
                 error: None,
             },
             standby_partitions: vec![1, 3],

@@ -48,6 +48,8 @@ pub fn idle_report() -> CatchupReport {
         positions: Default::default(),
         replay_count: 0,
         canvases_from_snapshots: 0,
+        took_ms: None,
+        completed: 0,
         error: None,
     }
 }
@@ -129,6 +131,11 @@ pub fn run(
     )?;
     hub.advance_positions(&progress.positions);
     set_report(report, CatchupStatus::Completed, &progress, None);
+    {
+        let mut r = report.lock().expect("catch-up report lock");
+        r.took_ms = Some(started.elapsed().as_millis() as u64);
+        r.completed += 1;
+    }
     tracing::info!(
         "[CATCHUP] completed replayCount={} canvasesFromSnapshots={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
         progress.count,

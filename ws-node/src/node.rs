@@ -168,10 +168,9 @@ impl Node {
         let outcome = match self.step(Input::StartRecovery) {
             Effect::StartCatchup => {
                 tracing::info!(node = %self.config.node_id, "start-recovery received: catching up before serving");
-                *self.catchup.lock().expect("catch-up report lock") = CatchupReport {
-                    status: CatchupStatus::Running,
-                    ..catchup::idle_report()
-                };
+                let mut report = self.catchup.lock().expect("catch-up report lock");
+                *report = CatchupReport { status: CatchupStatus::Running, completed: report.completed, ..catchup::idle_report() };
+                drop(report);
                 let node = self.clone();
                 tokio::spawn(async move { node.run_catchup().await });
                 "started"

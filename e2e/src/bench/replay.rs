@@ -73,20 +73,18 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let r = http.post(format!("{url}/admin/start-recovery")).send().await?;
         anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
         println!("[bench]   ws-node replaying (start-recovery sent)");
-        eventually("the replay node to be ready", Duration::from_secs(900), || async {
+        let catchup = eventually("the replay node to be ready", Duration::from_secs(900), || async {
             let h = get_json(&http, &format!("{url}/health")).await?;
             if h["ready"] == true {
-                Ok(Some(()))
+                Ok(Some(h["catchup"].clone()))
             } else {
                 Err(format!("replayed {}", h["catchup"]["replay_count"]))
             }
         })
         .await?;
         let ready_ms = t0.elapsed().as_millis() as u64;
-        let line = tl.grep("ws-replay", "[CATCHUP] completed").pop().context("no [CATCHUP] completed line")?;
-        let field = |name: &str| -> Option<u64> { line.split(&format!("{name}=")).nth(1)?.split_whitespace().next()?.parse().ok() };
-        let count = field("replayCount").context("replayCount")?;
-        let took = field("tookMs").context("tookMs")?;
+        let count = catchup["replay_count"].as_u64().context("replay_count in the catch-up report")?;
+        let took = catchup["took_ms"].as_u64().context("took_ms in the catch-up report")?;
         anyhow::ensure!(count == events, "the node replayed {count} events, {events} were written");
         Ok((count, took, ready_ms))
     }

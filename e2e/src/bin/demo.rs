@@ -119,7 +119,11 @@ async fn main() -> anyhow::Result<()> {
         ..ScenarioConfig::default()
     };
     let (report, running) = run_keeping(cfg, args.keep_running).await?;
-    println!("\nCatch-up: {}\n", report.catchup_line);
+    let c = &report.catchup_report;
+    println!(
+        "\nCatch-up of the restarted ws-1 (its /health): {} records replayed in {} ms, {} canvases from snapshots, positions {}\n",
+        c["replay_count"], c["took_ms"], c["canvases_from_snapshots"], c["positions"]
+    );
     println!("{}", report.table());
     for v in report.verdicts.iter().filter(|v| !v.ok()) {
         println!("FAILED client {} ({}): lost {:?}, duplicated {}, out of order {}, extra snapshots {}, hash matches {}",
