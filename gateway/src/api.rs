@@ -4,9 +4,11 @@
 //! |---|---|
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions |
+//! | `GET /api/fleet/history?since_ms=<unix ms>` | `200` `{"poll_interval_ms","partition_count","history_ms","samples":[{"at_ms","nodes":[{"id","state","sessions","partitions","records_per_sec"}]}]}`: one sample per scheduled poll over the last 10 minutes, oldest first, only those after `since_ms` when given ([`crate::history`]) |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
-//! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
+//! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
+//! | `GET /ready` | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
 use crate::fleet::Fleet;
@@ -32,11 +34,13 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
     Router::new()
         .route("/ws", get(ws))
         .route("/api/fleet", get(fleet_state))
+        .route("/api/fleet/history", get(fleet_history))
         .route("/api/fleet/nodes/{id}/drain", post(drain))
         .route("/api/canvases/{id}/pixels", post(forward_pixel))
         .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .route("/", get(crate::assets::index))
         .route("/fleet", get(crate::assets::fleet))
         .route("/assets/{file}", get(crate::assets::page_asset))
@@ -47,15 +51,77 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .with_state(fleet)
 }
 
+/// `?since_ms=` of `GET /api/fleet/history`: only samples taken after it.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    #[serde(default)]
+    since_ms: u64,
+}
+
+async fn fleet_history(State(fleet): State<Arc<Fleet>>, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
+    let q: HistoryQuery = parse_query(raw.as_deref().unwrap_or(""))?;
+    let samples: Vec<_> = fleet.history().into_iter().filter(|s| s.at_ms > q.since_ms).collect();
+    Ok(Json(serde_json::json!({
+        "poll_interval_ms": fleet.config.poll_interval_ms,
+        "partition_count": fleet.partition_count(),
+        "history_ms": crate::history::HISTORY_MS,
+        "samples": samples,
+    }))
+    .into_response())
+}
+
 async fn health(State(fleet): State<Arc<Fleet>>) -> Response {
-    let snap = fleet.snapshot();
-    let nodes: serde_json::Map<String, serde_json::Value> = snap["nodes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|n| (n["id"].as_str().unwrap_or_default().to_owned(), n["state"].clone()))
-        .collect();
-    Json(serde_json::json!({"up": true, "nodes": nodes})).into_response()
+    let (verdict, body) = view_verdict(&fleet);
+    if verdict.fresh {
+        Json(body).into_response()
+    } else {
+        let why = format!("the gateway's view of the fleet is stale: no finished poll of {} lately", verdict.stale_nodes.join(", "));
+        with_body(ApiError::unavailable("stale_view", why, 1), body)
+    }
+}
+
+async fn ready(State(fleet): State<Arc<Fleet>>) -> Response {
+    let (verdict, body) = view_verdict(&fleet);
+    if verdict.ready {
+        Json(body).into_response()
+    } else if !verdict.fresh {
+        with_body(ApiError::unavailable("stale_view", "the gateway's view of the fleet is stale", 1), body)
+    } else {
+        with_body(ApiError::unavailable("no_node_serving", "no node serves sessions right now", 1), body)
+    }
+}
+
+/// The verdict on the gateway's view, and the body `/health` and `/ready` show:
+/// `{"up":true,"fresh","ready","stale_after_ms","nodes":{id: state},"polled_ms_ago":{id: ms|null}}`.
+fn view_verdict(fleet: &Fleet) -> (crate::health::Verdict, serde_json::Value) {
+    let polls = fleet.poll_ages();
+    let stale_after = crate::health::stale_after(fleet.config.poll_interval());
+    let verdict = crate::health::judge(&polls, stale_after);
+    let nodes: serde_json::Map<String, serde_json::Value> = polls.iter().map(|p| (p.id.clone(), serde_json::json!(p.state))).collect();
+    let ages: serde_json::Map<String, serde_json::Value> =
+        polls.iter().map(|p| (p.id.clone(), serde_json::json!(p.polled_ago.map(|a| a.as_millis() as u64)))).collect();
+    let body = serde_json::json!({
+        "up": true,
+        "fresh": verdict.fresh,
+        "ready": verdict.ready,
+        "stale_after_ms": stale_after.as_millis() as u64,
+        "nodes": nodes,
+        "polled_ms_ago": ages,
+    });
+    (verdict, body)
+}
+
+/// A 503 that carries the view beside the error fields, so a probe sees why.
+fn with_body(e: ApiError, view: serde_json::Value) -> Response {
+    let mut body = view;
+    body["error"] = serde_json::json!(e.body.error);
+    body["message"] = serde_json::json!(e.body.message);
+    let mut resp = (e.status, Json(body)).into_response();
+    if let Some(secs) = e.retry_after_secs {
+        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
+    }
+    resp
 }
 
 async fn fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {
@@ -151,5 +217,54 @@ mod tests {
         for (raw, field) in [("since=1", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas"), ("canvas=c1&epoch=a%2Fb", "epoch")] {
             assert_eq!(parse_ws_query(Some(raw)).unwrap_err().body.field.as_deref(), Some(field), "{raw}");
         }
+    }
+
+    async fn get(app: &Router, path: &str) -> (u16, Option<String>, serde_json::Value) {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let req = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let retry = resp.headers().get("retry-after").map(|v| v.to_str().unwrap().to_owned());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, retry, serde_json::from_slice(&body).unwrap())
+    }
+
+    /// `/health` is 503 until every node was polled and again once the polls stop; `/ready` also
+    /// wants a node that serves (none does here: the node's address refuses connections).
+    #[tokio::test]
+    async fn health_is_503_while_the_view_of_the_fleet_is_stale() {
+        use clap::Parser;
+        let config = crate::config::Config::try_parse_from([
+            "gateway",
+            "--nodes",
+            "ws-1=http://127.0.0.1:1",
+            "--poll-interval-ms",
+            "100",
+            "--poll-timeout-ms",
+            "50",
+        ])
+        .unwrap();
+        let fleet = Fleet::new(config, tokio_util::sync::CancellationToken::new());
+        let app = router(fleet.clone());
+        let (status, retry, body) = get(&app, "/health").await;
+        assert_eq!((status, retry.as_deref()), (503, Some("1")), "never polled: {body}");
+        assert_eq!(body["error"], "stale_view");
+        assert_eq!(body["fresh"], false);
+
+        fleet.poll(true).await;
+        let (status, _, body) = get(&app, "/health").await;
+        assert_eq!(status, 200, "a failed poll is a finished poll (the node is known DOWN): {body}");
+        assert_eq!(body["nodes"]["ws-1"], "DOWN");
+        assert!(body["polled_ms_ago"]["ws-1"].as_u64().is_some(), "{body}");
+        let (status, _, body) = get(&app, "/ready").await;
+        assert_eq!((status, body["error"].as_str()), (503, Some("no_node_serving")), "{body}");
+
+        tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+        let (status, _, body) = get(&app, "/health").await;
+        assert_eq!(status, 503, "no poll for over three intervals: {body}");
+        assert_eq!(body["stale_nodes"], serde_json::Value::Null, "the body is the view, not the verdict's internals");
+        let (status, _, body) = get(&app, "/ready").await;
+        assert_eq!((status, body["error"].as_str()), (503, Some("stale_view")), "{body}");
     }
 }

@@ -4,7 +4,7 @@
 //! | path | file |
 //! |---|---|
 //! | `/` | `web/pages/index.html`: a canvas, live, click to paint, connection status |
-//! | `/fleet` | `web/pages/fleet.html`: node states, streaks, partitions, catch-up, decisions |
+//! | `/fleet` | `web/pages/fleet.html`: node states, streaks, partitions, catch-up, decisions, and charts of the last minutes (`web/pages/charts.js`) |
 //! | `/assets/{file}` | `web/pages/{file}`: the pages' scripts and style |
 //! | `/client/{file}` | `web/client/{file}`: the client library (ES modules) |
 
@@ -33,6 +33,7 @@ static PAGES: &[Asset] = &[
     asset!("fleet.html", "text/html; charset=utf-8", "web/pages/fleet.html"),
     asset!("app.js", JS, "web/pages/app.js"),
     asset!("fleet.js", JS, "web/pages/fleet.js"),
+    asset!("charts.js", JS, "web/pages/charts.js"),
     asset!("style.css", "text/css; charset=utf-8", "web/pages/style.css"),
 ];
 

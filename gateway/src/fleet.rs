@@ -38,6 +38,8 @@ struct Slot {
     /// Last health answer and when it came; `None` after a failed poll.
     health: Option<(Instant, NodeHealth)>,
     last_error: Option<String>,
+    /// When the last poll of the node ended (answered or failed): how fresh the gateway's view is.
+    polled_at: Option<Instant>,
     /// Partitions the node owned when it went DOWN (to find who stands in for it).
     lost: Vec<i32>,
     /// Nodes seen owning any of `lost` while this node was away.
@@ -85,6 +87,8 @@ pub struct Fleet {
     /// Proxied sessions: which node and partition each is on, and its close switch.
     sessions: Mutex<std::collections::HashMap<u64, Proxied>>,
     next_session: std::sync::atomic::AtomicU64,
+    /// The last minutes of scheduled polls, for the `/fleet` charts.
+    history: Mutex<crate::history::History>,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -132,6 +136,7 @@ impl Fleet {
             shutdown,
             sessions: Mutex::new(std::collections::HashMap::new()),
             next_session: std::sync::atomic::AtomicU64::new(1),
+            history: Mutex::new(crate::history::History::default()),
         })
     }
 
@@ -257,6 +262,7 @@ impl Fleet {
                     Ok(h) => Observed::Answer { state: h.state, assigned: h.assigned_partitions.clone(), catchup: h.catchup.status },
                     Err(e) => Observed::Down { error: e.clone() },
                 };
+                slot.polled_at = Some(Instant::now());
                 match answer {
                     Ok(h) => {
                         if h.partition_count > 0 {
@@ -287,9 +293,28 @@ impl Fleet {
         }
         if scheduled {
             self.note_stand_ins();
+            self.sample_history();
         }
         self.move_sessions_off_down_nodes();
         self.polled.send_modify(|n| *n += 1);
+    }
+
+    /// Adds this scheduled poll's picture of every node to the history.
+    fn sample_history(&self) {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let slot = n.slot.lock().expect("slot lock");
+                (n.addr.id.clone(), slot.view.status, slot.health.as_ref().map(|(_, h)| h.clone()))
+            })
+            .collect();
+        self.history.lock().expect("history lock").record(shared::event::now_ms(), nodes);
+    }
+
+    /// The history's samples, oldest first (`GET /api/fleet/history`).
+    pub fn history(&self) -> Vec<crate::history::Sample> {
+        self.history.lock().expect("history lock").samples()
     }
 
     /// While a node is away, remembers which nodes own its partitions (they stand in for it).
@@ -492,6 +517,23 @@ impl Fleet {
             "publishers": self.publishers.snapshot(),
             "decisions": decisions,
         })
+    }
+
+    /// Each node's id, how long ago its last poll ended (`None`: never polled) and whether its last
+    /// answer said it serves (ready, not draining): what the gateway's `/health` and `/ready` judge.
+    pub fn poll_ages(&self) -> Vec<crate::health::NodePoll> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let slot = n.slot.lock().expect("slot lock");
+                crate::health::NodePoll {
+                    id: n.addr.id.clone(),
+                    state: slot.view.status,
+                    polled_ago: slot.polled_at.map(|t| t.elapsed()),
+                    serving: slot.health.as_ref().is_some_and(|(_, h)| h.ready && !h.draining),
+                }
+            })
+            .collect()
     }
 
     /// Polls on schedule until `shutdown`, and refreshes routing on request (at most every 200 ms).

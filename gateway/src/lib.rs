@@ -8,13 +8,16 @@
 //! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
-//! routing), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
+//! routing), [`health`] (whether the gateway's view of the fleet is fresh), [`history`] (the
+//! last minutes, for the charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
 //! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
 
 pub mod api;
 pub mod assets;
 pub mod config;
 pub mod fleet;
+pub mod health;
+pub mod history;
 pub mod lifecycle;
 pub mod proxy;
 pub mod publishers;
