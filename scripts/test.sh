@@ -4,11 +4,11 @@
 #   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
 #      are on the machine), for the real-broker end-to-end test.
 #   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
-#   3. The browser client library's unit tests (node --test web/test/client/).
+#   3. The browser client library's and the pages' unit tests (node --test web/test/client/ web/test/pages/).
 #   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
 #   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
-#      scenario against the embedded broker and against real Apache Kafka (and against Kafka in
-#      Docker via testcontainers where an engine is reachable; skipped, saying so, elsewhere),
+#      scenario against the embedded broker and against real Apache Kafka (the one against Kafka in
+#      Docker via testcontainers is ignored, with its reason, as it needs a Docker engine),
 #      operations (drain, SIGTERM, SIGSTOP, malformed frames), the Docker deployment checks
 #      (compose-go validation with the machine's Go) and the live pages in headless Chromium
 #      (screenshots in target/browser-artifacts/).
@@ -28,8 +28,8 @@ scripts/kafka/fetch.sh
 step "Chromium and playwright-core for the browser test (scripts/setup-web.sh)"
 scripts/setup-web.sh
 
-step "browser client library unit tests (node --test web/test/client/)"
-node --test web/test/client/
+step "browser client library and page unit tests (node --test web/test/client/ web/test/pages/)"
+node --test web/test/client/ web/test/pages/
 
 step "building the fleet's binaries (cargo build --release --workspace --bins)"
 cargo build --release --workspace --bins

@@ -3,7 +3,9 @@
 //! kill -9 → takeover → recovery → failback under steady publishing. Then: each page's canvas
 //! ends equal to the publisher's (version and hash), the page of the killed node's canvas passed
 //! through `backoff` and came back to `stable`, and `/fleet` showed ws-1 DOWN, then UP, then
-//! HEALTHY. Screenshots of both pages are saved in `target/browser-artifacts/`.
+//! HEALTHY, and its charts drew the kill: a DOWN band for ws-1, and a partition of ws-1 owned by
+//! ws-2, then by ws-1 again. Screenshots of both pages and the drawn `/fleet` page (`fleet.html`)
+//! are saved in `target/browser-artifacts/`.
 //!
 //! Needs Node.js, `npm ci` in `web/` and Chromium at `/usr/bin/chromium` (or `CHROMIUM_PATH`):
 //! `scripts/setup-web.sh` installs them; this test fails (never skips) without them.
@@ -122,7 +124,17 @@ async fn pages_follow_the_fleet() {
     }
     let ws1 = seq(&result["fleet"]["ws-1"]);
     assert!(in_order(&ws1, &["HEALTHY", "DOWN", "UP", "HEALTHY"]), "/fleet showed ws-1 DOWN, UP, HEALTHY: {ws1:?}");
-    for shot in ["fleet.png".to_owned(), format!("canvas-{}.png", canvases[0]), format!("canvas-{}.png", canvases[1])] {
+    let charts = &result["charts"];
+    assert!(charts["downBands"]["ws-1"].as_u64().unwrap_or(0) >= 1, "the sessions chart shades ws-1's DOWN stretch: {charts}");
+    assert!(charts["downBands"]["ws-2"].is_null(), "ws-2 was never DOWN: {charts}");
+    let moved_and_back = charts["owners"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(_, owners)| in_order(&seq(owners), &["ws-1", "ws-2", "ws-1"]));
+    assert!(moved_and_back, "the ownership chart shows a partition of ws-1 taken over by ws-2 and failed back: {charts}");
+    assert_eq!(seq(&charts["sessionLines"]), ["ws-1", "ws-2"], "one sessions line per node: {charts}");
+    for shot in ["fleet.html".to_owned(), "fleet.png".to_owned(), format!("canvas-{}.png", canvases[0]), format!("canvas-{}.png", canvases[1])] {
         let path = artifacts.join(&shot);
         assert!(std::fs::metadata(&path).map(|m| m.len() > 1000).unwrap_or(false), "screenshot {} saved", path.display());
     }

@@ -16,8 +16,13 @@
  * - `#summary` (partition count, proxied sessions, poll interval, UP threshold) and `#updated`
  *   (local time of the last successful refresh).
  *
+ * - `#chart-*`: the last minutes as pictures ([charts.js](./charts.js)) from `GET /api/fleet/history`,
+ *   fetched with each refresh from the last sample on (`?since_ms=`), kept for `history_ms`.
+ *
  * `window.fleetDashboard` holds the last data and refresh times, for debugging and tests.
  */
+
+import { drawCharts } from './charts.js';
 
 const REFRESH_MS = 1000;
 const FETCH_TIMEOUT_MS = 5000;
@@ -46,6 +51,8 @@ const dashboard = {
   error: null,
   refreshes: 0,
   failures: 0,
+  /** @type {any[]} history samples, oldest first */
+  history: [],
 };
 window.fleetDashboard = dashboard;
 
@@ -444,11 +451,32 @@ async function fetchFleet() {
   }
 }
 
+/** Fetches the history samples after the last one held, appends them and redraws the charts. */
+async function refreshHistory(partitionCount) {
+  const last = dashboard.history[dashboard.history.length - 1]?.at_ms ?? 0;
+  const ctrl = new AbortController();
+  const timer = setTimeout(() => ctrl.abort(), FETCH_TIMEOUT_MS);
+  try {
+    const res = await fetch(`/api/fleet/history?since_ms=${last}`, { cache: 'no-store', signal: ctrl.signal });
+    if (!res.ok) throw new Error(`HTTP ${res.status} from /api/fleet/history`);
+    const body = await res.json();
+    const fresh = Array.isArray(body.samples) ? body.samples.filter((x) => isNum(x?.at_ms) && x.at_ms > last) : [];
+    const keep = isNum(body.history_ms) ? body.history_ms : 600_000;
+    const all = dashboard.history.concat(fresh);
+    const newest = all[all.length - 1]?.at_ms ?? 0;
+    dashboard.history = all.filter((x) => x.at_ms >= newest - keep);
+    drawCharts(dashboard.history, isNum(body.partition_count) ? body.partition_count : partitionCount);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function refresh() {
   const started = performance.now();
   try {
     const data = await fetchFleet();
     render(data);
+    await refreshHistory(data.partition_count);
     dashboard.data = data;
     dashboard.updatedAt = Date.now();
     dashboard.error = null;

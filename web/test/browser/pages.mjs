@@ -13,11 +13,13 @@
  * While running it samples the pages every 200 ms and records each page's sequence of client
  * states (#state) and serving nodes (#node), and /fleet's sequence of states per node.
  * At FINISH it waits for each canvas page to reach the publisher's head version, compares the
- * page's canvas hash with the publisher's, reads the client's counters, and saves screenshots.
+ * page's canvas hash with the publisher's, reads the client's counters, and saves screenshots and
+ * the /fleet page as drawn (`fleet.html`). It reads what /fleet's charts drew: per node the DOWN
+ * bands of the sessions chart, per partition the owners of the ownership chart in time order.
  */
 
 import { chromium } from 'playwright-core';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 
 function arg(name, fallback) {
@@ -147,6 +149,23 @@ for (const [c, page] of Object.entries(canvasPages)) {
 sampling = false;
 await sampler;
 await sample();
+// The charts redraw with each refresh: wait for one after the scenario, then read them.
+const drawnAfter = await fleetPage.evaluate(() => window.fleetDashboard.refreshes);
+await fleetPage.waitForFunction((n) => window.fleetDashboard.refreshes > n + 1, drawnAfter, { timeout: 10_000 }).catch(() => {});
+result.charts = await fleetPage.evaluate(() => {
+  const downBands = {};
+  for (const r of document.querySelectorAll('#chart-sessions rect.down-band')) {
+    downBands[r.dataset.node] = (downBands[r.dataset.node] ?? 0) + 1;
+  }
+  const owners = {};
+  const segs = [...document.querySelectorAll('#chart-ownership rect.owner')]
+    .map((r) => ({ p: r.dataset.partition, node: r.dataset.node, from: Number(r.dataset.from) }))
+    .sort((a, b) => a.from - b.from);
+  for (const s of segs) (owners[s.p] ??= []).push(s.node);
+  const lines = [...document.querySelectorAll('#chart-sessions polyline.series')].map((l) => l.dataset.node);
+  return { downBands, owners, sessionLines: lines, samples: window.fleetDashboard.history.length };
+});
+writeFileSync(`${out}/fleet.html`, await fleetPage.content());
 await fleetPage.screenshot({ path: `${out}/fleet.png`, fullPage: true });
 result.screenshots = [...canvases.map((c) => `${out}/canvas-${c}.png`), `${out}/fleet.png`];
 if (pageErrors.length) failures.push(`page errors: ${pageErrors.join(' | ')}`);
