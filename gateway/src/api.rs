@@ -7,6 +7,7 @@
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
+//! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
 use crate::fleet::Fleet;
@@ -37,6 +38,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/", get(crate::assets::index))
         .route("/fleet", get(crate::assets::fleet))
         .route("/assets/{file}", get(crate::assets::page_asset))
@@ -56,6 +58,10 @@ async fn health(State(fleet): State<Arc<Fleet>>) -> Response {
         .map(|n| (n["id"].as_str().unwrap_or_default().to_owned(), n["state"].clone()))
         .collect();
     Json(serde_json::json!({"up": true, "nodes": nodes})).into_response()
+}
+
+async fn metrics(State(fleet): State<Arc<Fleet>>, headers: HeaderMap) -> Response {
+    fleet.metrics.render(&fleet, headers.get(axum::http::header::ACCEPT))
 }
 
 async fn fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {

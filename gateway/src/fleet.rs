@@ -85,6 +85,8 @@ pub struct Fleet {
     /// Proxied sessions: which node and partition each is on, and its close switch.
     sessions: Mutex<std::collections::HashMap<u64, Proxied>>,
     next_session: std::sync::atomic::AtomicU64,
+    /// `GET /metrics` ([`crate::metrics`]).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -132,6 +134,7 @@ impl Fleet {
             shutdown,
             sessions: Mutex::new(std::collections::HashMap::new()),
             next_session: std::sync::atomic::AtomicU64::new(1),
+            metrics: crate::metrics::Metrics::new(),
         })
     }
 
@@ -144,6 +147,7 @@ impl Fleet {
     }
 
     fn record(&self, node: &str, action: &str, reason: impl Into<String>, detail: serde_json::Value) {
+        self.metrics.decided(action, node);
         let rec = DecisionRecord {
             at_ms: shared::event::now_ms(),
             node: node.to_owned(),
@@ -177,6 +181,15 @@ impl Fleet {
     /// Proxied sessions open now.
     pub fn proxied_sessions(&self) -> usize {
         self.sessions.lock().expect("sessions lock").len()
+    }
+
+    /// Proxied sessions open now, per node.
+    pub fn proxied_by_node(&self) -> BTreeMap<String, usize> {
+        let mut by = BTreeMap::new();
+        for s in self.sessions.lock().expect("sessions lock").values() {
+            *by.entry(s.node.clone()).or_insert(0) += 1;
+        }
+        by
     }
 
     /// Closes the proxied sessions of nodes seen DOWN whose partitions another ready node now

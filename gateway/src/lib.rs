@@ -9,13 +9,15 @@
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
 //! routing), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
-//! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
+//! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in), [`metrics`]
+//! (`GET /metrics`).
 
 pub mod api;
 pub mod assets;
 pub mod config;
 pub mod fleet;
 pub mod lifecycle;
+pub mod metrics;
 pub mod proxy;
 pub mod publishers;
 
