@@ -74,7 +74,7 @@ impl Metrics {
         r.register("proxied_sessions", "WebSocket sessions the gateway proxies now, by node", m.proxied.clone());
         r.register("proxied_sessions_all", "WebSocket sessions the gateway proxies now, over every node", m.proxied_total.clone());
         r.register("partition_owners", "Ready, not draining nodes that own each partition (0: the partition has no owner)", m.owners.clone());
-        r.register("partition_count", "Partitions of the events topic as the gateway knows it", m.partition_count.clone());
+        r.register("topic_partitions", "Partitions of the events topic as the gateway knows it", m.partition_count.clone());
         r.register("handshake_refusals", "Client handshakes refused because no node could serve them, by code", m.refusals.clone());
         r.register("decisions", "Decisions recorded in the decision log, by kind and node", m.decisions.clone());
         r.register("proxy_handshake_seconds", "Time of each upstream WebSocket handshake to a node", m.handshake_seconds.clone());

@@ -162,7 +162,7 @@ impl Metrics {
         r.register("recent_window_bytes", "Bytes of recent event frames held for resumes", s.recent_window_bytes.clone());
         r.register("outbox_frames", "Frames waiting in session outboxes (not yet taken by the kernel)", s.outbox_frames.clone());
         r.register("fanout_queue_events", "Events applied and not yet handed to the fan-out writer", s.fanout_queue.clone());
-        r.register("partition_count", "Partitions of the events topic (0 until the first catch-up)", s.partition_count.clone());
+        r.register("topic_partitions", "Partitions of the events topic (0 until the first catch-up)", s.partition_count.clone());
         r.register("owned_partitions", "Partitions assigned to this node by the broadcast group", s.owned.clone());
         r.register("partition_position", "Next offset this node reads, per partition and role (owned, held, standby, not_read)", s.position.clone());
         r.register("partition_end", "Readable end (last stable offset) of each partition as last read", s.end.clone());
