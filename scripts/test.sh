@@ -4,6 +4,7 @@
 #   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
 #      are on the machine), for the real-broker end-to-end test.
 #   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
+#   2b. Debian's Prometheus and promtool (scripts/setup-prometheus.sh), for the metrics test.
 #   3. The browser client library's and the pages' unit tests (node --test web/test/client/ web/test/pages/).
 #   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
 #   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
@@ -27,6 +28,9 @@ scripts/kafka/fetch.sh
 
 step "Chromium and playwright-core for the browser test (scripts/setup-web.sh)"
 scripts/setup-web.sh
+
+step "Prometheus and promtool for the metrics test (scripts/setup-prometheus.sh)"
+scripts/setup-prometheus.sh
 
 step "browser client library and page unit tests (node --test web/test/client/ web/test/pages/)"
 node --test web/test/client/ web/test/pages/

@@ -6,6 +6,7 @@
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
 //! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
+//! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
@@ -213,11 +214,14 @@ async fn post_batch<L: EventLog>(
     }
     // Run to the end even if the client goes away: a publish cut off while Kafka writes its
     // record would leave the canvas's head behind the log.
-    let results = tokio::spawn(publish_batch(v, req.events)).await.map_err(|e| {
+    let results = tokio::spawn(publish_batch(v.clone(), req.events)).await.map_err(|e| {
         tracing::error!(error = %e, "a batch publish task failed");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the batch publish failed; GET /canvases/{id} shows each canvas's head")
     })?;
     let retry = results.iter().any(|(_, retry)| *retry);
+    for (BatchResult::Published { status, .. } | BatchResult::Failed { status, .. }, _) in &results {
+        v.counters().metrics.published("batch", *status);
+    }
     let results: Vec<BatchResult> = results.into_iter().map(|(r, _)| r).collect();
     let mut resp = Json(serde_json::json!({ "results": results })).into_response();
     if retry {
@@ -320,6 +324,10 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     .into_response()
 }
 
+async fn metrics<L: EventLog>(State(v): State<Arc<Versions<L>>>, headers: HeaderMap) -> Response {
+    v.counters().metrics.render(&v, headers.get(axum::http::header::ACCEPT))
+}
+
 async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Response, ApiError> {
     if v.is_ready() {
         Ok(Json(serde_json::json!({"ready": true})).into_response())
@@ -333,10 +341,11 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
 /// The publisher's router over `versions`.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
     Router::new()
-        .route("/canvases/{id}/pixels", post(post_pixel::<L>))
+        .route("/canvases/{id}/pixels", post(post_pixel::<L>).layer(axum::middleware::from_fn_with_state(versions.clone(), crate::metrics::count_publish::<L>)))
         .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
+        .route("/metrics", get(metrics::<L>))
         .route("/ready", get(ready::<L>))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)

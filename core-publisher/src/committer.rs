@@ -123,6 +123,8 @@ pub struct Counters {
     pub isolations: AtomicU64,
     /// Canvas snapshots committed.
     pub snapshots: AtomicU64,
+    /// `GET /metrics` ([`crate::metrics`]).
+    pub metrics: crate::metrics::PublisherMetrics,
 }
 
 impl Counters {
@@ -134,6 +136,7 @@ impl Counters {
         Self::add(&self.committed, 1);
         Self::add(&self.records, records.len());
         Self::add(&self.events, records.iter().map(|r| r.events.len()).sum::<usize>());
+        self.metrics.committed(records.len(), records.iter().map(|r| r.events.len()).sum());
     }
 
     /// `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}`.
@@ -324,6 +327,7 @@ fn apply_snapshots<L>(ctx: &Ctx<L>, planned: &[PlannedSnapshots]) {
     for s in planned {
         partition(ctx, s.partition).apply_snapshots(s);
         Counters::add(&ctx.counters.snapshots, s.canvases.len() as u64);
+        ctx.counters.metrics.snapshots_written.inc_by(s.canvases.len() as u64);
     }
 }
 
@@ -373,6 +377,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
         o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
     };
     let took = began.elapsed();
+    ctx.counters.metrics.commit_seconds.observe(took.as_secs_f64());
     tracing::debug!(writer = ?writer, units = batch.units.len(), records = records.len(), partitions = touched.len(),
         oldest_wait_us = oldest.as_micros() as u64, took_us = took.as_micros() as u64, "transaction ended");
     let idle = |ctx: &Ctx<L>| {

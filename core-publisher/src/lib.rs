@@ -11,13 +11,15 @@
 //! (answers and errors), [`versions`] (the version authority: start-up, publish, truth),
 //! [`partition`] (a partition's queue, heads and isolation policy), [`committer`] (the shared
 //! committer and the isolated partitions' ones), [`idempotency`] (`Idempotency-Key`), [`log`] (the
-//! Kafka side as the version logic sees it), [`txn`] (one transactional producer).
+//! Kafka side as the version logic sees it), [`txn`] (one transactional producer), [`metrics`]
+//! (`GET /metrics`).
 
 pub mod api;
 pub mod committer;
 pub mod config;
 pub mod idempotency;
 pub mod log;
+pub mod metrics;
 pub mod partition;
 pub mod snapshots;
 pub mod txn;
@@ -105,8 +107,11 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                     _ = shutdown.cancelled() => return,
                 };
                 match r {
-                    Ok(n) => tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
-                        "canvas versions rebuilt; accepting writes"),
+                    Ok(n) => {
+                        versions.counters().metrics.rebuilt(started.elapsed());
+                        tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
+                            "canvas versions rebuilt; accepting writes")
+                    }
                     Err(e) => return tracing::error!(error = %e, "start-up gave up"),
                 }
                 tokio::select! {

@@ -9,6 +9,7 @@
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
 //! | `GET /ready` | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` |
+//! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
 use crate::fleet::Fleet;
@@ -41,6 +42,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .route("/ready", get(ready))
+        .route("/metrics", get(metrics))
         .route("/", get(crate::assets::index))
         .route("/fleet", get(crate::assets::fleet))
         .route("/assets/{file}", get(crate::assets::page_asset))
@@ -122,6 +124,10 @@ fn with_body(e: ApiError, view: serde_json::Value) -> Response {
         resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
     }
     resp
+}
+
+async fn metrics(State(fleet): State<Arc<Fleet>>, headers: HeaderMap) -> Response {
+    fleet.metrics.render(&fleet, headers.get(axum::http::header::ACCEPT))
 }
 
 async fn fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {

@@ -89,6 +89,8 @@ pub struct Fleet {
     next_session: std::sync::atomic::AtomicU64,
     /// The last minutes of scheduled polls, for the `/fleet` charts.
     history: Mutex<crate::history::History>,
+    /// `GET /metrics` ([`crate::metrics`]).
+    pub metrics: crate::metrics::Metrics,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -137,6 +139,7 @@ impl Fleet {
             sessions: Mutex::new(std::collections::HashMap::new()),
             next_session: std::sync::atomic::AtomicU64::new(1),
             history: Mutex::new(crate::history::History::default()),
+            metrics: crate::metrics::Metrics::new(),
         })
     }
 
@@ -149,6 +152,7 @@ impl Fleet {
     }
 
     fn record(&self, node: &str, action: &str, reason: impl Into<String>, detail: serde_json::Value) {
+        self.metrics.decided(action, node);
         let rec = DecisionRecord {
             at_ms: shared::event::now_ms(),
             node: node.to_owned(),
@@ -182,6 +186,15 @@ impl Fleet {
     /// Proxied sessions open now.
     pub fn proxied_sessions(&self) -> usize {
         self.sessions.lock().expect("sessions lock").len()
+    }
+
+    /// Proxied sessions open now, per node.
+    pub fn proxied_by_node(&self) -> BTreeMap<String, usize> {
+        let mut by = BTreeMap::new();
+        for s in self.sessions.lock().expect("sessions lock").values() {
+            *by.entry(s.node.clone()).or_insert(0) += 1;
+        }
+        by
     }
 
     /// Closes the proxied sessions of nodes seen DOWN whose partitions another ready node now

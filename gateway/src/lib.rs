@@ -9,8 +9,9 @@
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
 //! routing), [`health`] (whether the gateway's view of the fleet is fresh), [`history`] (the
-//! last minutes, for the charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
-//! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
+//! last minutes, for the charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which
+//! publisher gets a forwarded request), [`api`] (routes), [`assets`] (the pages and the browser
+//! client, built in), [`metrics`] (`GET /metrics`).
 
 pub mod api;
 pub mod assets;
@@ -19,6 +20,7 @@ pub mod fleet;
 pub mod health;
 pub mod history;
 pub mod lifecycle;
+pub mod metrics;
 pub mod proxy;
 pub mod publishers;
 

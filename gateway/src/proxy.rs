@@ -84,7 +84,9 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
         }
     }
     fleet.request_refresh();
-    Err(last.expect("a round either routes or records why not"))
+    let refused = last.expect("a round either routes or records why not");
+    fleet.metrics.refused(&refused.code);
+    Err(refused)
 }
 
 /// How long the proxy may hold a handshake waiting for the partition's owner (fresh polls come at
@@ -120,6 +122,7 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
     let connect = tokio_tungstenite::connect_async_with_config(req, Some(cfg), true);
     let started = tokio::time::Instant::now();
     let answer = tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await;
+    fleet.metrics.handshake_seconds.observe(started.elapsed().as_secs_f64());
     if started.elapsed() > SLOW_UPSTREAM {
         tracing::info!(node = %target.id, canvas, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
     }

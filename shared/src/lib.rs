@@ -14,6 +14,7 @@
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
 //! - [`kafka`]: every Kafka client setting, built in one place;
+//! - [`metrics`]: the `GET /metrics` exposition (a registry per service instance);
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
 //! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
 //! - [`topic_id`]: the events topic's Kafka topic ID (librdkafka's DescribeTopics);
@@ -26,6 +27,7 @@ pub mod epoch;
 pub mod event;
 pub mod http;
 pub mod kafka;
+pub mod metrics;
 pub mod partitioner;
 pub mod protocol;
 pub mod replay;

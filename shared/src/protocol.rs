@@ -174,6 +174,9 @@ pub mod close {
     /// 1006 Abnormal Closure: never sent, reported locally when a connection drops without a close
     /// frame (RFC 6455 §7.4.1).
     pub const ABNORMAL: u16 = 1006;
+    /// 1005 No Status Received: never sent, reported locally for a close frame without a code
+    /// (RFC 6455 §7.4.1).
+    pub const NO_STATUS: u16 = 1005;
 
     /// Close codes that mean the peer broke the protocol (reconnecting the same way will fail again).
     pub fn is_protocol_error(code: u16) -> bool {

@@ -78,6 +78,7 @@ impl ConsumerContext for BroadcastContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        self.hub.counters.rebalanced(crate::metrics::rebalance_kind(err), partitions.len());
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 // The second after a revocation is the rebalance's next round: the consumer
@@ -108,6 +109,7 @@ impl ConsumerContext for BroadcastContext {
                 match r {
                     Ok(()) => {
                         self.hub.assign(&partitions);
+                        self.hub.counters.hold_ended(&partitions);
                         let now = std::time::Instant::now();
                         self.first_record.lock().expect("first-record lock").extend(partitions.iter().map(|p| (*p, now)));
                         tracing::info!(
@@ -125,6 +127,7 @@ impl ConsumerContext for BroadcastContext {
                 let holding = cooperative && !lost && !self.hold.is_zero() && !self.stop.load(Ordering::Acquire);
                 if holding {
                     let (hold, held) = self.hub.hold(&partitions);
+                    self.hub.counters.hold_started(&partitions);
                     tracing::info!(
                         "[BROADCAST] revoked partitions={:?} (moved to another node); serving their {} sessions from the log until the new owner serves them (hold at most {}ms) owned={:?}",
                         partitions,

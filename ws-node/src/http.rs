@@ -3,6 +3,7 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /health` | `200` [`shared::api::NodeHealth`] |
+//! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, or behind the client |
@@ -29,6 +30,7 @@ use std::time::Duration;
 pub fn router(node: Arc<Node>) -> Router {
     Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/admin/start-recovery", post(start_recovery))
         .route("/admin/drain", post(drain))
         .route("/ws", get(ws))
@@ -40,6 +42,10 @@ pub fn router(node: Arc<Node>) -> Router {
 
 async fn health(State(node): State<Arc<Node>>) -> Response {
     Json(node.health()).into_response()
+}
+
+async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
+    node.metrics.render(&node, headers.get(header::ACCEPT))
 }
 
 async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {

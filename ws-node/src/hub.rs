@@ -178,6 +178,8 @@ pub struct Hub {
     /// Times a reader's position was found below its partition's log start and the partition was
     /// restored from the snapshots ([`crate::snapshot::from_log_start`]).
     log_start_recoveries: AtomicU64,
+    /// Event counts and durations for `GET /metrics` ([`crate::metrics`]).
+    pub counters: crate::metrics::Counters,
 }
 
 impl Hub {
@@ -207,6 +209,7 @@ impl Hub {
             next_session_id: AtomicU64::new(1),
             fanout: Fanout::new(),
             log_start_recoveries: AtomicU64::new(0),
+            counters: crate::metrics::Counters::default(),
         }
     }
 
@@ -241,6 +244,7 @@ impl Hub {
         let channel = inner.canvases.get_mut(&ev.canvas).expect("the channel just applied");
         if live && !channel.sessions.is_empty() {
             // Written after the hub lock is released, in apply order, to the sessions registered now.
+            self.counters.delivered(channel.sessions.len(), channel.sessions.len() * frame.byte_len());
             self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
         }
         drop(inner);
@@ -642,6 +646,11 @@ impl Hub {
     /// Forgets the last broadcast poll (the consumer stopped on purpose).
     pub fn clear_broadcast_poll(&self) {
         self.lock().last_broadcast_poll = None;
+    }
+
+    /// Frames waiting in the sessions' outboxes, over every session (`/metrics`).
+    pub fn outbox_frames(&self) -> usize {
+        self.lock().canvases.values().flat_map(|c| &c.sessions).map(|s| s.out.waiting()).sum()
     }
 
     /// Canvases held.

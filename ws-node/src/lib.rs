@@ -9,7 +9,8 @@
 //! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
 //! the targets), [`snapshot`] (a takeover's start from the snapshots), [`standby`] (the other
 //! partitions kept current), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
-//! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes).
+//! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes), [`metrics`]
+//! (`GET /metrics`).
 
 pub mod broadcast;
 pub mod catchup;
@@ -18,6 +19,7 @@ pub mod drain;
 pub mod http;
 pub mod hub;
 pub mod lifecycle;
+pub mod metrics;
 pub mod node;
 pub mod session;
 pub mod snapshot;

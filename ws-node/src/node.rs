@@ -42,6 +42,8 @@ pub struct Node {
     /// Session tasks, awaited on the way out.
     pub sessions: TaskTracker,
     pub shutdown: CancellationToken,
+    /// `GET /metrics` ([`crate::metrics`]).
+    pub metrics: crate::metrics::Metrics,
 }
 
 impl Node {
@@ -49,7 +51,9 @@ impl Node {
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
         let hub = Arc::new(Hub::new(config.dims(), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
+        let metrics = crate::metrics::Metrics::new(&config.node_id, &hub.counters);
         let node = Arc::new(Self {
+            metrics,
             config,
             hub,
             phase: Mutex::new(Phase::Up),
@@ -75,6 +79,7 @@ impl Node {
                         Revoked::Held(number, partitions) => {
                             tokio::time::sleep(hold).await;
                             let sessions = hub.end_hold(number, &partitions);
+                            hub.counters.hold_ended(&partitions);
                             if sessions.is_empty() {
                                 tracing::info!("[DRAIN] hold of partitions={:?} ended: nothing left to hand over (drained, assigned back, or held again)", partitions);
                                 return;
@@ -269,6 +274,7 @@ impl Node {
             Some(scope) => {
                 tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), scope);
                 let sessions = self.hub.pause_and_take(Some(scope));
+                self.hub.counters.hold_ended(&partitions.clone().unwrap_or_default());
                 let out = drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code).await;
                 self.hub.resume(scope);
                 out

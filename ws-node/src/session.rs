@@ -63,7 +63,8 @@ pub struct SessionSpec {
 /// Why the session ended (for the log line at its end).
 #[derive(Debug)]
 enum End {
-    ClientClosed,
+    /// With the client's close code, if its close frame had one.
+    ClientClosed(Option<u16>),
     Ordered(u16, String),
     Protocol(u16, String),
     WriteFailed(String),
@@ -71,6 +72,17 @@ enum End {
     Unresponsive,
     /// A socket error that is neither the peer's protocol error nor the connection going away.
     SocketError(String),
+}
+
+impl End {
+    /// The close code the session ended with (`None`: the connection ended without one).
+    fn close_code(&self) -> Option<u16> {
+        match self {
+            End::ClientClosed(code) => Some(code.unwrap_or(close::NO_STATUS)),
+            End::Ordered(code, _) | End::Protocol(code, _) => Some(*code),
+            End::WriteFailed(_) | End::Unresponsive | End::SocketError(_) => None,
+        }
+    }
 }
 
 /// The upgraded connection a session runs on.
@@ -389,6 +401,11 @@ impl Outbox {
         self.lock().order.clone()
     }
 
+    /// Frames (and control frames) waiting to be written.
+    pub fn waiting(&self) -> usize {
+        self.lock().queued
+    }
+
     /// Takes the bytes waiting (for tests without a socket).
     pub fn take_waiting(&self) -> Vec<Bytes> {
         let mut st = self.lock();
@@ -457,6 +474,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
             out.start(sock.clone(), vec![msg.wire().clone(), encode_close(close::TRY_AGAIN_LATER, &refusal.to_string())]);
             flush_until(&out, &sock, Instant::now() + spec.write_timeout).await;
             tracing::info!(session = id, canvas = %spec.canvas, reason = %refusal, "session refused after upgrade");
+            hub.counters.closed(Some(close::TRY_AGAIN_LATER));
             return;
         }
     };
@@ -474,6 +492,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     };
     tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, backlog = kind, frames = first.len(), "session started");
     // From here the fan-out writes to the socket directly once the backlog is out.
+    hub.counters.backlog(kind == "snapshot", first.len() - 1, first.iter().skip(1).map(Bytes::len).sum());
     out.start(sock.clone(), first);
 
     let mut replies = Vec::new();
@@ -510,9 +529,9 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                         // The client may have more to read: let other tasks run first.
                         tokio::task::yield_now().await;
                     }
-                    Err(End::ClientClosed) => {
+                    Err(End::ClientClosed(code)) => {
                         close_reply = made;
-                        break End::ClientClosed;
+                        break End::ClientClosed(code);
                     }
                     Err(end) => break end,
                 }
@@ -540,9 +559,10 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
         }
     };
     hub.unsubscribe(&spec.canvas, id);
+    hub.counters.closed(end.close_code());
     let deadline = Instant::now() + spec.write_timeout;
     match end {
-        End::ClientClosed => {
+        End::ClientClosed(_) => {
             // Completes the closing handshake: sends the close reply tungstenite made.
             out.begin_close(close_reply);
             flush_until(&out, &sock, deadline).await;
@@ -589,10 +609,10 @@ fn read_ready(ctx: &mut WebSocketContext, sock: &TcpStream, replies: &mut Vec<u8
             }
         };
         match msg {
-            Message::Close(_) => {
+            Message::Close(frame) => {
                 // tungstenite queued the close reply; have it written into `replies`.
                 let _ = ctx.flush(&mut io);
-                return Err(End::ClientClosed);
+                return Err(End::ClientClosed(frame.map(|f| u16::from(f.code))));
             }
             Message::Ping(_) | Message::Pong(_) => *last_heard = Instant::now(),
             Message::Text(t) => {

@@ -1,0 +1,150 @@
+//! The publisher's `GET /metrics` (Prometheus; see `docs/metrics.md` for the table).
+//!
+//! [`PublisherMetrics`] lives in the committers' [`crate::committer::Counters`] (shared by the
+//! committers, the routes and start-up): publishes by status, the transactions' commit time,
+//! records and events per group commit, snapshots written, the rebuild time. The state figures
+//! (ready, canvases, partitions in doubt) are set from [`Versions`] at each scrape.
+
+use crate::log::EventLog;
+use crate::versions::Versions;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use shared::metrics::{Labels, SecondsGauge};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// The publisher's registry, its counters and scrape-time gauges.
+#[derive(Debug)]
+pub struct PublisherMetrics {
+    registry: Registry,
+    /// Publishes answered, by `route` (`single`: `POST /canvases/{id}/pixels`; `batch`: each
+    /// event of a `POST /pixels`) and HTTP `status` (`201`, `400`, `409`, `503`, …).
+    pub publishes: Family<Labels, Counter>,
+    /// Time of each Kafka transaction (produce, then commit or abort), seconds.
+    pub commit_seconds: Histogram,
+    /// Records per committed transaction (a group commit carries many publishes).
+    pub commit_records: Histogram,
+    /// Events per committed transaction.
+    pub commit_events: Histogram,
+    /// Canvas snapshots committed to the snapshot topic.
+    pub snapshots_written: Counter,
+    /// Rebuilds of the canvas versions from the log that finished (start-up, or starting over).
+    pub rebuilds: Counter,
+    /// How long the last rebuild took, seconds.
+    pub rebuild_seconds: SecondsGauge,
+    ready: Gauge,
+    canvases: Gauge,
+    in_doubt: Gauge,
+    uncovered: Gauge,
+    incomplete: Gauge,
+    partitions: Gauge,
+    /// One scrape at a time sets the gauges and encodes them.
+    scrape: Mutex<()>,
+}
+
+impl Default for PublisherMetrics {
+    fn default() -> Self {
+        let m = Self {
+            registry: Registry::default(),
+            publishes: Family::default(),
+            commit_seconds: shared::metrics::seconds_histogram(),
+            commit_records: shared::metrics::count_histogram(),
+            commit_events: shared::metrics::count_histogram(),
+            snapshots_written: Counter::default(),
+            rebuilds: Counter::default(),
+            rebuild_seconds: SecondsGauge::default(),
+            ready: Gauge::default(),
+            canvases: Gauge::default(),
+            in_doubt: Gauge::default(),
+            uncovered: Gauge::default(),
+            incomplete: Gauge::default(),
+            partitions: Gauge::default(),
+            scrape: Mutex::new(()),
+        };
+        let mut r = Registry::with_prefix("publisher");
+        r.register("ready", "1 while writes are accepted (rebuilt, neither fenced nor failed)", m.ready.clone());
+        r.register("canvases", "Canvases with a version", m.canvases.clone());
+        r.register("partitions", "Partitions of the events topic", m.partitions.clone());
+        r.register("in_doubt_partitions", "Partitions whose last transaction's outcome is not known yet", m.in_doubt.clone());
+        r.register("uncovered_canvases", "Canvases with events no snapshot covers yet", m.uncovered.clone());
+        r.register("incomplete_canvases", "Canvases whose early versions are gone from the log with no snapshot covering them", m.incomplete.clone());
+        r.register("publishes", "Publishes answered, by route (single, batch: per event) and HTTP status", m.publishes.clone());
+        r.register("commit_seconds", "Time of each Kafka transaction (produce, then commit or abort)", m.commit_seconds.clone());
+        r.register("commit_records", "Records per committed transaction (group commit)", m.commit_records.clone());
+        r.register("commit_events", "Events per committed transaction", m.commit_events.clone());
+        r.register("snapshots_written", "Canvas snapshots committed to the snapshot topic", m.snapshots_written.clone());
+        r.register("rebuilds", "Rebuilds of the canvas versions from the log that finished", m.rebuilds.clone());
+        r.register("rebuild_seconds", "How long the last rebuild of the canvas versions took", m.rebuild_seconds.clone());
+        Self { registry: r, ..m }
+    }
+}
+
+impl PublisherMetrics {
+    /// A publish on `route` was answered with `status`.
+    pub fn published(&self, route: &'static str, status: u16) {
+        self.publishes.get_or_create(&vec![("route", route.to_owned()), ("status", status.to_string())]).inc();
+    }
+
+    /// A transaction of `records` records and `events` events committed.
+    pub fn committed(&self, records: usize, events: usize) {
+        self.commit_records.observe(records as f64);
+        self.commit_events.observe(events as f64);
+    }
+
+    /// A rebuild finished after `took`.
+    pub fn rebuilt(&self, took: Duration) {
+        self.rebuilds.inc();
+        self.rebuild_seconds.set(took.as_secs_f64());
+    }
+
+    /// Sets the gauges from `v` and encodes the registry.
+    pub fn render<L: EventLog>(&self, v: &Versions<L>, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
+        let _one = self.scrape.lock().expect("scrape lock");
+        self.ready.set(i64::from(v.is_ready()));
+        self.canvases.set(v.canvas_count() as i64);
+        self.partitions.set(i64::from(v.partitions()));
+        self.in_doubt.set(v.in_doubt_partitions().len() as i64);
+        self.uncovered.set(v.uncovered_canvases() as i64);
+        self.incomplete.set(v.incomplete_canvases().len() as i64);
+        shared::metrics::respond(&self.registry, accept)
+    }
+}
+
+/// Counts a single publish's answer (`POST /canvases/{id}/pixels`) by its status.
+pub async fn count_publish<L: EventLog>(
+    axum::extract::State(v): axum::extract::State<std::sync::Arc<Versions<L>>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let resp = next.run(req).await;
+    v.counters().metrics.published("single", resp.status().as_u16());
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_are_counted_by_route_and_status() {
+        let m = PublisherMetrics::default();
+        m.published("single", 201);
+        m.published("single", 201);
+        m.published("batch", 503);
+        m.committed(3, 7);
+        m.rebuilt(Duration::from_millis(1500));
+        let t = shared::metrics::text(&m.registry);
+        for line in [
+            "publisher_publishes_total{route=\"single\",status=\"201\"} 2",
+            "publisher_publishes_total{route=\"batch\",status=\"503\"} 1",
+            "publisher_commit_records_count 1",
+            "publisher_commit_events_sum 7.0",
+            "publisher_rebuild_seconds 1.5",
+        ] {
+            assert!(t.contains(line), "{line} in\n{t}");
+        }
+    }
+}
