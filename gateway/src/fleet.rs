@@ -18,6 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+/// How long a failback paced to the recovered node's room keeps waiting for room: the longest
+/// hold a node may keep (`REVOKE_HOLD_MS` ≤ 60 s); after it the stand-ins have handed the sessions
+/// over by themselves.
+const FAILBACK_PACE_LIMIT: Duration = Duration::from_secs(60);
+
 /// One entry of the decision log (`GET /api/fleet` → `decisions`).
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionRecord {
@@ -25,7 +30,7 @@ pub struct DecisionRecord {
     pub at_ms: u64,
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_failed`, `failback_started`,
-    /// `failback_completed`, `failback_failed`, `drain`, `drain_completed`, `drain_failed`.
+    /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`, `drain_failed`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).
@@ -85,6 +90,8 @@ pub struct Fleet {
     /// Proxied sessions: which node and partition each is on, and its close switch.
     sessions: Mutex<std::collections::HashMap<u64, Proxied>>,
     next_session: std::sync::atomic::AtomicU64,
+    /// The wait queues of full nodes.
+    pub admission: crate::admission::Admission,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -105,7 +112,11 @@ pub struct SessionTicket<'a> {
 
 impl Drop for SessionTicket<'_> {
     fn drop(&mut self) {
-        self.fleet.sessions.lock().expect("sessions lock").remove(&self.id);
+        let gone = self.fleet.sessions.lock().expect("sessions lock").remove(&self.id);
+        // A place freed at that node: its oldest waiting handshake goes next.
+        if let Some(p) = gone {
+            self.fleet.admission.freed(&p.node);
+        }
     }
 }
 
@@ -119,6 +130,7 @@ impl Fleet {
             .map(|a| NodeEntry { addr: a.clone(), slot: Mutex::new(Slot::default()) })
             .collect();
         let partitions = config.partitions;
+        let admission = config.admission();
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
         Arc::new(Self {
             config,
@@ -132,6 +144,7 @@ impl Fleet {
             shutdown,
             sessions: Mutex::new(std::collections::HashMap::new()),
             next_session: std::sync::atomic::AtomicU64::new(1),
+            admission: crate::admission::Admission::new(admission),
         })
     }
 
@@ -289,7 +302,36 @@ impl Fleet {
             self.note_stand_ins();
         }
         self.move_sessions_off_down_nodes();
+        self.wake_waiters();
         self.polled.send_modify(|n| *n += 1);
+    }
+
+    /// The second source of freed places: a node whose `/health` shows free seats gets that many
+    /// of its waiting handshakes woken (sessions that do not go through this gateway end too).
+    fn wake_waiters(&self) {
+        for n in &self.nodes {
+            if let Some(free) = self.room(&n.addr.id).filter(|f| *f > 0) {
+                self.admission.polled(&n.addr.id, free);
+            }
+        }
+    }
+
+    /// Free seats of node `id` by its last `/health` (`max_sessions − session_seats`): the
+    /// capacity hint. `None` when unknown (no answer, or a node that reports no capacity).
+    pub fn room(&self, id: &str) -> Option<usize> {
+        let slot = self.entry(id)?.slot.lock().expect("slot lock");
+        slot.health.as_ref().and_then(|(_, h)| (h.max_sessions > 0).then(|| h.max_sessions.saturating_sub(h.session_seats)))
+    }
+
+    /// Proxied sessions on `nodes`, per partition.
+    fn proxied_by_partition(&self, nodes: &[&str]) -> BTreeMap<i32, usize> {
+        let mut by = BTreeMap::new();
+        for s in self.sessions.lock().expect("sessions lock").values() {
+            if nodes.contains(&s.node.as_str()) {
+                *by.entry(s.partition).or_default() += 1;
+            }
+        }
+        by
     }
 
     /// While a node is away, remembers which nodes own its partitions (they stand in for it).
@@ -399,23 +441,51 @@ impl Fleet {
         let drain_reason = DrainReason::FailbackToRecoveredServer;
         tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?}", id, names, drain_reason, partitions);
         self.record(id, "failback_started", reason, serde_json::json!({"from": names, "partitions": partitions}));
-        let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(partitions.clone()) };
         let started = Instant::now();
-        let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
         let mut detail = BTreeMap::new();
         let mut failed = false;
-        for (n, r) in stand_ins.iter().zip(results) {
-            match r {
-                Ok(rep) => {
-                    tracing::info!("[GATEWAY] failback drain of {} done notified={} forceClosed={} tookMs={}", n.addr.id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
-                    detail.insert(n.addr.id.clone(), serde_json::to_value(rep).unwrap_or_default());
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
-                    detail.insert(n.addr.id.clone(), serde_json::json!({"error": e.body}));
+        // Paced to the recovered node's room: each round drains the partitions whose proxied
+        // sessions fit in its free seats (by its last poll), then waits for a fresh poll; the
+        // sessions of the others stay where they are (the stand-in still holds those partitions
+        // for its REVOKE_HOLD_MS) until room frees. A round that finds them gone (the hold ran
+        // out and they moved by themselves) drains nothing for them.
+        let mut left = partitions;
+        let mut round = 0u32;
+        loop {
+            let (now, later) = crate::admission::pace_failback(&left, &self.proxied_by_partition(&names), self.room(id));
+            if !now.is_empty() {
+                let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
+                for (n, r) in stand_ins.iter().zip(results) {
+                    let key = if round == 0 { n.addr.id.clone() } else { format!("{} round {}", n.addr.id, round + 1) };
+                    match r {
+                        Ok(rep) => {
+                            tracing::info!("[GATEWAY] failback drain of {} done partitions={:?} notified={} forceClosed={} tookMs={}", n.addr.id, now, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                            detail.insert(key, serde_json::to_value(rep).unwrap_or_default());
+                        }
+                        Err(e) => {
+                            failed = true;
+                            tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
+                            detail.insert(key, serde_json::json!({"error": e.body}));
+                        }
+                    }
                 }
             }
+            if later.is_empty() {
+                break;
+            }
+            if started.elapsed() > FAILBACK_PACE_LIMIT {
+                tracing::warn!("[GATEWAY] failback to {}: no room for partitions={:?} within {}s; leaving them to the stand-ins' hold", id, later, FAILBACK_PACE_LIMIT.as_secs());
+                detail.insert("left".into(), serde_json::json!({"partitions": later}));
+                break;
+            }
+            if round == 0 || !now.is_empty() {
+                tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (free seats {:?})", id, later, self.room(id));
+                self.record(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "room": self.room(id)}));
+            }
+            left = later;
+            round += 1;
+            self.refreshed(self.config.poll_interval()).await;
         }
         let action = if failed { "failback_failed" } else { "failback_completed" };
         self.record(id, action, format!("took {}ms", started.elapsed().as_millis()), serde_json::to_value(detail).unwrap_or_default());
@@ -458,6 +528,7 @@ impl Fleet {
 
     /// The `/api/fleet` body.
     pub fn snapshot(&self) -> serde_json::Value {
+        let waiting = self.admission.waiting();
         let nodes: Vec<serde_json::Value> = self
             .nodes
             .iter()
@@ -476,6 +547,10 @@ impl Fleet {
                     "draining": h.is_some_and(|(_, h)| h.draining),
                     "assigned_partitions": h.map(|(_, h)| h.assigned_partitions.clone()).unwrap_or_default(),
                     "sessions": h.map_or(0, |(_, h)| h.sessions),
+                    // The capacity hint: the node's MAX_SESSIONS and seats taken (0: unknown).
+                    "max_sessions": h.map_or(0, |(_, h)| h.max_sessions),
+                    "session_seats": h.map_or(0, |(_, h)| h.session_seats),
+                    "admission_waiting": waiting.get(&n.addr.id).copied().unwrap_or(0),
                     "catchup": h.map(|(_, h)| serde_json::to_value(&h.catchup).unwrap_or_default()),
                     "last_answer_ms_ago": h.map(|(t, _)| t.elapsed().as_millis() as u64),
                     "last_error": slot.last_error,

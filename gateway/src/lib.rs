@@ -7,10 +7,12 @@
 //!
 //! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
 //!
-//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
+//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`admission`] (wait queues for full
+//! nodes, failback pacing), [`fleet`] (views, polling, actions,
 //! routing), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
 //! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
 
+pub mod admission;
 pub mod api;
 pub mod assets;
 pub mod config;
