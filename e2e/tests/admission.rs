@@ -226,6 +226,13 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     let http = reqwest::Client::new();
     let mut clients = spawn_clients(&fleet, &canvases, canvases.len(), dims).await.expect("clients");
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), 20.0, dims.width, dims.height);
+    // Every client has events before the kill (a client at version 0 resumes with a snapshot).
+    eventually("every client to have an event", Duration::from_secs(30), || {
+        let at_zero = clients.iter().filter(|c| c.version() == 0).count();
+        async move { if at_zero == 0 { Ok(Some(())) } else { Err(format!("{at_zero} at version 0")) } }
+    })
+    .await
+    .unwrap();
 
     // ws-1 dies; ws-2 takes every partition, and more clients come: 5 on each partition, on ws-2.
     fleet.nodes[0].kill9().await;
@@ -237,8 +244,17 @@ async fn failback_paced_to_the_recovered_node_s_room() {
         .await
         .unwrap();
     clients.extend(spawn_clients(&fleet, &canvases, 4 * canvases.len(), dims).await.expect("more clients"));
-    let ws2 = get_json(&http, &format!("{}/health", fleet.nodes[1].url())).await.unwrap();
-    assert_eq!(ws2["sessions"].as_u64(), Some(30), "{ws2}");
+    let ws2 = fleet.nodes[1].url();
+    eventually("ws-2 to serve all 30 clients", Duration::from_secs(30), || {
+        let (http, ws2) = (http.clone(), ws2.clone());
+        async move {
+            let n = get_json(&http, &format!("{ws2}/health")).await?["sessions"].as_u64().unwrap_or(0);
+            if n == 30 { Ok(Some(())) } else { Err(format!("{n} sessions")) }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(clients.iter().all(|c| c.connected()));
 
     // ws-1 comes back with room for 10 sessions: two partitions' worth.
     tl.mark("ws-1 restarts with MAX_SESSIONS=10");
@@ -273,7 +289,8 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     let held: Vec<&e2e::client::Client> = clients.iter().filter(|c| waiting.contains(&partition_of(&c.report().canvas))).collect();
     assert_eq!(held.len(), 5 * waiting.len());
     let before: Vec<(u64, usize)> = held.iter().map(|c| (c.version(), c.report().sessions.len())).collect();
-    let sessions_then: std::collections::BTreeMap<String, usize> = clients.iter().map(|c| (c.report().name, c.report().sessions.len())).collect();
+    // (Clients are told apart by their index: the two batches' names repeat.)
+    let sessions_then: Vec<usize> = clients.iter().map(|c| c.report().sessions.len()).collect();
     tokio::time::sleep(Duration::from_secs(2)).await;
     for (c, (v, n)) in held.iter().zip(&before) {
         let r = c.report();
@@ -287,11 +304,11 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     let moved_partition = assigned.iter().copied().find(|p| !waiting.contains(p)).unwrap();
     let mut left = Vec::new();
     let mut kept = Vec::new();
-    for c in clients {
+    for (i, c) in clients.into_iter().enumerate() {
         if left.len() < 5 && partition_of(&c.report().canvas) == moved_partition {
             left.push(c.stop().await);
         } else {
-            kept.push(c);
+            kept.push((i, c));
         }
     }
     if waiting.len() == 1 {
@@ -300,16 +317,19 @@ async fn failback_paced_to_the_recovered_node_s_room() {
             .await
             .unwrap();
     }
-    let held_names: Vec<String> = kept.iter().filter(|c| waiting[..1].contains(&partition_of(&c.report().canvas))).map(|c| c.report().name).collect();
+    let held: Vec<usize> = kept.iter().filter(|(_, c)| partition_of(&c.report().canvas) == waiting[0]).map(|(i, _)| *i).collect();
     eventually("the next partition's clients on ws-1", Duration::from_secs(30), || {
-        let moved = kept
+        let moved = kept.iter().filter(|(i, c)| held.contains(i) && c.connected() && c.report().sessions.len() == sessions_then[*i] + 1).count();
+        let seen: Vec<String> = kept
             .iter()
-            .filter(|c| {
+            .filter(|(i, _)| held.contains(i))
+            .map(|(i, c)| {
                 let r = c.report();
-                held_names.contains(&r.name) && c.connected() && r.sessions.len() == sessions_then[&r.name] + 1
+                let ends: Vec<String> = r.sessions.iter().map(|s| s.end.clone().unwrap_or_else(|| "open".into())).collect();
+                format!("{} ({} then): {ends:?}", r.name, sessions_then[*i])
             })
-            .count();
-        async move { if moved == 5 { Ok(Some(())) } else { Err(format!("{moved}/5 moved")) } }
+            .collect();
+        async move { if moved == 5 { Ok(Some(())) } else { Err(format!("{moved}/5 moved: {seen:?}")) } }
     })
     .await
     .unwrap();
@@ -321,6 +341,7 @@ async fn failback_paced_to_the_recovered_node_s_room() {
         assert!(v.ok(), "{v:?}");
     }
     load.stop().await;
+    let kept: Vec<e2e::client::Client> = kept.into_iter().map(|(_, c)| c).collect();
     let truths = wait_for_heads(&fleet, &kept, &canvases).await.unwrap();
     let (_reports, verdicts) = finish(kept, &truths).await;
     for v in &verdicts {

@@ -323,6 +323,24 @@ impl Fleet {
         slot.health.as_ref().and_then(|(_, h)| (h.max_sessions > 0).then(|| h.max_sessions.saturating_sub(h.session_seats)))
     }
 
+    /// The recovered node's room for a failback round: free seats by its last poll, counting the
+    /// sessions this gateway proxies to it now if that is more (the poll may be older than their
+    /// arrival), less the handshakes already waiting for it (they go first).
+    fn failback_room(&self, id: &str) -> Option<usize> {
+        let max = {
+            let slot = self.entry(id)?.slot.lock().expect("slot lock");
+            slot.health.as_ref().map(|(_, h)| (h.max_sessions, h.session_seats))
+        };
+        let (max, seats) = max.filter(|(m, _)| *m > 0)?;
+        let waiting = self.admission.waiting().get(id).copied().unwrap_or(0);
+        Some(max.saturating_sub(seats.max(self.proxied_on(id))).saturating_sub(waiting))
+    }
+
+    /// Proxied sessions on node `id` now.
+    fn proxied_on(&self, id: &str) -> usize {
+        self.sessions.lock().expect("sessions lock").values().filter(|s| s.node == id).count()
+    }
+
     /// Proxied sessions on `nodes`, per partition.
     fn proxied_by_partition(&self, nodes: &[&str]) -> BTreeMap<i32, usize> {
         let mut by = BTreeMap::new();
@@ -445,14 +463,18 @@ impl Fleet {
         let mut detail = BTreeMap::new();
         let mut failed = false;
         // Paced to the recovered node's room: each round drains the partitions whose proxied
-        // sessions fit in its free seats (by its last poll), then waits for a fresh poll; the
+        // sessions fit in its room (`failback_room`), waits until those sessions arrived there,
+        // then for a fresh poll; the
         // sessions of the others stay where they are (the stand-in still holds those partitions
         // for its REVOKE_HOLD_MS) until room frees. A round that finds them gone (the hold ran
         // out and they moved by themselves) drains nothing for them.
         let mut left = partitions;
         let mut round = 0u32;
         loop {
-            let (now, later) = crate::admission::pace_failback(&left, &self.proxied_by_partition(&names), self.room(id));
+            let by_partition = self.proxied_by_partition(&names);
+            let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
+            let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
+            let arrived_before = self.proxied_on(id);
             if !now.is_empty() {
                 let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
                 let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
@@ -480,11 +502,17 @@ impl Fleet {
                 break;
             }
             if round == 0 || !now.is_empty() {
-                tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (free seats {:?})", id, later, self.room(id));
-                self.record(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "room": self.room(id)}));
+                tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (moving {} sessions now)", id, later, moving);
+                self.record(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "moving": moving}));
             }
             left = later;
             round += 1;
+            // The drained sessions reconnect to the recovered node: wait until they are there (or
+            // the grace period and a little more passed) before the room is measured again.
+            let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
+            while moving > 0 && self.proxied_on(id) < arrived_before + moving && Instant::now() < settle {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
             self.refreshed(self.config.poll_interval()).await;
         }
         let action = if failed { "failback_failed" } else { "failback_completed" };
