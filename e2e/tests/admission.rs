@@ -45,7 +45,7 @@ fn refusal(e: &tungstenite::Error) -> Option<Refusal> {
 #[derive(Debug)]
 enum Outcome {
     /// Admitted; the first frame the node sent (its `welcome`) was read.
-    Admitted(tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>),
+    Admitted(Box<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>>),
     Refused(Refusal),
 }
 
@@ -102,7 +102,7 @@ async fn capacity_is_respected_and_waiters_go_in_order() {
                     order.lock().unwrap().push(i);
                     let first = tokio::time::timeout(Duration::from_secs(10), ws.next()).await;
                     assert!(matches!(first, Ok(Some(Ok(Message::Text(_))))), "an admitted client is served: {first:?}");
-                    Outcome::Admitted(ws)
+                    Outcome::Admitted(Box::new(ws))
                 }
                 Err(e) => Outcome::Refused(refusal(&e).unwrap_or_else(|| panic!("client {i}: {e}"))),
             }

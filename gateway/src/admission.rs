@@ -327,7 +327,9 @@ mod tests {
     #[test]
     fn failback_is_paced_to_the_room() {
         let sessions = BTreeMap::from([(0, 10), (1, 30), (2, 0), (3, 15)]);
-        let cases: Vec<(&str, Option<usize>, Vec<i32>, Vec<i32>)> = vec![
+        // (case, room, drained now, left for later)
+        type Case = (&'static str, Option<usize>, Vec<i32>, Vec<i32>);
+        let cases: Vec<Case> = vec![
             ("no capacity known: everything", None, vec![0, 1, 2, 3], vec![]),
             ("room for all", Some(55), vec![0, 1, 2, 3], vec![]),
             ("room for some: in order, skipping what does not fit", Some(30), vec![0, 2, 3], vec![1]),
