@@ -25,6 +25,10 @@ pub struct FleetSpec {
     pub publisher_env: Vec<(String, String)>,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
+    /// Extra environment of every node (e.g. `MAX_SESSIONS`).
+    pub node_env: Vec<(String, String)>,
+    /// Extra environment of the gateway (e.g. `ADMISSION_QUEUE`).
+    pub gateway_env: Vec<(String, String)>,
 }
 
 impl Default for FleetSpec {
@@ -40,6 +44,8 @@ impl Default for FleetSpec {
             publishers: 1,
             publisher_env: Vec::new(),
             bin_dir: None,
+            node_env: Vec::new(),
+            gateway_env: Vec::new(),
         }
     }
 }
@@ -102,19 +108,15 @@ impl Fleet {
         for i in 1..=spec.nodes {
             let port = free_port()?;
             let id = format!("ws-{i}");
-            nodes.push(Service::new(
-                &id,
-                &bin("ws-node"),
-                port,
-                common(&[
-                    ("NODE_ID", id.clone()),
-                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                    ("BROADCAST_GROUP", group.clone()),
-                    ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
-                    ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
-                ]),
-                timeline.clone(),
-            ));
+            let mut env = common(&[
+                ("NODE_ID", id.clone()),
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                ("BROADCAST_GROUP", group.clone()),
+                ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
+                ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
+            ]);
+            env.extend(spec.node_env.iter().cloned());
+            nodes.push(Service::new(&id, &bin("ws-node"), port, env, timeline.clone()));
         }
         let gw_port = free_port()?;
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
@@ -130,7 +132,10 @@ impl Fleet {
                 ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
                 ("UP_THRESHOLD", spec.up_threshold.to_string()),
                 ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
-            ]),
+            ])
+            .into_iter()
+            .chain(spec.gateway_env.iter().cloned())
+            .collect(),
             timeline.clone(),
         );
         let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };

@@ -201,7 +201,7 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
-    let (upstream, target) = match proxy::connect_upstream(&fleet, &q, &headers).await {
+    let (upstream, target) = match crate::admission::connect(&fleet, &q, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
         Err(refused) => return Err(refused.into()),

@@ -120,6 +120,21 @@ pub struct Config {
     /// Largest message proxied (bytes).
     #[arg(long, env = "WS_MAX_MESSAGE", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(128..=67_108_864))]
     pub ws_max_message: u64,
+    /// Most WebSocket handshakes held per node while that node is full (`503 full`), waiting for a
+    /// place (0: no queue, a full node's refusal goes to the client at once).
+    #[arg(long, env = "ADMISSION_QUEUE", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub admission_queue: u64,
+    /// Longest a handshake waits in a full node's queue, from its arrival, ms; then it gets 503
+    /// `full` with a jittered Retry-After.
+    #[arg(long, env = "ADMISSION_WAIT_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub admission_wait_ms: u64,
+    /// Least Retry-After of a `full` refusal, seconds.
+    #[arg(long, env = "ADMISSION_RETRY_AFTER_S", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub admission_retry_after_s: u64,
+    /// Random seconds (0 ..= this) added to each `full` refusal's Retry-After, so the clients
+    /// sent away together do not return together.
+    #[arg(long, env = "ADMISSION_RETRY_JITTER_S", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub admission_retry_jitter_s: u64,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -168,6 +183,10 @@ impl Config {
             ("DECISION_LOG", self.decision_log.to_string()),
             ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
+            ("ADMISSION_QUEUE", self.admission_queue.to_string()),
+            ("ADMISSION_WAIT_MS", self.admission_wait_ms.to_string()),
+            ("ADMISSION_RETRY_AFTER_S", self.admission_retry_after_s.to_string()),
+            ("ADMISSION_RETRY_JITTER_S", self.admission_retry_jitter_s.to_string()),
         ])
     }
 
@@ -186,6 +205,15 @@ impl Config {
     /// `publisher_batch_timeout_ms` as a duration.
     pub fn publisher_batch_timeout(&self) -> Duration {
         Duration::from_millis(self.publisher_batch_timeout_ms)
+    }
+    /// The admission queue's settings.
+    pub fn admission(&self) -> crate::admission::Settings {
+        crate::admission::Settings {
+            queue: usize::try_from(self.admission_queue).unwrap_or(usize::MAX),
+            wait: Duration::from_millis(self.admission_wait_ms),
+            retry_after_s: self.admission_retry_after_s,
+            retry_jitter_s: self.admission_retry_jitter_s,
+        }
     }
     /// `upstream_connect_timeout_ms` as a duration.
     pub fn upstream_connect_timeout(&self) -> Duration {

@@ -18,6 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
+/// How long a failback paced to the recovered node's room keeps waiting for room: the longest
+/// hold a node may keep (`REVOKE_HOLD_MS` ≤ 60 s); after it the stand-ins have handed the sessions
+/// over by themselves.
+const FAILBACK_PACE_LIMIT: Duration = Duration::from_secs(60);
+
 /// One entry of the decision log (`GET /api/fleet` → `decisions`).
 #[derive(Debug, Clone, Serialize)]
 pub struct DecisionRecord {
@@ -25,7 +30,7 @@ pub struct DecisionRecord {
     pub at_ms: u64,
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_failed`, `failback_started`,
-    /// `failback_completed`, `failback_failed`, `drain`, `drain_completed`, `drain_failed`.
+    /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`, `drain_failed`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).
@@ -91,6 +96,8 @@ pub struct Fleet {
     history: Mutex<crate::history::History>,
     /// `GET /metrics` ([`crate::metrics`]).
     pub metrics: crate::metrics::Metrics,
+    /// The wait queues of full nodes.
+    pub admission: crate::admission::Admission,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -111,7 +118,11 @@ pub struct SessionTicket<'a> {
 
 impl Drop for SessionTicket<'_> {
     fn drop(&mut self) {
-        self.fleet.sessions.lock().expect("sessions lock").remove(&self.id);
+        let gone = self.fleet.sessions.lock().expect("sessions lock").remove(&self.id);
+        // A place freed at that node: its oldest waiting handshake goes next.
+        if let Some(p) = gone {
+            self.fleet.admission.freed(&p.node);
+        }
     }
 }
 
@@ -125,6 +136,7 @@ impl Fleet {
             .map(|a| NodeEntry { addr: a.clone(), slot: Mutex::new(Slot::default()) })
             .collect();
         let partitions = config.partitions;
+        let admission = config.admission();
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
         Arc::new(Self {
             config,
@@ -140,6 +152,7 @@ impl Fleet {
             next_session: std::sync::atomic::AtomicU64::new(1),
             history: Mutex::new(crate::history::History::default()),
             metrics: crate::metrics::Metrics::new(),
+            admission: crate::admission::Admission::new(admission),
         })
     }
 
@@ -309,6 +322,7 @@ impl Fleet {
             self.sample_history();
         }
         self.move_sessions_off_down_nodes();
+        self.wake_waiters();
         self.polled.send_modify(|n| *n += 1);
     }
 
@@ -328,6 +342,52 @@ impl Fleet {
     /// The history's samples, oldest first (`GET /api/fleet/history`).
     pub fn history(&self) -> Vec<crate::history::Sample> {
         self.history.lock().expect("history lock").samples()
+    }
+
+    /// The second source of freed places: a node whose `/health` shows free seats gets that many
+    /// of its waiting handshakes woken (sessions that do not go through this gateway end too).
+    fn wake_waiters(&self) {
+        for n in &self.nodes {
+            if let Some(free) = self.room(&n.addr.id).filter(|f| *f > 0) {
+                self.admission.polled(&n.addr.id, free);
+            }
+        }
+    }
+
+    /// Free seats of node `id` by its last `/health` (`max_sessions − session_seats`): the
+    /// capacity hint. `None` when unknown (no answer, or a node that reports no capacity).
+    pub fn room(&self, id: &str) -> Option<usize> {
+        let slot = self.entry(id)?.slot.lock().expect("slot lock");
+        slot.health.as_ref().and_then(|(_, h)| (h.max_sessions > 0).then(|| h.max_sessions.saturating_sub(h.session_seats)))
+    }
+
+    /// The recovered node's room for a failback round: free seats by its last poll, counting the
+    /// sessions this gateway proxies to it now if that is more (the poll may be older than their
+    /// arrival), less the handshakes already waiting for it (they go first).
+    fn failback_room(&self, id: &str) -> Option<usize> {
+        let max = {
+            let slot = self.entry(id)?.slot.lock().expect("slot lock");
+            slot.health.as_ref().map(|(_, h)| (h.max_sessions, h.session_seats))
+        };
+        let (max, seats) = max.filter(|(m, _)| *m > 0)?;
+        let waiting = self.admission.waiting().get(id).copied().unwrap_or(0);
+        Some(max.saturating_sub(seats.max(self.proxied_on(id))).saturating_sub(waiting))
+    }
+
+    /// Proxied sessions on node `id` now.
+    fn proxied_on(&self, id: &str) -> usize {
+        self.sessions.lock().expect("sessions lock").values().filter(|s| s.node == id).count()
+    }
+
+    /// Proxied sessions on `nodes`, per partition.
+    fn proxied_by_partition(&self, nodes: &[&str]) -> BTreeMap<i32, usize> {
+        let mut by = BTreeMap::new();
+        for s in self.sessions.lock().expect("sessions lock").values() {
+            if nodes.contains(&s.node.as_str()) {
+                *by.entry(s.partition).or_default() += 1;
+            }
+        }
+        by
     }
 
     /// While a node is away, remembers which nodes own its partitions (they stand in for it).
@@ -437,23 +497,61 @@ impl Fleet {
         let drain_reason = DrainReason::FailbackToRecoveredServer;
         tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?}", id, names, drain_reason, partitions);
         self.record(id, "failback_started", reason, serde_json::json!({"from": names, "partitions": partitions}));
-        let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(partitions.clone()) };
         let started = Instant::now();
-        let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
         let mut detail = BTreeMap::new();
         let mut failed = false;
-        for (n, r) in stand_ins.iter().zip(results) {
-            match r {
-                Ok(rep) => {
-                    tracing::info!("[GATEWAY] failback drain of {} done notified={} forceClosed={} tookMs={}", n.addr.id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
-                    detail.insert(n.addr.id.clone(), serde_json::to_value(rep).unwrap_or_default());
-                }
-                Err(e) => {
-                    failed = true;
-                    tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
-                    detail.insert(n.addr.id.clone(), serde_json::json!({"error": e.body}));
+        // Paced to the recovered node's room: each round drains the partitions whose proxied
+        // sessions fit in its room (`failback_room`), waits until those sessions arrived there,
+        // then for a fresh poll; the
+        // sessions of the others stay where they are (the stand-in still holds those partitions
+        // for its REVOKE_HOLD_MS) until room frees. A round that finds them gone (the hold ran
+        // out and they moved by themselves) drains nothing for them.
+        let mut left = partitions;
+        let mut round = 0u32;
+        loop {
+            let by_partition = self.proxied_by_partition(&names);
+            let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
+            let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
+            let arrived_before = self.proxied_on(id);
+            if !now.is_empty() {
+                let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
+                for (n, r) in stand_ins.iter().zip(results) {
+                    let key = if round == 0 { n.addr.id.clone() } else { format!("{} round {}", n.addr.id, round + 1) };
+                    match r {
+                        Ok(rep) => {
+                            tracing::info!("[GATEWAY] failback drain of {} done partitions={:?} notified={} forceClosed={} tookMs={}", n.addr.id, now, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                            detail.insert(key, serde_json::to_value(rep).unwrap_or_default());
+                        }
+                        Err(e) => {
+                            failed = true;
+                            tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
+                            detail.insert(key, serde_json::json!({"error": e.body}));
+                        }
+                    }
                 }
             }
+            if later.is_empty() {
+                break;
+            }
+            if started.elapsed() > FAILBACK_PACE_LIMIT {
+                tracing::warn!("[GATEWAY] failback to {}: no room for partitions={:?} within {}s; leaving them to the stand-ins' hold", id, later, FAILBACK_PACE_LIMIT.as_secs());
+                detail.insert("left".into(), serde_json::json!({"partitions": later}));
+                break;
+            }
+            if round == 0 || !now.is_empty() {
+                tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (moving {} sessions now)", id, later, moving);
+                self.record(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "moving": moving}));
+            }
+            left = later;
+            round += 1;
+            // The drained sessions reconnect to the recovered node: wait until they are there (or
+            // the grace period and a little more passed) before the room is measured again.
+            let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
+            while moving > 0 && self.proxied_on(id) < arrived_before + moving && Instant::now() < settle {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            self.refreshed(self.config.poll_interval()).await;
         }
         let action = if failed { "failback_failed" } else { "failback_completed" };
         self.record(id, action, format!("took {}ms", started.elapsed().as_millis()), serde_json::to_value(detail).unwrap_or_default());
@@ -496,6 +594,7 @@ impl Fleet {
 
     /// The `/api/fleet` body.
     pub fn snapshot(&self) -> serde_json::Value {
+        let waiting = self.admission.waiting();
         let nodes: Vec<serde_json::Value> = self
             .nodes
             .iter()
@@ -514,6 +613,10 @@ impl Fleet {
                     "draining": h.is_some_and(|(_, h)| h.draining),
                     "assigned_partitions": h.map(|(_, h)| h.assigned_partitions.clone()).unwrap_or_default(),
                     "sessions": h.map_or(0, |(_, h)| h.sessions),
+                    // The capacity hint: the node's MAX_SESSIONS and seats taken (0: unknown).
+                    "max_sessions": h.map_or(0, |(_, h)| h.max_sessions),
+                    "session_seats": h.map_or(0, |(_, h)| h.session_seats),
+                    "admission_waiting": waiting.get(&n.addr.id).copied().unwrap_or(0),
                     "catchup": h.map(|(_, h)| serde_json::to_value(&h.catchup).unwrap_or_default()),
                     "last_answer_ms_ago": h.map(|(t, _)| t.elapsed().as_millis() as u64),
                     "last_error": slot.last_error,

@@ -7,12 +7,14 @@
 //!
 //! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
 //!
-//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
-//! routing), [`health`] (whether the gateway's view of the fleet is fresh), [`history`] (the
-//! last minutes, for the charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which
-//! publisher gets a forwarded request), [`api`] (routes), [`assets`] (the pages and the browser
-//! client, built in), [`metrics`] (`GET /metrics`).
+//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`admission`] (wait queues for full
+//! nodes, failback pacing), [`fleet`] (views, polling, actions, routing), [`health`] (whether the
+//! gateway's view of the fleet is fresh), [`history`] (the last minutes, for the charts),
+//! [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded request),
+//! [`api`] (routes), [`assets`] (the pages and the browser client, built in), [`metrics`]
+//! (`GET /metrics`).
 
+pub mod admission;
 pub mod api;
 pub mod assets;
 pub mod config;

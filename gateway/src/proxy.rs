@@ -31,7 +31,8 @@ pub struct Refused {
     pub retry_after_secs: u64,
 }
 
-type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+/// The upstream side of a proxied session.
+pub type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
 /// Opens the upstream WebSocket for the client's query `q` (its canvas, `since` and `epoch`),
 /// trying at most two owners.
@@ -78,6 +79,10 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
                     last = Some(refused);
                 }
             }
+        }
+        if last.as_ref().is_some_and(|r| r.code == crate::admission::FULL) {
+            // A full node stays full after a re-poll: admission (the caller) waits for a place.
+            break;
         }
         if round == 0 {
             fleet.refreshed(deadline - tokio::time::Instant::now()).await;

@@ -88,6 +88,13 @@ pub struct NodeHealth {
     pub partition_count: u32,
     /// Open WebSocket sessions.
     pub sessions: usize,
+    /// The node's session capacity (`MAX_SESSIONS`); 0 from a node that does not report one.
+    #[serde(default)]
+    pub max_sessions: usize,
+    /// Seats taken: open sessions plus handshakes in progress, at most `max_sessions`. A node
+    /// with `session_seats == max_sessions` refuses handshakes with 503 `full`.
+    #[serde(default)]
+    pub session_seats: usize,
     pub catchup: CatchupReport,
     /// Partitions this node does not own but keeps current (warm standby), sorted.
     #[serde(default)]
@@ -224,6 +231,8 @@ mod tests {
             assigned_partitions: vec![0, 2],
             partition_count: 6,
             sessions: 3,
+            max_sessions: 50,
+            session_seats: 4,
             catchup: CatchupReport {
                 status: CatchupStatus::Completed,
                 target_offsets: BTreeMap::from([(0, 3)]),
@@ -249,6 +258,7 @@ mod tests {
         assert_eq!(json["catchup"]["target_offsets"]["0"], 3);
         assert_eq!(json["partitions"][0]["role"], "owned");
         assert_eq!(json["partitions"][0]["lag"], 2);
+        assert_eq!((json["max_sessions"].as_u64(), json["session_seats"].as_u64()), (Some(50), Some(4)));
         assert_eq!(serde_json::from_value::<NodeHealth>(json).unwrap(), h);
     }
 }

@@ -99,6 +99,12 @@ pub struct Config {
     /// Grace period of the drain done on SIGTERM before sessions are closed with 1001, ms.
     #[arg(long, env = "SHUTDOWN_GRACE_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub shutdown_grace_ms: u64,
+    /// Most sessions this node serves at once (open sessions plus handshakes in progress). A full
+    /// node refuses new handshakes with 503 `full` + Retry-After and never closes an open session
+    /// to make room. The default is above the benchmark's largest level (10,000 connections to one
+    /// node); a node needs one file descriptor per session, so keep it below the open-file limit.
+    #[arg(long, env = "MAX_SESSIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub max_sessions: u64,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -159,6 +165,7 @@ impl Config {
             ("RECENT_EVENTS", self.recent_events.to_string()),
             ("RECENT_BYTES", self.recent_bytes.to_string()),
             ("SESSION_QUEUE", self.session_queue.to_string()),
+            ("MAX_SESSIONS", self.max_sessions.to_string()),
             ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
             ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),

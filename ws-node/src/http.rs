@@ -6,7 +6,7 @@
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, or behind the client |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client |
 
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
@@ -124,6 +124,16 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     node.hub
         .admits(partition)
         .map_err(|r| ApiError::unavailable("not_owner", r.to_string(), RETRY_AFTER_SECS))?;
+    // The seat is taken before the upgrade is answered (concurrent handshakes cannot pass the
+    // limit) and goes with the session task: dropped when the session ends, when the upgrade never
+    // completes, or when this handshake is refused below.
+    let seat = node.seats.try_take().ok_or_else(|| {
+        ApiError::unavailable(
+            "full",
+            format!("node {} serves its capacity of {} sessions; try again later", node.config.node_id, node.seats.max()),
+            RETRY_AFTER_SECS,
+        )
+    })?;
     // A client of another epoch is not ahead, whatever its `since`: it gets a snapshot.
     let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&canvas));
     let have = node.hub.version_of(&canvas);
@@ -169,6 +179,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     let tracker = node.sessions.clone();
     let node2 = node.clone();
     tokio::spawn(tracker.track_future(async move {
+        let _seat = seat;
         match on_upgrade.await {
             Ok(upgraded) => {
                 let io = hyper_util::rt::TokioIo::new(upgraded);

@@ -5,13 +5,14 @@
 //! missed (catch-up), after which it joins the broadcast group and serves sessions of the canvases
 //! whose partitions it owns.
 //!
-//! Modules: [`config`], [`lifecycle`] (the node's state machine), [`state`] (one canvas and its
+//! Modules: [`config`], [`admission`] (session capacity: seats), [`lifecycle`] (the node's state machine), [`state`] (one canvas and its
 //! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
 //! the targets), [`snapshot`] (a takeover's start from the snapshots), [`standby`] (the other
 //! partitions kept current), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
 //! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes), [`metrics`]
 //! (`GET /metrics`).
 
+pub mod admission;
 pub mod broadcast;
 pub mod catchup;
 pub mod config;

@@ -41,6 +41,8 @@ pub struct Node {
     handover_tx: mpsc::UnboundedSender<Revoked>,
     /// Session tasks, awaited on the way out.
     pub sessions: TaskTracker,
+    /// Session capacity (`MAX_SESSIONS`): a handshake takes a seat before it is answered.
+    pub seats: crate::admission::Seats,
     pub shutdown: CancellationToken,
     /// `GET /metrics` ([`crate::metrics`]).
     pub metrics: crate::metrics::Metrics,
@@ -52,6 +54,7 @@ impl Node {
         let hub = Arc::new(Hub::new(config.dims(), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let metrics = crate::metrics::Metrics::new(&config.node_id, &hub.counters);
+        let seats = crate::admission::Seats::new(usize::try_from(config.max_sessions).unwrap_or(usize::MAX));
         let node = Arc::new(Self {
             metrics,
             config,
@@ -62,6 +65,7 @@ impl Node {
             partition_count: AtomicU32::new(0),
             handover_tx,
             sessions: TaskTracker::new(),
+            seats,
             shutdown,
         });
         // Sessions of revoked partitions are handed over here, each revocation on its own; held
@@ -154,6 +158,8 @@ impl Node {
             assigned_partitions: self.hub.owned(),
             partition_count: self.partition_count(),
             sessions: self.hub.open_sessions(),
+            max_sessions: self.seats.max(),
+            session_seats: self.seats.taken(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
             standby_partitions: standby.clone(),
             partitions: partition_health(&self.hub.positions(), &self.hub.ends(), &self.hub.owned(), &self.hub.held(), &standby),
