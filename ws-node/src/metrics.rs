@@ -125,6 +125,8 @@ struct Scraped {
     ready: Gauge,
     state: StateGauge,
     sessions: Gauge,
+    max_sessions: Gauge,
+    session_seats: Gauge,
     canvases: Gauge,
     recent_window_bytes: Gauge,
     outbox_frames: Gauge,
@@ -158,6 +160,8 @@ impl Metrics {
         r.register("ready", "1 while the node accepts sessions (caught up, broadcasting, not draining)", s.ready.clone());
         r.register("state", "1 for the node's lifecycle state as /health reports it (UP, HEALTHY, DRAINING)", s.state.clone());
         r.register("sessions", "Open WebSocket sessions", s.sessions.clone());
+        r.register("max_sessions", "Session capacity (MAX_SESSIONS): a full node refuses new handshakes with 503 full", s.max_sessions.clone());
+        r.register("session_seats", "Seats taken: open sessions plus handshakes being answered (at most max_sessions)", s.session_seats.clone());
         r.register("canvases", "Canvases held in memory", s.canvases.clone());
         r.register("recent_window_bytes", "Bytes of recent event frames held for resumes", s.recent_window_bytes.clone());
         r.register("outbox_frames", "Frames waiting in session outboxes (not yet taken by the kernel)", s.outbox_frames.clone());
@@ -200,6 +204,8 @@ impl Metrics {
             s.state.get_or_create(&label("state", state)).set(i64::from(state == h.state));
         }
         s.sessions.set(h.sessions as i64);
+        s.max_sessions.set(h.max_sessions as i64);
+        s.session_seats.set(h.session_seats as i64);
         s.canvases.set(h.canvases as i64);
         s.recent_window_bytes.set(h.recent_window_bytes as i64);
         s.outbox_frames.set(hub.outbox_frames() as i64);
