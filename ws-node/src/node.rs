@@ -42,6 +42,8 @@ pub struct Node {
     /// Session tasks, awaited on the way out.
     pub sessions: TaskTracker,
     pub shutdown: CancellationToken,
+    /// The verifier of clients' tokens (`None`: no token needed), from `CLIENT_TOKEN_*`.
+    pub client_tokens: Option<shared::client_token::ClientTokens>,
 }
 
 impl Node {
@@ -49,7 +51,9 @@ impl Node {
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
         let hub = Arc::new(Hub::new(config.dims(), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
+        let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
         let node = Arc::new(Self {
+            client_tokens,
             config,
             hub,
             phase: Mutex::new(Phase::Up),
