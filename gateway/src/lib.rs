@@ -9,7 +9,7 @@
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`fleet`] (views, polling, actions,
 //! routing), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
-//! request), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
+//! request), [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes), [`assets`] (the pages and the browser client, built in).
 
 pub mod api;
 pub mod assets;
@@ -18,6 +18,7 @@ pub mod fleet;
 pub mod lifecycle;
 pub mod proxy;
 pub mod publishers;
+pub mod redaction;
 
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -42,6 +43,17 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
     tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
+    if fleet.admin_token.is_none() {
+        // No credential: the drain and the full `/api/fleet` are served on loopback only.
+        let admin = shared::shutdown::listen(fleet.config.admin_listen)?;
+        tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
+        let (routes, stop) = (api::admin_router(fleet.clone()), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, routes).with_graceful_shutdown(stop.cancelled_owned()).await {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
     let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {
