@@ -103,7 +103,7 @@ impl Config {
 
     /// Kafka client settings.
     pub fn kafka(&self) -> KafkaSettings {
-        KafkaSettings { debug: Some(self.kafka_debug.clone()), ..KafkaSettings::new(&self.kafka_bootstrap) }
+        KafkaSettings { debug: Some(self.kafka_debug.clone()), ..KafkaSettings::new(&self.kafka_bootstrap).with_env_overrides() }
     }
 
     /// Every problem of this configuration that clap's per-value checks cannot see (empty).
@@ -200,6 +200,7 @@ impl Config {
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
+            ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
         ];
         pairs.extend(self.client_tokens.describe());
         shared::telemetry::env_lines(&pairs)

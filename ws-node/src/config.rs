@@ -187,6 +187,7 @@ impl Config {
             ("WS_WRITE_BUFFER", self.ws_write_buffer.to_string()),
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
             ("SHUTDOWN_GRACE_MS", self.shutdown_grace_ms.to_string()),
+            ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
         ];
         pairs.extend(self.client_tokens.describe());
         shared::telemetry::env_lines(&pairs)
@@ -209,7 +210,7 @@ impl Config {
 
     /// Kafka client settings.
     pub fn kafka(&self) -> KafkaSettings {
-        let mut k = KafkaSettings::new(&self.kafka_bootstrap);
+        let mut k = KafkaSettings::new(&self.kafka_bootstrap).with_env_overrides();
         k.session_timeout = Duration::from_millis(self.session_timeout_ms);
         k.heartbeat_interval = Duration::from_millis(self.heartbeat_interval_ms);
         k
