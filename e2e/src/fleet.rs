@@ -25,7 +25,17 @@ pub struct FleetSpec {
     pub publisher_env: Vec<(String, String)>,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
+    /// `ADMIN_TOKEN` of the nodes and the gateway ([`ADMIN_TOKEN`] by default, so every test
+    /// goes the authenticated way); `None` puts the admin routes on loopback listeners
+    /// (`ADMIN_LISTEN_ADDR`, and `NODE_ADMIN_URLS` for the gateway).
+    pub admin_token: Option<String>,
+    /// Extra environment of every service (publishers, nodes, gateway), e.g. `CLIENT_TOKEN_*`
+    /// or `KAFKA_CLIENT_*`.
+    pub env: Vec<(String, String)>,
 }
+
+/// The admin token the harness gives the fleet by default.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
 
 impl Default for FleetSpec {
     fn default() -> Self {
@@ -40,6 +50,8 @@ impl Default for FleetSpec {
             publishers: 1,
             publisher_env: Vec::new(),
             bin_dir: None,
+            admin_token: Some(ADMIN_TOKEN.to_owned()),
+            env: Vec::new(),
         }
     }
 }
@@ -81,6 +93,15 @@ impl Fleet {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
             env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            env.extend(spec.env.iter().cloned());
+            match &spec.admin_token {
+                Some(t) => {
+                    env.insert("ADMIN_TOKEN".into(), t.clone());
+                }
+                None => {
+                    env.remove("ADMIN_TOKEN");
+                }
+            }
             env
         };
         let bin = |name: &str| spec.bin_dir.as_ref().map_or_else(|| name.to_owned(), |d| d.join(name).display().to_string());
@@ -99,26 +120,31 @@ impl Fleet {
         let publisher = publishers.remove(0);
         let more_publishers = publishers;
         let mut nodes = Vec::new();
+        // Without a token each service's admin routes are on a loopback port of its own.
+        let admin_port = || -> anyhow::Result<Option<u16>> { Ok(if spec.admin_token.is_none() { Some(free_port()?) } else { None }) };
         for i in 1..=spec.nodes {
             let port = free_port()?;
             let id = format!("ws-{i}");
-            nodes.push(Service::new(
-                &id,
-                &bin("ws-node"),
-                port,
-                common(&[
-                    ("NODE_ID", id.clone()),
-                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                    ("BROADCAST_GROUP", group.clone()),
-                    ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
-                    ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
-                ]),
-                timeline.clone(),
-            ));
+            let admin = admin_port()?;
+            let mut env = common(&[
+                ("NODE_ID", id.clone()),
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                ("BROADCAST_GROUP", group.clone()),
+                ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
+                ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
+            ]);
+            if let Some(a) = admin {
+                env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+            }
+            let mut node = Service::new(&id, &bin("ws-node"), port, env, timeline.clone());
+            node.admin_port = admin;
+            nodes.push(node);
         }
         let gw_port = free_port()?;
+        let gw_admin = admin_port()?;
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
-        let gateway = Service::new(
+        let admin_list: Vec<String> = nodes.iter().filter_map(|n| Some(format!("{}=http://127.0.0.1:{}", n.name, n.admin_port?))).collect();
+        let mut gateway = Service::new(
             "gateway",
             &bin("gateway"),
             gw_port,
@@ -133,6 +159,11 @@ impl Fleet {
             ]),
             timeline.clone(),
         );
+        if let Some(a) = gw_admin {
+            gateway.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+            gateway.env.insert("NODE_ADMIN_URLS".into(), admin_list.join(","));
+            gateway.admin_port = Some(a);
+        }
         let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };
         fleet.publisher.start()?;
         for n in &mut fleet.nodes {
@@ -175,12 +206,29 @@ impl Fleet {
         format!("ws://127.0.0.1:{}", self.gateway.port)
     }
 
-    /// `GET /api/fleet` of the gateway.
+    /// `GET /api/fleet` of the gateway, in full: with the admin token, or without one from the
+    /// gateway's loopback admin listener.
     ///
     /// # Errors
     /// When the gateway does not answer.
     pub async fn fleet_state(&self) -> Result<serde_json::Value, String> {
-        get_json(&self.http, &format!("{}/api/fleet", self.gateway.url())).await
+        let url = format!("{}/api/fleet", self.admin_base(&self.gateway));
+        let resp = self.admin(self.http.get(&url)).timeout(Duration::from_secs(3)).send().await.map_err(|e| e.to_string())?;
+        resp.json().await.map_err(|e| e.to_string())
+    }
+
+    /// Where `service`'s admin routes are: its loopback admin listener when the fleet has no
+    /// admin token, else its own URL.
+    pub fn admin_base(&self, service: &Service) -> String {
+        service.admin_port.map_or_else(|| service.url(), |p| format!("http://127.0.0.1:{p}"))
+    }
+
+    /// `req` with the fleet's admin token, when it has one.
+    pub fn admin(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.spec.admin_token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
     }
 
     /// Waits until `pred` accepts the gateway's `/api/fleet` (it returns `Err(state)` to report
