@@ -10,7 +10,7 @@ use e2e::client::{Client, ClientTiming};
 use e2e::fleet::{Fleet, FleetSpec, ADMIN_TOKEN};
 use e2e::procs::Timeline;
 use e2e::tokens;
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use shared::protocol::ServerMessage;
 use shared::CanvasDims;
 use std::time::{Duration, Instant};

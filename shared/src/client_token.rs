@@ -285,13 +285,16 @@ mod tests {
         encode(&Header::new(Algorithm::RS256), &claims, &EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).unwrap()).unwrap()
     }
 
+    /// (name, verifier, token, canvas, action, expected code).
+    type Case<'a> = (&'a str, &'a ClientTokens, Option<String>, &'a str, Action, Result<(), &'a str>);
+
     #[test]
     fn token_checks_table() {
         let hs_tokens = ClientTokens::hs256(b"k1");
         let rs_tokens = ClientTokens::rs256_pem(RSA_PUBLIC.as_bytes()).unwrap();
         let later = now() + 600;
         let good = json!({"exp": later, "sub": "u1", "canvases": ["c1", "team-*"]});
-        let cases: Vec<(&str, &ClientTokens, Option<String>, &str, Action, Result<(), &str>)> = vec![
+        let cases: Vec<Case> = vec![
             ("missing", &hs_tokens, None, "c1", Action::Subscribe, Err("missing_token")),
             ("empty", &hs_tokens, Some(String::new()), "c1", Action::Subscribe, Err("missing_token")),
             ("garbage", &hs_tokens, Some("not.a.jwt".into()), "c1", Action::Subscribe, Err("invalid_token")),
