@@ -9,6 +9,11 @@
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
+//! With client tokens required (`CLIENT_TOKEN_*`, [`shared::client_token`]) both publishes need
+//! `Authorization: Bearer <jwt>` allowing `publish` on the canvas (on every event's canvas for a
+//! batch): 401 without a valid token, 403 when it does not allow one of the canvases (nothing of
+//! the batch is published then).
+//!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
 //! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (512 KiB for a
 //! batch), 415 for a body that is not declared JSON, 503 with `Retry-After` when nothing can be
@@ -21,6 +26,8 @@ use crate::log::EventLog;
 use crate::types::PublishError;
 use crate::versions::Versions;
 use axum::extract::{DefaultBodyLimit, State};
+use axum::Extension;
+use shared::client_token::{Action, ClientTokens, Grant};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -128,12 +135,36 @@ pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
 /// Response header set to `true` when the answer is the replay of an earlier request.
 pub const REPLAYED: &str = "idempotent-replayed";
 
+/// The verifier of client tokens (`None`: publishing needs none), a request extension.
+#[derive(Clone, Default)]
+pub struct ClientAuth(pub Option<Arc<ClientTokens>>);
+
+impl ClientAuth {
+    /// Verifies the request's Bearer token: its grant, or `None` when no token is needed.
+    fn grant(&self, headers: &HeaderMap) -> Result<Option<Grant>, ApiError> {
+        let Some(tokens) = &self.0 else { return Ok(None) };
+        tokens.verify(shared::auth::bearer(headers)).map(Some).map_err(refuse)
+    }
+}
+
+/// Checks that `grant` (from [`ClientAuth::grant`]) allows publishing to `canvas`.
+fn allow(grant: Option<&Grant>, canvas: &CanvasId) -> Result<(), ApiError> {
+    grant.map_or(Ok(()), |g| g.check(canvas.as_str(), Action::Publish).map_err(refuse))
+}
+
+fn refuse(e: shared::client_token::TokenError) -> ApiError {
+    tracing::info!(code = e.code(), "publish refused: client token");
+    e.api_error()
+}
+
 async fn post_pixel<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
+    Extension(auth): Extension<ClientAuth>,
     CanvasPath(canvas): CanvasPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
+    allow(auth.grant(&headers)?.as_ref(), &canvas)?;
     let req: PixelRequest = parse_json(&body)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
@@ -174,9 +205,15 @@ async fn post_pixel<L: EventLog>(
 /// retried later.
 async fn post_batch<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
+    Extension(auth): Extension<ClientAuth>,
+    headers: HeaderMap,
     JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
 ) -> Result<Response, ApiError> {
+    let grant = auth.grant(&headers)?;
     let req: BatchRequest = parse_json(&body)?;
+    for e in &req.events {
+        allow(grant.as_ref(), &e.canvas)?;
+    }
     if req.events.is_empty() {
         return Err(ApiError::field("events", "at least one event is needed"));
     }
@@ -338,8 +375,13 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
     }
 }
 
-/// The publisher's router over `versions`.
+/// The publisher's router over `versions`, publishing without client tokens.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
+    router_with(versions, None)
+}
+
+/// The publisher's router over `versions`; with `tokens`, publishing needs a client token.
+pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<ClientTokens>) -> Router {
     Router::new()
         .route("/canvases/{id}/pixels", post(post_pixel::<L>).layer(axum::middleware::from_fn_with_state(versions.clone(), crate::metrics::count_publish::<L>)))
         .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
@@ -350,6 +392,7 @@ pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(Extension(ClientAuth(tokens.map(Arc::new))))
         .with_state(versions)
 }
 
@@ -362,6 +405,56 @@ mod tests {
     use http_body_util::BodyExt;
     use shared::CanvasDims;
     use tower::ServiceExt;
+
+    fn token(secret: &str, canvases: &[&str], allow: &[&str]) -> String {
+        let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
+        jsonwebtoken::encode(
+            &jsonwebtoken::Header::default(),
+            &serde_json::json!({"exp": exp, "canvases": canvases, "allow": allow}),
+            &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+        )
+        .unwrap()
+    }
+
+    async fn call_as(app: &Router, uri: &str, body: &str, bearer: Option<&str>) -> (StatusCode, serde_json::Value) {
+        let mut req = Request::builder().method("POST").uri(uri).header("content-type", "application/json");
+        if let Some(t) = bearer {
+            req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let resp = app.clone().oneshot(req.body(Body::from(body.to_owned())).unwrap()).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null))
+    }
+
+    #[tokio::test]
+    async fn publishing_needs_a_client_token_for_every_canvas() {
+        let (_, v) = make_app(Fate::Commit, true).await;
+        let app = router_with(v.clone(), Some(ClientTokens::hs256(b"pub-secret")));
+        let one = r##"{"x":1,"y":1,"color":"#ff0000"}"##;
+        let batch = r##"{"events":[{"canvas":"c1","x":1,"y":1,"color":"#ff0000"},{"canvas":"d1","x":1,"y":1,"color":"#ff0000"}]}"##;
+        let good = token("pub-secret", &["c*", "d1"], &["publish"]);
+        let only_c = token("pub-secret", &["c*"], &["publish"]);
+        for (uri, body, bearer, status, code) in [
+            ("/canvases/c1/pixels", one, None, 401, Some("missing_token")),
+            ("/canvases/c1/pixels", one, Some("x.y.z".to_owned()), 401, Some("invalid_token")),
+            ("/canvases/c1/pixels", one, Some(token("other", &["*"], &["publish"])), 401, Some("invalid_token")),
+            ("/canvases/c1/pixels", one, Some(token("pub-secret", &["*"], &["subscribe"])), 403, Some("token_not_allowed")),
+            ("/canvases/e1/pixels", one, Some(good.clone()), 403, Some("token_not_allowed")),
+            ("/canvases/c1/pixels", one, Some(good.clone()), 201, None),
+            ("/pixels", batch, None, 401, Some("missing_token")),
+            ("/pixels", batch, Some(only_c.clone()), 403, Some("token_not_allowed")),
+            ("/pixels", batch, Some(good.clone()), 200, None),
+        ] {
+            let (got, json) = call_as(&app, uri, body, bearer.as_deref()).await;
+            assert_eq!((got.as_u16(), json["error"].as_str()), (status, code), "{uri} {bearer:?}: {json}");
+        }
+        // Only the two accepted requests published: c1 at version 2, d1 at 1.
+        for (canvas, version) in [("c1", 2), ("d1", 1), ("e1", 0)] {
+            let (s, j, _) = call(&app, "GET", &format!("/canvases/{canvas}"), Body::empty()).await;
+            assert_eq!((s, j["version"].as_u64()), (StatusCode::OK, Some(version)), "{canvas}: {j}");
+        }
+    }
 
     async fn make_app(fate: Fate, rebuilt: bool) -> (Router, Arc<Versions<FakeLog>>) {
         let v = Arc::new(Versions::new(FakeLog::new(6, move |_| fate), CanvasDims::default(), 6, crate::versions::Timings::default()));

@@ -14,6 +14,9 @@ pub struct Config {
     /// Address to serve HTTP on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
+    /// Client tokens for publishing (`Authorization: Bearer <jwt>`).
+    #[command(flatten)]
+    pub client_tokens: shared::client_token::ClientTokenSettings,
     /// Kafka `bootstrap.servers`.
     #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "localhost:9092")]
     pub kafka_bootstrap: String,
@@ -100,7 +103,7 @@ impl Config {
 
     /// Kafka client settings.
     pub fn kafka(&self) -> KafkaSettings {
-        KafkaSettings { debug: Some(self.kafka_debug.clone()), ..KafkaSettings::new(&self.kafka_bootstrap) }
+        KafkaSettings { debug: Some(self.kafka_debug.clone()), ..KafkaSettings::new(&self.kafka_bootstrap).with_env_overrides() }
     }
 
     /// Every problem of this configuration that clap's per-value checks cannot see (empty).
@@ -137,6 +140,7 @@ impl Config {
         if let Some(t) = &self.snapshot_topic {
             p.extend(shared::kafka::topic_name_problem(t).map(|e| format!("SNAPSHOT_TOPIC (--snapshot-topic): {e}")));
         }
+        p.extend(self.client_tokens.problems());
         p
     }
 
@@ -177,7 +181,7 @@ impl Config {
 
     /// The effective configuration, one `VARIABLE=value` per line.
     pub fn describe(&self) -> String {
-        shared::telemetry::env_lines(&[
+        let mut pairs = vec![
             ("LISTEN_ADDR", self.listen.to_string()),
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
             ("KAFKA_TOPIC", self.topic.clone()),
@@ -196,7 +200,10 @@ impl Config {
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
-        ])
+            ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
+        ];
+        pairs.extend(self.client_tokens.describe());
+        shared::telemetry::env_lines(&pairs)
     }
 
     /// `produce_timeout_ms` as a duration.

@@ -158,7 +158,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     }
 
     tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
-    axum::serve(shared::http::no_delay(listener), api::router(versions))
+    let tokens = config.client_tokens.load().map_err(anyhow::Error::msg)?;
+    axum::serve(shared::http::no_delay(listener), api::router_with(versions, tokens))
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await?;
     tracing::info!("publisher stopped");

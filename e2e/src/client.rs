@@ -106,12 +106,17 @@ pub struct Client {
 impl Client {
     /// Starts a client of `canvas` through `ws_base` (`ws://127.0.0.1:port`).
     pub fn spawn(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming) -> Self {
+        Self::spawn_with_token(name, ws_base, canvas, dims, timing, None)
+    }
+
+    /// [`Client::spawn`] with a client token (a JWT), sent as `token=` on every attempt.
+    pub fn spawn_with_token(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
         let state = Arc::new(Mutex::new(State {
             report: ClientReport { name: name.into(), canvas: canvas.into(), ..Default::default() },
             canvas: None,
         }));
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(state.clone(), ws_base.to_owned(), canvas.to_owned(), dims, timing, cancel.clone()));
+        let task = tokio::spawn(run(state.clone(), ws_base.to_owned(), canvas.to_owned(), token, dims, timing, cancel.clone()));
         Self { state, task, cancel }
     }
 
@@ -155,7 +160,30 @@ enum Next {
     Stop,
 }
 
-async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: CanvasDims, t: ClientTiming, cancel: CancellationToken) {
+/// The `/ws` URL of an attempt: `canvas`, `since`, the `epoch` of the last `welcome` when there
+/// was one, and the client token (percent-encoded) when there is one.
+pub fn session_url(base: &str, canvas: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
+    let mut url = match epoch {
+        Some(e) => format!("{base}/ws?canvas={canvas}&since={since}&epoch={e}"),
+        None => format!("{base}/ws?canvas={canvas}&since={since}"),
+    };
+    if let Some(t) = token.filter(|t| !t.is_empty()) {
+        url.push_str("&token=");
+        url.extend(form_urlencoded::byte_serialize(t.as_bytes()));
+    }
+    url
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    state: Arc<Mutex<State>>,
+    base: String,
+    canvas: String,
+    token: Option<String>,
+    dims: CanvasDims,
+    t: ClientTiming,
+    cancel: CancellationToken,
+) {
     let builder = backon::ExponentialBuilder::default()
         .with_min_delay(t.backoff_min)
         .with_max_delay(t.backoff_max)
@@ -168,10 +196,7 @@ async fn run(state: Arc<Mutex<State>>, base: String, canvas: String, dims: Canva
             let s = state.lock().expect("client lock");
             (s.report.version, s.report.epoch.clone())
         };
-        let url = match &epoch {
-            Some(e) => format!("{base}/ws?canvas={canvas}&since={since}&epoch={e}"),
-            None => format!("{base}/ws?canvas={canvas}&since={since}"),
-        };
+        let url = session_url(&base, &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
         let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
@@ -319,6 +344,17 @@ mod tests {
     use super::*;
 
     const DIMS: CanvasDims = CanvasDims { width: 2, height: 2 };
+
+    #[test]
+    fn session_url_carries_epoch_and_token() {
+        assert_eq!(session_url("ws://g:1", "c1", 0, None, None), "ws://g:1/ws?canvas=c1&since=0");
+        assert_eq!(session_url("ws://g:1", "c1", 5, Some("e-0"), None), "ws://g:1/ws?canvas=c1&since=5&epoch=e-0");
+        assert_eq!(session_url("ws://g:1", "c1", 5, None, Some("a.b+c/=")), "ws://g:1/ws?canvas=c1&since=5&token=a.b%2Bc%2F%3D");
+        assert_eq!(session_url("ws://g:1", "c1", 5, Some("e"), Some("")), "ws://g:1/ws?canvas=c1&since=5&epoch=e");
+        // What the servers parse back.
+        let q: shared::protocol::WsQuery = shared::http::parse_query("canvas=c1&since=5&token=a.b%2Bc%2F%3D").unwrap();
+        assert_eq!(q.token.as_deref(), Some("a.b+c/="));
+    }
 
     fn welcome(epoch: Option<&str>) -> ServerMessage {
         ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 0, epoch: epoch.map(|e| Epoch::parse(e).unwrap()) }

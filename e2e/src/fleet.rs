@@ -29,7 +29,17 @@ pub struct FleetSpec {
     pub node_env: Vec<(String, String)>,
     /// Extra environment of the gateway (e.g. `ADMISSION_QUEUE`).
     pub gateway_env: Vec<(String, String)>,
+    /// `ADMIN_TOKEN` of the nodes and the gateway ([`ADMIN_TOKEN`] by default, so every test
+    /// goes the authenticated way); `None` puts the admin routes on loopback listeners
+    /// (`ADMIN_LISTEN_ADDR`, and `NODE_ADMIN_URLS` for the gateway).
+    pub admin_token: Option<String>,
+    /// Extra environment of every service (publishers, nodes, gateway), e.g. `CLIENT_TOKEN_*`
+    /// or `KAFKA_CLIENT_*`.
+    pub env: Vec<(String, String)>,
 }
+
+/// The admin token the harness gives the fleet by default.
+pub const ADMIN_TOKEN: &str = "e2e-admin-token";
 
 impl Default for FleetSpec {
     fn default() -> Self {
@@ -46,6 +56,8 @@ impl Default for FleetSpec {
             bin_dir: None,
             node_env: Vec::new(),
             gateway_env: Vec::new(),
+            admin_token: Some(ADMIN_TOKEN.to_owned()),
+            env: Vec::new(),
         }
     }
 }
@@ -87,6 +99,15 @@ impl Fleet {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
             env.extend(extra.iter().map(|(k, v)| ((*k).to_owned(), v.clone())));
+            env.extend(spec.env.iter().cloned());
+            match &spec.admin_token {
+                Some(t) => {
+                    env.insert("ADMIN_TOKEN".into(), t.clone());
+                }
+                None => {
+                    env.remove("ADMIN_TOKEN");
+                }
+            }
             env
         };
         let bin = |name: &str| spec.bin_dir.as_ref().map_or_else(|| name.to_owned(), |d| d.join(name).display().to_string());
@@ -105,9 +126,12 @@ impl Fleet {
         let publisher = publishers.remove(0);
         let more_publishers = publishers;
         let mut nodes = Vec::new();
+        // Without a token each service's admin routes are on a loopback port of its own.
+        let admin_port = || -> anyhow::Result<Option<u16>> { Ok(if spec.admin_token.is_none() { Some(free_port()?) } else { None }) };
         for i in 1..=spec.nodes {
             let port = free_port()?;
             let id = format!("ws-{i}");
+            let admin = admin_port()?;
             let mut env = common(&[
                 ("NODE_ID", id.clone()),
                 ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
@@ -116,11 +140,18 @@ impl Fleet {
                 ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
             ]);
             env.extend(spec.node_env.iter().cloned());
-            nodes.push(Service::new(&id, &bin("ws-node"), port, env, timeline.clone()));
+            if let Some(a) = admin {
+                env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+            }
+            let mut node = Service::new(&id, &bin("ws-node"), port, env, timeline.clone());
+            node.admin_port = admin;
+            nodes.push(node);
         }
         let gw_port = free_port()?;
+        let gw_admin = admin_port()?;
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
-        let gateway = Service::new(
+        let admin_list: Vec<String> = nodes.iter().filter_map(|n| Some(format!("{}=http://127.0.0.1:{}", n.name, n.admin_port?))).collect();
+        let mut gateway = Service::new(
             "gateway",
             &bin("gateway"),
             gw_port,
@@ -138,6 +169,11 @@ impl Fleet {
             .collect(),
             timeline.clone(),
         );
+        if let Some(a) = gw_admin {
+            gateway.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+            gateway.env.insert("NODE_ADMIN_URLS".into(), admin_list.join(","));
+            gateway.admin_port = Some(a);
+        }
         let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };
         fleet.publisher.start()?;
         for n in &mut fleet.nodes {
@@ -180,12 +216,29 @@ impl Fleet {
         format!("ws://127.0.0.1:{}", self.gateway.port)
     }
 
-    /// `GET /api/fleet` of the gateway.
+    /// `GET /api/fleet` of the gateway, in full: with the admin token, or without one from the
+    /// gateway's loopback admin listener.
     ///
     /// # Errors
     /// When the gateway does not answer.
     pub async fn fleet_state(&self) -> Result<serde_json::Value, String> {
-        get_json(&self.http, &format!("{}/api/fleet", self.gateway.url())).await
+        let url = format!("{}/api/fleet", self.admin_base(&self.gateway));
+        let resp = self.admin(self.http.get(&url)).timeout(Duration::from_secs(3)).send().await.map_err(|e| e.to_string())?;
+        resp.json().await.map_err(|e| e.to_string())
+    }
+
+    /// Where `service`'s admin routes are: its loopback admin listener when the fleet has no
+    /// admin token, else its own URL.
+    pub fn admin_base(&self, service: &Service) -> String {
+        service.admin_port.map_or_else(|| service.url(), |p| format!("http://127.0.0.1:{p}"))
+    }
+
+    /// `req` with the fleet's admin token, when it has one.
+    pub fn admin(&self, req: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.spec.admin_token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
     }
 
     /// Waits until `pred` accepts the gateway's `/api/fleet` (it returns `Err(state)` to report

@@ -19,5 +19,6 @@ pub mod load {
 }
 pub mod procs;
 pub mod scenario;
+pub mod tokens;
 pub mod writer;
 pub mod bench;

@@ -158,12 +158,14 @@ pub struct Service {
     timeline: Arc<Timeline>,
     /// How many times it was started.
     pub starts: u32,
+    /// The loopback port of its admin listener, when it has one (no `ADMIN_TOKEN`).
+    pub admin_port: Option<u16>,
 }
 
 impl Service {
     /// A service named `name` running binary `bin` on `port` with `env` (not started).
     pub fn new(name: &str, bin: &str, port: u16, env: BTreeMap<String, String>, timeline: Arc<Timeline>) -> Self {
-        Self { name: name.into(), bin: bin.into(), port, env, child: None, timeline, starts: 0 }
+        Self { name: name.into(), bin: bin.into(), port, env, child: None, timeline, starts: 0, admin_port: None }
     }
 
     /// `http://127.0.0.1:<port>`.

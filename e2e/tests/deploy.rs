@@ -53,12 +53,13 @@ fn fleet_services(project: &Value) -> BTreeMap<String, (String, Vec<String>, BTr
         .collect()
 }
 
-/// The environment variables a binary reads, from its `--help` (`[env: NAME=]`).
+/// The environment variables a binary reads, from its `--help` (`[env: NAME=]`, or `[env: NAME]`
+/// for a secret whose value help does not show).
 fn env_vars_read_by(binary: &str) -> BTreeSet<String> {
     let out = Command::new(bin(binary)).arg("--help").output().expect("--help");
     let help = String::from_utf8_lossy(&out.stdout);
     let mut vars: BTreeSet<String> =
-        help.split("[env: ").skip(1).filter_map(|s| s.split('=').next()).map(str::to_owned).collect();
+        help.split("[env: ").skip(1).filter_map(|s| s.split(['=', ']']).next()).map(str::to_owned).collect();
     // Read by the logging set-up of every binary (shared::telemetry).
     vars.extend(["RUST_LOG".to_owned(), "NO_COLOR".to_owned(), "LOG_FORMAT".to_owned()]);
     vars

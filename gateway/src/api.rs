@@ -3,14 +3,22 @@
 //! | method and path | answer |
 //! |---|---|
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
-//! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions |
+//! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions; node and publisher URLs and error texts only with the admin token ([`crate::redaction`]) |
 //! | `GET /api/fleet/history?since_ms=<unix ms>` | `200` `{"poll_interval_ms","partition_count","history_ms","samples":[{"at_ms","nodes":[{"id","state","sessions","partitions","records_per_sec"}]}]}`: one sample per scheduled poll over the last 10 minutes, oldest first, only those after `since_ms` when given ([`crate::history`]) |
-//! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
+//! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`); needs `Authorization: Bearer <ADMIN_TOKEN>` (401) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
 //! | `GET /ready` | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
+//!
+//! With client tokens required ([`shared::client_token`]), `/ws` needs `token=<jwt>` allowing
+//! subscribing to the canvas: `401`/`403` with the JSON body, or with `refusal=frame` an `error`
+//! frame and close 1008 Policy Violation; the token is passed on to the node. Publishes pass the
+//! client's `Authorization` header on to the publisher, which checks it.
+//!
+//! With no `ADMIN_TOKEN` the drain route is absent here (404) and `/api/fleet` is always the
+//! redacted one; [`admin_router`] (the loopback `ADMIN_LISTEN_ADDR`) serves both in full.
 
 use crate::fleet::Fleet;
 use crate::proxy;
@@ -30,13 +38,19 @@ use shared::http::{
 use shared::protocol::{Refusal, WsQuery};
 use std::sync::Arc;
 
-/// The gateway's router.
+/// The gateway's public router.
 pub fn router(fleet: Arc<Fleet>) -> Router {
+    let admin = match fleet.admin_token.clone() {
+        Some(token) => {
+            Router::new().route("/api/fleet/nodes/{id}/drain", post(drain)).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))
+        }
+        None => Router::new(),
+    };
     Router::new()
         .route("/ws", get(ws))
         .route("/api/fleet", get(fleet_state))
         .route("/api/fleet/history", get(fleet_history))
-        .route("/api/fleet/nodes/{id}/drain", post(drain))
+        .merge(admin)
         .route("/api/canvases/{id}/pixels", post(forward_pixel))
         .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
         .route("/api/canvases/{id}", get(forward_canvas))
@@ -71,6 +85,18 @@ async fn fleet_history(State(fleet): State<Arc<Fleet>>, RawQuery(raw): RawQuery)
         "samples": samples,
     }))
     .into_response())
+}
+
+/// The admin routes without a credential, for the loopback admin listener (served when no
+/// `ADMIN_TOKEN` is set): the drain and the full `/api/fleet`.
+pub fn admin_router(fleet: Arc<Fleet>) -> Router {
+    Router::new()
+        .route("/api/fleet", get(full_fleet_state))
+        .route("/api/fleet/nodes/{id}/drain", post(drain))
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(fleet)
 }
 
 async fn health(State(fleet): State<Arc<Fleet>>) -> Response {
@@ -130,7 +156,16 @@ async fn metrics(State(fleet): State<Arc<Fleet>>, headers: HeaderMap) -> Respons
     fleet.metrics.render(&fleet, headers.get(axum::http::header::ACCEPT))
 }
 
-async fn fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {
+/// `GET /api/fleet`: in full with the admin token, else without addresses and error texts.
+async fn fleet_state(State(fleet): State<Arc<Fleet>>, headers: HeaderMap) -> Response {
+    let mut snap = fleet.snapshot();
+    if !fleet.admin_token.as_ref().is_some_and(|t| t.admits(&headers)) {
+        crate::redaction::redact(&mut snap);
+    }
+    Json(snap).into_response()
+}
+
+async fn full_fleet_state(State(fleet): State<Arc<Fleet>>) -> Response {
     Json(fleet.snapshot()).into_response()
 }
 
@@ -157,8 +192,9 @@ async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, Js
     }
 }
 
-/// Request headers passed on to the publisher with a forwarded publish.
-const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key"];
+/// Request headers passed on to the publisher with a forwarded request (`authorization`: the
+/// client's token, which the publisher checks).
+const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key", "authorization"];
 
 /// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]).
 fn forward(method: reqwest::Method, path: String, body: Option<axum::body::Bytes>, headers: &HeaderMap, timeout: std::time::Duration) -> Forward {
@@ -177,8 +213,8 @@ async fn forward_pixel(
 }
 
 /// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
-async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Response {
-    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &HeaderMap::new(), fleet.config.publisher_batch_timeout());
+async fn forward_batch(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Response {
+    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &headers, fleet.config.publisher_batch_timeout());
     fleet.publishers.forward(&req).await
 }
 
@@ -201,6 +237,14 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    // The client token, when required: checked before an upstream is opened (the node checks
+    // it again, and closes the session when it expires).
+    if let Some(tokens) = &fleet.client_tokens {
+        if let Err(e) = tokens.authorize(q.token.as_deref(), q.canvas.as_str(), shared::client_token::Action::Subscribe) {
+            tracing::info!(canvas = %q.canvas, code = e.code(), "handshake refused: client token");
+            return if q.refusal == Refusal::Frame { Ok(proxy::refuse_token_with_frame(upgrade, e)) } else { Err(e.api_error()) };
+        }
+    }
     let (upstream, target) = match crate::admission::connect(&fleet, &q, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),

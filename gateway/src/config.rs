@@ -79,6 +79,24 @@ pub struct Config {
     /// The nodes: `ws-1=http://host:port,ws-2=http://host:port`.
     #[arg(long, env = "NODES", value_parser = parse_nodes)]
     pub nodes: Nodes,
+    /// Where to reach the nodes' admin routes when not at their `NODES` URL, in the same
+    /// `id=url` form: a node without `ADMIN_TOKEN` serves them on a loopback listener
+    /// (`ws-1=http://127.0.0.1:9081`), so this gateway must run on the same host.
+    #[arg(long, env = "NODE_ADMIN_URLS", value_parser = parse_nodes)]
+    pub node_admin_urls: Option<Nodes>,
+    /// Token of the admin API: required as `Authorization: Bearer <token>` on
+    /// `POST /api/fleet/nodes/{id}/drain` and for the full `/api/fleet`, and sent to the nodes'
+    /// admin routes (so the nodes get the same `ADMIN_TOKEN`). Unset or empty: the drain route
+    /// and the full `/api/fleet` are served on `ADMIN_LISTEN_ADDR` only.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Loopback address of the admin listener, served only when no `ADMIN_TOKEN` is set.
+    #[arg(long = "admin-listen", env = "ADMIN_LISTEN_ADDR", default_value = "127.0.0.1:9000")]
+    pub admin_listen: SocketAddr,
+    /// Client tokens for `/ws` (`token=`); publishes are checked by the publisher, which gets the
+    /// client's `Authorization` header.
+    #[command(flatten)]
+    pub client_tokens: shared::client_token::ClientTokenSettings,
     /// Base URLs of the publishers, comma-separated (for `/api/canvases/...` and `/api/pixels`):
     /// each request goes to the one that accepts writes.
     #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080", value_parser = parse_publishers)]
@@ -162,15 +180,38 @@ impl Config {
                 self.poll_timeout_ms, self.poll_interval_ms
             ));
         }
+        for a in self.node_admin_urls.iter().flat_map(|n| &n.0) {
+            if !self.nodes.0.iter().any(|n| n.id == a.id) {
+                p.push(format!("NODE_ADMIN_URLS names node {}, which is not in NODES", a.id));
+            }
+        }
+        if self.admin_token().is_none() {
+            p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
+        }
+        p.extend(self.client_tokens.problems());
         p
+    }
+
+    /// The admin token, when one is set (non-empty).
+    pub fn admin_token(&self) -> Option<shared::auth::AdminToken> {
+        shared::auth::AdminToken::from_setting(self.admin_token.as_deref())
+    }
+
+    /// The base URL of node `id`'s admin routes: its `NODE_ADMIN_URLS` entry, else its URL.
+    pub fn admin_url_of<'a>(&'a self, node: &'a NodeAddr) -> &'a str {
+        self.node_admin_urls.iter().flat_map(|n| &n.0).find(|a| a.id == node.id).map_or(node.url.as_str(), |a| a.url.as_str())
     }
 
     /// The effective configuration, one `VARIABLE=value` per line.
     pub fn describe(&self) -> String {
         let nodes: Vec<String> = self.nodes.0.iter().map(|n| format!("{}={}", n.id, n.url)).collect();
-        shared::telemetry::env_lines(&[
+        let admin: Vec<String> = self.node_admin_urls.iter().flat_map(|n| &n.0).map(|n| format!("{}={}", n.id, n.url)).collect();
+        let mut pairs = vec![
             ("LISTEN_ADDR", self.listen.to_string()),
             ("NODES", nodes.join(",")),
+            ("NODE_ADMIN_URLS", admin.join(",")),
+            ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
+            ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
             ("PUBLISHER_URL", self.publisher_url.0.join(",")),
             ("PUBLISHER_TIMEOUT_MS", self.publisher_timeout_ms.to_string()),
             ("PUBLISHER_BATCH_TIMEOUT_MS", self.publisher_batch_timeout_ms.to_string()),
@@ -187,7 +228,9 @@ impl Config {
             ("ADMISSION_WAIT_MS", self.admission_wait_ms.to_string()),
             ("ADMISSION_RETRY_AFTER_S", self.admission_retry_after_s.to_string()),
             ("ADMISSION_RETRY_JITTER_S", self.admission_retry_jitter_s.to_string()),
-        ])
+        ];
+        pairs.extend(self.client_tokens.describe());
+        shared::telemetry::env_lines(&pairs)
     }
 
     /// `poll_interval_ms` as a duration.
@@ -274,5 +317,28 @@ mod tests {
         assert!(p[1].contains("\"http://\""), "{p:?}");
         assert!(p[2].contains("http://b:1 twice"), "{p:?}");
         assert!(config(",").problems()[0].contains("names no publisher"));
+    }
+
+    #[test]
+    fn admin_urls_name_configured_nodes_and_the_admin_listener_is_loopback() {
+        let c = Config::try_parse_from([
+            "gateway",
+            "--nodes",
+            "ws-1=http://h:1,ws-2=http://h:2",
+            "--node-admin-urls",
+            "ws-2=http://127.0.0.1:9082",
+        ])
+        .unwrap();
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!(c.admin_url_of(&c.nodes.0[0]), "http://h:1");
+        assert_eq!(c.admin_url_of(&c.nodes.0[1]), "http://127.0.0.1:9082");
+        let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--node-admin-urls", "ws-9=http://x:1", "--admin-listen", "0.0.0.0:9000"])
+            .unwrap();
+        let p = c.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("ws-9") && p[1].contains("ADMIN_LISTEN_ADDR"), "{p:?}");
+        let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--admin-token", "t", "--admin-listen", "0.0.0.0:9000"]).unwrap();
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert!(c.describe().lines().any(|l| l == "ADMIN_TOKEN=<set>"));
     }
 }

@@ -98,6 +98,10 @@ pub struct Fleet {
     pub metrics: crate::metrics::Metrics,
     /// The wait queues of full nodes.
     pub admission: crate::admission::Admission,
+    /// `ADMIN_TOKEN`: required by the admin API, and sent to the nodes' admin routes.
+    pub admin_token: Option<shared::auth::AdminToken>,
+    /// The verifier of clients' tokens on `/ws` (`None`: no token needed).
+    pub client_tokens: Option<shared::client_token::ClientTokens>,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -138,7 +142,10 @@ impl Fleet {
         let partitions = config.partitions;
         let admission = config.admission();
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
+        let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
         Arc::new(Self {
+            admin_token: config.admin_token(),
+            client_tokens,
             config,
             nodes,
             decisions: Mutex::new(VecDeque::new()),
@@ -431,11 +438,20 @@ impl Fleet {
         }
     }
 
+    /// A POST to a node's admin route, with the admin token when one is set.
+    fn admin_post(&self, url: &str) -> reqwest::RequestBuilder {
+        let req = self.http.post(url);
+        match &self.admin_token {
+            Some(t) => req.bearer_auth(t.expose()),
+            None => req,
+        }
+    }
+
     async fn start_recovery(&self, id: &str, reason: String) {
         let Some(node) = self.entry(id) else { return };
-        let url = format!("{}/admin/start-recovery", node.addr.url);
+        let url = format!("{}/admin/start-recovery", self.config.admin_url_of(&node.addr));
         let result = async {
-            let resp = self.http.post(&url).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
+            let resp = self.admin_post(&url).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
             let status = resp.status();
             let body: serde_json::Value = resp.json().await.unwrap_or(serde_json::Value::Null);
             if status.is_success() { Ok(body) } else { Err(format!("{status}: {body}")) }
@@ -457,10 +473,9 @@ impl Fleet {
     }
 
     async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest) -> Result<DrainReport, shared::http::ApiError> {
-        let url = format!("{}/admin/drain", target.addr.url);
+        let url = format!("{}/admin/drain", self.config.admin_url_of(&target.addr));
         let resp = self
-            .http
-            .post(&url)
+            .admin_post(&url)
             .json(req)
             .timeout(Duration::from_millis(req.grace_ms) + Duration::from_secs(15))
             .send()

@@ -11,7 +11,7 @@
 //! nodes, failback pacing), [`fleet`] (views, polling, actions, routing), [`health`] (whether the
 //! gateway's view of the fleet is fresh), [`history`] (the last minutes, for the charts),
 //! [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded request),
-//! [`api`] (routes), [`assets`] (the pages and the browser client, built in), [`metrics`]
+//! [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes), [`assets`] (the pages and the browser client, built in), [`metrics`]
 //! (`GET /metrics`).
 
 pub mod admission;
@@ -25,6 +25,7 @@ pub mod lifecycle;
 pub mod metrics;
 pub mod proxy;
 pub mod publishers;
+pub mod redaction;
 
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -49,6 +50,17 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
     tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
+    if fleet.admin_token.is_none() {
+        // No credential: the drain and the full `/api/fleet` are served on loopback only.
+        let admin = shared::shutdown::listen(fleet.config.admin_listen)?;
+        tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
+        let (routes, stop) = (api::admin_router(fleet.clone()), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, routes).with_graceful_shutdown(stop.cancelled_owned()).await {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
     let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {

@@ -175,6 +175,18 @@ pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::r
     })
 }
 
+/// Accepts the upgrade of a client whose token was refused (`refusal=frame`): an `error` frame
+/// naming the refusal (no `retry_after_ms`: the same token will not do), then close 1008 Policy
+/// Violation with the reason (RFC 6455 §7.4.1).
+pub fn refuse_token_with_frame(upgrade: WebSocketUpgrade, refused: shared::client_token::TokenError) -> axum::response::Response {
+    upgrade.on_upgrade(move |mut ws| async move {
+        let frame = shared::protocol::ServerMessage::Error { code: refused.code().into(), message: refused.to_string(), retry_after_ms: None };
+        let _ = ws.send(aws::Message::Text(frame.to_json().into())).await;
+        let _ = ws.send(shared::ws::close_message(close::POLICY_VIOLATION, &refused.close_reason())).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
+    })
+}
+
 /// Most bytes waiting to be written to one client, bytes (a 64 × 64 snapshot is 16 KiB).
 pub const MAX_CLIENT_WRITE_BUFFER: usize = 1 << 20;
 

@@ -62,7 +62,8 @@ async fn pixel(State(s): State<FakeState>, headers: HeaderMap) -> Response {
     match s.act {
         Act::Accept => {
             let key = headers.get("idempotency-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let mut r = (StatusCode::CREATED, Json(serde_json::json!({"canvas": "c1", "version": 7, "key": key}))).into_response();
+            let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let mut r = (StatusCode::CREATED, Json(serde_json::json!({"canvas": "c1", "version": 7, "key": key, "auth": auth}))).into_response();
             r.headers_mut().insert("idempotent-replayed", "true".parse().unwrap());
             r
         }
@@ -104,6 +105,9 @@ async fn closed_url() -> String {
     format!("http://{}", listener.local_addr().unwrap())
 }
 
+/// The admin token of the gateways of these tests.
+const ADMIN_TOKEN: &str = "gateway-test-admin-token";
+
 /// The gateway in front of `publishers`, with a short forwarding timeout; its base URL.
 async fn gateway(publishers: &[&str]) -> (String, tokio_util::sync::DropGuard) {
     shared::telemetry::init();
@@ -121,6 +125,10 @@ async fn gateway(publishers: &[&str]) -> (String, tokio_util::sync::DropGuard) {
         "200",
         "--poll-timeout-ms",
         "150",
+        // With a token the admin API is on this listener: no loopback listener on a fixed port
+        // for the tests running side by side to share.
+        "--admin-token",
+        ADMIN_TOKEN,
     ])
     .unwrap();
     assert!(config.problems().is_empty(), "{:?}", config.problems());
@@ -146,7 +154,8 @@ async fn publish(gw: &str) -> (StatusCode, Option<String>, serde_json::Value) {
 }
 
 async fn publishers_view(gw: &str) -> Vec<serde_json::Value> {
-    let f: serde_json::Value = reqwest::get(format!("{gw}/api/fleet")).await.unwrap().json().await.unwrap();
+    let f: serde_json::Value =
+        reqwest::Client::new().get(format!("{gw}/api/fleet")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
     f["publishers"].as_array().cloned().unwrap()
 }
 
@@ -248,4 +257,41 @@ async fn the_probe_prefers_the_publisher_whose_ready_answers_200() {
     let list = publishers_view(&gw).await;
     assert_eq!((list[0]["ready"].as_bool(), list[1]["ready"].as_bool()), (Some(false), Some(true)), "{list:?}");
     assert!(list[0]["last_error"].as_str().unwrap_or_default().contains("503"), "{list:?}");
+}
+
+#[tokio::test]
+async fn the_admin_api_needs_the_token_and_the_fleet_view_hides_addresses_without_it() {
+    let publisher = fake(Act::Accept, true).await;
+    let (gw, _g) = gateway(&[&publisher.url]).await;
+    let http = reqwest::Client::new();
+    // The client's own token goes on to the publisher with the publish.
+    let r = http.post(format!("{gw}/api/canvases/c1/pixels")).bearer_auth("client-jwt").json(&serde_json::json!({"x": 1, "y": 1, "color": "#ffffff"})).send().await.unwrap();
+    assert_eq!(r.status(), 201);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["auth"], "Bearer client-jwt");
+    // Without the admin token (or with a wrong one): states stay, addresses and errors go.
+    for token in [None, Some("wrong")] {
+        let mut req = http.get(format!("{gw}/api/fleet"));
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let f: serde_json::Value = req.send().await.unwrap().json().await.unwrap();
+        let node = &f["nodes"][0];
+        assert_eq!(node["id"], "ws-1", "{f}");
+        assert!(node.get("state").is_some() && node.get("url").is_none() && node.get("last_error").is_none(), "{f}");
+        assert_eq!(f["publishers"][0]["url"], "publisher-1", "{f}");
+        assert!(!f.to_string().contains("127.0.0.1"), "{f}");
+    }
+    let full = publishers_view(&gw).await;
+    assert_eq!(full[0]["url"].as_str(), Some(publisher.url.as_str()));
+    // The drain needs the token: 401 without it or with a wrong one, with the JSON body.
+    let drain = format!("{gw}/api/fleet/nodes/ws-1/drain");
+    let r = http.post(&drain).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer"));
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "missing_token");
+    let r = http.post(&drain).bearer_auth("wrong").send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap()["error"].clone()), (401, serde_json::json!("invalid_token")));
+    // With it the gateway tries the node (which does not exist here): not a 401.
+    let r = http.post(&drain).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_ne!(r.status(), 401);
 }

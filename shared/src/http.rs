@@ -118,6 +118,19 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "not_found", message)
     }
 
+    /// 401 with a code of the caller's (`missing_token`, `invalid_token`, `token_expired`): no
+    /// credential, or one that does not verify. The answer carries `WWW-Authenticate: Bearer`
+    /// (RFC 6750 §3).
+    pub fn unauthorized(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, code, message)
+    }
+
+    /// 403 with a code of the caller's: a valid credential that does not allow this request
+    /// (e.g. a client token for other canvases).
+    pub fn forbidden(code: &str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, code, message)
+    }
+
     /// 409: the request conflicts with the current state (e.g. a drain already running).
     pub fn conflict(code: &str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, code, message)
@@ -151,9 +164,19 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let missing = self.body.error == "missing_token";
         let mut resp = (self.status, Json(self.body)).into_response();
         if let Some(secs) = self.retry_after_secs {
             resp.headers_mut().insert(header::RETRY_AFTER, secs.into());
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 6750 §3: the scheme, and `error="invalid_token"` when a token was sent.
+            let v = if missing {
+                header::HeaderValue::from_static("Bearer realm=\"canvas-fleet\"")
+            } else {
+                header::HeaderValue::from_static("Bearer realm=\"canvas-fleet\", error=\"invalid_token\"")
+            };
+            resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
         }
         resp
     }

@@ -132,6 +132,49 @@ pub struct KafkaSettings {
     /// librdkafka's `debug` contexts (`eos,broker,protocol`, ...), for diagnosing a client: its
     /// debug lines become `tracing` debug events of target `kafka` (see `RUST_LOG`). None: off.
     pub debug: Option<String>,
+    /// Settings passed through to every client as they are (Kafka's security settings: SASL,
+    /// TLS...), from the `KAFKA_CLIENT_<NAME>` variables ([`client_overrides`]). They are applied
+    /// first: the settings the fleet's guarantees rest on (`isolation.level`, idempotence,
+    /// transactions, groups, offsets) are set after them and win.
+    pub overrides: Vec<(String, String)>,
+}
+
+/// Prefix of the environment variables passed through to every Kafka client.
+pub const CLIENT_ENV_PREFIX: &str = "KAFKA_CLIENT_";
+
+/// The librdkafka settings of `KAFKA_CLIENT_<NAME>=<value>` variables among `vars`: `<NAME>`
+/// lowercased with `_` → `.` (`KAFKA_CLIENT_SECURITY_PROTOCOL=SASL_SSL` → `security.protocol`,
+/// `KAFKA_CLIENT_SASL_MECHANISMS=PLAIN` → `sasl.mechanisms`, `KAFKA_CLIENT_SSL_CA_LOCATION` →
+/// `ssl.ca.location`; librdkafka's names have no `_`). Sorted by name; an empty `<NAME>` is
+/// skipped.
+pub fn client_overrides(vars: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vars
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let name = k.strip_prefix(CLIENT_ENV_PREFIX)?;
+            (!name.is_empty()).then(|| (name.to_ascii_lowercase().replace('_', "."), v))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// [`client_overrides`] of this process's environment.
+pub fn client_overrides_from_env() -> Vec<(String, String)> {
+    client_overrides(std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))))
+}
+
+/// `name=value` of each override for a configuration listing, the values of names that look
+/// secret (`password`, `secret`, `key`, `jaas`) hidden.
+pub fn describe_overrides(overrides: &[(String, String)]) -> String {
+    overrides
+        .iter()
+        .map(|(k, v)| {
+            let secret = ["password", "secret", "key", "jaas", "token"].iter().any(|s| k.contains(s));
+            format!("{k}={}", if secret { "<set>" } else { v.as_str() })
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl KafkaSettings {
@@ -142,11 +185,21 @@ impl KafkaSettings {
             session_timeout: Duration::from_secs(6),
             heartbeat_interval: Duration::from_millis(250),
             debug: None,
+            overrides: Vec::new(),
         }
+    }
+
+    /// These settings with the `KAFKA_CLIENT_<NAME>` pass-through of this process's environment.
+    pub fn with_env_overrides(mut self) -> Self {
+        self.overrides = client_overrides_from_env();
+        self
     }
 
     fn base(&self, client_id: &str) -> ClientConfig {
         let mut c = ClientConfig::new();
+        for (k, v) in &self.overrides {
+            c.set(k, v);
+        }
         c.set("bootstrap.servers", &self.bootstrap)
             .set("client.id", client_id)
             // Loopback brokers and the mock cluster answer fast; do not wait long to notice a
@@ -305,6 +358,41 @@ mod tests {
         }
         let t = s.transactional_producer("c", "tx-0", Duration::from_secs(5), Duration::from_secs(60));
         assert_eq!((t.get("transactional.id"), t.get("acks"), t.get("transaction.timeout.ms")), (Some("tx-0"), Some("all"), Some("60000")));
+    }
+
+    #[test]
+    fn kafka_client_variables_become_librdkafka_settings_of_every_client() {
+        let vars = [
+            ("KAFKA_CLIENT_SECURITY_PROTOCOL", "SASL_SSL"),
+            ("KAFKA_CLIENT_SASL_MECHANISMS", "PLAIN"),
+            ("KAFKA_CLIENT_SASL_USERNAME", "fleet"),
+            ("KAFKA_CLIENT_SASL_PASSWORD", "pw"),
+            ("KAFKA_CLIENT_SSL_CA_LOCATION", "/etc/ca.pem"),
+            ("KAFKA_CLIENT_", "ignored"),
+            ("KAFKA_BOOTSTRAP", "not a client setting"),
+            ("OTHER_KAFKA_CLIENT_X", "no"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let o = client_overrides(vars);
+        let names: Vec<&str> = o.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["sasl.mechanisms", "sasl.password", "sasl.username", "security.protocol", "ssl.ca.location"]);
+        assert_eq!(describe_overrides(&o), "sasl.mechanisms=PLAIN,sasl.password=<set>,sasl.username=fleet,security.protocol=SASL_SSL,ssl.ca.location=/etc/ca.pem");
+        let s = KafkaSettings { overrides: o, ..KafkaSettings::new("b:9092") };
+        let every = [
+            ("producer", s.producer("c", Duration::from_secs(5))),
+            ("transactional", s.transactional_producer("c", "tx", Duration::from_secs(5), Duration::from_secs(60))),
+            ("broadcast", s.broadcast_consumer("g", "c")),
+            ("catch-up", s.catchup_consumer("g", "c")),
+            ("reader", s.reader("c")),
+            ("admin", s.admin("c")),
+        ];
+        for (name, c) in every {
+            assert_eq!((c.get("security.protocol"), c.get("sasl.username")), (Some("SASL_SSL"), Some("fleet")), "{name}");
+            assert_eq!(c.get("bootstrap.servers"), Some("b:9092"), "{name}");
+        }
+        // The fleet's own guarantees win over a pass-through of the same name.
+        let s = KafkaSettings { overrides: vec![("isolation.level".into(), "read_uncommitted".into())], ..KafkaSettings::new("b:9092") };
+        assert_eq!(s.broadcast_consumer("g", "c").get("isolation.level"), Some(READ_COMMITTED));
     }
 
     #[test]

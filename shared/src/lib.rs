@@ -13,6 +13,8 @@
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
+//! - [`auth`]: the admin token (`Authorization: Bearer`, constant-time compare);
+//! - [`client_token`]: clients' signed tokens (JWT) for publishing and subscribing;
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`metrics`]: the `GET /metrics` exposition (a registry per service instance);
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
@@ -22,7 +24,9 @@
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
 
 pub mod api;
+pub mod auth;
 pub mod canvas;
+pub mod client_token;
 pub mod epoch;
 pub mod event;
 pub mod http;

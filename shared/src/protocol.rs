@@ -117,7 +117,8 @@ pub enum Refusal {
 
 /// Query of `GET /ws`: `canvas` (a canvas id), `since` (last version applied; 0 = nothing),
 /// `epoch` (the epoch of the client's last `welcome`; absent = none known) and `refusal` (`http`
-/// or `frame`, see [`Refusal`]).
+/// or `frame`, see [`Refusal`]) and `token` (the client token when the service requires one, see
+/// [`crate::client_token`]: browsers cannot set headers on a WebSocket).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
     /// Validated while parsing (a bad id is an error naming `canvas`).
@@ -129,13 +130,21 @@ pub struct WsQuery {
     pub epoch: Option<Epoch>,
     #[serde(default)]
     pub refusal: Refusal,
+    /// The client token (a JWT), passed on by the gateway to the node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
 }
 
 impl WsQuery {
     /// The query string a proxy or a client sends on: `canvas=..&since=..`, then `&epoch=..` when
-    /// there is one (canvas ids and epochs need no escaping). `refusal` is the caller's business.
+    /// there is one (canvas ids and epochs need no escaping), then `&token=..` (percent-encoded)
+    /// when there is one. `refusal` is the caller's business.
     pub fn resume_query(&self) -> String {
-        resume_query(&self.canvas, self.since, self.epoch.as_ref())
+        let q = resume_query(&self.canvas, self.since, self.epoch.as_ref());
+        match &self.token {
+            Some(t) => format!("{q}&token={}", form_urlencoded::byte_serialize(t.as_bytes()).collect::<String>()),
+            None => q,
+        }
     }
 }
 
@@ -273,6 +282,9 @@ mod tests {
         assert_eq!(q.resume_query(), "canvas=c1&since=40&epoch=q5X-_9-3");
         let q: WsQuery = crate::http::parse_query("canvas=c1&since=40").unwrap();
         assert_eq!((q.epoch.is_none(), q.resume_query()), (true, "canvas=c1&since=40".to_owned()));
+        let q: WsQuery = crate::http::parse_query("canvas=c1&since=4&token=a.b%2Bc.d&refusal=frame").unwrap();
+        assert_eq!(q.token.as_deref(), Some("a.b+c.d"));
+        assert_eq!(q.resume_query(), "canvas=c1&since=4&token=a.b%2Bc.d");
         for bad in ["canvas=c1&epoch=", "canvas=c1&epoch=a%20b", "canvas=c1&epoch=a%2Bb"] {
             let e = crate::http::parse_query::<WsQuery>(bad).unwrap_err();
             assert_eq!(e.body.field.as_deref(), Some("epoch"), "{bad}");

@@ -57,6 +57,9 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @property {string} url the gateway's WebSocket base, e.g. `ws://host:8000`
  * @property {string} canvas canvas id
  * @property {string} [path] endpoint path, `/ws` by default
+ * @property {string | (() => string | null | undefined)} [token] the client token (JWT) when the
+ *   fleet requires one, sent as `token=`; a function is called before every attempt, so a session
+ *   closed with 1008 because its token expired reconnects with a fresh one
  * @property {new (url: string) => SocketLike} [WebSocket] socket constructor; `globalThis.WebSocket` by default
  * @property {(fn: () => void, ms: number) => unknown} [setTimeout] timer start; `globalThis.setTimeout` by default
  * @property {(handle: any) => void} [clearTimeout] timer cancel; `globalThis.clearTimeout` by default
@@ -76,6 +79,7 @@ export class FleetClient {
   #base;
   #canvasId;
   #path;
+  #token;
   #WebSocket;
   #setTimeout;
   #clearTimeout;
@@ -107,6 +111,10 @@ export class FleetClient {
     this.#base = o.url;
     this.#canvasId = o.canvas;
     this.#path = o.path ?? '/ws';
+    if (o.token !== undefined && o.token !== null && typeof o.token !== 'string' && typeof o.token !== 'function') {
+      throw new TypeError('FleetClient: token must be a string or a function returning one');
+    }
+    this.#token = o.token ?? null;
     this.#WebSocket = o.WebSocket ?? globalThis.WebSocket;
     if (typeof this.#WebSocket !== 'function') throw new TypeError('FleetClient: no WebSocket implementation');
     this.#setTimeout = o.setTimeout ?? ((fn, ms) => globalThis.setTimeout(fn, ms));
@@ -249,7 +257,13 @@ export class FleetClient {
 
   /** @returns {string} the URL the next attempt will open */
   get nextUrl() {
-    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path, this.#state.epoch);
+    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path, this.#state.epoch, this.#currentToken());
+  }
+
+  /** The token for the next attempt (the option's value, or what its function returns now). */
+  #currentToken() {
+    const t = typeof this.#token === 'function' ? this.#token() : this.#token;
+    return typeof t === 'string' && t ? t : null;
   }
 
   /** @returns {Promise<string | null>} lowercase hex SHA-256 of the canvas bytes, null without a canvas */
@@ -319,7 +333,7 @@ export class FleetClient {
 
   /** Opens the socket of an attempt; its callbacks feed events tagged with that attempt. */
   #open(attempt, since, epoch) {
-    const url = buildUrl(this.#base, this.#canvasId, since, this.#path, epoch);
+    const url = buildUrl(this.#base, this.#canvasId, since, this.#path, epoch, this.#currentToken());
     let ws;
     try {
       ws = new this.#WebSocket(url);

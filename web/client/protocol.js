@@ -75,13 +75,16 @@ export function closeCause(code) {
  * @param {string} [path] endpoint path, `/ws` by default
  * @param {string | null} [epoch] the epoch of the last `welcome` (its versions' history); none
  *   before the first (or from a server that named none)
+ * @param {string | null} [token] the client token (a JWT) when the fleet requires one: browsers
+ *   cannot set headers on a WebSocket, so it travels as `token=`
  * @returns {string} e.g. `ws://host:8000/ws?canvas=c1&since=50&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0&refusal=frame`
  */
-export function buildUrl(base, canvas, since, path = '/ws', epoch = null) {
+export function buildUrl(base, canvas, since, path = '/ws', epoch = null, token = null) {
   const root = String(base).replace(/\/+$/, '');
   const p = path.startsWith('/') ? path : `/${path}`;
   const e = epoch ? `&epoch=${encodeURIComponent(epoch)}` : '';
-  return `${root}${p}?canvas=${encodeURIComponent(canvas)}&since=${since}${e}&refusal=frame`;
+  const t = token ? `&token=${encodeURIComponent(token)}` : '';
+  return `${root}${p}?canvas=${encodeURIComponent(canvas)}&since=${since}${e}${t}&refusal=frame`;
 }
 
 /** What an epoch looks like (the server's check): 1–100 of `A-Z a-z 0-9 - _`. */

@@ -16,6 +16,17 @@ pub struct Config {
     /// Address to serve HTTP and WebSocket on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8081")]
     pub listen: SocketAddr,
+    /// Token the admin routes (`POST /admin/start-recovery`, `/admin/drain`) require as
+    /// `Authorization: Bearer <token>`; the gateway sends its own `ADMIN_TOKEN`, so set the same.
+    /// Unset or empty: the admin routes are not on `LISTEN_ADDR` but on `ADMIN_LISTEN_ADDR`.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Loopback address of the admin listener, served only when no `ADMIN_TOKEN` is set.
+    #[arg(long = "admin-listen", env = "ADMIN_LISTEN_ADDR", default_value = "127.0.0.1:9081")]
+    pub admin_listen: SocketAddr,
+    /// Client tokens for `/ws` (`token=` query parameter).
+    #[command(flatten)]
+    pub client_tokens: shared::client_token::ClientTokenSettings,
     /// Kafka `bootstrap.servers`.
     #[arg(long, env = "KAFKA_BOOTSTRAP", default_value = "localhost:9092")]
     pub kafka_bootstrap: String,
@@ -145,14 +156,20 @@ impl Config {
         if self.ws_write_buffer as usize >= 64 * 1024 + self.session_queue as usize * 256 {
             p.push("WS_WRITE_BUFFER must be smaller than the session's maximum write buffer".to_owned());
         }
+        if self.admin_token().is_none() {
+            p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
+        }
+        p.extend(self.client_tokens.problems());
         p
     }
 
     /// The effective configuration, one `VARIABLE=value` per line (defaults resolved).
     pub fn describe(&self) -> String {
-        shared::telemetry::env_lines(&[
+        let mut pairs = vec![
             ("NODE_ID", self.node_id.clone()),
             ("LISTEN_ADDR", self.listen.to_string()),
+            ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
+            ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
             ("KAFKA_TOPIC", self.topic.clone()),
             ("SNAPSHOT_TOPIC", self.snapshot_topic()),
@@ -177,7 +194,15 @@ impl Config {
             ("WS_WRITE_BUFFER", self.ws_write_buffer.to_string()),
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
             ("SHUTDOWN_GRACE_MS", self.shutdown_grace_ms.to_string()),
-        ])
+            ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
+        ];
+        pairs.extend(self.client_tokens.describe());
+        shared::telemetry::env_lines(&pairs)
+    }
+
+    /// The admin token, when one is set (non-empty).
+    pub fn admin_token(&self) -> Option<shared::auth::AdminToken> {
+        shared::auth::AdminToken::from_setting(self.admin_token.as_deref())
     }
 
     /// The canvas size.
@@ -192,7 +217,7 @@ impl Config {
 
     /// Kafka client settings.
     pub fn kafka(&self) -> KafkaSettings {
-        let mut k = KafkaSettings::new(&self.kafka_bootstrap);
+        let mut k = KafkaSettings::new(&self.kafka_bootstrap).with_env_overrides();
         k.session_timeout = Duration::from_millis(self.session_timeout_ms);
         k.heartbeat_interval = Duration::from_millis(self.heartbeat_interval_ms);
         k

@@ -6,7 +6,11 @@
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client |
+//!
+//! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise). With no
+//! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
+//! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`.
 
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
@@ -19,6 +23,7 @@ use axum::{Json, Router};
 use shared::api::{DrainRequest, MAX_GRACE_MS};
 use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
+use shared::client_token::Action;
 use shared::protocol::{close, DrainReason, WsQuery};
 use shared::epoch::Epoch;
 use shared::CanvasId;
@@ -26,14 +31,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 
-/// The node's router.
+/// The node's public router: `/health` and `/ws`, and the admin routes behind the admin token
+/// when one is configured.
 pub fn router(node: Arc<Node>) -> Router {
-    Router::new()
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/admin/start-recovery", post(start_recovery))
-        .route("/admin/drain", post(drain))
-        .route("/ws", get(ws))
+    let public = Router::new().route("/health", get(health)).route("/metrics", get(metrics)).route("/ws", get(ws));
+    let app = match node.config.admin_token() {
+        Some(token) => public.merge(admin_routes().route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
+        None => public,
+    };
+    finish(app, node)
+}
+
+/// The admin routes alone, without a credential: for the loopback admin listener, served when
+/// no `ADMIN_TOKEN` is set.
+pub fn admin_router(node: Arc<Node>) -> Router {
+    finish(admin_routes(), node)
+}
+
+fn admin_routes() -> Router<Arc<Node>> {
+    Router::new().route("/admin/start-recovery", post(start_recovery)).route("/admin/drain", post(drain))
+}
+
+fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {
+    routes
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -84,9 +104,9 @@ async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Resul
 /// `Retry-After` of a refused handshake, seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
-fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64, Option<Epoch>), ApiError> {
+fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64, Option<Epoch>, Option<String>), ApiError> {
     let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
-    Ok((q.canvas, q.since, q.epoch))
+    Ok((q.canvas, q.since, q.epoch, q.token))
 }
 
 /// Checks an upgrade request (RFC 6455 §4.2.1) and returns its `Sec-WebSocket-Accept` value.
@@ -112,8 +132,19 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
 /// runs on tokio-tungstenite's stream, which can send a long message as fragments (see
 /// [`shared::ws::text_frames`]).
 async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Request) -> Result<Response, ApiError> {
-    let (canvas, since, epoch) = parse_query(raw.as_deref())?;
+    let (canvas, since, epoch, token) = parse_query(raw.as_deref())?;
     let accept = accept_key(req.headers())?;
+    // The client token, when required: checked before anything else about the session.
+    let expires = match &node.client_tokens {
+        None => None,
+        Some(tokens) => {
+            let grant = tokens.authorize(token.as_deref(), canvas.as_str(), Action::Subscribe).map_err(|e| {
+                tracing::info!(canvas = %canvas, code = e.code(), "handshake refused: client token");
+                e.api_error()
+            })?;
+            Some(tokio::time::Instant::now() + grant.remaining(std::time::SystemTime::now()))
+        }
+    };
     let headers = req.headers().clone();
     if !node.is_ready() {
         let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
@@ -165,6 +196,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
         ping_interval: Duration::from_millis(node.config.ping_interval_ms),
         node_id: node.config.node_id.clone(),
         peer: Peer { origin: header_str(header::ORIGIN), user_agent: header_str(header::USER_AGENT) },
+        expires,
     };
     let c = &node.config;
     let cfg = tungstenite::protocol::WebSocketConfig::default()
@@ -204,7 +236,8 @@ mod tests {
 
     #[test]
     fn query_parsing_names_the_bad_field() {
-        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12, None));
+        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12, None, None));
+        assert_eq!(parse_query(Some("canvas=c1&token=a.b.c")).unwrap().3.as_deref(), Some("a.b.c"));
         assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
         assert_eq!(parse_query(Some("canvas=c1")).unwrap().1, 0);
         assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().2, Some(Epoch::parse("AAAA-0").unwrap()));

@@ -35,8 +35,10 @@ use tokio_util::sync::CancellationToken;
 /// Runs a node on `listener` until `shutdown` is cancelled; then drains (reason SHUTDOWN), leaves
 /// the broadcast group and returns.
 ///
+/// With no `ADMIN_TOKEN` it also serves the admin routes on `ADMIN_LISTEN_ADDR` (loopback).
+///
 /// # Errors
-/// When the HTTP server fails.
+/// When the HTTP server fails, or the admin listener cannot be bound.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let node = Node::new(config, shutdown.clone());
     tracing::info!(
@@ -48,6 +50,17 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         node.config.node_id
     );
     let app = http::router(node.clone());
+    if node.config.admin_token().is_none() {
+        // No credential: the admin routes are served on loopback only.
+        let admin = shared::shutdown::listen(node.config.admin_listen)?;
+        tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
+        let (routes, stop) = (http::admin_router(node.clone()), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(admin, routes).with_graceful_shutdown(stop.cancelled_owned()).await {
+                tracing::error!(error = %e, "admin listener failed");
+            }
+        });
+    }
     let n = node.clone();
     axum::serve(shared::http::no_delay(listener), app)
         .with_graceful_shutdown(async move {

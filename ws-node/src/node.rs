@@ -46,6 +46,8 @@ pub struct Node {
     pub shutdown: CancellationToken,
     /// `GET /metrics` ([`crate::metrics`]).
     pub metrics: crate::metrics::Metrics,
+    /// The verifier of clients' tokens (`None`: no token needed), from `CLIENT_TOKEN_*`.
+    pub client_tokens: Option<shared::client_token::ClientTokens>,
 }
 
 impl Node {
@@ -55,8 +57,10 @@ impl Node {
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let metrics = crate::metrics::Metrics::new(&config.node_id, &hub.counters);
         let seats = crate::admission::Seats::new(usize::try_from(config.max_sessions).unwrap_or(usize::MAX));
+        let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
         let node = Arc::new(Self {
             metrics,
+            client_tokens,
             config,
             hub,
             phase: Mutex::new(Phase::Up),

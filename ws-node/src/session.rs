@@ -58,6 +58,10 @@ pub struct SessionSpec {
     pub peer: Peer,
     /// This node's id, named in the session's `welcome` frame.
     pub node_id: String,
+    /// When the client's token expires (`None`: no token needed): the session is then closed
+    /// with 1008 Policy Violation, reason `token expired`, and the client reconnects with a
+    /// fresh token.
+    pub expires: Option<Instant>,
 }
 
 /// Why the session ended (for the log line at its end).
@@ -499,6 +503,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     let mut close_reply = Bytes::new();
     let mut ping = tokio::time::interval_at(Instant::now() + spec.ping_interval, spec.ping_interval);
     let mut last_heard = Instant::now();
+    let expires = spec.expires;
     let end = loop {
         let status = out.status();
         if let Some(o) = status.order {
@@ -550,6 +555,9 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
                     break End::WriteFailed(format!("write blocked for more than {:?}", spec.write_timeout));
                 }
             }
+            () = sleep_until_some(expires), if expires.is_some() => {
+                break End::Ordered(close::POLICY_VIOLATION, shared::client_token::TokenError::Expired.close_reason());
+            }
             _ = ping.tick() => {
                 if last_heard.elapsed() > spec.ping_interval * 3 {
                     break End::Unresponsive;
@@ -586,6 +594,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     }
     // Dropping `rx` releases the outbox's socket; the last reference closes it.
     drop(rx);
+}
+
+/// Sleeps until `at` (forever when `None`; the caller guards the branch).
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Messages read from a client per wake-up at most; then the task yields, so a client that never

@@ -28,6 +28,16 @@ struct Harness {
     _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
 }
 
+/// The admin token of the harness's nodes.
+const ADMIN_TOKEN: &str = "node-test-admin-token";
+
+/// An HTTP client that sends the admin token with every request.
+fn admin_client() -> reqwest::Client {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(reqwest::header::AUTHORIZATION, format!("Bearer {ADMIN_TOKEN}").parse().unwrap());
+    reqwest::Client::builder().default_headers(h).build().unwrap()
+}
+
 impl Harness {
     async fn start(tune: impl FnOnce(&mut Config)) -> Self {
         shared::telemetry::init();
@@ -42,6 +52,9 @@ impl Harness {
         let mut config = Config::for_node("ws-test", &bootstrap);
         config.topic = topic.clone();
         config.broadcast_group = format!("g-{topic}");
+        // The admin routes are then on the node's own listener, behind the token this harness's
+        // client sends with every request.
+        config.admin_token = Some(ADMIN_TOKEN.into());
         tune(&mut config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -54,7 +67,7 @@ impl Harness {
             ws: format!("ws://{addr}"),
             shutdown,
             task: Some(task),
-            http: reqwest::Client::new(),
+            http: admin_client(),
             versions: Default::default(),
             _cluster: cluster,
         }
@@ -386,5 +399,105 @@ async fn a_full_drain_ends_up_and_recovery_brings_the_node_back_with_its_state()
     assert_eq!(health["catchup"]["replay_count"], 1, "{health}");
     let mut ws = h.connect("a", 4).await.expect("served again");
     assert_eq!(version(&next(&mut ws).await.unwrap()), 5);
+    h.stop().await;
+}
+
+/// A free loopback port (bound and released; the node binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_routes_need_the_admin_token() {
+    let h = Harness::start(|_| {}).await;
+    let plain = reqwest::Client::new();
+    let url = format!("{}/admin/start-recovery", h.url);
+    let r = plain.post(&url).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.headers()["www-authenticate"].to_str().unwrap().starts_with("Bearer"));
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "missing_token");
+    let r = plain.post(&url).bearer_auth("not-the-token").send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "invalid_token");
+    let r = plain.post(format!("{}/admin/drain", h.url)).json(&serde_json::json!({"reason": "MAINTENANCE"})).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    // Nothing started: the node is still waiting for start-recovery.
+    assert_eq!(h.health().await["state"], "UP");
+    // With the token (the harness's client sends it) it works.
+    h.recover().await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_admin_token_the_admin_routes_are_on_loopback_only() {
+    let admin_port = free_port();
+    let h = Harness::start(|c| {
+        c.admin_token = None;
+        c.admin_listen = format!("127.0.0.1:{admin_port}").parse().unwrap();
+    })
+    .await;
+    let plain = reqwest::Client::new();
+    let r = plain.post(format!("{}/admin/start-recovery", h.url)).send().await.unwrap();
+    assert_eq!(r.status(), 404, "the public listener has no admin routes");
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "not_found");
+    let r = plain.post(format!("http://127.0.0.1:{admin_port}/admin/start-recovery")).send().await.unwrap();
+    assert_eq!(r.status(), 202);
+    h.wait_health("HEALTHY", |h| h["state"] == "HEALTHY").await;
+    let r = plain.get(format!("http://127.0.0.1:{admin_port}/health")).send().await.unwrap();
+    assert_eq!(r.status(), 404, "the admin listener serves only the admin routes");
+    h.stop().await;
+}
+
+#[test]
+fn a_public_admin_listener_without_a_token_is_a_config_problem() {
+    let mut c = Config::for_node("ws-1", "k:9092");
+    c.admin_listen = "0.0.0.0:9081".parse().unwrap();
+    assert!(c.problems().iter().any(|p| p.contains("ADMIN_LISTEN_ADDR")), "{:?}", c.problems());
+    c.admin_token = Some("t".into());
+    assert!(c.problems().is_empty(), "{:?}", c.problems());
+}
+
+fn client_token(secret: &str, canvases: &[&str], ttl_secs: u64) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + ttl_secs;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"exp": exp, "sub": "tester", "canvases": canvases}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribing_needs_a_client_token_for_the_canvas_and_ends_when_it_expires() {
+    let mut h = Harness::start(|c| c.client_tokens.hs256_secret = Some("node-secret".into())).await;
+    h.publish("a").await;
+    h.recover().await;
+    for (query, status, code) in [
+        ("canvas=a".to_owned(), 401, "missing_token"),
+        ("canvas=a&token=garbage".to_owned(), 401, "invalid_token"),
+        (format!("canvas=a&token={}", client_token("other-secret", &["a"], 600)), 401, "invalid_token"),
+        (format!("canvas=a&token={}", client_token("node-secret", &["b", "a-*"], 600)), 403, "token_not_allowed"),
+    ] {
+        let (got, body, _) = h.connect_with(&query).await.expect_err("refused");
+        assert_eq!((got, body["error"].as_str()), (status, Some(code)), "{query}");
+    }
+    let mut ws = h.connect_with(&format!("canvas=a&token={}", client_token("node-secret", &["a"], 600))).await.expect("served");
+    assert!(matches!(next(&mut ws).await.unwrap(), ServerMessage::Snapshot { version: 1, .. }));
+    // A token that expires in a second or two: served, then closed with 1008 when it expires.
+    let mut short = h.connect_with(&format!("canvas=a&token={}", client_token("node-secret", &["*"], 2))).await.expect("served");
+    assert!(matches!(next(&mut short).await.unwrap(), ServerMessage::Snapshot { .. }));
+    let started = Instant::now();
+    let end = loop {
+        match tokio::time::timeout(Duration::from_secs(5), short.next()).await.expect("closed within 5 s") {
+            Some(Ok(Message::Close(f))) => break f.expect("a close frame with a code"),
+            Some(Ok(_)) => continue,
+            other => panic!("expected a close frame, got {other:?}"),
+        }
+    };
+    assert_eq!((u16::from(end.code), end.reason.as_str()), (1008, "token expired"));
+    assert!(started.elapsed() <= Duration::from_secs(3), "{:?}", started.elapsed());
+    // The long-lived session is still served.
+    h.publish("a").await;
+    assert_eq!(version(&next(&mut ws).await.unwrap()), 2);
     h.stop().await;
 }

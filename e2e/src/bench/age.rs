@@ -161,6 +161,8 @@ fn env_of(ctx: &Ctx, topic: &str, port: u16, extra: &[(&str, String)]) -> BTreeM
         ("CANVAS_WIDTH", ctx.canvas_side.to_string()),
         ("CANVAS_HEIGHT", ctx.canvas_side.to_string()),
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        // The admin routes on the node's own port, behind the harness's token.
+        ("ADMIN_TOKEN", crate::fleet::ADMIN_TOKEN.to_owned()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))
@@ -211,7 +213,7 @@ async fn measure_recovery(ctx: &Ctx, topic: &str, events: u64, build: Build, dir
     let result = async {
         eventually("the node to answer /health", Duration::from_secs(30), || async { Ok(get_json(&http, &format!("{url}/health")).await.ok().map(|_| ())) }).await?;
         let t0 = Instant::now();
-        let r = http.post(format!("{url}/admin/start-recovery")).send().await?;
+        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).send().await?;
         anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
         wait_ready(&http, &url, "the node to be ready").await?;
         Ok(t0.elapsed().as_millis() as u64)

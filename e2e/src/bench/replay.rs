@@ -53,6 +53,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         ("CANVAS_WIDTH", ctx.canvas_side.to_string()),
         ("CANVAS_HEIGHT", ctx.canvas_side.to_string()),
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("ADMIN_TOKEN", crate::fleet::ADMIN_TOKEN.to_owned()),
         ("BROADCAST_GROUP", format!("bench-broadcast-{tag}")),
         ("CATCHUP_GROUP", format!("bench-catchup-{tag}")),
     ]
@@ -70,7 +71,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         })
         .await?;
         let t0 = Instant::now();
-        let r = http.post(format!("{url}/admin/start-recovery")).send().await?;
+        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).send().await?;
         anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
         println!("[bench]   ws-node replaying (start-recovery sent)");
         let catchup = eventually("the replay node to be ready", Duration::from_secs(900), || async {

@@ -130,6 +130,8 @@ test('buildUrl and close codes', () => {
   assert.equal(buildUrl('wss://host/fleet/', 'a-b_C', 50), 'wss://host/fleet/ws?canvas=a-b_C&since=50&refusal=frame');
   assert.equal(buildUrl('ws://host:8000', 'c1', 50, '/ws', 'q5X-_G-0'), 'ws://host:8000/ws?canvas=c1&since=50&epoch=q5X-_G-0&refusal=frame');
   assert.equal(buildUrl('ws://host:8000', 'c1', 50, '/ws', null), 'ws://host:8000/ws?canvas=c1&since=50&refusal=frame');
+  assert.equal(buildUrl('ws://host:8000', 'c1', 5, '/ws', 'e-0', 'a.b+c/d=.e'), 'ws://host:8000/ws?canvas=c1&since=5&epoch=e-0&token=a.b%2Bc%2Fd%3D.e&refusal=frame');
+  assert.equal(buildUrl('ws://host:8000', 'c1', 5, '/ws', null, ''), 'ws://host:8000/ws?canvas=c1&since=5&refusal=frame');
   for (const code of [1002, 1003, 1007, 1009]) assert.equal(isProtocolError(code), true);
   for (const code of [1000, 1001, 1006, 1008, 1011, 1012, 1013]) assert.equal(isProtocolError(code), false);
   assert.equal(closeCause(1006), 'dropped_1006');
