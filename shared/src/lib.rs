@@ -13,6 +13,9 @@
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
+//! - [`serve`]: the HTTP server of every service, with a header-read timeout and a connection cap;
+//! - [`origin`]: which `Origin`s may open a WebSocket; [`client_addr`]: the client's address
+//!   behind trusted proxies; [`rate_limit`]: the publish rate limit per client address;
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
 //! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
@@ -22,13 +25,17 @@
 
 pub mod api;
 pub mod canvas;
+pub mod client_addr;
 pub mod epoch;
 pub mod event;
 pub mod http;
 pub mod kafka;
+pub mod origin;
 pub mod partitioner;
 pub mod protocol;
+pub mod rate_limit;
 pub mod replay;
+pub mod serve;
 pub mod shutdown;
 pub mod snapshot;
 pub mod telemetry;
