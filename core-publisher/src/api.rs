@@ -91,6 +91,8 @@ impl BatchResult {
     }
 }
 
+use shared::rate_limit::PublishLimiter;
+
 fn publish_error(e: PublishError) -> ApiError {
     match e {
         PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
@@ -332,9 +334,15 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
 
 /// The publisher's router over `versions`.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
+    router_limited(versions, Arc::new(PublishLimiter::new(0, 0, Default::default())))
+}
+
+/// [`router`] with the publish rate limit `limiter` on the publish routes (429 `rate_limited`).
+pub fn router_limited<L: EventLog>(versions: Arc<Versions<L>>, limiter: Arc<PublishLimiter>) -> Router {
+    let limited = || axum::middleware::from_fn_with_state(limiter.clone(), shared::rate_limit::enforce);
     Router::new()
-        .route("/canvases/{id}/pixels", post(post_pixel::<L>))
-        .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
+        .route("/canvases/{id}/pixels", post(post_pixel::<L>).layer(limited()))
+        .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
         .route("/ready", get(ready::<L>))

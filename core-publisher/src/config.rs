@@ -87,6 +87,10 @@ pub struct Config {
     /// `RUST_LOG=info,kafka=debug`. Empty: off.
     #[arg(long, env = "KAFKA_DEBUG", default_value = "")]
     pub kafka_debug: String,
+    #[command(flatten)]
+    pub serve: shared::serve::ServeArgs,
+    #[command(flatten)]
+    pub rate: shared::rate_limit::RateArgs,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -196,7 +200,12 @@ impl Config {
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
-        ])
+            ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
+        ]
+        .into_iter()
+        .chain(self.rate.env_pairs())
+        .collect::<Vec<_>>())
     }
 
     /// `produce_timeout_ms` as a duration.

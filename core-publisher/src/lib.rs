@@ -153,9 +153,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     }
 
     tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
-    axum::serve(shared::http::no_delay(listener), api::router(versions))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+    let limiter = Arc::new(config.rate.limiter());
+    tokio::spawn(limiter.clone().run_cleanup(shutdown.clone()));
+    shared::serve::serve(listener, api::router_limited(versions, limiter), config.serve.limits(), shutdown.cancelled_owned()).await?;
     tracing::info!("publisher stopped");
     Ok(())
 }

@@ -23,6 +23,10 @@ pub struct FleetSpec {
     pub publishers: usize,
     /// Extra environment of every publisher (e.g. `PRODUCE_TIMEOUT_MS`).
     pub publisher_env: Vec<(String, String)>,
+    /// Extra environment of every node (e.g. `MAX_CONNECTIONS`).
+    pub node_env: Vec<(String, String)>,
+    /// Extra environment of the gateway (e.g. `ALLOWED_ORIGINS`).
+    pub gateway_env: Vec<(String, String)>,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
 }
@@ -39,6 +43,8 @@ impl Default for FleetSpec {
             height: 64,
             publishers: 1,
             publisher_env: Vec::new(),
+            node_env: Vec::new(),
+            gateway_env: Vec::new(),
             bin_dir: None,
         }
     }
@@ -102,37 +108,29 @@ impl Fleet {
         for i in 1..=spec.nodes {
             let port = free_port()?;
             let id = format!("ws-{i}");
-            nodes.push(Service::new(
-                &id,
-                &bin("ws-node"),
-                port,
-                common(&[
-                    ("NODE_ID", id.clone()),
-                    ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                    ("BROADCAST_GROUP", group.clone()),
-                    ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
-                    ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
-                ]),
-                timeline.clone(),
-            ));
+            let mut env = common(&[
+                ("NODE_ID", id.clone()),
+                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+                ("BROADCAST_GROUP", group.clone()),
+                ("CATCHUP_GROUP", format!("ws-catchup-{id}-{suffix}")),
+                ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
+            ]);
+            env.extend(spec.node_env.iter().cloned());
+            nodes.push(Service::new(&id, &bin("ws-node"), port, env, timeline.clone()));
         }
         let gw_port = free_port()?;
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
-        let gateway = Service::new(
-            "gateway",
-            &bin("gateway"),
-            gw_port,
-            common(&[
-                ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
-                ("NODES", node_list.join(",")),
-                ("PUBLISHER_URL", std::iter::once(&publisher).chain(&more_publishers).map(Service::url).collect::<Vec<_>>().join(",")),
-                ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
-                ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
-                ("UP_THRESHOLD", spec.up_threshold.to_string()),
-                ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
-            ]),
-            timeline.clone(),
-        );
+        let mut gateway_env = common(&[
+            ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
+            ("NODES", node_list.join(",")),
+            ("PUBLISHER_URL", std::iter::once(&publisher).chain(&more_publishers).map(Service::url).collect::<Vec<_>>().join(",")),
+            ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
+            ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
+            ("UP_THRESHOLD", spec.up_threshold.to_string()),
+            ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
+        ]);
+        gateway_env.extend(spec.gateway_env.iter().cloned());
+        let gateway = Service::new("gateway", &bin("gateway"), gw_port, gateway_env, timeline.clone());
         let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };
         fleet.publisher.start()?;
         for n in &mut fleet.nodes {

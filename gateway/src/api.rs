@@ -2,10 +2,10 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake); a page of a foreign `Origin` ([`shared::origin`]): `403 origin_not_allowed`, or with `refusal=frame` an `error` frame and close 1008 Policy Violation |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`) |
-//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
+//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]), with `X-Forwarded-For`: its answer; the publishes `429 rate_limited` + `Retry-After` over `PUBLISH_RATE_PER_SEC` ([`shared::rate_limit`]); the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"nodes":{id: state}}` |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 
@@ -14,7 +14,8 @@ use crate::proxy;
 use crate::publishers::Forward;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::header::{HOST, ORIGIN};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -25,16 +26,19 @@ use shared::http::{
     MAX_BODY_BYTES,
 };
 use shared::protocol::{Refusal, WsQuery};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The gateway's router.
 pub fn router(fleet: Arc<Fleet>) -> Router {
+    // The publish rate limit per client address, on the forwarded publishes.
+    let limited = || axum::middleware::from_fn_with_state(fleet.limiter.clone(), shared::rate_limit::enforce);
     Router::new()
         .route("/ws", get(ws))
         .route("/api/fleet", get(fleet_state))
         .route("/api/fleet/nodes/{id}/drain", post(drain))
-        .route("/api/canvases/{id}/pixels", post(forward_pixel))
-        .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
+        .route("/api/canvases/{id}/pixels", post(forward_pixel).layer(limited()))
+        .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .route("/", get(crate::assets::index))
@@ -88,30 +92,54 @@ async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, Js
 /// Request headers passed on to the publisher with a forwarded publish.
 const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key"];
 
-/// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]).
-fn forward(method: reqwest::Method, path: String, body: Option<axum::body::Bytes>, headers: &HeaderMap, timeout: std::time::Duration) -> Forward {
-    let headers = FORWARDED_REQUEST_HEADERS.iter().filter_map(|name| Some((*name, headers.get(*name)?.clone()))).collect();
-    Forward { method, path, body, headers, timeout }
+/// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]),
+/// with `X-Forwarded-For`: the incoming one and the peer's address (the publisher's rate limit
+/// then sees the client when it trusts the gateway, `TRUSTED_PROXIES`).
+fn forward(
+    method: reqwest::Method,
+    path: String,
+    body: Option<axum::body::Bytes>,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    timeout: std::time::Duration,
+) -> Forward {
+    let mut out: Vec<_> = FORWARDED_REQUEST_HEADERS.iter().filter_map(|name| Some((*name, headers.get(*name)?.clone()))).collect();
+    let incoming = headers.get_all("x-forwarded-for").into_iter().filter_map(|v| v.to_str().ok());
+    if let Ok(v) = axum::http::HeaderValue::from_str(&shared::client_addr::forwarded_for(incoming, peer.ip())) {
+        out.push(("x-forwarded-for", v));
+    }
+    Forward { method, path, body, headers: out, timeout }
 }
 
 async fn forward_pixel(
     State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     CanvasPath(canvas): CanvasPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Response {
-    let req = forward(reqwest::Method::POST, format!("/canvases/{canvas}/pixels"), Some(body), &headers, fleet.config.publisher_timeout());
+    let req = forward(reqwest::Method::POST, format!("/canvases/{canvas}/pixels"), Some(body), &headers, peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
 
 /// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
-async fn forward_batch(State(fleet): State<Arc<Fleet>>, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Response {
-    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &HeaderMap::new(), fleet.config.publisher_batch_timeout());
+async fn forward_batch(
+    State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
+) -> Response {
+    // Only X-Forwarded-For of the request's headers goes on (a batch carries its keys inside).
+    let mut only_xff = HeaderMap::new();
+    for v in headers.get_all("x-forwarded-for") {
+        only_xff.append("x-forwarded-for", v.clone());
+    }
+    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &only_xff, peer, fleet.config.publisher_batch_timeout());
     fleet.publishers.forward(&req).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Response {
-    let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), fleet.config.publisher_timeout());
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(canvas): CanvasPath) -> Response {
+    let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
 
@@ -129,6 +157,15 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    let header_str = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let same = shared::origin::SameOrigin::Allowed;
+    if let Err(refused) = shared::origin::check(header_str(ORIGIN), header_str(HOST), &fleet.config.allowed_origins, same) {
+        tracing::info!(origin = header_str(ORIGIN).unwrap_or(""), "handshake refused: origin not allowed");
+        return Ok(match q.refusal {
+            Refusal::Frame => proxy::refuse_origin_with_frame(upgrade, refused.0),
+            Refusal::Http => ApiError::new(axum::http::StatusCode::FORBIDDEN, "origin_not_allowed", refused.0).into_response(),
+        });
+    }
     let (upstream, target) = match proxy::connect_upstream(&fleet, &q, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),

@@ -80,6 +80,8 @@ pub struct Fleet {
     partition_count: AtomicU32,
     /// The publishers requests are forwarded to.
     pub publishers: Publishers,
+    /// The publish rate limit on the forwarded publish routes.
+    pub limiter: Arc<shared::rate_limit::PublishLimiter>,
     /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Proxied sessions: which node and partition each is on, and its close switch.
@@ -120,8 +122,10 @@ impl Fleet {
             .collect();
         let partitions = config.partitions;
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
+        let limiter = Arc::new(config.rate.limiter());
         Arc::new(Self {
             config,
+            limiter,
             nodes,
             decisions: Mutex::new(VecDeque::new()),
             http: reqwest::Client::builder().build().expect("build the HTTP client"),

@@ -42,7 +42,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
     tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
-    let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    tokio::spawn(fleet.limiter.clone().run_cleanup(shutdown.clone()));
+    let limits = fleet.config.serve.limits();
+    let serve = shared::serve::serve(listener, api::router(fleet), limits, shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {
         shutdown.cancelled().await;

@@ -10,6 +10,10 @@
 
 use std::fmt;
 
+/// The header in which the gateway passes a client's `Origin` (already checked) on to the node,
+/// for its logs: the upstream handshake itself carries no `Origin`.
+pub const FORWARDED_ORIGIN: &str = "x-forwarded-origin";
+
 /// The configured origins (`ALLOWED_ORIGINS`): `scheme://host[:port]`, compared without case.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AllowedOrigins {
