@@ -128,7 +128,7 @@ impl Fleet {
             limiter,
             nodes,
             decisions: Mutex::new(VecDeque::new()),
-            http: reqwest::Client::builder().build().expect("build the HTTP client"),
+            http: reqwest::Client::builder().pool_idle_timeout(shared::serve::CLIENT_POOL_IDLE).build().expect("build the HTTP client"),
             refresh: Notify::new(),
             polled: tokio::sync::watch::Sender::new(0),
             partition_count: AtomicU32::new(partitions),

@@ -44,6 +44,13 @@ use tokio_util::task::TaskTracker;
 /// head (a few hundred bytes), short enough that idle sockets do not pile up.
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 
+/// How long the fleet's own HTTP clients (the gateway's, to nodes and publishers) keep an idle
+/// connection: below the servers' header-read timeout, which also closes idle kept-alive
+/// connections, so a client never reuses a connection the server is closing at that moment (a
+/// request lost in that race would have an unknown outcome). Keep `HEADER_READ_TIMEOUT_MS` of
+/// nodes and publishers above it.
+pub const CLIENT_POOL_IDLE: Duration = Duration::from_secs(4);
+
 /// `Retry-After` of the answer to a connection over the cap, seconds.
 pub const REFUSED_RETRY_AFTER_SECS: u64 = 1;
 
