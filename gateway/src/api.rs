@@ -182,6 +182,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn forwards_append_the_peer_to_x_forwarded_for() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "198.51.100.7".parse().unwrap());
+        h.append("x-forwarded-for", "203.0.113.1".parse().unwrap());
+        h.insert("idempotency-key", "k1".parse().unwrap());
+        let peer: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        let f = forward(reqwest::Method::POST, "/pixels".into(), None, &h, peer, std::time::Duration::from_secs(1));
+        let get = |name: &str| f.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_str().unwrap().to_owned());
+        assert_eq!(get("x-forwarded-for").as_deref(), Some("198.51.100.7, 203.0.113.1, 10.0.0.1"));
+        assert_eq!(get("idempotency-key").as_deref(), Some("k1"));
+        let f = forward(reqwest::Method::GET, "/c".into(), None, &HeaderMap::new(), peer, std::time::Duration::from_secs(1));
+        assert_eq!(f.headers.iter().map(|(n, v)| (*n, v.to_str().unwrap())).collect::<Vec<_>>(), [("x-forwarded-for", "10.0.0.1")]);
+    }
+
+    #[test]
     fn ws_query_is_validated() {
         let q = parse_ws_query(Some("canvas=c1&since=7")).unwrap();
         assert_eq!((q.canvas.as_str(), q.since), ("c1", 7));

@@ -158,7 +158,7 @@ where
             refuse(stream, peer, &refusing, &refusal, limits.max_connections);
             continue;
         };
-        let io = TokioIo::new(Counted { io: stream, _permit: permit });
+        let io = TokioIo::new(Conn { io: stream, permit: Slot(permit) });
         let router = router.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(ConnectInfo(peer));
@@ -233,20 +233,35 @@ fn warn_if_over_fd_limit(max_connections: usize) {
     }
 }
 
-/// A connection's IO holding its permit of the connection cap: the permit is returned when the
-/// IO is dropped, which for an upgraded connection (a WebSocket) is when the session ends.
-struct Counted {
+/// A connection's IO holding its slot of the connection cap: the slot is freed when the IO is
+/// dropped, which for an upgraded connection (a WebSocket) is when the session ends.
+///
+/// A handler that takes the socket out of an upgrade (the node's sessions write to the
+/// `TcpStream` themselves) downcasts the upgraded IO to `TokioIo<Conn>` with
+/// `hyper::upgrade::Upgraded::downcast` and keeps the [`Slot`] of [`Conn::into_parts`] for as long
+/// as it uses the socket.
+pub struct Conn {
     io: TcpStream,
-    _permit: OwnedSemaphorePermit,
+    permit: Slot,
 }
 
-impl AsyncRead for Counted {
+/// A connection's slot of the connection cap, freed when dropped.
+pub struct Slot(#[allow(dead_code)] OwnedSemaphorePermit);
+
+impl Conn {
+    /// The socket and its slot.
+    pub fn into_parts(self) -> (TcpStream, Slot) {
+        (self.io, self.permit)
+    }
+}
+
+impl AsyncRead for Conn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
 
-impl AsyncWrite for Counted {
+impl AsyncWrite for Conn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.io).poll_write(cx, buf)
     }
