@@ -99,6 +99,8 @@ impl BatchResult {
     }
 }
 
+use shared::rate_limit::PublishLimiter;
+
 fn publish_error(e: PublishError) -> ApiError {
     match e {
         PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
@@ -377,14 +379,19 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
 
 /// The publisher's router over `versions`, publishing without client tokens.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
-    router_with(versions, None)
+    router_with(versions, None, Arc::new(PublishLimiter::new(0, 0, Default::default())))
 }
 
-/// The publisher's router over `versions`; with `tokens`, publishing needs a client token.
-pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<ClientTokens>) -> Router {
+/// The publisher's router over `versions`; with `tokens`, publishing needs a client token; the
+/// publish routes have the rate limit `limiter` (429 `rate_limited`).
+pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<ClientTokens>, limiter: Arc<PublishLimiter>) -> Router {
+    let limited = || axum::middleware::from_fn_with_state(limiter.clone(), shared::rate_limit::enforce);
     Router::new()
-        .route("/canvases/{id}/pixels", post(post_pixel::<L>).layer(axum::middleware::from_fn_with_state(versions.clone(), crate::metrics::count_publish::<L>)))
-        .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
+        .route(
+            "/canvases/{id}/pixels",
+            post(post_pixel::<L>).layer(limited()).layer(axum::middleware::from_fn_with_state(versions.clone(), crate::metrics::count_publish::<L>)),
+        )
+        .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
         .route("/metrics", get(metrics::<L>))

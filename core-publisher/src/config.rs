@@ -90,6 +90,10 @@ pub struct Config {
     /// `RUST_LOG=info,kafka=debug`. Empty: off.
     #[arg(long, env = "KAFKA_DEBUG", default_value = "")]
     pub kafka_debug: String,
+    #[command(flatten)]
+    pub serve: shared::serve::ServeArgs,
+    #[command(flatten)]
+    pub rate: shared::rate_limit::RateArgs,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -201,7 +205,10 @@ impl Config {
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
+            ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
+        pairs.extend(self.rate.env_pairs());
         pairs.extend(self.client_tokens.describe());
         shared::telemetry::env_lines(&pairs)
     }

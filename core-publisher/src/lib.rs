@@ -159,9 +159,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
 
     tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
     let tokens = config.client_tokens.load().map_err(anyhow::Error::msg)?;
-    axum::serve(shared::http::no_delay(listener), api::router_with(versions, tokens))
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+    let limiter = Arc::new(config.rate.limiter());
+    tokio::spawn(limiter.clone().run_cleanup(shutdown.clone()));
+    shared::serve::serve(listener, api::router_with(versions, tokens, limiter), config.serve.limits(), shutdown.cancelled_owned()).await?;
     tracing::info!("publisher stopped");
     Ok(())
 }

@@ -23,6 +23,10 @@ pub struct FleetSpec {
     pub publishers: usize,
     /// Extra environment of every publisher (e.g. `PRODUCE_TIMEOUT_MS`).
     pub publisher_env: Vec<(String, String)>,
+    /// Extra environment of every node (e.g. `MAX_CONNECTIONS`).
+    pub node_env: Vec<(String, String)>,
+    /// Extra environment of the gateway (e.g. `ALLOWED_ORIGINS`).
+    pub gateway_env: Vec<(String, String)>,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
     /// Extra environment of every node (e.g. `MAX_SESSIONS`).
@@ -53,6 +57,8 @@ impl Default for FleetSpec {
             height: 64,
             publishers: 1,
             publisher_env: Vec::new(),
+            node_env: Vec::new(),
+            gateway_env: Vec::new(),
             bin_dir: None,
             node_env: Vec::new(),
             gateway_env: Vec::new(),

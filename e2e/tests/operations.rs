@@ -262,7 +262,10 @@ async fn malformed_frames() {
     use tokio_tungstenite::tungstenite::Message;
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
-    let mut fleet = Fleet::start(&broker, FleetSpec::default(), tl.clone()).await.expect("fleet");
+    // The bad client's pages are of an allowed origin: the frames, not the origin, are at fault.
+    let origin = vec![("ALLOWED_ORIGINS".to_owned(), "http://bad-client.example".to_owned())];
+    let spec = FleetSpec { node_env: origin.clone(), gateway_env: origin, ..FleetSpec::default() };
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
     let state = fleet.fleet_state().await.unwrap();
     let canvas = pick_canvases(&state, fleet.spec.partitions, 1, &["ws-1".to_owned()]).remove(0);
     let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
@@ -291,8 +294,9 @@ async fn malformed_frames() {
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The node sees every case (the gateway forwards well-formed frames to it); the gateway's own
-    // WebSocket layer sees the frames that break the protocol itself (UTF-8, reserved bits).
-    for (source, at_least) in [("ws-1", 2 * cases.len() - 2), ("gateway", 2)] {
+    // WebSocket layer sees the frames that break the protocol itself (UTF-8, reserved bits) or its
+    // message limit (the node's).
+    for (source, at_least) in [("ws-1", 2 * cases.len() - 3), ("gateway", 3)] {
         let warnings = tl.grep(source, "ws.protocol_error");
         assert!(warnings.len() >= at_least, "{source} logs protocol errors as ws.protocol_error warnings: {warnings:?}");
         for w in &warnings {

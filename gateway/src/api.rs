@@ -2,11 +2,11 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake); a page of a foreign `Origin` ([`shared::origin`]): `403 origin_not_allowed`, or with `refusal=frame` an `error` frame and close 1008 Policy Violation |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions; node and publisher URLs and error texts only with the admin token ([`crate::redaction`]) |
 //! | `GET /api/fleet/history?since_ms=<unix ms>` | `200` `{"poll_interval_ms","partition_count","history_ms","samples":[{"at_ms","nodes":[{"id","state","sessions","partitions","records_per_sec"}]}]}`: one sample per scheduled poll over the last 10 minutes, oldest first, only those after `since_ms` when given ([`crate::history`]) |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`); needs `Authorization: Bearer <ADMIN_TOKEN>` (401) |
-//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]): its answer; the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
+//! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]), with `X-Forwarded-For`: its answer; the publishes `429 rate_limited` + `Retry-After` over `PUBLISH_RATE_PER_SEC` ([`shared::rate_limit`]); the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
 //! | `GET /ready` | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
@@ -25,7 +25,8 @@ use crate::proxy;
 use crate::publishers::Forward;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{RawQuery, State};
+use axum::extract::{ConnectInfo, RawQuery, State};
+use axum::http::header::{HOST, ORIGIN};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -36,10 +37,13 @@ use shared::http::{
     MAX_BODY_BYTES,
 };
 use shared::protocol::{Refusal, WsQuery};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// The gateway's public router.
 pub fn router(fleet: Arc<Fleet>) -> Router {
+    // The publish rate limit per client address, on the forwarded publishes.
+    let limited = || axum::middleware::from_fn_with_state(fleet.limiter.clone(), shared::rate_limit::enforce);
     let admin = match fleet.admin_token.clone() {
         Some(token) => {
             Router::new().route("/api/fleet/nodes/{id}/drain", post(drain)).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))
@@ -51,8 +55,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/fleet", get(fleet_state))
         .route("/api/fleet/history", get(fleet_history))
         .merge(admin)
-        .route("/api/canvases/{id}/pixels", post(forward_pixel))
-        .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)))
+        .route("/api/canvases/{id}/pixels", post(forward_pixel).layer(limited()))
+        .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
         .route("/ready", get(ready))
@@ -196,30 +200,58 @@ async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, Js
 /// client's token, which the publisher checks).
 const FORWARDED_REQUEST_HEADERS: &[&str] = &["idempotency-key", "authorization"];
 
-/// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]).
-fn forward(method: reqwest::Method, path: String, body: Option<axum::body::Bytes>, headers: &HeaderMap, timeout: std::time::Duration) -> Forward {
-    let headers = FORWARDED_REQUEST_HEADERS.iter().filter_map(|name| Some((*name, headers.get(*name)?.clone()))).collect();
-    Forward { method, path, body, headers, timeout }
+/// A forwarded request to `path` on the publisher that accepts writes ([`crate::publishers`]),
+/// with `X-Forwarded-For`: the incoming one and the peer's address (the publisher's rate limit
+/// then sees the client when it trusts the gateway, `TRUSTED_PROXIES`).
+fn forward(
+    method: reqwest::Method,
+    path: String,
+    body: Option<axum::body::Bytes>,
+    headers: &HeaderMap,
+    peer: SocketAddr,
+    timeout: std::time::Duration,
+) -> Forward {
+    let mut out: Vec<_> = FORWARDED_REQUEST_HEADERS.iter().filter_map(|name| Some((*name, headers.get(*name)?.clone()))).collect();
+    let incoming = headers.get_all("x-forwarded-for").into_iter().filter_map(|v| v.to_str().ok());
+    if let Ok(v) = axum::http::HeaderValue::from_str(&shared::client_addr::forwarded_for(incoming, peer.ip())) {
+        out.push(("x-forwarded-for", v));
+    }
+    Forward { method, path, body, headers: out, timeout }
 }
 
 async fn forward_pixel(
     State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     CanvasPath(canvas): CanvasPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Response {
-    let req = forward(reqwest::Method::POST, format!("/canvases/{canvas}/pixels"), Some(body), &headers, fleet.config.publisher_timeout());
+    let req = forward(reqwest::Method::POST, format!("/canvases/{canvas}/pixels"), Some(body), &headers, peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
 
 /// `POST /api/pixels`: the batch is checked by the publisher (the body passed on as it came).
-async fn forward_batch(State(fleet): State<Arc<Fleet>>, headers: HeaderMap, JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>) -> Response {
-    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &headers, fleet.config.publisher_batch_timeout());
+async fn forward_batch(
+    State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    JsonBodyUpTo(body): JsonBodyUpTo<MAX_BATCH_BODY_BYTES>,
+) -> Response {
+    // Only X-Forwarded-For and Authorization of the request's headers go on (a batch carries its
+    // keys inside).
+    let mut only_xff = HeaderMap::new();
+    for v in headers.get_all("x-forwarded-for") {
+        only_xff.append("x-forwarded-for", v.clone());
+    }
+    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
+        only_xff.insert(axum::http::header::AUTHORIZATION, auth.clone());
+    }
+    let req = forward(reqwest::Method::POST, "/pixels".to_owned(), Some(body), &only_xff, peer, fleet.config.publisher_batch_timeout());
     fleet.publishers.forward(&req).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, CanvasPath(canvas): CanvasPath) -> Response {
-    let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), fleet.config.publisher_timeout());
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(canvas): CanvasPath) -> Response {
+    let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
 
@@ -237,6 +269,15 @@ async fn ws(
 ) -> Result<Response, ApiError> {
     let q = parse_ws_query(raw.as_deref())?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
+    let header_str = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    let same = shared::origin::SameOrigin::Allowed;
+    if let Err(refused) = shared::origin::check(header_str(ORIGIN), header_str(HOST), &fleet.config.allowed_origins, same) {
+        tracing::info!(origin = header_str(ORIGIN).unwrap_or(""), "handshake refused: origin not allowed");
+        return Ok(match q.refusal {
+            Refusal::Frame => proxy::refuse_origin_with_frame(upgrade, refused.0),
+            Refusal::Http => ApiError::new(axum::http::StatusCode::FORBIDDEN, "origin_not_allowed", refused.0).into_response(),
+        });
+    }
     // The client token, when required: checked before an upstream is opened (the node checks
     // it again, and closes the session when it expires).
     if let Some(tokens) = &fleet.client_tokens {
@@ -259,6 +300,21 @@ async fn ws(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forwards_append_the_peer_to_x_forwarded_for() {
+        let mut h = HeaderMap::new();
+        h.append("x-forwarded-for", "198.51.100.7".parse().unwrap());
+        h.append("x-forwarded-for", "203.0.113.1".parse().unwrap());
+        h.insert("idempotency-key", "k1".parse().unwrap());
+        let peer: SocketAddr = "10.0.0.1:4000".parse().unwrap();
+        let f = forward(reqwest::Method::POST, "/pixels".into(), None, &h, peer, std::time::Duration::from_secs(1));
+        let get = |name: &str| f.headers.iter().find(|(n, _)| *n == name).map(|(_, v)| v.to_str().unwrap().to_owned());
+        assert_eq!(get("x-forwarded-for").as_deref(), Some("198.51.100.7, 203.0.113.1, 10.0.0.1"));
+        assert_eq!(get("idempotency-key").as_deref(), Some("k1"));
+        let f = forward(reqwest::Method::GET, "/c".into(), None, &HeaderMap::new(), peer, std::time::Duration::from_secs(1));
+        assert_eq!(f.headers.iter().map(|(n, v)| (*n, v.to_str().unwrap())).collect::<Vec<_>>(), [("x-forwarded-for", "10.0.0.1")]);
+    }
 
     #[test]
     fn ws_query_is_validated() {

@@ -135,8 +135,10 @@ pub struct Config {
     /// Read buffer per proxied WebSocket, each side (bytes).
     #[arg(long, env = "WS_READ_BUFFER", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..=1_048_576))]
     pub ws_read_buffer: u64,
-    /// Largest message proxied (bytes).
-    #[arg(long, env = "WS_MAX_MESSAGE", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(128..=67_108_864))]
+    /// Largest message a client may send (bytes); a larger one closes that client's session with
+    /// 1009 Message Too Big. The same default as a node's `WS_MAX_MESSAGE`: clients send only
+    /// small control messages.
+    #[arg(long, env = "WS_MAX_MESSAGE", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(128..=16_777_216))]
     pub ws_max_message: u64,
     /// Most WebSocket handshakes held per node while that node is full (`503 full`), waiting for a
     /// place (0: no queue, a full node's refusal goes to the client at once).
@@ -153,6 +155,21 @@ pub struct Config {
     /// sent away together do not return together.
     #[arg(long, env = "ADMISSION_RETRY_JITTER_S", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub admission_retry_jitter_s: u64,
+    /// Largest message a node may send through the gateway (bytes): events and snapshots (a
+    /// 64 × 64 canvas's snapshot is about 16 KiB).
+    #[arg(long, env = "UPSTREAM_MAX_MESSAGE", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(128..=67_108_864))]
+    pub upstream_max_message: u64,
+    /// Origins (`scheme://host[:port]`, comma-separated; `*` for any) whose pages may open
+    /// sessions on `/ws`, besides the gateway's own (the page it serves: an `Origin` whose host
+    /// and port are the request's `Host`). Several gateways serving one fleet list each other's
+    /// here. A handshake without `Origin` (tools) is accepted; another origin gets 403
+    /// `origin_not_allowed`.
+    #[arg(long, env = "ALLOWED_ORIGINS", default_value = "", value_parser = shared::origin::parse_allowed_origins)]
+    pub allowed_origins: shared::origin::AllowedOrigins,
+    #[command(flatten)]
+    pub serve: shared::serve::ServeArgs,
+    #[command(flatten)]
+    pub rate: shared::rate_limit::RateArgs,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -228,7 +245,12 @@ impl Config {
             ("ADMISSION_WAIT_MS", self.admission_wait_ms.to_string()),
             ("ADMISSION_RETRY_AFTER_S", self.admission_retry_after_s.to_string()),
             ("ADMISSION_RETRY_JITTER_S", self.admission_retry_jitter_s.to_string()),
+            ("UPSTREAM_MAX_MESSAGE", self.upstream_max_message.to_string()),
+            ("ALLOWED_ORIGINS", self.allowed_origins.to_string()),
+            ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
+        pairs.extend(self.rate.env_pairs());
         pairs.extend(self.client_tokens.describe());
         shared::telemetry::env_lines(&pairs)
     }

@@ -87,6 +87,8 @@ pub struct Fleet {
     partition_count: AtomicU32,
     /// The publishers requests are forwarded to.
     pub publishers: Publishers,
+    /// The publish rate limit on the forwarded publish routes.
+    pub limiter: Arc<shared::rate_limit::PublishLimiter>,
     /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
     pub shutdown: tokio_util::sync::CancellationToken,
     /// Proxied sessions: which node and partition each is on, and its close switch.
@@ -143,13 +145,15 @@ impl Fleet {
         let admission = config.admission();
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
         let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
+        let limiter = Arc::new(config.rate.limiter());
         Arc::new(Self {
             admin_token: config.admin_token(),
             client_tokens,
             config,
+            limiter,
             nodes,
             decisions: Mutex::new(VecDeque::new()),
-            http: reqwest::Client::builder().build().expect("build the HTTP client"),
+            http: reqwest::Client::builder().pool_idle_timeout(shared::serve::CLIENT_POOL_IDLE).build().expect("build the HTTP client"),
             refresh: Notify::new(),
             polled: tokio::sync::watch::Sender::new(0),
             partition_count: AtomicU32::new(partitions),

@@ -50,6 +50,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
     tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
+    tokio::spawn(fleet.limiter.clone().run_cleanup(shutdown.clone()));
+    let limits = fleet.config.serve.limits();
     if fleet.admin_token.is_none() {
         // No credential: the drain and the full `/api/fleet` are served on loopback only.
         let admin = shared::shutdown::listen(fleet.config.admin_listen)?;
@@ -61,7 +63,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             }
         });
     }
-    let serve = axum::serve(shared::http::no_delay(listener), api::router(fleet)).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let serve = shared::serve::serve(listener, api::router(fleet), limits, shutdown.clone().cancelled_owned());
     // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
     let deadline = async {
         shutdown.cancelled().await;

@@ -114,16 +114,19 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
         message: e.to_string(),
         retry_after_secs: 5,
     })?;
-    for name in [axum::http::header::ORIGIN, axum::http::header::USER_AGENT] {
-        if let Some(v) = headers.get(&name) {
-            req.headers_mut().insert(name, v.clone());
-        }
+    // The client's `Origin` was checked here; the upstream handshake carries none (a node
+    // accepts handshakes without one), only `X-Forwarded-Origin` for the node's logs.
+    if let Some(v) = headers.get(axum::http::header::ORIGIN) {
+        req.headers_mut().insert(shared::origin::FORWARDED_ORIGIN, v.clone());
+    }
+    if let Some(v) = headers.get(axum::http::header::USER_AGENT) {
+        req.headers_mut().insert(axum::http::header::USER_AGENT, v.clone());
     }
     let cfg = ts::protocol::WebSocketConfig::default()
         .read_buffer_size(fleet.config.ws_read_buffer as usize)
         .write_buffer_size(0)
-        .max_message_size(Some(fleet.config.ws_max_message as usize))
-        .max_frame_size(Some(fleet.config.ws_max_message as usize));
+        .max_message_size(Some(fleet.config.upstream_max_message as usize))
+        .max_frame_size(Some(fleet.config.upstream_max_message as usize));
     let connect = tokio_tungstenite::connect_async_with_config(req, Some(cfg), true);
     let started = tokio::time::Instant::now();
     let answer = tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await;
@@ -163,14 +166,27 @@ impl From<Refused> for ApiError {
 /// Answers a refused session the way browsers can read: accept the WebSocket, send an `error`
 /// frame with `retry_after_ms`, close with 1013 Try Again Later, and wait briefly for the reply.
 pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::response::Response {
+    let reason = format!("{}: try again later", refused.code);
+    let frame = shared::protocol::ServerMessage::Error {
+        code: refused.code,
+        message: refused.message,
+        retry_after_ms: Some(refused.retry_after_secs * 1000),
+    };
+    refuse_frame(upgrade, frame, close::TRY_AGAIN_LATER, reason)
+}
+
+/// Answers a handshake from a page of a foreign origin the way browsers can read: an `error`
+/// frame `origin_not_allowed` (no `retry_after_ms`: trying again will not help) and close 1008
+/// Policy Violation.
+pub fn refuse_origin_with_frame(upgrade: WebSocketUpgrade, message: String) -> axum::response::Response {
+    let frame = shared::protocol::ServerMessage::Error { code: "origin_not_allowed".into(), message, retry_after_ms: None };
+    refuse_frame(upgrade, frame, close::POLICY_VIOLATION, "origin_not_allowed: this page's origin may not open sessions".into())
+}
+
+fn refuse_frame(upgrade: WebSocketUpgrade, frame: shared::protocol::ServerMessage, code: u16, reason: String) -> axum::response::Response {
     upgrade.on_upgrade(move |mut ws| async move {
-        let frame = shared::protocol::ServerMessage::Error {
-            code: refused.code.clone(),
-            message: refused.message.clone(),
-            retry_after_ms: Some(refused.retry_after_secs * 1000),
-        };
         let _ = ws.send(aws::Message::Text(frame.to_json().into())).await;
-        let _ = ws.send(shared::ws::close_message(close::TRY_AGAIN_LATER, &format!("{}: try again later", refused.code))).await;
+        let _ = ws.send(shared::ws::close_message(code, &reason)).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
     })
 }
@@ -201,7 +217,9 @@ pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream,
         // gateway's memory without bound.
         .max_write_buffer_size(MAX_CLIENT_WRITE_BUFFER)
         .max_message_size(c.ws_max_message as usize)
-        .max_frame_size(c.ws_max_message as usize)
+        // A frame a little over the message limit is read whole and refused with 1009 (a clean
+        // close), as a node does; only a much larger one is cut off at its header.
+        .max_frame_size((c.ws_max_message as usize * 16).max(64 * 1024))
         .on_upgrade(move |client| pipe(fleet, client, upstream, target, peer))
 }
 

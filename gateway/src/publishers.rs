@@ -183,7 +183,7 @@ impl Publishers {
     /// When the HTTP client cannot be built.
     pub fn new(config: &Config) -> Result<Self, reqwest::Error> {
         let entries = config.publisher_url.0.iter().map(|url| Entry { url: url.clone(), view: Mutex::new(View::default()) }).collect();
-        let http = reqwest::Client::builder().connect_timeout(config.poll_timeout()).build()?;
+        let http = reqwest::Client::builder().connect_timeout(config.poll_timeout()).pool_idle_timeout(shared::serve::CLIENT_POOL_IDLE).build()?;
         Ok(Self {
             entries,
             preferred: Mutex::new(None),

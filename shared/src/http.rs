@@ -82,7 +82,7 @@ impl<S: Send + Sync> FromRequestParts<S> for CanvasPath {
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
-    /// `Retry-After` in seconds (503 only).
+    /// `Retry-After` in seconds (503, and 429 `rate_limited`).
     pub retry_after_secs: Option<u64>,
 }
 

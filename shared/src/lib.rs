@@ -15,6 +15,9 @@
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
 //! - [`auth`]: the admin token (`Authorization: Bearer`, constant-time compare);
 //! - [`client_token`]: clients' signed tokens (JWT) for publishing and subscribing;
+//! - [`serve`]: the HTTP server of every service, with a header-read timeout and a connection cap;
+//! - [`origin`]: which `Origin`s may open a WebSocket; [`client_addr`]: the client's address
+//!   behind trusted proxies; [`rate_limit`]: the publish rate limit per client address;
 //! - [`kafka`]: every Kafka client setting, built in one place;
 //! - [`metrics`]: the `GET /metrics` exposition (a registry per service instance);
 //! - [`replay`]: reading a stretch of the log by offset up to the high watermarks (catch-up);
@@ -27,14 +30,18 @@ pub mod api;
 pub mod auth;
 pub mod canvas;
 pub mod client_token;
+pub mod client_addr;
 pub mod epoch;
 pub mod event;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
+pub mod origin;
 pub mod partitioner;
 pub mod protocol;
+pub mod rate_limit;
 pub mod replay;
+pub mod serve;
 pub mod shutdown;
 pub mod snapshot;
 pub mod telemetry;

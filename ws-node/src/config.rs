@@ -116,6 +116,15 @@ pub struct Config {
     /// node); a node needs one file descriptor per session, so keep it below the open-file limit.
     #[arg(long, env = "MAX_SESSIONS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub max_sessions: u64,
+    /// Origins (`scheme://host[:port]`, comma-separated; `*` for any) whose pages may open
+    /// sessions on `/ws` straight to this node. A handshake without `Origin` (the gateway's
+    /// upstream handshake, tools) is always accepted; a browser's with another origin gets 403
+    /// `origin_not_allowed`. Default: none (browsers reach the fleet through the gateway, which
+    /// checks their origin itself).
+    #[arg(long, env = "ALLOWED_ORIGINS", default_value = "", value_parser = shared::origin::parse_allowed_origins)]
+    pub allowed_origins: shared::origin::AllowedOrigins,
+    #[command(flatten)]
+    pub serve: shared::serve::ServeArgs,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -195,6 +204,9 @@ impl Config {
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
             ("SHUTDOWN_GRACE_MS", self.shutdown_grace_ms.to_string()),
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
+            ("ALLOWED_ORIGINS", self.allowed_origins.to_string()),
+            ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
         pairs.extend(self.client_tokens.describe());
         shared::telemetry::env_lines(&pairs)

@@ -6,7 +6,7 @@
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise). With no
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
@@ -146,6 +146,9 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
         }
     };
     let headers = req.headers().clone();
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    shared::origin::check(origin, None, &node.config.allowed_origins, shared::origin::SameOrigin::NotAllowed)
+        .map_err(|r| ApiError::new(StatusCode::FORBIDDEN, "origin_not_allowed", r.0))?;
     if !node.is_ready() {
         let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
         return Err(ApiError::unavailable(code, format!("node {} is not serving ({code})", node.config.node_id), RETRY_AFTER_SECS));
@@ -195,7 +198,13 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
         write_timeout: node.config.write_timeout(),
         ping_interval: Duration::from_millis(node.config.ping_interval_ms),
         node_id: node.config.node_id.clone(),
-        peer: Peer { origin: header_str(header::ORIGIN), user_agent: header_str(header::USER_AGENT) },
+        // A proxied session's origin comes in X-Forwarded-Origin (checked by the gateway).
+        peer: Peer {
+            origin: Some(header_str(header::ORIGIN))
+                .filter(|o| !o.is_empty())
+                .unwrap_or_else(|| headers.get(shared::origin::FORWARDED_ORIGIN).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()),
+            user_agent: header_str(header::USER_AGENT),
+        },
         expires,
     };
     let c = &node.config;

@@ -62,13 +62,13 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         });
     }
     let n = node.clone();
-    axum::serve(shared::http::no_delay(listener), app)
-        .with_graceful_shutdown(async move {
-            shutdown.cancelled().await;
-            tracing::info!("[NODE] {} shutting down: draining sessions and leaving the group", n.config.node_id);
-            n.shut_down().await;
-        })
-        .await?;
+    let limits = node.config.serve.limits();
+    shared::serve::serve(listener, app, limits, async move {
+        shutdown.cancelled().await;
+        tracing::info!("[NODE] {} shutting down: draining sessions and leaving the group", n.config.node_id);
+        n.shut_down().await;
+    })
+    .await?;
     tracing::info!("[NODE] {} stopped", node.config.node_id);
     Ok(())
 }

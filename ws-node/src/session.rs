@@ -449,15 +449,17 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     // The session writes to the TCP socket itself (non-blocking, from the fan-out), so it takes
     // the socket out of hyper's upgrade, with the bytes hyper read past the handshake.
     let upgraded = socket.into_inner().into_inner();
-    let parts = match hyper_util::server::conn::auto::upgrade::downcast::<hyper_util::rt::TokioIo<TcpStream>>(upgraded) {
+    let parts = match upgraded.downcast::<hyper_util::rt::TokioIo<shared::serve::Conn>>() {
         Ok(parts) => parts,
         Err(_) => {
             tracing::error!(session = id, canvas = %spec.canvas, "the upgraded connection is not a TCP stream; dropping it");
             return;
         }
     };
-    let hyper_util::server::conn::auto::upgrade::Parts { io, read_buf, .. } = parts;
-    let sock = Arc::new(io.into_inner());
+    let hyper::upgrade::Parts { io, read_buf, .. } = parts;
+    // The slot of the server's connection cap stays taken while the session runs.
+    let (sock, _slot) = io.into_inner().into_parts();
+    let sock = Arc::new(sock);
     let mut ctx = if read_buf.is_empty() {
         WebSocketContext::new(Role::Server, Some(cfg))
     } else {
