@@ -23,16 +23,12 @@ pub struct FleetSpec {
     pub publishers: usize,
     /// Extra environment of every publisher (e.g. `PRODUCE_TIMEOUT_MS`).
     pub publisher_env: Vec<(String, String)>,
-    /// Extra environment of every node (e.g. `MAX_CONNECTIONS`).
+    /// Extra environment of every node (e.g. `MAX_SESSIONS`, `MAX_CONNECTIONS`).
     pub node_env: Vec<(String, String)>,
-    /// Extra environment of the gateway (e.g. `ALLOWED_ORIGINS`).
+    /// Extra environment of the gateway (e.g. `ADMISSION_QUEUE`, `ALLOWED_ORIGINS`).
     pub gateway_env: Vec<(String, String)>,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
-    /// Extra environment of every node (e.g. `MAX_SESSIONS`).
-    pub node_env: Vec<(String, String)>,
-    /// Extra environment of the gateway (e.g. `ADMISSION_QUEUE`).
-    pub gateway_env: Vec<(String, String)>,
     /// `ADMIN_TOKEN` of the nodes and the gateway ([`ADMIN_TOKEN`] by default, so every test
     /// goes the authenticated way); `None` puts the admin routes on loopback listeners
     /// (`ADMIN_LISTEN_ADDR`, and `NODE_ADMIN_URLS` for the gateway).
@@ -60,8 +56,6 @@ impl Default for FleetSpec {
             node_env: Vec::new(),
             gateway_env: Vec::new(),
             bin_dir: None,
-            node_env: Vec::new(),
-            gateway_env: Vec::new(),
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             env: Vec::new(),
         }
