@@ -57,10 +57,13 @@ pub const REFUSED_RETRY_AFTER_SECS: u64 = 1;
 /// Connections over the cap being answered at once (each for at most [`REFUSAL_LINGER`]); beyond
 /// this the socket is closed without an answer, so a flood costs no more than this many sockets.
 const MAX_REFUSING: usize = 256;
+/// How long a refused connection's request head is waited for before the 503 is written anyway.
+const REFUSAL_HEAD_WAIT: Duration = Duration::from_millis(300);
 
-/// How long a refused connection is read (and discarded) after its answer, so the peer's request
+/// How long a refused connection is answered and then read (and discarded) at most, its request
+/// head wait included, so the peer's request
 /// bytes do not make the close a reset that could destroy the answer before the peer reads it.
-const REFUSAL_LINGER: Duration = Duration::from_millis(500);
+const REFUSAL_LINGER: Duration = Duration::from_millis(1000);
 
 /// Default of `MAX_CONNECTIONS`: room for a node's 10k+ sessions with headroom (each connection
 /// is one file descriptor; the gateway holds one more per session, upstream, so its `ulimit -n`
@@ -200,6 +203,19 @@ fn refuse(mut stream: TcpStream, peer: SocketAddr, refusing: &Arc<Semaphore>, re
     tokio::spawn(async move {
         let _slot = slot;
         let answer = async {
+            // The request head first (briefly, bounded): an HTTP client answered before it sent
+            // its request reads the answer as an unexpected message, not as this 503.
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            let _ = tokio::time::timeout(REFUSAL_HEAD_WAIT, async {
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+            })
+            .await;
             stream.write_all(&refusal).await?;
             stream.shutdown().await?;
             // Read what the peer sent until it closes (or the linger ends), so our close is a FIN.
