@@ -226,21 +226,29 @@ async fn connection_cap() {
     let good = spawn_clients(&fleet, std::slice::from_ref(&canvas), 1, dims).await.unwrap();
     let load = Load::start(&fleet.publisher.url(), vec![canvas.clone()], 20.0, dims.width, dims.height);
 
+    // Only this test's connections from here: the harness's pooled idle ones are closed (a
+    // client without a pool takes their place), so none of them frees a slot mid-test.
+    fleet.http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
     // Open kept-alive connections (each served once) until one is refused. The WebSocket holds
-    // one slot and the harness's HTTP client may hold an idle one.
+    // one slot. A served answer is any answer but the refusal: the gateway's `/health` itself
+    // may say 503 `stale_view` on a loaded machine, and that is not what is tested here.
     tl.mark("connections to the gateway up to its cap");
+    let refusal = |answer: &str| answer.starts_with("HTTP/1.1 503") && answer.contains("too_many_connections");
+    let served = |answer: &str| answer.starts_with("HTTP/1.1 ") && !refusal(answer);
     let mut held = Vec::new();
     let refused = loop {
         assert!(held.len() <= CAP, "the cap of {CAP} connections was never enforced");
         let mut s = TcpStream::connect(("127.0.0.1", fleet.gateway.port)).await.expect("connect");
         let answer = get_health(&mut s).await.expect("an answer");
-        if answer.starts_with("HTTP/1.1 200") {
+        if served(&answer) {
             held.push(s);
             continue;
         }
         break answer;
     };
-    assert!((CAP - 2..CAP).contains(&held.len()), "{} connections served besides the WebSocket, cap {CAP}", held.len());
+    assert_eq!(held.len(), CAP - 1, "connections served besides the WebSocket, cap {CAP}");
     let (head, body) = refused.split_once("\r\n\r\n").expect("a whole answer");
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
     assert!(head.to_ascii_lowercase().contains("\r\nretry-after: 1"), "{head}");
@@ -252,7 +260,8 @@ async fn connection_cap() {
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "too_many_connections");
     // The rest keep being served: each held connection answers again, the session gets events.
     for s in &mut held {
-        assert!(get_health(s).await.expect("answer").starts_with("HTTP/1.1 200"), "a held connection is still served");
+        let answer = get_health(s).await.expect("answer");
+        assert!(served(&answer), "a held connection is still served: {answer}");
     }
     keeps_receiving(&good[0], "the WebSocket client to keep receiving events at the cap").await;
     // A freed slot is served again.
@@ -260,7 +269,7 @@ async fn connection_cap() {
     eventually("a connection to be served once a slot is free", Duration::from_secs(5), || async {
         let mut s = TcpStream::connect(("127.0.0.1", fleet.gateway.port)).await.map_err(|e| e.to_string())?;
         let answer = get_health(&mut s).await.map_err(|e| e.to_string())?;
-        if answer.starts_with("HTTP/1.1 200") {
+        if served(&answer) {
             Ok(Some(()))
         } else {
             Err(answer.lines().next().unwrap_or_default().to_owned())
@@ -338,7 +347,6 @@ fn slowloris_foreign_origins_and_oversized_messages_are_refused_and_others_are_s
 }
 
 #[test]
-#[ignore = "flaky on a loaded 2-core machine (failed 2 of 3 runs in the merged suite, passes alone): run with --ignored; being fixed"]
 fn the_connection_cap_refuses_the_excess_with_503_and_serves_the_rest() {
     block_on(connection_cap());
 }

@@ -130,9 +130,10 @@ pub fn run(
         },
     )?;
     hub.advance_positions(&progress.positions);
-    set_report(report, CatchupStatus::Completed, &progress, None);
     {
+        // One lock: a reader never sees `completed` status without its count and time.
         let mut r = report.lock().expect("catch-up report lock");
+        fill_report(&mut r, CatchupStatus::Completed, &progress, None);
         r.took_ms = Some(started.elapsed().as_millis() as u64);
         r.completed += 1;
     }
@@ -157,7 +158,10 @@ pub fn mark_failed(report: &Mutex<CatchupReport>, error: &str) {
 }
 
 fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progress, error: Option<String>) {
-    let mut r = report.lock().expect("catch-up report lock");
+    fill_report(&mut report.lock().expect("catch-up report lock"), status, pr, error);
+}
+
+fn fill_report(r: &mut CatchupReport, status: CatchupStatus, pr: &Progress, error: Option<String>) {
     r.status = status;
     r.target_offsets = pr.targets.clone();
     r.last_consumed_offsets = pr.last_consumed.clone();

@@ -305,7 +305,11 @@ impl Node {
                     drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code),
                     leave
                 );
-                *self.catchup.lock().expect("catch-up report lock") = catchup::idle_report();
+                // The node must catch up again before it serves; the count of catch-ups completed
+                // over the process's life is kept.
+                let mut report = self.catchup.lock().expect("catch-up report lock");
+                *report = CatchupReport { completed: report.completed, ..catchup::idle_report() };
+                drop(report);
                 self.step(Input::DrainFinished);
                 out
             }
