@@ -122,6 +122,11 @@ pub struct Config {
     /// Grace period of the failback drain, ms.
     #[arg(long, env = "FAILBACK_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub failback_grace_ms: u64,
+    /// How long a failback paced to the recovered node's room waits for room, ms: meanwhile the
+    /// stand-ins keep holding the waiting partitions (`POST /admin/hold`) and serving their
+    /// sessions; after it those sessions are handed over and wait in the admission queue.
+    #[arg(long, env = "FAILBACK_PACE_LIMIT_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub failback_pace_limit_ms: u64,
     /// Partition count to route with until a node reports the topic's (must match the topic).
     #[arg(long, env = "TOPIC_PARTITIONS", default_value_t = 6, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub partitions: u32,
@@ -236,6 +241,7 @@ impl Config {
             ("POLL_TIMEOUT_MS", self.poll_timeout_ms.to_string()),
             ("UP_THRESHOLD", self.up_threshold.to_string()),
             ("FAILBACK_GRACE_MS", self.failback_grace_ms.to_string()),
+            ("FAILBACK_PACE_LIMIT_MS", self.failback_pace_limit_ms.to_string()),
             ("TOPIC_PARTITIONS", self.partitions.to_string()),
             ("UPSTREAM_CONNECT_TIMEOUT_MS", self.upstream_connect_timeout_ms.to_string()),
             ("DECISION_LOG", self.decision_log.to_string()),

@@ -9,7 +9,7 @@ use crate::config::{Config, NodeAddr};
 use crate::lifecycle::{self, Decision, NodeView, Observed, Rules, Status};
 use crate::publishers::Publishers;
 use serde::Serialize;
-use shared::api::{DrainReport, DrainRequest, NodeHealth};
+use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest, NodeHealth};
 use shared::partitioner::partition_for;
 use shared::protocol::DrainReason;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -18,10 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
-/// How long a failback paced to the recovered node's room keeps waiting for room: the longest
-/// hold a node may keep (`REVOKE_HOLD_MS` ≤ 60 s); after it the stand-ins have handed the sessions
-/// over by themselves.
-const FAILBACK_PACE_LIMIT: Duration = Duration::from_secs(60);
+/// Margin of a hold extension over the longest wait of a paced failback round (the drained
+/// sessions' arrival, then a fresh poll): the next round extends it again before it runs out.
+const HOLD_EXTENSION_MARGIN: Duration = Duration::from_secs(10);
 
 /// One entry of the decision log (`GET /api/fleet` → `decisions`).
 #[derive(Debug, Clone, Serialize)]
@@ -496,6 +495,24 @@ impl Fleet {
         resp.json::<DrainReport>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad drain report: {e}", target.addr.id)))
     }
 
+    /// `POST /admin/hold` on `target`.
+    async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest) -> Result<HoldReport, shared::http::ApiError> {
+        let url = format!("{}/admin/hold", self.config.admin_url_of(&target.addr));
+        let resp = self
+            .admin_post(&url)
+            .json(req)
+            .timeout(self.config.poll_interval() + Duration::from_secs(2))
+            .send()
+            .await
+            .map_err(|e| shared::http::ApiError::unavailable("node_unreachable", format!("node {}: {e}", target.addr.id), 1))?;
+        let status = resp.status();
+        if !status.is_success() {
+            let text = resp.text().await.unwrap_or_default();
+            return Err(relay_error(status.as_u16(), &text));
+        }
+        resp.json::<HoldReport>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad hold report: {e}", target.addr.id)))
+    }
+
     /// Drains the sessions of `partitions` from the nodes that stood in for `id`.
     async fn failback(&self, id: &str, partitions: Vec<i32>, reason: String) {
         let Some(node) = self.entry(id) else { return };
@@ -521,10 +538,10 @@ impl Fleet {
         let mut failed = false;
         // Paced to the recovered node's room: each round drains the partitions whose proxied
         // sessions fit in its room (`failback_room`), waits until those sessions arrived there,
-        // then for a fresh poll; the
-        // sessions of the others stay where they are (the stand-in still holds those partitions
-        // for its REVOKE_HOLD_MS) until room frees. A round that finds them gone (the hold ran
-        // out and they moved by themselves) drains nothing for them.
+        // then for a fresh poll; the sessions of the others stay where they are (the stand-in
+        // holds those partitions: its REVOKE_HOLD_MS, extended each round by `POST /admin/hold`
+        // up to FAILBACK_PACE_LIMIT_MS) until room frees. A round that finds them gone (a hold
+        // ran out and they moved by themselves) drains nothing for them.
         let mut left = partitions;
         let mut round = 0u32;
         loop {
@@ -532,6 +549,27 @@ impl Fleet {
             let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
             let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
             let arrived_before = self.proxied_on(id);
+            let limit = Duration::from_millis(self.config.failback_pace_limit_ms);
+            let out_of_time = started.elapsed() > limit;
+            if !later.is_empty() && !out_of_time {
+                // The waiting partitions' sessions stay on the stand-ins: keep their holds for
+                // this round (its drain, the drained sessions' arrival, a fresh poll) and a
+                // margin. Each round renews them; if this gateway dies they run out by themselves.
+                let round_wait = 2 * Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5) + 2 * self.config.poll_interval();
+                let for_ms = (round_wait + HOLD_EXTENSION_MARGIN).as_millis().min(u128::from(shared::api::MAX_HOLD_EXTENSION_MS)) as u64;
+                let hold = HoldRequest { partitions: later.clone(), for_ms };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.hold_on_node(n, &hold))).await;
+                for (n, r) in stand_ins.iter().zip(results) {
+                    match r {
+                        Ok(rep) if !rep.held.is_empty() => tracing::debug!("[GATEWAY] {} keeps holding partitions={:?} for {}ms", n.addr.id, rep.held, for_ms),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(
+                            "[GATEWAY] could not extend {}'s hold of partitions={:?}: {} (its sessions are handed over when its REVOKE_HOLD_MS runs out)",
+                            n.addr.id, later, e.body.message
+                        ),
+                    }
+                }
+            }
             if !now.is_empty() {
                 let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
                 let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
@@ -553,8 +591,8 @@ impl Fleet {
             if later.is_empty() {
                 break;
             }
-            if started.elapsed() > FAILBACK_PACE_LIMIT {
-                tracing::warn!("[GATEWAY] failback to {}: no room for partitions={:?} within {}s; leaving them to the stand-ins' hold", id, later, FAILBACK_PACE_LIMIT.as_secs());
+            if out_of_time {
+                tracing::warn!("[GATEWAY] failback to {}: no room for partitions={:?} within {}s (FAILBACK_PACE_LIMIT_MS); their holds run out and their sessions wait for room in the admission queue", id, later, limit.as_secs());
                 detail.insert("left".into(), serde_json::json!({"partitions": later}));
                 break;
             }

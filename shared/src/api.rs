@@ -173,6 +173,33 @@ fn default_grace_ms() -> u64 {
     DEFAULT_GRACE_MS
 }
 
+/// Body of `POST /admin/hold` on a node: keep holding these partitions (moved away by a
+/// rebalance, their sessions still served here from the log) for `for_ms` from now, instead of
+/// handing their sessions over when `REVOKE_HOLD_MS` runs out. The gateway sends it while a
+/// failback waits for room on the recovered node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRequest {
+    pub partitions: Vec<i32>,
+    /// How long from now, ms (1 to [`MAX_HOLD_EXTENSION_MS`]); a later call replaces an earlier
+    /// deadline only when it is later.
+    pub for_ms: u64,
+}
+
+/// Longest extension one `POST /admin/hold` grants, ms: a gateway that stops asking (it died, or
+/// gave up) lets the hold run out within this.
+pub const MAX_HOLD_EXTENSION_MS: u64 = 60_000;
+
+/// Answer of `POST /admin/hold`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldReport {
+    /// The requested partitions this node holds, now kept until `until_ms` at least; the others
+    /// are not held here (never were, drained already, or the hold ran out).
+    pub held: Vec<i32>,
+    /// Unix epoch ms until which they are kept.
+    pub until_ms: u64,
+}
+
 /// Answer of `POST /admin/drain`, sent when the drain is over.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DrainReport {

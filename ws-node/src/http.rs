@@ -6,6 +6,7 @@
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
+//! | `POST /admin/hold` `{"partitions","for_ms"}` | `200` [`shared::api::HoldReport`]: the held ones among `partitions` are kept `for_ms` more; `400` bad body |
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise). With no
@@ -20,7 +21,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use shared::api::{DrainRequest, MAX_GRACE_MS};
+use shared::api::{DrainRequest, HoldRequest, MAX_GRACE_MS, MAX_HOLD_EXTENSION_MS};
 use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
 use shared::client_token::Action;
@@ -49,7 +50,10 @@ pub fn admin_router(node: Arc<Node>) -> Router {
 }
 
 fn admin_routes() -> Router<Arc<Node>> {
-    Router::new().route("/admin/start-recovery", post(start_recovery)).route("/admin/drain", post(drain))
+    Router::new()
+        .route("/admin/start-recovery", post(start_recovery))
+        .route("/admin/drain", post(drain))
+        .route("/admin/hold", post(hold))
 }
 
 fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {
@@ -99,6 +103,14 @@ async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Resul
         .await
         .map_err(|DrainError::Conflict(why)| ApiError::conflict("drain_conflict", why))?;
     Ok(Json(report).into_response())
+}
+
+async fn hold(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+    let req: HoldRequest = parse_json(&body)?;
+    if req.for_ms == 0 || req.for_ms > MAX_HOLD_EXTENSION_MS {
+        return Err(ApiError::field("for_ms", format!("for_ms must be 1 to {MAX_HOLD_EXTENSION_MS}")));
+    }
+    Ok(Json(node.extend_hold(&req.partitions, req.for_ms)).into_response())
 }
 
 /// `Retry-After` of a refused handshake, seconds.

@@ -136,6 +136,8 @@ struct Inner {
     held: BTreeMap<i32, u64>,
     /// Number of the last hold.
     holds: u64,
+    /// Holds kept past `REVOKE_HOLD_MS` ([`Hub::extend_holds`]): hold number → until when.
+    hold_until: BTreeMap<u64, Instant>,
     /// Owned partitions the release reader also reads until the rebalance's next round, and since
     /// when (see the module docs).
     bridged: BTreeSet<i32>,
@@ -196,6 +198,7 @@ impl Hub {
                 owned: BTreeSet::new(),
                 held: BTreeMap::new(),
                 holds: 0,
+                hold_until: BTreeMap::new(),
                 bridged: BTreeSet::new(),
                 bridged_since: None,
                 bridge_assigns_left: 0,
@@ -446,11 +449,34 @@ impl Hub {
         self.lock().held.keys().copied().collect()
     }
 
+    /// Keeps the holds of those of `partitions` held now until `until` at least (the hold's own
+    /// timer asks [`Hub::hold_deadline`] when it runs out). Returns the partitions held, sorted.
+    pub fn extend_holds(&self, partitions: &[i32], until: Instant) -> Vec<i32> {
+        let mut inner = self.lock();
+        let mut held = Vec::new();
+        for p in partitions {
+            if let Some(&hold) = inner.held.get(p) {
+                let at = inner.hold_until.entry(hold).or_insert(until);
+                *at = (*at).max(until);
+                held.push(*p);
+            }
+        }
+        held.sort_unstable();
+        held.dedup();
+        held
+    }
+
+    /// Until when hold number `hold` was extended ([`Hub::extend_holds`]), if it was.
+    pub fn hold_deadline(&self, hold: u64) -> Option<Instant> {
+        self.lock().hold_until.get(&hold).copied()
+    }
+
     /// Ends hold number `hold` of those of `partitions` still in it, taking their sessions out
     /// for the caller to hand over (none when a drain took them already, the partition came
     /// back, or a later hold has it now: that one ends on its own timer).
     pub fn end_hold(&self, hold: u64, partitions: &[i32]) -> Vec<SessionHandle> {
         let mut inner = self.lock();
+        inner.hold_until.remove(&hold);
         let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| inner.held.get(p) == Some(&hold)).collect();
         for p in &scope {
             inner.held.remove(p);
@@ -990,6 +1016,22 @@ mod tests {
         assert_eq!(h.held(), vec![1], "the second hold goes on");
         assert_eq!(h.end_hold(second, &[1]).len(), 1);
         assert!(h.held().is_empty());
+    }
+
+    #[test]
+    fn a_hold_is_extended_only_for_held_partitions_and_only_later() {
+        let h = hub();
+        h.assign(&[0, 1, 2]);
+        let (hold, _) = h.hold(&[0, 1]);
+        assert_eq!(h.hold_deadline(hold), None, "not extended: REVOKE_HOLD_MS applies");
+        let t = Instant::now() + Duration::from_secs(10);
+        assert_eq!(h.extend_holds(&[1, 2, 5, 1], t), vec![1], "2 is owned, 5 unknown: only 1 is held");
+        assert_eq!(h.hold_deadline(hold), Some(t));
+        assert_eq!(h.extend_holds(&[0], t - Duration::from_secs(5)), vec![0]);
+        assert_eq!(h.hold_deadline(hold), Some(t), "an earlier deadline does not shorten the hold");
+        h.end_hold(hold, &[0, 1]);
+        assert_eq!(h.hold_deadline(hold), None);
+        assert!(h.extend_holds(&[0, 1], t).is_empty(), "nothing held any more");
     }
 
     #[test]

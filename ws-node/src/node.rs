@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::drain::{self, HandOverOutcome};
 use crate::hub::Hub;
 use crate::lifecycle::{transition, Effect, Input, Phase};
-use shared::api::{CatchupReport, CatchupStatus, DrainReport, NodeHealth, PartitionHealth, PartitionRole, RecoveryAck};
+use shared::api::{CatchupReport, CatchupStatus, DrainReport, HoldReport, NodeHealth, PartitionHealth, PartitionRole, RecoveryAck};
 use shared::protocol::{close, DrainReason};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -85,14 +85,24 @@ impl Node {
                     let (partitions, sessions) = match revoked {
                         Revoked::HandOver(partitions, sessions) => (partitions, sessions),
                         Revoked::Held(number, partitions) => {
-                            tokio::time::sleep(hold).await;
+                            // REVOKE_HOLD_MS, or longer while the gateway extends it (`POST
+                            // /admin/hold`: a failback waiting for room on the new owner).
+                            let held_for = tokio::time::Instant::now();
+                            let mut until = held_for + hold;
+                            loop {
+                                tokio::time::sleep_until(until).await;
+                                match hub.hold_deadline(number) {
+                                    Some(later) if later > until.into_std() => until = later.into(),
+                                    _ => break,
+                                }
+                            }
                             let sessions = hub.end_hold(number, &partitions);
                             hub.counters.hold_ended(&partitions);
                             if sessions.is_empty() {
                                 tracing::info!("[DRAIN] hold of partitions={:?} ended: nothing left to hand over (drained, assigned back, or held again)", partitions);
                                 return;
                             }
-                            tracing::info!("[DRAIN] hold of partitions={:?} ran out after {}ms with {} sessions; handing them over", partitions, hold.as_millis(), sessions.len());
+                            tracing::info!("[DRAIN] hold of partitions={:?} ran out after {}ms with {} sessions; handing them over", partitions, held_for.elapsed().as_millis(), sessions.len());
                             (partitions, sessions)
                         }
                     };
@@ -260,6 +270,17 @@ impl Node {
                 self.step(Input::CatchupFailed);
             }
         }
+    }
+
+    /// `POST /admin/hold`: keeps holding those of `partitions` held now for `for_ms` more (see
+    /// [`Hub::extend_holds`]); their sessions stay here, served from the log.
+    pub fn extend_hold(&self, partitions: &[i32], for_ms: u64) -> HoldReport {
+        let until = std::time::Instant::now() + Duration::from_millis(for_ms);
+        let held = self.hub.extend_holds(partitions, until);
+        if !held.is_empty() {
+            tracing::info!("[DRAIN] hold of partitions={:?} extended by {}ms (a failback waits for room on their new owner)", held, for_ms);
+        }
+        HoldReport { held, until_ms: shared::event::now_ms() + for_ms }
     }
 
     /// `POST /admin/drain`: hands the sessions in scope over and answers when done.
