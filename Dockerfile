@@ -11,8 +11,8 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS build
-# librdkafka is built from source by rdkafka-sys (bundled): it needs a C toolchain, make, perl and
-# zlib, all in the rust image; nothing else.
+# librdkafka is built from source by rdkafka-sys (bundled): it needs a C toolchain, make, perl,
+# zlib, and OpenSSL's headers with pkg-config for TLS to the brokers, all in the rust image.
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -22,9 +22,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/core-publisher target/release/ws-node target/release/gateway target/release/load /out/
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
-# curl: the compose health checks call each service's own /health (or /ready).
+# curl: the compose health checks call each service's own /health (or /ready). libssl3: the
+# OpenSSL librdkafka links for TLS to the brokers.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates curl \
+    && apt-get install -y --no-install-recommends ca-certificates curl libssl3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin fleet
 COPY --from=build /out/ /usr/local/bin/

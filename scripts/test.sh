@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The one test command: sets up what the tests need on a clean machine and runs them all.
 #
+#   0. OpenSSL's headers and pkg-config for librdkafka's TLS (scripts/setup-build.sh).
 #   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
 #      are on the machine), for the real-broker end-to-end test.
 #   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
@@ -22,6 +23,9 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "build dependencies: OpenSSL headers for librdkafka's TLS (scripts/setup-build.sh)"
+scripts/setup-build.sh
 
 step "Kafka broker jars from Maven Central (scripts/kafka/fetch.sh)"
 scripts/kafka/fetch.sh

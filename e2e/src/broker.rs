@@ -9,6 +9,7 @@
 //! | external | any broker you run | `KAFKA_BOOTSTRAP=host:port` |
 
 mod cluster;
+pub mod security;
 
 pub use cluster::{ClusterNode, MIN_INSYNC_REPLICAS, NODES as CLUSTER_NODES, READY_TOPIC};
 
@@ -167,7 +168,7 @@ impl Broker {
                 // broker that exits during start-up is retried on fresh ports.
                 let mut last = None;
                 for attempt in 1..=3 {
-                    match Self::start_jvm(kind.clone()).await {
+                    match Self::start_jvm(kind.clone(), None).await {
                         Ok(b) => return Ok(b),
                         Err(e) => {
                             println!("[harness] Kafka start attempt {attempt} failed: {e:#}");
@@ -232,8 +233,31 @@ impl Broker {
         }
     }
 
-    /// Starts the JVM broker once on fresh ports and waits until it listens.
-    async fn start_jvm(kind: BrokerKind) -> anyhow::Result<Self> {
+    /// Starts the single JVM broker (as [`BrokerKind::Real`]) with a `SASL_SSL` listener beside
+    /// its plaintext one ([`security::SaslSsl`]). [`Broker::bootstrap`] stays the plaintext
+    /// listener, for the harness; give the services under test [`security::SaslSsl::client_env`].
+    ///
+    /// # Errors
+    /// As [`Broker::start`], and when `keytool` cannot make the certificate.
+    pub async fn start_sasl_ssl() -> anyhow::Result<(Self, security::SaslSsl)> {
+        ensure_kafka_jars()?;
+        let mut last = None;
+        for attempt in 1..=3 {
+            let secured = security::SaslSsl::new(free_port()?)?;
+            match Self::start_jvm(BrokerKind::Real, Some(&secured)).await {
+                Ok(b) => return Ok((b, secured)),
+                Err(e) => {
+                    println!("[harness] Kafka (SASL_SSL) start attempt {attempt} failed: {e:#}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("three attempts were made"))
+    }
+
+    /// Starts the JVM broker once on fresh ports (plus `secured`'s listener) and waits until it
+    /// listens.
+    async fn start_jvm(kind: BrokerKind, secured: Option<&security::SaslSsl>) -> anyhow::Result<Self> {
         let port = free_port()?;
         let mut controller = free_port()?;
         while controller == port {
@@ -250,6 +274,9 @@ impl Broker {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        if let Some(s) = secured {
+            cmd.env("KAFKA_EXTRA_PROPERTIES", s.server_properties(port, controller));
+        }
         crate::procs::die_with_parent(&mut cmd);
         let child = cmd.spawn().with_context(|| format!("run {}", script.display()))?;
         let bootstrap = format!("127.0.0.1:{port}");
