@@ -373,7 +373,8 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
     } else if v.is_fenced() {
         Err(publish_error(PublishError::Fenced))
     } else {
-        Err(ApiError::unavailable("not_ready", "the publisher is preparing the topic or rebuilding canvas versions", RETRY_AFTER_SECS))
+        let why = shared::kafka::with_recent_client_error("the publisher is preparing the topic or rebuilding canvas versions");
+        Err(ApiError::unavailable("not_ready", why, RETRY_AFTER_SECS))
     }
 }
 

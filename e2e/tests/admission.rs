@@ -9,8 +9,8 @@
 //! And a failback paced to the recovered node's room: ws-1 comes back with `MAX_SESSIONS=10`
 //! while ws-2 serves 5 clients on each partition; the gateway drains only the partitions whose
 //! sessions fit (two), the others' clients stay on ws-2 and keep being served past the nodes'
-//! own hold (`REVOKE_HOLD_MS`, 5 s: the gateway extends it with `POST /admin/hold`), and move
-//! once room frees on ws-1.
+//! own hold (`REVOKE_HOLD_MS`: the gateway extends it with `POST /admin/hold`), and move once
+//! room frees on ws-1.
 
 use e2e::broker::{Broker, BrokerKind};
 use e2e::checker::check;
@@ -215,12 +215,17 @@ fn one_canvas_per_partition(partitions: u32) -> Vec<String> {
         .collect()
 }
 
+/// The nodes' `REVOKE_HOLD_MS` in the paced failback case.
+const HOLD_MS: u64 = 12_000;
+
 async fn failback_paced_to_the_recovered_node_s_room() {
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
-    // The nodes' REVOKE_HOLD_MS is the default (5 s): the gateway extends the holds while the
-    // failback waits for room.
-    let mut fleet = Fleet::start(&broker, FleetSpec::default(), tl.clone()).await.expect("fleet");
+    // A hold of 12 s: the embedded broker's rebalance rounds come about 5 s apart (real Kafka's
+    // in about 1 s), so the default 5 s can run out before the new owner is assigned at all.
+    // The gateway extends the holds while the failback waits for room.
+    let spec = FleetSpec { node_env: vec![("REVOKE_HOLD_MS".into(), HOLD_MS.to_string())], ..FleetSpec::default() };
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
     let partitions = fleet.spec.partitions;
     let canvases = one_canvas_per_partition(partitions);
     let partition_of = |c: &str| shared::partitioner::partition_for(c.as_bytes(), partitions) as i64;
@@ -293,10 +298,10 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     let before: Vec<(u64, usize)> = held.iter().map(|c| (c.version(), c.report().sessions.len())).collect();
     // (Clients are told apart by their index: the two batches' names repeat.)
     let sessions_then: Vec<usize> = clients.iter().map(|c| c.report().sessions.len()).collect();
-    // Past the nodes' own hold (REVOKE_HOLD_MS, 5 s from the rebalance, before the failback
-    // began): ws-2 still holds the waiting partitions and serves their sessions.
+    // Past the nodes' own hold (REVOKE_HOLD_MS from the revocation, which came before the
+    // failback began): ws-2 still holds the waiting partitions and serves their sessions.
     let paced_at = paced["at_ms"].as_u64().unwrap();
-    let past_hold = (paced_at + 7_000).saturating_sub(shared::event::now_ms()).max(2_000);
+    let past_hold = (paced_at + HOLD_MS + 2_000).saturating_sub(shared::event::now_ms()).max(2_000);
     tokio::time::sleep(Duration::from_millis(past_hold)).await;
     let h2 = get_json(&http, &format!("{ws2}/health")).await.unwrap();
     let held_on_ws2: Vec<i64> = h2["partitions"]

@@ -58,7 +58,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
         let (routes, stop) = (api::admin_router(fleet.clone()), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin, routes).with_graceful_shutdown(stop.cancelled_owned()).await {
+            // The same server as the public one: header-read timeout and connection cap.
+            if let Err(e) = shared::serve::serve(admin, routes, limits, stop.cancelled_owned()).await {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });

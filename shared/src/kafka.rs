@@ -4,7 +4,7 @@
 //! `rdkafka` 0.39); where they mirror the Java client the Kafka documentation applies.
 
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::ConsumerContext;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, ClientContext};
 use std::sync::Mutex;
@@ -54,6 +54,43 @@ impl FleetContext {
     }
 }
 
+/// The last error of this process's Kafka clients that is not the broker being unreachable (a
+/// refused SASL login, a TLS handshake that failed, an authorization error ...), and when.
+static LAST_CLIENT_ERROR: Mutex<Option<(Instant, String)>> = Mutex::new(None);
+
+/// The last error this process's Kafka clients reported in the past `within`, other than the
+/// broker being unreachable: the cause behind a generic "broker transport failure" that an
+/// operator needs to see in `/health` (`SASL authentication error: ...`, `SSL handshake failed:
+/// ... certificate verify failed ...`).
+pub fn recent_client_error(within: Duration) -> Option<String> {
+    let last = LAST_CLIENT_ERROR.lock().unwrap_or_else(|p| p.into_inner());
+    last.as_ref().filter(|(at, _)| at.elapsed() <= within).map(|(_, e)| e.clone())
+}
+
+/// `what` with the Kafka clients' recent error ([`recent_client_error`], last minute) appended
+/// when there is one.
+pub fn with_recent_client_error(what: impl std::fmt::Display) -> String {
+    match recent_client_error(Duration::from_secs(60)) {
+        Some(e) => format!("{what} (the Kafka client's last error: {e})"),
+        None => what.to_string(),
+    }
+}
+
+/// Serves the events librdkafka queued on `consumer`: its log lines and errors reach the client
+/// context only when the client is polled, so a client that failed before it was ever polled
+/// (a metadata request refused by SASL or TLS) has its cause recorded ([`recent_client_error`])
+/// only after this. Messages polled here are dropped: call it on a consumer that is given up on.
+pub fn serve_queued_events<C: ConsumerContext>(consumer: &BaseConsumer<C>) {
+    // A zero-timeout poll serves at most one queued event; a few hundred cover a failed start.
+    for _ in 0..256 {
+        let _ = consumer.poll(Duration::ZERO);
+    }
+}
+
+fn record_client_error(reason: &str) {
+    *LAST_CLIENT_ERROR.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), reason.to_owned()));
+}
+
 /// Whether a librdkafka log line or error is about reaching the broker.
 fn is_unreachable(text: &str) -> bool {
     ["Connection refused", "Connect to", "brokers are down", "Broker transport failure", "Disconnected", "timed out"]
@@ -81,6 +118,12 @@ impl ClientContext for FleetContext {
                         tracing::warn!(target: "kafka", facility = fac, repeats, "kafka broker unreachable: {msg}");
                     }
                 } else {
+                    // A broker connection that failed for another reason than reachability (a
+                    // refused SASL login, a TLS handshake): librdkafka's log callback comes from
+                    // its own threads at once, its error callback only when the client is polled.
+                    if fac == "FAIL" {
+                        record_client_error(msg);
+                    }
                     tracing::warn!(target: "kafka", facility = fac, "librdkafka: {msg}");
                 }
             }
@@ -99,6 +142,7 @@ impl ClientContext for FleetContext {
                 tracing::warn!(target: "kafka", repeats, "kafka broker unreachable: {reason}");
             }
         } else {
+            record_client_error(reason);
             tracing::error!(target: "kafka", error = %error, "kafka client error: {reason}");
         }
     }
@@ -344,6 +388,21 @@ pub fn out_of_range(e: &rdkafka::error::KafkaError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_error_is_named_for_a_minute_but_not_the_broker_being_unreachable() {
+        let ctx = FleetContext::default();
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::BrokerTransportFailure), "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused");
+        assert_eq!(recent_client_error(Duration::from_secs(60)), None, "unreachable is not a client error");
+        ctx.log(RDKafkaLogLevel::Warning, "FAIL", "127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed: Connection refused (after 0ms in state CONNECT)");
+        assert_eq!(recent_client_error(Duration::from_secs(60)), None, "unreachable is not a client error");
+        ctx.log(RDKafkaLogLevel::Warning, "FAIL", "sasl_ssl://127.0.0.1:9/bootstrap: SSL handshake failed: certificate verify failed");
+        assert!(recent_client_error(Duration::from_secs(60)).is_some_and(|e| e.contains("certificate verify failed")), "a log line names it at once");
+        ctx.error(KafkaError::Global(RDKafkaErrorCode::Authentication), "SASL authentication error: Authentication failed: Invalid username or password");
+        let e = recent_client_error(Duration::from_secs(60)).expect("recorded");
+        assert!(e.starts_with("SASL authentication error"), "{e}");
+        assert_eq!(with_recent_client_error("metadata: Broker transport failure"), format!("metadata: Broker transport failure (the Kafka client's last error: {e})"));
+    }
 
     #[test]
     fn every_reader_is_read_committed() {

@@ -133,9 +133,10 @@ pub fn partition_count<C: ConsumerContext>(
     topic: &str,
     timeout: Duration,
 ) -> Result<u32, ReplayError> {
-    let md = consumer
-        .fetch_metadata(Some(topic), timeout)
-        .map_err(|source| ReplayError::Metadata { topic: topic.into(), source })?;
+    let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|source| {
+        crate::kafka::serve_queued_events(consumer); // the cause behind the failure, for /health
+        ReplayError::Metadata { topic: topic.into(), source }
+    })?;
     let n = md
         .topics()
         .iter()
@@ -187,7 +188,10 @@ pub fn plan_wanting<C: ConsumerContext>(
     for p in 0..n as i32 {
         let (low, high) = consumer
             .fetch_watermarks(topic, p, timeout)
-            .map_err(|source| ReplayError::Watermarks { topic: topic.into(), partition: p, source })?;
+            .map_err(|source| {
+                crate::kafka::serve_queued_events(consumer);
+                ReplayError::Watermarks { topic: topic.into(), partition: p, source }
+            })?;
         let (start, cut) = start_of(needed.get(&p).copied(), wanted.get(&p).copied(), low);
         if cut {
             truncated.push(p);

@@ -150,11 +150,13 @@ pub fn run(
     Ok((partitions, progress))
 }
 
-/// Records a failed recovery in the report (the gateway sends start-recovery again).
+/// Records a failed recovery in the report (the gateway sends start-recovery again), with the
+/// Kafka clients' last error of the past minute when there is one: behind a generic "broker
+/// transport failure" it names the cause (a refused SASL login, an untrusted certificate).
 pub fn mark_failed(report: &Mutex<CatchupReport>, error: &str) {
     let mut r = report.lock().expect("catch-up report lock");
     r.status = CatchupStatus::Failed;
-    r.error = Some(error.to_owned());
+    r.error = Some(shared::kafka::with_recent_client_error(error));
 }
 
 fn set_report(report: &Mutex<CatchupReport>, status: CatchupStatus, pr: &Progress, error: Option<String>) {

@@ -50,19 +50,20 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         node.config.node_id
     );
     let app = http::router(node.clone());
+    let limits = node.config.serve.limits();
     if node.config.admin_token().is_none() {
         // No credential: the admin routes are served on loopback only.
         let admin = shared::shutdown::listen(node.config.admin_listen)?;
         tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
         let (routes, stop) = (http::admin_router(node.clone()), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = axum::serve(admin, routes).with_graceful_shutdown(stop.cancelled_owned()).await {
+            // The same server as the public one: header-read timeout and connection cap.
+            if let Err(e) = shared::serve::serve(admin, routes, limits, stop.cancelled_owned()).await {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });
     }
     let n = node.clone();
-    let limits = node.config.serve.limits();
     shared::serve::serve(listener, app, limits, async move {
         shutdown.cancelled().await;
         tracing::info!("[NODE] {} shutting down: draining sessions and leaving the group", n.config.node_id);

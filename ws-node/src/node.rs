@@ -216,7 +216,11 @@ impl Node {
                 .reader(&client_id)
                 .create_with_context(shared::kafka::FleetContext::default())
                 .map_err(|source| shared::topic_id::TopicIdError::Metadata { topic: topic.clone(), source })?;
-            shared::topic_id::describe(rdkafka::consumer::Consumer::client(&consumer), &topic, Duration::from_secs(10))
+            let described = shared::topic_id::describe(rdkafka::consumer::Consumer::client(&consumer), &topic, Duration::from_secs(10));
+            if described.is_err() {
+                shared::kafka::serve_queued_events(&consumer); // the cause behind the failure, for /health
+            }
+            described
         })
         .await
         .map_err(|join| format!("topic id lookup panicked: {join}"))?
