@@ -119,8 +119,9 @@ impl ClientContext for FleetContext {
                     }
                 } else {
                     // A broker connection that failed for another reason than reachability (a
-                    // refused SASL login, a TLS handshake): librdkafka's log callback comes from
-                    // its own threads at once, its error callback only when the client is polled.
+                    // refused SASL login, a TLS handshake): named by this line (facility FAIL)
+                    // even when no error event follows. Like error events, log lines reach the
+                    // context only when the client is polled (see `serve_queued_events`).
                     if fac == "FAIL" {
                         record_client_error(msg);
                     }

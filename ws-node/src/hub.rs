@@ -450,7 +450,9 @@ impl Hub {
     }
 
     /// Keeps the holds of those of `partitions` held now until `until` at least (the hold's own
-    /// timer asks [`Hub::hold_deadline`] when it runs out). Returns the partitions held, sorted.
+    /// timer asks [`Hub::hold_deadline`] when it runs out). A hold is extended as a whole: its
+    /// other partitions still held stay too (a paced failback asks for all it waits for and has
+    /// drained the rest). Returns the partitions held, sorted.
     pub fn extend_holds(&self, partitions: &[i32], until: Instant) -> Vec<i32> {
         let mut inner = self.lock();
         let mut held = Vec::new();
