@@ -55,46 +55,35 @@ async fn the_fleet_runs_on_a_sasl_ssl_listener_through_the_pass_through() {
         assert!(v.ok(), "every version once, in order: {v:?}");
     }
 
-    // The wrong password, and no CA that trusts the broker's certificate: neither node gets in.
-    let wrong = |name: &str, env: Vec<(String, String)>| -> Service {
+    // Services outside the fleet on its topic, each with `kafka` as its broker settings.
+    let outsider = |name: &str, bin: &str, own: &[(&str, String)], kafka: Vec<(String, String)>| -> Service {
         let port = free_port().unwrap();
-        let mut all: BTreeMap<String, String> = [
+        let base = [
             ("KAFKA_TOPIC", fleet.topic.clone()),
             ("TOPIC_PARTITIONS", fleet.spec.partitions.to_string()),
             ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
             ("ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
-            ("NODE_ID", name.to_owned()),
-            ("BROADCAST_GROUP", format!("{}-{name}", fleet.group)),
-            ("CATCHUP_GROUP", format!("{name}-catchup")),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        all.extend(env);
-        Service::new(name, "ws-node", port, all, tl.clone())
+        ];
+        let mut env: BTreeMap<String, String> = base.into_iter().chain(own.iter().cloned()).map(|(k, v)| (k.to_owned(), v)).collect();
+        env.extend(kafka);
+        Service::new(name, bin, port, env, tl.clone())
     };
-    let mut bad_password = wrong("ws-badpw", secured.client_env("not-the-password"));
+    let node = |name: &str, kafka: Vec<(String, String)>| -> Service {
+        let own = [("NODE_ID", name.to_owned()), ("BROADCAST_GROUP", format!("{}-{name}", fleet.group)), ("CATCHUP_GROUP", format!("{name}-catchup"))];
+        outsider(name, "ws-node", &own, kafka)
+    };
+    // The wrong password, and no CA that trusts the broker's certificate: neither node gets in.
+    let mut bad_password = node("ws-badpw", secured.client_env("not-the-password"));
     let mut untrusting =
-        wrong("ws-noca", secured.client_env(security::PASSWORD).into_iter().filter(|(k, _)| k != "KAFKA_CLIENT_SSL_CA_LOCATION").collect());
+        node("ws-noca", secured.client_env(security::PASSWORD).into_iter().filter(|(k, _)| k != "KAFKA_CLIENT_SSL_CA_LOCATION").collect());
     let mut refused = Vec::new();
     for node in [&mut bad_password, &mut untrusting] {
         node.start().unwrap();
         refused.push(node.url());
     }
     // And a publisher with the wrong password: it never accepts writes, and /ready says why.
-    let pport = free_port().unwrap();
-    let mut penv: BTreeMap<String, String> = [
-        ("KAFKA_TOPIC", fleet.topic.clone()),
-        ("TOPIC_PARTITIONS", fleet.spec.partitions.to_string()),
-        ("LISTEN_ADDR", format!("127.0.0.1:{pport}")),
-        ("ADMIN_TOKEN", ADMIN_TOKEN.to_owned()),
-        ("TRANSACTIONAL_ID", "badpw-publisher".to_owned()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect();
-    penv.extend(secured.client_env("not-the-password"));
-    let mut bad_publisher = Service::new("publisher-badpw", "core-publisher", pport, penv, tl.clone());
+    let mut bad_publisher =
+        outsider("publisher-badpw", "core-publisher", &[("TRANSACTIONAL_ID", "badpw-publisher".to_owned())], secured.client_env("not-the-password"));
     bad_publisher.start().unwrap();
     let http = reqwest::Client::new();
     let started = Instant::now();

@@ -476,41 +476,40 @@ impl Fleet {
     }
 
     async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest) -> Result<DrainReport, shared::http::ApiError> {
-        let url = format!("{}/admin/drain", self.config.admin_url_of(&target.addr));
+        let timeout = Duration::from_millis(req.grace_ms) + Duration::from_secs(15);
+        self.node_admin(target, "drain", req, timeout).await
+    }
+
+    /// `POST /admin/hold` on `target`.
+    async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest) -> Result<HoldReport, shared::http::ApiError> {
+        self.node_admin(target, "hold", req, self.config.poll_interval() + Duration::from_secs(2)).await
+    }
+
+    /// `POST /admin/<action>` on `target` with `body`, and its JSON answer. The node's own refusal
+    /// (409 conflict, 400 ...) is passed through, naming the node.
+    async fn node_admin<B: Serialize, R: serde::de::DeserializeOwned>(
+        &self,
+        target: &NodeEntry,
+        action: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<R, shared::http::ApiError> {
+        let url = format!("{}/admin/{action}", self.config.admin_url_of(&target.addr));
         let resp = self
             .admin_post(&url)
-            .json(req)
-            .timeout(Duration::from_millis(req.grace_ms) + Duration::from_secs(15))
+            .json(body)
+            .timeout(timeout)
             .send()
             .await
             .map_err(|e| shared::http::ApiError::unavailable("node_unreachable", format!("node {}: {e}", target.addr.id), 1))?;
         let status = resp.status();
         if !status.is_success() {
-            // Pass the node's own answer through (409 conflict, 400 ...), naming the node.
             let text = resp.text().await.unwrap_or_default();
             let mut e = relay_error(status.as_u16(), &text);
             e.body.message = format!("node {}: {}", target.addr.id, e.body.message);
             return Err(e);
         }
-        resp.json::<DrainReport>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad drain report: {e}", target.addr.id)))
-    }
-
-    /// `POST /admin/hold` on `target`.
-    async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest) -> Result<HoldReport, shared::http::ApiError> {
-        let url = format!("{}/admin/hold", self.config.admin_url_of(&target.addr));
-        let resp = self
-            .admin_post(&url)
-            .json(req)
-            .timeout(self.config.poll_interval() + Duration::from_secs(2))
-            .send()
-            .await
-            .map_err(|e| shared::http::ApiError::unavailable("node_unreachable", format!("node {}: {e}", target.addr.id), 1))?;
-        let status = resp.status();
-        if !status.is_success() {
-            let text = resp.text().await.unwrap_or_default();
-            return Err(relay_error(status.as_u16(), &text));
-        }
-        resp.json::<HoldReport>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad hold report: {e}", target.addr.id)))
+        resp.json::<R>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad {action} report: {e}", target.addr.id)))
     }
 
     /// Drains the sessions of `partitions` from the nodes that stood in for `id`.
