@@ -218,8 +218,22 @@ async fn frozen_node() {
         f["decisions"].as_array().unwrap().iter().any(|d| d["node"] == "ws-1" && d["action"] == "sessions_moved"),
         "the gateway recorded moving the frozen node's sessions"
     );
+    // Frozen past its session timeout, ws-1 lost its partitions to ws-2. The first answer after
+    // SIGCONT must not report that stale ownership as current: it is DEGRADED (ownership not
+    // confirmed) until the group's rebalance reaches it, or HEALTHY only with an assignment it got
+    // after the resume.
+    let ws1_url = fleet.nodes[0].url();
+    let cont_at = shared::event::now_ms();
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
     tl.mark("SIGCONT ws-1");
+    let first: serde_json::Value = reqwest::get(format!("{ws1_url}/health")).await.unwrap().json().await.unwrap();
+    tl.mark(format!("ws-1's first answer: {} ownership_confirmed={} paused={}", first["state"], first["progress"]["ownership_confirmed"], first["progress"]["paused"]));
+    assert!(first["progress"]["paused"]["for_ms"].as_u64().unwrap_or(0) >= 5_000, "ws-1 saw its own freeze: {}", first["progress"]);
+    let fresh = first["progress"]["assignment_at_ms"].as_u64().is_some_and(|t| t >= cont_at);
+    assert!(
+        first["state"] == "DEGRADED" && first["progress"]["ownership_confirmed"] == false || first["state"] == "HEALTHY" && fresh,
+        "ws-1's first answer after the freeze reported its old ownership as current: {first}"
+    );
     fleet
         .wait_fleet("ws-1 HEALTHY with partitions again", Duration::from_secs(90), |f| {
             let ws1 = node(f, "ws-1");
@@ -228,6 +242,13 @@ async fn frozen_node() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // Every failback toward ws-1 rested on an assignment it got after the resume, not on the one
+    // it reported stale.
+    let f = fleet.fleet_state().await.unwrap();
+    for d in f["decisions"].as_array().unwrap().iter().filter(|d| d["node"] == "ws-1" && d["action"] == "failback_started") {
+        let at = d["detail"]["assignment_at_ms"].as_u64().unwrap_or(0);
+        assert!(at >= cont_at, "a failback to ws-1 rested on its assignment from before the freeze: {d}");
+    }
     load.stop().await;
     let truths = wait_for_heads(&fleet, &clients, &canvases).await.expect("clients settle");
     let (_reports, verdicts) = finish(clients, &truths).await;

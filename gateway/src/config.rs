@@ -119,6 +119,24 @@ pub struct Config {
     /// Consecutive UP polls before start-recovery is sent.
     #[arg(long, env = "UP_THRESHOLD", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub up_threshold: u32,
+    /// Hysteresis: the longest UP streak a node that flapped recently must show (each flap within
+    /// `FLAP_WINDOW_MS` adds `UP_THRESHOLD` polls, up to this).
+    #[arg(long, env = "MAX_UP_THRESHOLD", default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub max_up_threshold: u32,
+    /// How long a flap (a node going DOWN from HEALTHY or DEGRADED, or ejected) counts towards
+    /// hysteresis, ms.
+    #[arg(long, env = "FLAP_WINDOW_MS", default_value_t = 300_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub flap_window_ms: u64,
+    /// Consecutive DEGRADED polls before the node is ejected: drained out of the broadcast group
+    /// so its partitions move (never the last node serving, at most one at a time).
+    #[arg(long, env = "DEGRADED_CHECKS", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub degraded_checks: u32,
+    /// Answers this gateway must have seen from a node before it may eject it.
+    #[arg(long, env = "MIN_SAMPLES", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub min_samples: u32,
+    /// No ejection within this long of the last one, ms.
+    #[arg(long, env = "EJECT_COOLDOWN_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub eject_cooldown_ms: u64,
     /// Grace period of the failback drain, ms.
     #[arg(long, env = "FAILBACK_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub failback_grace_ms: u64,
@@ -240,6 +258,11 @@ impl Config {
             ("POLL_INTERVAL_MS", self.poll_interval_ms.to_string()),
             ("POLL_TIMEOUT_MS", self.poll_timeout_ms.to_string()),
             ("UP_THRESHOLD", self.up_threshold.to_string()),
+            ("MAX_UP_THRESHOLD", self.max_up_threshold.to_string()),
+            ("FLAP_WINDOW_MS", self.flap_window_ms.to_string()),
+            ("DEGRADED_CHECKS", self.degraded_checks.to_string()),
+            ("MIN_SAMPLES", self.min_samples.to_string()),
+            ("EJECT_COOLDOWN_MS", self.eject_cooldown_ms.to_string()),
             ("FAILBACK_GRACE_MS", self.failback_grace_ms.to_string()),
             ("FAILBACK_PACE_LIMIT_MS", self.failback_pace_limit_ms.to_string()),
             ("TOPIC_PARTITIONS", self.partitions.to_string()),

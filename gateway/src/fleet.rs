@@ -29,7 +29,8 @@ pub struct DecisionRecord {
     pub at_ms: u64,
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_failed`, `failback_started`,
-    /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`, `drain_failed`.
+    /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`,
+    /// `drain_failed`, `eject`, `eject_completed`, `eject_failed`, `sessions_moved`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).
@@ -103,6 +104,10 @@ pub struct Fleet {
     pub admin_token: Option<shared::auth::AdminToken>,
     /// The verifier of clients' tokens on `/ws` (`None`: no token needed).
     pub client_tokens: Option<shared::client_token::ClientTokens>,
+    /// When the gateway started: the lifecycle rules' clock ([`Fleet::now_ms`]).
+    started: Instant,
+    /// When the last ejection was decided, on that clock.
+    last_ejection_ms: Mutex<Option<u64>>,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -163,11 +168,26 @@ impl Fleet {
             history: Mutex::new(crate::history::History::default()),
             metrics: crate::metrics::Metrics::new(),
             admission: crate::admission::Admission::new(admission),
+            started: Instant::now(),
+            last_ejection_ms: Mutex::new(None),
         })
     }
 
     fn rules(&self) -> Rules {
-        Rules { up_threshold: self.config.up_threshold }
+        let c = &self.config;
+        Rules {
+            up_threshold: c.up_threshold,
+            max_up_threshold: c.max_up_threshold,
+            flap_window_ms: c.flap_window_ms,
+            degraded_checks: c.degraded_checks,
+            min_samples: c.min_samples,
+            eject_cooldown_ms: c.eject_cooldown_ms,
+        }
+    }
+
+    /// The lifecycle rules' clock: ms since this gateway started (monotonic).
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
     }
 
     fn entry(&self, id: &str) -> Option<&NodeEntry> {
@@ -295,7 +315,12 @@ impl Fleet {
             let decisions = {
                 let mut slot = node.slot.lock().expect("slot lock");
                 let obs = match &answer {
-                    Ok(h) => Observed::Answer { state: h.state, assigned: h.assigned_partitions.clone(), catchup: h.catchup.status },
+                    Ok(h) => Observed::Answer {
+                        state: h.state,
+                        assigned: h.assigned_partitions.clone(),
+                        catchup: h.catchup.status,
+                        stalled: h.progress.degraded.is_some() && h.progress.ownership_confirmed,
+                    },
                     Err(e) => Observed::Down { error: e.clone() },
                 };
                 slot.polled_at = Some(Instant::now());
@@ -315,7 +340,7 @@ impl Fleet {
                 if !scheduled {
                     continue;
                 }
-                let (next, decisions) = lifecycle::observe(&slot.view, &obs, self.rules());
+                let (next, decisions) = lifecycle::observe(&slot.view, &obs, self.now_ms(), &self.rules());
                 if next.status == Status::Down && slot.view.status != Status::Down {
                     slot.lost = slot.view.assigned.clone();
                     slot.stand_ins.clear();
@@ -329,11 +354,30 @@ impl Fleet {
         }
         if scheduled {
             self.note_stand_ins();
+            self.consider_ejection();
             self.sample_history();
         }
         self.move_sessions_off_down_nodes();
         self.wake_waiters();
         self.polled.send_modify(|n| *n += 1);
+    }
+
+    /// Applies the fleet-wide ejection rule ([`lifecycle::eject`]) after a scheduled poll.
+    fn consider_ejection(self: &Arc<Self>) {
+        let now = self.now_ms();
+        let views: Vec<(String, NodeView)> =
+            self.nodes.iter().map(|n| (n.addr.id.clone(), n.slot.lock().expect("slot lock").view.clone())).collect();
+        let candidates: Vec<lifecycle::Candidate<'_>> = views.iter().map(|(id, view)| lifecycle::Candidate { id, view }).collect();
+        let mut last = self.last_ejection_ms.lock().expect("ejection lock");
+        let Some((id, reason)) = lifecycle::eject(&candidates, *last, now, &self.rules()) else { return };
+        *last = Some(now);
+        drop(last);
+        let Some(node) = self.entry(&id) else { return };
+        {
+            let mut slot = node.slot.lock().expect("slot lock");
+            slot.view = lifecycle::ejected(&slot.view, now);
+        }
+        self.act(node, Decision::Eject { reason });
     }
 
     /// Adds this scheduled poll's picture of every node to the history.
@@ -438,6 +482,10 @@ impl Fleet {
                 let fleet = self.clone();
                 tokio::spawn(async move { fleet.failback(&id, partitions, reason).await });
             }
+            Decision::Eject { reason } => {
+                let fleet = self.clone();
+                tokio::spawn(async move { fleet.eject(&id, reason).await });
+            }
         }
     }
 
@@ -530,8 +578,15 @@ impl Fleet {
         };
         let names: Vec<&str> = stand_ins.iter().map(|n| n.addr.id.as_str()).collect();
         let drain_reason = DrainReason::FailbackToRecoveredServer;
+        // The input the decision rests on: the recovered node's assignment, and when it got it.
+        let assignment_at_ms = node.slot.lock().expect("slot lock").health.as_ref().and_then(|(_, h)| h.progress.assignment_at_ms);
         tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?}", id, names, drain_reason, partitions);
-        self.record(id, "failback_started", reason, serde_json::json!({"from": names, "partitions": partitions}));
+        self.record(
+            id,
+            "failback_started",
+            reason,
+            serde_json::json!({"from": names, "partitions": partitions, "assignment_at_ms": assignment_at_ms}),
+        );
         let started = Instant::now();
         let mut detail = BTreeMap::new();
         let mut failed = false;
@@ -614,6 +669,27 @@ impl Fleet {
         tracing::info!("[GATEWAY] failback to {} {} tookMs={}", id, if failed { "finished with errors" } else { "completed" }, started.elapsed().as_millis());
     }
 
+    /// Drains DEGRADED node `id` out of the broadcast group (reason NODE_DEGRADED): its
+    /// partitions move to the nodes that serve, its sessions reconnect to them. Afterwards it is
+    /// UP and recovers like any node (hysteresis counts the ejection as a flap).
+    async fn eject(&self, id: &str, reason: String) {
+        let Some(node) = self.entry(id) else { return };
+        let req = DrainRequest { reason: DrainReason::NodeDegraded, grace_ms: self.config.failback_grace_ms, partitions: None };
+        tracing::warn!("[GATEWAY] ejecting {}: drain it out of the broadcast group reason=\"{}\"", id, reason);
+        self.record(id, "eject", reason, serde_json::json!({"grace_ms": req.grace_ms}));
+        match self.drain_node(node, &req).await {
+            Ok(rep) => {
+                tracing::info!("[GATEWAY] ejected {} notified={} forceClosed={} tookMs={}", id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                self.record(id, "eject_completed", "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default());
+            }
+            Err(e) => {
+                tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"", id, e.body.message);
+                self.record(id, "eject_failed", e.body.message.clone(), serde_json::to_value(&e.body).unwrap_or_default());
+            }
+        }
+        self.request_refresh();
+    }
+
     /// `POST /api/fleet/nodes/{id}/drain`: drains a whole node for maintenance.
     ///
     /// # Errors
@@ -651,6 +727,7 @@ impl Fleet {
     /// The `/api/fleet` body.
     pub fn snapshot(&self) -> serde_json::Value {
         let waiting = self.admission.waiting();
+        let (now, rules) = (self.now_ms(), self.rules());
         let nodes: Vec<serde_json::Value> = self
             .nodes
             .iter()
@@ -662,6 +739,13 @@ impl Fleet {
                     "url": n.addr.url,
                     "state": slot.view.status,
                     "up_streak": slot.view.up_streak,
+                    // Hysteresis: the UP streak this node needs now (longer after recent flaps).
+                    "required_up_streak": lifecycle::required_up_streak(&slot.view, now, &rules),
+                    "recent_flaps": slot.view.flaps.iter().filter(|t| now.saturating_sub(**t) < rules.flap_window_ms).count(),
+                    "degraded_streak": slot.view.degraded_streak,
+                    "ejected": slot.view.ejected,
+                    // Why the node says it is DEGRADED, from its last answer.
+                    "degraded": h.and_then(|(_, h)| h.progress.degraded.clone()),
                     // Only meaningful while UP: whether this UP episode's start-recovery went out.
                     "start_recovery": (slot.view.status == Status::Up).then_some(slot.view.recovery),
                     "awaiting_failback": slot.view.awaiting_failback,
@@ -685,6 +769,14 @@ impl Fleet {
             "proxied_sessions": self.proxied_sessions(),
             "poll_interval_ms": self.config.poll_interval_ms,
             "up_threshold": self.config.up_threshold,
+            "policy": {
+                "up_threshold": rules.up_threshold,
+                "max_up_threshold": rules.max_up_threshold,
+                "flap_window_ms": rules.flap_window_ms,
+                "degraded_checks": rules.degraded_checks,
+                "min_samples": rules.min_samples,
+                "eject_cooldown_ms": rules.eject_cooldown_ms,
+            },
             "nodes": nodes,
             "publishers": self.publishers.snapshot(),
             "decisions": decisions,

@@ -10,6 +10,18 @@
 //!   failed. A process that restarts and dies again is not trusted after one good answer.
 //! - Failback: a node that was HEALTHY, then DOWN, and is HEALTHY again with partitions assigned,
 //!   gets its partitions' sessions back: the gateway drains them from the nodes that stood in.
+//!   A node reports DEGRADED, not HEALTHY, while its ownership is unconfirmed after a freeze, so
+//!   stale ownership never starts a failback.
+//!
+//! Guardrails, each a setting (see [`Rules`]):
+//! - Hysteresis: a node that flapped recently (went DOWN from HEALTHY or DEGRADED, or was
+//!   ejected, within `flap_window`) needs a longer UP streak: `up_threshold × (1 + flaps)`, at
+//!   most `max_up_threshold`.
+//! - Ejection ([`eject`], over the whole fleet): a node DEGRADED for a stalled consumer on
+//!   `degraded_checks` consecutive polls, after at least `min_samples` answers seen by this gateway, is drained out of the
+//!   broadcast group (its partitions move) — at most one node ejected at a time (Envoy's
+//!   `max_ejection_percent`, here one node), none within `eject_cooldown` of the last, and never
+//!   the last node serving: another node must be HEALTHY.
 
 use shared::api::{CatchupStatus, NodeState};
 
@@ -18,8 +30,9 @@ use shared::api::{CatchupStatus, NodeState};
 pub enum Observed {
     /// No answer within the timeout, or an error (connection refused, bad body, 5xx).
     Down { error: String },
-    /// The node answered.
-    Answer { state: NodeState, assigned: Vec<i32>, catchup: CatchupStatus },
+    /// The node answered. `stalled`: it is DEGRADED because its consumer stalled (not only
+    /// because its ownership is unconfirmed after a freeze, which the group settles by itself).
+    Answer { state: NodeState, assigned: Vec<i32>, catchup: CatchupStatus, stalled: bool },
 }
 
 /// The gateway's status of a node.
@@ -30,6 +43,9 @@ pub enum Status {
     Up,
     Healthy,
     Draining,
+    /// Answers, but its consumer has stalled or its ownership is unconfirmed (see the node's
+    /// `progress.degraded`).
+    Degraded,
 }
 
 impl std::fmt::Display for Status {
@@ -39,6 +55,7 @@ impl std::fmt::Display for Status {
             Status::Up => "UP",
             Status::Healthy => "HEALTHY",
             Status::Draining => "DRAINING",
+            Status::Degraded => "DEGRADED",
         })
     }
 }
@@ -66,6 +83,15 @@ pub struct NodeView {
     pub awaiting_failback: bool,
     /// Partitions the node reported in its last answer.
     pub assigned: Vec<i32>,
+    /// Answers this gateway has seen from the node.
+    pub samples: u32,
+    /// Consecutive DEGRADED polls for a stalled consumer.
+    pub degraded_streak: u32,
+    /// When the node flapped (went DOWN from HEALTHY or DEGRADED, or was ejected), ms on the
+    /// caller's clock; only those within `flap_window` are kept.
+    pub flaps: Vec<u64>,
+    /// Ejected and not HEALTHY since.
+    pub ejected: bool,
 }
 
 impl Default for NodeView {
@@ -78,6 +104,10 @@ impl Default for NodeView {
             ever_healthy: false,
             awaiting_failback: false,
             assigned: Vec::new(),
+            samples: 0,
+            degraded_streak: 0,
+            flaps: Vec::new(),
+            ejected: false,
         }
     }
 }
@@ -91,18 +121,38 @@ pub enum Decision {
     StartRecovery { reason: String },
     /// Drain the sessions of `partitions` from the nodes that stood in for this one.
     Failback { partitions: Vec<i32>, reason: String },
+    /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED).
+    Eject { reason: String },
 }
 
 /// Configuration of the rules.
 #[derive(Debug, Clone, Copy)]
 pub struct Rules {
-    /// Consecutive UP polls before start-recovery (default 5).
+    /// Consecutive UP polls before start-recovery (default 5), for a node that did not flap.
     pub up_threshold: u32,
+    /// The longest UP streak hysteresis asks for.
+    pub max_up_threshold: u32,
+    /// How long a flap counts towards hysteresis, ms.
+    pub flap_window_ms: u64,
+    /// Consecutive DEGRADED polls before the node is ejected.
+    pub degraded_checks: u32,
+    /// Answers seen from a node before it may be ejected (a gateway that just started does not
+    /// eject on its first looks).
+    pub min_samples: u32,
+    /// No ejection within this long of the last one, ms.
+    pub eject_cooldown_ms: u64,
 }
 
-/// Applies one poll result.
-pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<Decision>) {
+/// The UP streak `view` must show before start-recovery at `now_ms`: longer for each recent flap.
+pub fn required_up_streak(view: &NodeView, now_ms: u64, rules: &Rules) -> u32 {
+    let flaps = view.flaps.iter().filter(|t| now_ms.saturating_sub(**t) < rules.flap_window_ms).count() as u32;
+    rules.up_threshold.saturating_mul(1 + flaps).min(rules.max_up_threshold.max(rules.up_threshold))
+}
+
+/// Applies one poll result, at `now_ms` (a monotonic clock in ms).
+pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (NodeView, Vec<Decision>) {
     let mut next = view.clone();
+    next.flaps.retain(|t| now_ms.saturating_sub(*t) < rules.flap_window_ms);
     let mut decisions = Vec::new();
     let (to, reason) = match obs {
         Observed::Down { error } => (Status::Down, format!("no answer: {error}")),
@@ -111,6 +161,7 @@ pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<
                 NodeState::Up => Status::Up,
                 NodeState::Healthy => Status::Healthy,
                 NodeState::Draining => Status::Draining,
+                NodeState::Degraded => Status::Degraded,
             },
             format!("/health says {state}"),
         ),
@@ -122,7 +173,13 @@ pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<
     }
     next.status = to;
     next.up_streak = if to == Status::Up { view.up_streak.saturating_add(1) } else { 0 };
+    let stalled = matches!(obs, Observed::Answer { stalled: true, .. });
+    next.degraded_streak = if to == Status::Degraded && stalled { view.degraded_streak.saturating_add(1) } else { 0 };
+    if to == Status::Down && matches!(view.status, Status::Healthy | Status::Degraded) {
+        next.flaps.push(now_ms);
+    }
     if let Observed::Answer { assigned, catchup, .. } = obs {
+        next.samples = view.samples.saturating_add(1);
         next.assigned = assigned.clone();
         if to == Status::Up && next.recovery == Recovery::Sent && *catchup == CatchupStatus::Failed {
             // The node's replay failed: the episode's recovery is to be sent again.
@@ -132,14 +189,17 @@ pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<
     if to == Status::Down && view.ever_healthy && view.status != Status::Down {
         next.awaiting_failback = true;
     }
-    if to == Status::Up && next.up_streak >= rules.up_threshold && next.recovery == Recovery::NotSent {
+    let required = required_up_streak(&next, now_ms, rules);
+    if to == Status::Up && next.up_streak >= required && next.recovery == Recovery::NotSent {
         next.recovery = Recovery::Sent;
+        let flapped = if required > rules.up_threshold { format!(", raised from {} by {} recent flaps", rules.up_threshold, next.flaps.len()) } else { String::new() };
         decisions.push(Decision::StartRecovery {
-            reason: format!("UP on {} consecutive polls (threshold {})", next.up_streak, rules.up_threshold),
+            reason: format!("UP on {} consecutive polls (threshold {required}{flapped})", next.up_streak),
         });
     }
     if to == Status::Healthy {
         next.ever_healthy = true;
+        next.ejected = false;
         if next.awaiting_failback && !next.assigned.is_empty() {
             next.awaiting_failback = false;
             decisions.push(Decision::Failback {
@@ -151,6 +211,48 @@ pub fn observe(view: &NodeView, obs: &Observed, rules: Rules) -> (NodeView, Vec<
     (next, decisions)
 }
 
+/// One node as [`eject`] sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Candidate<'a> {
+    pub id: &'a str,
+    pub view: &'a NodeView,
+}
+
+/// The fleet-wide ejection rule: which DEGRADED node (if any) to drain out of the broadcast group
+/// now, with the reason. `last_ejection_ms` is when the last ejection was decided (same clock as
+/// `now_ms`).
+pub fn eject(nodes: &[Candidate<'_>], last_ejection_ms: Option<u64>, now_ms: u64, rules: &Rules) -> Option<(String, String)> {
+    if nodes.iter().any(|n| n.view.ejected) {
+        return None; // at most one node ejected at a time
+    }
+    if last_ejection_ms.is_some_and(|t| now_ms.saturating_sub(t) < rules.eject_cooldown_ms) {
+        return None;
+    }
+    let due = nodes
+        .iter()
+        .filter(|n| n.view.status == Status::Degraded && n.view.degraded_streak >= rules.degraded_checks && n.view.samples >= rules.min_samples)
+        .max_by(|a, b| a.view.degraded_streak.cmp(&b.view.degraded_streak).then(b.id.cmp(a.id)))?;
+    let serving = nodes.iter().filter(|n| n.id != due.id && n.view.status == Status::Healthy).count();
+    if serving == 0 {
+        return None; // the last node serving its partitions stays, DEGRADED or not
+    }
+    Some((
+        due.id.to_owned(),
+        format!(
+            "DEGRADED on {} consecutive polls (threshold {}); {} other node(s) HEALTHY take its partitions",
+            due.view.degraded_streak, rules.degraded_checks, serving
+        ),
+    ))
+}
+
+/// `id` was ejected at `now_ms`: it counts as a flap, and blocks other ejections until HEALTHY.
+pub fn ejected(view: &NodeView, now_ms: u64) -> NodeView {
+    let mut next = view.clone();
+    next.ejected = true;
+    next.flaps.push(now_ms);
+    next
+}
+
 /// The start-recovery call failed: allow it again on a later UP poll.
 pub fn recovery_call_failed(view: &NodeView) -> NodeView {
     NodeView { recovery: Recovery::NotSent, ..view.clone() }
@@ -160,13 +262,22 @@ pub fn recovery_call_failed(view: &NodeView) -> NodeView {
 mod tests {
     use super::*;
 
-    const RULES: Rules = Rules { up_threshold: 5 };
+    const RULES: Rules = Rules {
+        up_threshold: 5,
+        max_up_threshold: 20,
+        flap_window_ms: 300_000,
+        degraded_checks: 3,
+        min_samples: 5,
+        eject_cooldown_ms: 60_000,
+    };
+    /// Polls in the tables are a second apart.
+    const POLL_MS: u64 = 1000;
 
     fn up() -> Observed {
-        Observed::Answer { state: NodeState::Up, assigned: vec![], catchup: CatchupStatus::Idle }
+        Observed::Answer { state: NodeState::Up, assigned: vec![], catchup: CatchupStatus::Idle, stalled: false }
     }
     fn healthy(assigned: &[i32]) -> Observed {
-        Observed::Answer { state: NodeState::Healthy, assigned: assigned.to_vec(), catchup: CatchupStatus::Completed }
+        Observed::Answer { state: NodeState::Healthy, assigned: assigned.to_vec(), catchup: CatchupStatus::Completed, stalled: false }
     }
     fn down() -> Observed {
         Observed::Down { error: "connection refused".into() }
@@ -175,7 +286,7 @@ mod tests {
         Observed::Down { error: "timed out after 1s".into() }
     }
     fn draining() -> Observed {
-        Observed::Answer { state: NodeState::Draining, assigned: vec![], catchup: CatchupStatus::Completed }
+        Observed::Answer { state: NodeState::Draining, assigned: vec![], catchup: CatchupStatus::Completed, stalled: false }
     }
 
     /// Runs `polls` from `start`; returns the number of StartRecovery and Failback decisions and
@@ -183,8 +294,8 @@ mod tests {
     fn run(start: NodeView, polls: &[Observed]) -> (usize, usize, NodeView) {
         let mut v = start;
         let (mut rec, mut fb) = (0, 0);
-        for o in polls {
-            let (n, ds) = observe(&v, o, RULES);
+        for (i, o) in polls.iter().enumerate() {
+            let (n, ds) = observe(&v, o, i as u64 * POLL_MS, &RULES);
             v = n;
             rec += ds.iter().filter(|d| matches!(d, Decision::StartRecovery { .. })).count();
             fb += ds.iter().filter(|d| matches!(d, Decision::Failback { .. })).count();
@@ -214,7 +325,7 @@ mod tests {
     fn recovery_is_sent_on_the_fifth_poll_exactly() {
         let mut v = NodeView::default();
         for i in 1..=5 {
-            let (n, ds) = observe(&v, &up(), RULES);
+            let (n, ds) = observe(&v, &up(), 0, &RULES);
             v = n;
             let sent = ds.iter().any(|d| matches!(d, Decision::StartRecovery { .. }));
             assert_eq!(sent, i == 5, "poll {i}");
@@ -234,7 +345,7 @@ mod tests {
     #[test]
     fn a_failed_catchup_is_recovered_again() {
         let (_, _, v) = run(NodeView::default(), &vec![up(); 5]);
-        let failed = Observed::Answer { state: NodeState::Up, assigned: vec![], catchup: CatchupStatus::Failed };
+        let failed = Observed::Answer { state: NodeState::Up, assigned: vec![], catchup: CatchupStatus::Failed, stalled: false };
         let (rec, _, _) = run(v, &[failed]);
         assert_eq!(rec, 1);
     }
@@ -245,7 +356,7 @@ mod tests {
             vec![up(); 5],
             vec![healthy(&[0, 1, 2])], // first time healthy: not a failback
             vec![down(), down()],
-            vec![up(); 5],
+            vec![up(); 10], // it flapped: twice the UP streak
             vec![healthy(&[])], // healthy but no partitions yet: wait
             vec![healthy(&[1, 2]), healthy(&[1, 2])],
         ]
@@ -263,10 +374,106 @@ mod tests {
 
     #[test]
     fn transitions_are_reported_with_reasons() {
-        let (_, ds) = observe(&NodeView::default(), &up(), RULES);
+        let (_, ds) = observe(&NodeView::default(), &up(), 0, &RULES);
         assert!(matches!(&ds[0], Decision::Transition { from: Status::Down, to: Status::Up, reason } if reason.contains("UP")));
-        let (v, _) = observe(&NodeView::default(), &up(), RULES);
-        let (_, ds) = observe(&v, &timeout(), RULES);
+        let (v, _) = observe(&NodeView::default(), &up(), 0, &RULES);
+        let (_, ds) = observe(&v, &timeout(), POLL_MS, &RULES);
         assert!(matches!(&ds[0], Decision::Transition { from: Status::Up, to: Status::Down, reason } if reason.contains("timed out")));
+    }
+
+    fn degraded() -> Observed {
+        Observed::Answer { state: NodeState::Degraded, assigned: vec![0, 1], catchup: CatchupStatus::Completed, stalled: true }
+    }
+    fn unconfirmed() -> Observed {
+        Observed::Answer { state: NodeState::Degraded, assigned: vec![0, 1], catchup: CatchupStatus::Completed, stalled: false }
+    }
+
+    #[test]
+    fn hysteresis_table() {
+        // (name, polls, recoveries) — each flap (HEALTHY or DEGRADED → DOWN) within the window
+        // adds one up_threshold to the streak the next recovery needs, up to max_up_threshold.
+        let served = || [vec![up(); 5], vec![healthy(&[0])]].concat();
+        let cases: Vec<(&str, Vec<Observed>, usize)> = vec![
+            ("one flap: 9 UP polls are not enough", [served(), vec![down()], vec![up(); 9]].concat(), 1),
+            ("one flap: 10 UP polls are", [served(), vec![down()], vec![up(); 10]].concat(), 2),
+            ("a DEGRADED node that dies flapped too", [served(), vec![degraded(), down()], vec![up(); 9]].concat(), 1),
+            ("UP then DOWN is not a flap", [vec![up(); 3], vec![down()], vec![up(); 5]].concat(), 1),
+            (
+                "two flaps: 15",
+                [served(), vec![down()], vec![up(); 10], vec![healthy(&[0]), down()], vec![up(); 14]].concat(),
+                2,
+            ),
+        ];
+        for (name, polls, want) in cases {
+            assert_eq!(run(NodeView::default(), &polls).0, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn flaps_age_out_and_the_streak_is_capped() {
+        let v = NodeView { flaps: vec![0, 1000, 2000, 3000, 4000, 5000], ..NodeView::default() };
+        assert_eq!(required_up_streak(&v, 10_000, &RULES), 20, "capped at max_up_threshold");
+        assert_eq!(required_up_streak(&v, 302_500, &RULES), 5 * 4, "three flaps still in the window");
+        assert_eq!(required_up_streak(&v, 400_000, &RULES), 5, "all aged out");
+    }
+
+    fn node(status: Status, degraded_streak: u32, samples: u32) -> NodeView {
+        NodeView { status, degraded_streak, samples, ..NodeView::default() }
+    }
+
+    #[test]
+    fn ejection_table() {
+        let healthy = node(Status::Healthy, 0, 50);
+        let due = node(Status::Degraded, 3, 50);
+        let ejected = NodeView { ejected: true, ..node(Status::Up, 0, 50) };
+        // (name, nodes, last ejection, now, ejected)
+        let cases: Vec<(&str, Vec<(&str, NodeView)>, Option<u64>, u64, Option<&str>)> = vec![
+            ("DEGRADED for the checks, others serve", vec![("a", due.clone()), ("b", healthy.clone())], None, 0, Some("a")),
+            ("not for enough checks", vec![("a", node(Status::Degraded, 2, 50)), ("b", healthy.clone())], None, 0, None),
+            ("too few samples seen", vec![("a", node(Status::Degraded, 3, 4)), ("b", healthy.clone())], None, 0, None),
+            ("the last node serving stays", vec![("a", due.clone()), ("b", node(Status::Down, 0, 50))], None, 0, None),
+            ("two DEGRADED, no HEALTHY: neither", vec![("a", due.clone()), ("b", node(Status::Degraded, 9, 50))], None, 0, None),
+            ("one at a time", vec![("a", due.clone()), ("b", healthy.clone()), ("c", ejected.clone())], None, 0, None),
+            ("within the cooldown", vec![("a", due.clone()), ("b", healthy.clone())], Some(10_000), 69_999, None),
+            ("after the cooldown", vec![("a", due.clone()), ("b", healthy.clone())], Some(10_000), 70_000, Some("a")),
+            (
+                "the longest streak first",
+                vec![("a", due.clone()), ("b", node(Status::Degraded, 7, 50)), ("c", healthy.clone())],
+                None,
+                0,
+                Some("b"),
+            ),
+        ];
+        for (name, nodes, last, now, want) in cases {
+            let cands: Vec<Candidate<'_>> = nodes.iter().map(|(id, view)| Candidate { id, view }).collect();
+            let got = eject(&cands, last, now, &RULES);
+            assert_eq!(got.as_ref().map(|(id, _)| id.as_str()), want, "{name}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn an_ejected_node_is_counted_until_healthy_and_its_return_is_slower() {
+        let v = ejected(&node(Status::Degraded, 3, 50), 0);
+        assert!(v.ejected);
+        // Drained out, it is UP: hysteresis asks for twice the streak.
+        let (rec, _, v) = run(v, &vec![up(); 9]);
+        assert_eq!(rec, 0);
+        let (rec, _, v) = run(v, &[up(), up(), up(), up(), up(), up(), up(), up(), up(), up()]);
+        assert_eq!(rec, 1);
+        assert!(v.ejected, "still ejected while UP");
+        let (_, _, v) = run(v, &[healthy(&[0])]);
+        assert!(!v.ejected, "HEALTHY again ends the ejection");
+    }
+
+    #[test]
+    fn degraded_polls_are_counted_in_a_streak() {
+        let (_, _, v) = run(NodeView::default(), &[degraded(), degraded(), healthy(&[0]), degraded(), degraded()]);
+        assert_eq!(v.degraded_streak, 2);
+        assert_eq!(v.samples, 5);
+        let (_, _, v) = run(v, &[timeout()]);
+        assert_eq!((v.degraded_streak, v.samples), (0, 5), "a failed poll is no sample");
+        let (_, _, v) = run(v, &[unconfirmed(), unconfirmed(), unconfirmed(), unconfirmed()]);
+        assert_eq!(v.degraded_streak, 0, "unconfirmed ownership after a freeze is not a stall");
+        assert_eq!(v.status, Status::Degraded);
     }
 }

@@ -14,6 +14,11 @@ pub enum NodeState {
     Healthy,
     /// Handing its sessions over: new handshakes get 503.
     Draining,
+    /// Caught up and in the broadcast group, but not making progress it can vouch for: its
+    /// broadcast consumer stopped returning from polls, an owned partition's position stands
+    /// while records wait, or the process was frozen and the group has not confirmed its
+    /// assignment since ([`Progress::degraded`] says which). Not accepting sessions.
+    Degraded,
 }
 
 impl std::fmt::Display for NodeState {
@@ -22,6 +27,7 @@ impl std::fmt::Display for NodeState {
             NodeState::Up => "UP",
             NodeState::Healthy => "HEALTHY",
             NodeState::Draining => "DRAINING",
+            NodeState::Degraded => "DEGRADED",
         })
     }
 }
@@ -119,6 +125,55 @@ pub struct NodeHealth {
     /// Bytes of the recent-events windows' frames over every canvas (`RECENT_BYTES` bounds each).
     #[serde(default)]
     pub recent_window_bytes: usize,
+    /// Application progress: whether the broadcast consumer polls, whether owned partitions move,
+    /// and whether the node's view of its assignment is current.
+    #[serde(default)]
+    pub progress: Progress,
+}
+
+/// Application progress in a node's `/health` (what tells a node that answers from one that
+/// serves). The default (a body from a node that does not report it) is a node that makes
+/// progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Progress {
+    /// Time since the broadcast consumer last returned from a poll, ms (absent while it does not
+    /// run). librdkafka heartbeats from its own thread, so a stuck poll keeps the partitions until
+    /// `max.poll.interval.ms`: this is what shows it.
+    pub since_poll_ms: Option<u64>,
+    /// When the broadcast consumer's assignment last changed (a rebalance callback), Unix epoch ms.
+    pub assignment_at_ms: Option<u64>,
+    /// The last time the process was seen frozen (SIGSTOP, a long pause): its own clock ticks stopped.
+    pub paused: Option<Pause>,
+    /// Whether the node's ownership is current: false from the first answer after a freeze until
+    /// the group confirmed the assignment (a rebalance callback, or the heartbeats of a pause
+    /// shorter than the session timeout). Stale ownership is not reported as current.
+    pub ownership_confirmed: bool,
+    /// Owned partitions whose position has not moved for `STALL_AFTER_MS` while records wait.
+    pub stalled_partitions: Vec<i32>,
+    /// Why the node is DEGRADED (absent when it is not).
+    pub degraded: Option<String>,
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self {
+            since_poll_ms: None,
+            assignment_at_ms: None,
+            paused: None,
+            ownership_confirmed: true,
+            stalled_partitions: Vec::new(),
+            degraded: None,
+        }
+    }
+}
+
+/// A freeze of the node's process, as its own clock saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    /// When the node noticed it (the first tick after it), Unix epoch ms.
+    pub at_ms: u64,
+    /// How long the process did not run, ms.
+    pub for_ms: u64,
 }
 
 /// What a node does with a partition.
@@ -149,6 +204,9 @@ pub struct PartitionHealth {
     pub end: Option<i64>,
     /// `end − position` (0 when the position is at or past the end read last).
     pub lag: Option<i64>,
+    /// Time since the position last moved (or the partition was assigned), ms.
+    #[serde(default)]
+    pub since_moved_ms: u64,
 }
 
 /// Body of `POST /admin/drain` on a node.
@@ -272,15 +330,26 @@ mod tests {
                 error: None,
             },
             standby_partitions: vec![1, 3],
-            partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2) }],
+            partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2), since_moved_ms: 40 }],
             log_start_recoveries: 1,
             incomplete_canvases: vec!["c7".into()],
             incomplete_canvas_count: 1,
             canvases: 4,
             recent_window_bytes: 520,
+            progress: Progress {
+                since_poll_ms: Some(20),
+                assignment_at_ms: Some(1_700_000_000_000),
+                paused: Some(Pause { at_ms: 1_700_000_001_000, for_ms: 4_000 }),
+                ownership_confirmed: true,
+                stalled_partitions: vec![],
+                degraded: None,
+            },
         };
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["state"], "HEALTHY");
+        assert_eq!(json["progress"]["since_poll_ms"], 20);
+        assert_eq!(json["progress"]["paused"]["for_ms"], 4000);
+        assert_eq!(json["partitions"][0]["since_moved_ms"], 40);
         assert_eq!(json["catchup"]["status"], "completed");
         assert_eq!(json["catchup"]["target_offsets"]["0"], 3);
         assert_eq!(json["partitions"][0]["role"], "owned");

@@ -174,6 +174,11 @@ pub struct KafkaSettings {
     pub session_timeout: Duration,
     /// `heartbeat.interval.ms`: must be well below the session timeout (Kafka suggests ≤ 1/3).
     pub heartbeat_interval: Duration,
+    /// `max.poll.interval.ms` of the broadcast consumer: librdkafka heartbeats from its own
+    /// thread, so a member whose application stopped polling keeps its partitions this long
+    /// before librdkafka leaves the group for it. Kafka's default is 300 s; ours is 30 s, to fit
+    /// the failover targets (at least the session timeout, as librdkafka requires).
+    pub max_poll_interval: Duration,
     /// librdkafka's `debug` contexts (`eos,broker,protocol`, ...), for diagnosing a client: its
     /// debug lines become `tracing` debug events of target `kafka` (see `RUST_LOG`). None: off.
     pub debug: Option<String>,
@@ -229,6 +234,7 @@ impl KafkaSettings {
             bootstrap: bootstrap.into(),
             session_timeout: Duration::from_secs(6),
             heartbeat_interval: Duration::from_millis(250),
+            max_poll_interval: Duration::from_secs(30),
             debug: None,
             overrides: Vec::new(),
         }
@@ -331,6 +337,7 @@ impl KafkaSettings {
             .set("partition.assignment.strategy", "cooperative-sticky")
             .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
             .set("heartbeat.interval.ms", self.heartbeat_interval.as_millis().to_string())
+            .set("max.poll.interval.ms", self.max_poll_interval.as_millis().to_string())
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", "error")

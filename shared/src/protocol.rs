@@ -83,6 +83,9 @@ pub enum DrainReason {
     Maintenance,
     /// The process is stopping (SIGTERM/SIGINT).
     Shutdown,
+    /// The gateway takes a DEGRADED node out of the broadcast group (its consumer stalled), so
+    /// its partitions move to a node that serves them.
+    NodeDegraded,
 }
 
 impl DrainReason {
@@ -93,6 +96,7 @@ impl DrainReason {
             DrainReason::PartitionsRevoked => "PARTITIONS_REVOKED",
             DrainReason::Maintenance => "MAINTENANCE",
             DrainReason::Shutdown => "SHUTDOWN",
+            DrainReason::NodeDegraded => "NODE_DEGRADED",
         }
     }
 }

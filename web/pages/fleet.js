@@ -28,7 +28,7 @@ const REFRESH_MS = 1000;
 const FETCH_TIMEOUT_MS = 5000;
 const MAX_DECISIONS = 50;
 const DETAIL_CHARS = 160;
-const STATES = new Set(['DOWN', 'UP', 'HEALTHY', 'DRAINING']);
+const STATES = new Set(['DOWN', 'UP', 'HEALTHY', 'DRAINING', 'DEGRADED']);
 
 /** @param {string} sel @returns {any} */
 const $ = (sel) => document.querySelector(sel);

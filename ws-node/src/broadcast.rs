@@ -79,6 +79,7 @@ impl ConsumerContext for BroadcastContext {
         let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
         self.hub.counters.rebalanced(crate::metrics::rebalance_kind(err), partitions.len());
+        self.hub.rebalanced();
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 // The second after a revocation is the rebalance's next round: the consumer
@@ -269,6 +270,7 @@ fn ends_loop(reader: &BaseConsumer<FleetContext>, topic: &str, hub: &Hub, stop: 
             }
         }
         hub.set_ends(ends);
+        hub.sample_progress();
         for _ in 0..10 {
             if stop.load(Ordering::Acquire) {
                 return;

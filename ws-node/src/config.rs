@@ -52,6 +52,17 @@ pub struct Config {
     /// clients: SIGTERM → every client receiving 0.8–2.1 s with 1000, 0.4–1.9 s with 250).
     #[arg(long, env = "KAFKA_HEARTBEAT_INTERVAL_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(100..=60_000))]
     pub heartbeat_interval_ms: u64,
+    /// Kafka `max.poll.interval.ms` of the broadcast consumer, ms: how long a node whose consumer
+    /// stopped polling keeps its partitions before librdkafka leaves the group for it (librdkafka
+    /// heartbeats from its own thread, so the session timeout does not see a stuck poll). At
+    /// least `KAFKA_SESSION_TIMEOUT_MS`.
+    #[arg(long, env = "KAFKA_MAX_POLL_INTERVAL_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(1000..=3_600_000))]
+    pub max_poll_interval_ms: u64,
+    /// A ready node whose broadcast consumer has not returned from a poll for this long, or one
+    /// of whose owned partitions has records waiting and a position that has not moved for this
+    /// long, reports DEGRADED in `/health` (and is not ready), ms.
+    #[arg(long, env = "STALL_AFTER_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1000..=600_000))]
+    pub stall_after_ms: u64,
     /// Canvas width in pixels (must match the publisher's).
     #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_width: u32,
@@ -162,6 +173,12 @@ impl Config {
                 self.heartbeat_interval_ms, self.session_timeout_ms
             ));
         }
+        if self.max_poll_interval_ms < self.session_timeout_ms {
+            p.push(format!(
+                "KAFKA_MAX_POLL_INTERVAL_MS ({}) must be at least KAFKA_SESSION_TIMEOUT_MS ({})",
+                self.max_poll_interval_ms, self.session_timeout_ms
+            ));
+        }
         if self.ws_write_buffer as usize >= 64 * 1024 + self.session_queue as usize * 256 {
             p.push("WS_WRITE_BUFFER must be smaller than the session's maximum write buffer".to_owned());
         }
@@ -186,6 +203,8 @@ impl Config {
             ("CATCHUP_GROUP", self.catchup_group()),
             ("KAFKA_SESSION_TIMEOUT_MS", self.session_timeout_ms.to_string()),
             ("KAFKA_HEARTBEAT_INTERVAL_MS", self.heartbeat_interval_ms.to_string()),
+            ("KAFKA_MAX_POLL_INTERVAL_MS", self.max_poll_interval_ms.to_string()),
+            ("STALL_AFTER_MS", self.stall_after_ms.to_string()),
             ("CANVAS_WIDTH", self.canvas_width.to_string()),
             ("CANVAS_HEIGHT", self.canvas_height.to_string()),
             ("RECENT_EVENTS", self.recent_events.to_string()),
@@ -232,7 +251,17 @@ impl Config {
         let mut k = KafkaSettings::new(&self.kafka_bootstrap).with_env_overrides();
         k.session_timeout = Duration::from_millis(self.session_timeout_ms);
         k.heartbeat_interval = Duration::from_millis(self.heartbeat_interval_ms);
+        k.max_poll_interval = Duration::from_millis(self.max_poll_interval_ms);
         k
+    }
+
+    /// The thresholds of the progress assessment (`/health`'s DEGRADED).
+    pub fn progress(&self) -> crate::progress::Settings {
+        crate::progress::Settings {
+            stall_after: Duration::from_millis(self.stall_after_ms),
+            session_timeout: Duration::from_millis(self.session_timeout_ms),
+            heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms),
+        }
     }
 
     /// The snapshot topic.

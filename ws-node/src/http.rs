@@ -80,10 +80,10 @@ async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiEr
 
 async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let req: DrainRequest = parse_json(&body)?;
-    if !matches!(req.reason, DrainReason::FailbackToRecoveredServer | DrainReason::Maintenance) {
+    if !matches!(req.reason, DrainReason::FailbackToRecoveredServer | DrainReason::Maintenance | DrainReason::NodeDegraded) {
         return Err(ApiError::field(
             "reason",
-            format!("{} is the node's own reason; ask for FAILBACK_TO_RECOVERED_SERVER or MAINTENANCE", req.reason),
+            format!("{} is the node's own reason; ask for FAILBACK_TO_RECOVERED_SERVER, MAINTENANCE or NODE_DEGRADED", req.reason),
         ));
     }
     if req.grace_ms > MAX_GRACE_MS {

@@ -148,6 +148,11 @@ struct Inner {
     last_broadcast_poll: Option<Instant>,
     /// Per partition, its readable end as last read ([`Hub::set_ends`]): lag = end − position.
     ends: Offsets,
+    /// Per partition, its position when last sampled and since when it has been there
+    /// ([`Hub::sample_progress`]): how long a position stands.
+    moved: HashMap<i32, (i64, Instant)>,
+    /// The last rebalance callback of the broadcast consumer: when, and its Unix epoch ms.
+    rebalanced_at: Option<(Instant, u64)>,
     /// Canvases whose versions skipped as they were applied (their records were deleted with no
     /// snapshot covering them), until a snapshot restores them.
     incomplete: BTreeSet<CanvasId>,
@@ -205,6 +210,8 @@ impl Hub {
                 paused: BTreeSet::new(),
                 last_broadcast_poll: None,
                 ends: Offsets::new(),
+                moved: HashMap::new(),
+                rebalanced_at: None,
                 incomplete: BTreeSet::new(),
             }),
             applied: Notify::new(),
@@ -361,6 +368,62 @@ impl Hub {
         self.lock().ends.clone()
     }
 
+    /// Notes where every position is now; a position that changed since the last sample has
+    /// moved now. Sampled with the ends (about once a second) and on every `/health`.
+    pub fn sample_progress(&self) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        let Inner { positions, moved, .. } = &mut *inner;
+        for (p, pos) in positions.iter() {
+            match moved.get_mut(p) {
+                Some(s) if s.0 == *pos => {}
+                Some(s) => *s = (*pos, now),
+                None => {
+                    moved.insert(*p, (*pos, now));
+                }
+            }
+        }
+    }
+
+    /// Since when each partition's position has stood, as last sampled.
+    pub fn standing_since(&self) -> HashMap<i32, Instant> {
+        self.lock().moved.iter().map(|(p, (_, since))| (*p, *since)).collect()
+    }
+
+    /// The hub's part of the progress facts, read under one lock at `now`: since the last poll,
+    /// since the last rebalance, and each owned partition's lag and standing time.
+    pub fn progress_facts(&self, now: Instant) -> (Option<Duration>, Option<Duration>, Vec<crate::progress::PartitionProgress>) {
+        let inner = self.lock();
+        let owned = inner
+            .owned
+            .iter()
+            .map(|p| {
+                let lag = match (inner.ends.get(p), inner.positions.get(p)) {
+                    (Some(end), Some(pos)) => Some((end - pos).max(0)),
+                    (Some(end), None) => Some(*end),
+                    _ => None,
+                };
+                let since_moved = inner.moved.get(p).map_or(Duration::ZERO, |(_, t)| now.saturating_duration_since(*t));
+                crate::progress::PartitionProgress { partition: *p, lag, since_moved }
+            })
+            .collect();
+        (
+            inner.last_broadcast_poll.map(|t| now.saturating_duration_since(t)),
+            inner.rebalanced_at.map(|(t, _)| now.saturating_duration_since(t)),
+            owned,
+        )
+    }
+
+    /// Notes a rebalance callback of the broadcast consumer (assignment or revocation).
+    pub fn rebalanced(&self) {
+        self.lock().rebalanced_at = Some((Instant::now(), shared::event::now_ms()));
+    }
+
+    /// The last rebalance callback: when, and its Unix epoch ms.
+    pub fn last_rebalance(&self) -> Option<(Instant, u64)> {
+        self.lock().rebalanced_at
+    }
+
     /// Canvases whose versions skipped as they were applied: their records were deleted with no
     /// snapshot covering them, so they may miss old pixels (sorted; at most `limit`), and how many
     /// there are in all.
@@ -386,8 +449,13 @@ impl Hub {
     /// A held partition assigned back ends its hold: its sessions simply stay.
     pub fn assign(&self, partitions: &[i32]) {
         let mut inner = self.lock();
+        let now = Instant::now();
         for p in partitions {
             inner.held.remove(p);
+            // A position stands from the assignment on at the earliest.
+            if let Some(s) = inner.moved.get_mut(p) {
+                s.1 = now;
+            }
         }
         inner.owned.extend(partitions.iter().copied());
     }

@@ -9,7 +9,7 @@
 //! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
 //! the targets), [`snapshot`] (a takeover's start from the snapshots), [`standby`] (the other
 //! partitions kept current), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
-//! [`drain`] (hand-over steps), [`node`] (ties them together), [`http`] (routes), [`metrics`]
+//! [`drain`] (hand-over steps), [`progress`] (DEGRADED: stalls and pauses), [`node`] (ties them together), [`http`] (routes), [`metrics`]
 //! (`GET /metrics`).
 
 pub mod admission;
@@ -22,6 +22,7 @@ pub mod hub;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node;
+pub mod progress;
 pub mod session;
 pub mod snapshot;
 pub mod standby;

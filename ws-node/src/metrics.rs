@@ -158,7 +158,7 @@ impl Metrics {
         let s = Scraped::default();
         r.register("up", "1 while the node answers (its /health is always 200)", s.up.clone());
         r.register("ready", "1 while the node accepts sessions (caught up, broadcasting, not draining)", s.ready.clone());
-        r.register("state", "1 for the node's lifecycle state as /health reports it (UP, HEALTHY, DRAINING)", s.state.clone());
+        r.register("state", "1 for the node's lifecycle state as /health reports it (UP, HEALTHY, DRAINING, DEGRADED)", s.state.clone());
         r.register("sessions", "Open WebSocket sessions", s.sessions.clone());
         r.register("max_sessions", "Session capacity (MAX_SESSIONS): a full node refuses new handshakes with 503 full", s.max_sessions.clone());
         r.register("session_seats", "Seats taken: open sessions plus handshakes being answered (at most max_sessions)", s.session_seats.clone());
@@ -200,7 +200,7 @@ impl Metrics {
         s.up.set(1);
         s.ready.set(i64::from(h.ready));
         s.state.clear();
-        for state in [NodeState::Up, NodeState::Healthy, NodeState::Draining] {
+        for state in [NodeState::Up, NodeState::Healthy, NodeState::Draining, NodeState::Degraded] {
             s.state.get_or_create(&label("state", state)).set(i64::from(state == h.state));
         }
         s.sessions.set(h.sessions as i64);

@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::drain::{self, HandOverOutcome};
 use crate::hub::Hub;
 use crate::lifecycle::{transition, Effect, Input, Phase};
-use shared::api::{CatchupReport, CatchupStatus, DrainReport, HoldReport, NodeHealth, PartitionHealth, PartitionRole, RecoveryAck};
+use shared::api::{CatchupReport, CatchupStatus, DrainReport, HoldReport, NodeHealth, NodeState, PartitionHealth, PartitionRole, Progress, RecoveryAck};
 use shared::protocol::{close, DrainReason};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -19,9 +19,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-
-/// A broadcast consumer that has not polled for this long makes the node not ready.
-pub const BROADCAST_STALL: Duration = Duration::from_secs(10);
 
 /// Why a drain was refused.
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +45,8 @@ pub struct Node {
     pub metrics: crate::metrics::Metrics,
     /// The verifier of clients' tokens (`None`: no token needed), from `CLIENT_TOKEN_*`.
     pub client_tokens: Option<shared::client_token::ClientTokens>,
+    /// Sees the process's pauses (SIGSTOP, starvation) by its own clock ([`crate::progress`]).
+    watch: Arc<crate::progress::Watch>,
 }
 
 impl Node {
@@ -71,6 +70,7 @@ impl Node {
             sessions: TaskTracker::new(),
             seats,
             shutdown,
+            watch: crate::progress::Watch::start(),
         });
         // Sessions of revoked partitions are handed over here, each revocation on its own; held
         // partitions when their hold runs out (unless a drain took them or they came back).
@@ -147,25 +147,36 @@ impl Node {
         self.partition_count.load(Ordering::Acquire)
     }
 
-    /// Whether the broadcast consumer has stopped polling while it should run.
-    fn broadcast_stalled(&self) -> bool {
-        self.hub.since_broadcast_poll().is_some_and(|d| d > BROADCAST_STALL)
+    /// The progress assessment now ([`crate::progress::assess`]).
+    fn assessment(&self) -> crate::progress::Assessment {
+        let now = std::time::Instant::now();
+        let (since_poll, since_rebalance, owned) = self.hub.progress_facts(now);
+        let facts = crate::progress::Facts {
+            since_poll,
+            since_tick: self.watch.since_tick(now),
+            last_pause: self.watch.last_pause(now),
+            since_rebalance,
+            owned,
+        };
+        crate::progress::assess(&facts, &self.config.progress())
     }
 
-    /// Whether new sessions are accepted: caught up, broadcasting, not draining, not stalled.
+    /// Whether new sessions are accepted: caught up, broadcasting, not draining, not DEGRADED.
     pub fn is_ready(&self) -> bool {
-        self.phase() == Phase::Ready && !self.broadcast_stalled()
+        self.phase() == Phase::Ready && self.assessment().degraded.is_none()
     }
 
     /// The `/health` body.
     pub fn health(&self) -> NodeHealth {
         let phase = self.phase();
-        let ready = phase == Phase::Ready && !self.broadcast_stalled();
+        self.hub.sample_progress();
+        let assessment = self.assessment();
+        let ready = phase == Phase::Ready && assessment.degraded.is_none();
         let standby = if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() };
         let (incomplete_canvases, incomplete_canvas_count) = self.hub.incomplete_canvases(100);
         NodeHealth {
             node_id: self.config.node_id.clone(),
-            state: if phase == Phase::Ready && !ready { Phase::Up.reported() } else { phase.reported() },
+            state: if phase == Phase::Ready && !ready { NodeState::Degraded } else { phase.reported() },
             up: true,
             ready,
             draining: phase == Phase::Draining,
@@ -176,12 +187,21 @@ impl Node {
             session_seats: self.seats.taken(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
             standby_partitions: standby.clone(),
-            partitions: partition_health(&self.hub.positions(), &self.hub.ends(), &self.hub.owned(), &self.hub.held(), &standby),
+            partitions: partition_health(&self.hub.positions(), &self.hub.ends(), &self.hub.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
             log_start_recoveries: self.hub.log_start_recoveries(),
             incomplete_canvases,
             incomplete_canvas_count,
             canvases: self.hub.canvas_count(),
             recent_window_bytes: self.hub.recent_bytes(),
+            progress: Progress {
+                since_poll_ms: self.hub.since_broadcast_poll().map(|d| d.as_millis() as u64),
+                assignment_at_ms: self.hub.last_rebalance().map(|(_, ms)| ms),
+                paused: self.watch.reported_pause(),
+                ownership_confirmed: assessment.ownership_confirmed,
+                stalled_partitions: assessment.stalled_partitions,
+                // Only a serving node is judged: one that is UP or draining is not serving anyway.
+                degraded: assessment.degraded.filter(|_| phase == Phase::Ready),
+            },
         }
     }
 
@@ -383,6 +403,7 @@ impl Node {
 pub fn partition_health(
     positions: &shared::replay::Offsets,
     ends: &shared::replay::Offsets,
+    standing_since: &std::collections::HashMap<i32, std::time::Instant>,
     owned: &[i32],
     held: &[i32],
     standby: &[i32],
@@ -400,7 +421,8 @@ pub fn partition_health(
                 PartitionRole::NotRead
             };
             let end = ends.get(p).copied();
-            PartitionHealth { partition: *p, role, position: *position, end, lag: end.map(|e| (e - position).max(0)) }
+            let since_moved_ms = standing_since.get(p).map_or(0, |t| t.elapsed().as_millis() as u64);
+            PartitionHealth { partition: *p, role, position: *position, end, lag: end.map(|e| (e - position).max(0)), since_moved_ms }
         })
         .collect()
 }
@@ -414,7 +436,7 @@ mod tests {
         let positions = shared::replay::Offsets::from([(0, 10), (1, 4), (2, 7), (3, 9)]);
         let ends = shared::replay::Offsets::from([(0, 12), (1, 4), (2, 5)]);
         let got: Vec<(i32, PartitionRole, Option<i64>)> =
-            partition_health(&positions, &ends, &[0], &[1], &[2]).into_iter().map(|h| (h.partition, h.role, h.lag)).collect();
+            partition_health(&positions, &ends, &Default::default(), &[0], &[1], &[2]).into_iter().map(|h| (h.partition, h.role, h.lag)).collect();
         assert_eq!(
             got,
             vec![
