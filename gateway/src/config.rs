@@ -137,6 +137,24 @@ pub struct Config {
     /// No ejection within this long of the last one, ms.
     #[arg(long, env = "EJECT_COOLDOWN_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     pub eject_cooldown_ms: u64,
+    /// Consecutive proxied handshakes a node fails to answer (refused connection, reset, timeout)
+    /// that open its circuit breaker: it gets no handshakes for `BREAKER_OPEN_MS`.
+    #[arg(long, env = "BREAKER_FAILURES", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub breaker_failures: u32,
+    /// How long an open breaker sends the node no handshakes, ms.
+    #[arg(long, env = "BREAKER_OPEN_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+    pub breaker_open_ms: u64,
+    /// Trial handshakes a half-open breaker lets through at a time; when as many succeed it closes.
+    #[arg(long, env = "BREAKER_TRIALS", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub breaker_trials: u32,
+    /// Slow start: proxied handshakes per second one node is sent (a failback's or a recovery's
+    /// reconnect wave is spread); the excess is refused with 503 `node_busy` and a jittered
+    /// Retry-After of 1–3 s. 0: unbounded.
+    #[arg(long, env = "HANDSHAKE_RATE_PER_NODE", default_value_t = 1_000, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub handshake_rate_per_node: u32,
+    /// Handshakes one node may be sent at once before the rate applies (0: one second's worth).
+    #[arg(long, env = "HANDSHAKE_BURST_PER_NODE", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub handshake_burst_per_node: u32,
     /// Grace period of the failback drain, ms.
     #[arg(long, env = "FAILBACK_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub failback_grace_ms: u64,
@@ -263,6 +281,11 @@ impl Config {
             ("DEGRADED_CHECKS", self.degraded_checks.to_string()),
             ("MIN_SAMPLES", self.min_samples.to_string()),
             ("EJECT_COOLDOWN_MS", self.eject_cooldown_ms.to_string()),
+            ("BREAKER_FAILURES", self.breaker_failures.to_string()),
+            ("BREAKER_OPEN_MS", self.breaker_open_ms.to_string()),
+            ("BREAKER_TRIALS", self.breaker_trials.to_string()),
+            ("HANDSHAKE_RATE_PER_NODE", self.handshake_rate_per_node.to_string()),
+            ("HANDSHAKE_BURST_PER_NODE", self.handshake_burst_per_node.to_string()),
             ("FAILBACK_GRACE_MS", self.failback_grace_ms.to_string()),
             ("FAILBACK_PACE_LIMIT_MS", self.failback_pace_limit_ms.to_string()),
             ("TOPIC_PARTITIONS", self.partitions.to_string()),

@@ -30,7 +30,8 @@ pub struct DecisionRecord {
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_failed`, `failback_started`,
     /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`,
-    /// `drain_failed`, `eject`, `eject_completed`, `eject_failed`, `sessions_moved`.
+    /// `drain_failed`, `eject`, `eject_completed`, `eject_failed`, `sessions_moved`,
+    /// `circuit_opened`, `circuit_closed`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).
@@ -108,6 +109,10 @@ pub struct Fleet {
     started: Instant,
     /// When the last ejection was decided, on that clock.
     last_ejection_ms: Mutex<Option<u64>>,
+    /// Each node's circuit breaker on the proxy path ([`crate::breaker`]).
+    breakers: Mutex<BTreeMap<String, crate::breaker::State>>,
+    /// Each node's handshake rate bound (slow start; `None`: unbounded).
+    handshake_rate: Option<governor::DefaultKeyedRateLimiter<String>>,
 }
 
 /// One proxied session as the fleet tracks it.
@@ -150,6 +155,10 @@ impl Fleet {
         let publishers = Publishers::new(&config).expect("build the publishers' HTTP client");
         let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
         let limiter = Arc::new(config.rate.limiter());
+        let handshake_rate = std::num::NonZeroU32::new(config.handshake_rate_per_node).map(|r| {
+            let burst = std::num::NonZeroU32::new(config.handshake_burst_per_node).unwrap_or(r);
+            governor::RateLimiter::keyed(governor::Quota::per_second(r).allow_burst(burst))
+        });
         Arc::new(Self {
             admin_token: config.admin_token(),
             client_tokens,
@@ -170,6 +179,8 @@ impl Fleet {
             admission: crate::admission::Admission::new(admission),
             started: Instant::now(),
             last_ejection_ms: Mutex::new(None),
+            breakers: Mutex::new(BTreeMap::new()),
+            handshake_rate,
         })
     }
 
@@ -360,6 +371,76 @@ impl Fleet {
         self.move_sessions_off_down_nodes();
         self.wake_waiters();
         self.polled.send_modify(|n| *n += 1);
+    }
+
+    fn breaker_settings(&self) -> crate::breaker::Settings {
+        let c = &self.config;
+        crate::breaker::Settings {
+            failures: c.breaker_failures,
+            open_ms: c.breaker_open_ms,
+            trials: c.breaker_trials,
+            trial_timeout_ms: c.upstream_connect_timeout_ms + 2_000,
+        }
+    }
+
+    /// May a handshake go to node `id` now: within its handshake rate (slow start) and its circuit
+    /// breaker closed or letting a trial through.
+    ///
+    /// # Errors
+    /// The refusal for the client: 503 `node_busy` with a jittered Retry-After (1–3 s, so the
+    /// excess does not come back in one wave), or `node_circuit_open`.
+    pub fn admit_handshake(&self, id: &str) -> Result<(), crate::proxy::Refused> {
+        if let Some(limiter) = &self.handshake_rate {
+            if limiter.check_key(&id.to_owned()).is_err() {
+                self.metrics.refused("node_busy");
+                return Err(crate::proxy::Refused {
+                    code: "node_busy".into(),
+                    message: format!("node {id} takes more than {} handshakes a second (HANDSHAKE_RATE_PER_NODE); try again shortly", self.config.handshake_rate_per_node),
+                    retry_after_secs: 1 + rand::random::<u64>() % 3,
+                });
+            }
+        }
+        let now = self.now_ms();
+        let mut breakers = self.breakers.lock().expect("breaker lock");
+        let state = breakers.entry(id.to_owned()).or_default();
+        let (next, allowed) = crate::breaker::allow(*state, now, &self.breaker_settings());
+        if matches!((*state, next), (crate::breaker::State::Open { .. }, crate::breaker::State::HalfOpen { .. })) {
+            tracing::info!("[GATEWAY] {} circuit half-open: letting {} trial handshakes through", id, self.config.breaker_trials);
+        }
+        *state = next;
+        if allowed {
+            Ok(())
+        } else {
+            Err(crate::proxy::Refused {
+                code: "node_circuit_open".into(),
+                message: format!("node {id} stopped answering handshakes; it gets none until trials succeed"),
+                retry_after_secs: 1,
+            })
+        }
+    }
+
+    /// A handshake to node `id` ended: `answered` when the node answered it (accepted or refused).
+    pub fn handshake_done(&self, id: &str, answered: bool) {
+        let now = self.now_ms();
+        let (before, after) = {
+            let mut breakers = self.breakers.lock().expect("breaker lock");
+            let state = breakers.entry(id.to_owned()).or_default();
+            let before = *state;
+            *state = crate::breaker::record(before, answered, now, &self.breaker_settings());
+            (before, *state)
+        };
+        use crate::breaker::State as B;
+        match (before, after) {
+            (B::Closed { .. } | B::HalfOpen { .. }, B::Open { .. }) => {
+                tracing::warn!("[GATEWAY] {} circuit open: handshakes failed without an answer; none sent for {}ms", id, self.config.breaker_open_ms);
+                self.record(id, "circuit_opened", "handshakes failed without an answer", serde_json::json!({"from": before.name()}));
+            }
+            (B::HalfOpen { .. }, B::Closed { .. }) => {
+                tracing::info!("[GATEWAY] {} circuit closed: trial handshakes answered", id);
+                self.record(id, "circuit_closed", "trial handshakes answered", serde_json::Value::Null);
+            }
+            _ => {}
+        }
     }
 
     /// Applies the fleet-wide ejection rule ([`lifecycle::eject`]) after a scheduled poll.
@@ -744,6 +825,7 @@ impl Fleet {
                     "recent_flaps": slot.view.flaps.iter().filter(|t| now.saturating_sub(**t) < rules.flap_window_ms).count(),
                     "degraded_streak": slot.view.degraded_streak,
                     "ejected": slot.view.ejected,
+                    "circuit": self.breakers.lock().expect("breaker lock").get(&n.addr.id).copied().unwrap_or_default().name(),
                     // Why the node says it is DEGRADED, from its last answer.
                     "degraded": h.and_then(|(_, h)| h.progress.degraded.clone()),
                     // Only meaningful while UP: whether this UP episode's start-recovery went out.

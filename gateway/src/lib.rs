@@ -1,13 +1,14 @@
 //! `gateway`: the single entry point for clients and the lifecycle orchestrator of the nodes.
 //!
 //! It polls every node's `/health`, decides by fixed rules (a streak of consecutive UP polls
-//! before start-recovery; failback when a recovered node owns partitions again) and acts
-//! (start-recovery, scoped failback drains, maintenance drains), recording every decision with its
-//! reason. It proxies each client's WebSocket to the node that owns the client's canvas.
+//! before start-recovery, longer after flaps; failback when a recovered node owns partitions
+//! again; ejection of a node whose consumer stalled) and acts (start-recovery, scoped failback
+//! drains, maintenance and ejection drains), recording every decision with its reason. It proxies each client's WebSocket to the node that owns the client's canvas.
 //!
 //! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
 //!
-//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`admission`] (wait queues for full
+//! Modules: [`config`], [`lifecycle`] (the rules, pure), [`breaker`] (a circuit breaker per node
+//! on the proxy path, pure), [`admission`] (wait queues for full
 //! nodes, failback pacing), [`fleet`] (views, polling, actions, routing), [`health`] (whether the
 //! gateway's view of the fleet is fresh), [`history`] (the last minutes, for the charts),
 //! [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded request),
@@ -17,6 +18,7 @@
 pub mod admission;
 pub mod api;
 pub mod assets;
+pub mod breaker;
 pub mod config;
 pub mod fleet;
 pub mod health;

@@ -9,7 +9,10 @@
 //! not the owner, behind the client) reaches the client as the same 503. It tries the owners it
 //! knows, then once more after fresh polls of the nodes, holding the handshake up to 2 s until the
 //! partition has an owner (a partition in the middle of moving is found at its new owner): at most
-//! four upstream handshakes, no loop. Once both sides are open, frames pass through unchanged in
+//! four upstream handshakes, no loop. Each handshake first passes the node's handshake rate bound
+//! (slow start: the excess is refused with a jittered Retry-After) and its circuit breaker
+//! ([`crate::breaker`]: a node that stopped answering handshakes is not sent more until trials
+//! succeed). Once both sides are open, frames pass through unchanged in
 //! both directions; a close on either side is forwarded and ends both. When the upstream drops without a close frame (its process died) the client gets
 //! 1012 Service Restart, and reconnects; when the gateway shuts down, 1001 Going Away.
 
@@ -66,7 +69,14 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
             fleet.refreshed(deadline - now).await;
         };
         for target in targets.into_iter().take(2) {
-            match open(fleet, &target, q, headers).await {
+            if let Err(refused) = fleet.admit_handshake(&target.id) {
+                last = Some(refused);
+                continue;
+            }
+            let result = open(fleet, &target, q, headers).await;
+            let answered = !matches!(&result, Err(r) if r.code == UNREACHABLE || r.code == TIMEOUT);
+            fleet.handshake_done(&target.id, answered);
+            match result {
                 Ok(ws) => {
                     if round > 0 {
                         tracing::info!(node = %target.id, canvas, held_ms = started.elapsed().as_millis() as u64,
@@ -97,6 +107,10 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
 /// How long the proxy may hold a handshake waiting for the partition's owner (fresh polls come at
 /// most every 200 ms; a cooperative rebalance's hand-over takes about a second).
 const REROUTE_WAIT: Duration = Duration::from_millis(2000);
+
+/// The refusal codes of a handshake the node did not answer (what opens its circuit breaker).
+const UNREACHABLE: &str = "upstream_unreachable";
+const TIMEOUT: &str = "upstream_timeout";
 
 /// An upstream handshake slower than this is logged.
 const SLOW_UPSTREAM: Duration = Duration::from_millis(250);
@@ -148,9 +162,9 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
             let e = crate::fleet::relay_error(resp.status().as_u16(), &body);
             Err(Refused { code: e.body.error, message: format!("node {}: {}", target.id, e.body.message), retry_after_secs: retry })
         }
-        Ok(Err(e)) => Err(Refused { code: "upstream_unreachable".into(), message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
+        Ok(Err(e)) => Err(Refused { code: UNREACHABLE.into(), message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
         Err(_) => Err(Refused {
-            code: "upstream_timeout".into(),
+            code: TIMEOUT.into(),
             message: format!("node {} did not accept within {}ms", target.id, fleet.config.upstream_connect_timeout_ms),
             retry_after_secs: 1,
         }),

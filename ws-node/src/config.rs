@@ -102,6 +102,11 @@ pub struct Config {
     /// `retry_after_ms` of the reconnect notices this node sends, ms.
     #[arg(long, env = "RECONNECT_AFTER_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub reconnect_after_ms: u64,
+    /// Slow start: a hand-over spreads its reconnect notices' `retry_after_ms` over this much
+    /// (at most half its grace period), so the node the sessions move to is not hit by all of them
+    /// in the same instant, ms. 0: every notice says `RECONNECT_AFTER_MS`.
+    #[arg(long, env = "RECONNECT_SPREAD_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub reconnect_spread_ms: u64,
     /// Interval of WebSocket pings to each client, ms; a client silent for three intervals is dropped.
     #[arg(long, env = "PING_INTERVAL_MS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub ping_interval_ms: u64,
@@ -216,6 +221,7 @@ impl Config {
             ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),
             ("STANDBY", self.standby.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
+            ("RECONNECT_SPREAD_MS", self.reconnect_spread_ms.to_string()),
             ("WRITE_TIMEOUT_MS", self.write_timeout_ms.to_string()),
             ("PING_INTERVAL_MS", self.ping_interval_ms.to_string()),
             ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),

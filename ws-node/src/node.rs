@@ -78,7 +78,8 @@ impl Node {
         tokio::spawn(async move {
             while let Some(revoked) = handover_rx.recv().await {
                 let Some(node) = weak.upgrade() else { break };
-                let (grace, after, hold) = (node.config.revoke_grace(), node.config.reconnect_after_ms, node.config.revoke_hold());
+                let (grace, after, hold, spread_ms) =
+                    (node.config.revoke_grace(), node.config.reconnect_after_ms, node.config.revoke_hold(), node.config.reconnect_spread_ms);
                 let hub = node.hub.clone();
                 drop(node);
                 tokio::spawn(async move {
@@ -107,7 +108,7 @@ impl Node {
                         }
                     };
                     tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", DrainReason::PartitionsRevoked, grace.as_millis(), partitions);
-                    let out = drain::hand_over(sessions, DrainReason::PartitionsRevoked, grace, after, close::SERVICE_RESTART).await;
+                    let out = drain::hand_over(sessions, DrainReason::PartitionsRevoked, grace, (after, drain::spread_for(grace, spread_ms)), close::SERVICE_RESTART).await;
                     tracing::info!("[DRAIN] completed reason={} notified={} forceClosed={} tookMs={}", DrainReason::PartitionsRevoked, out.notified, out.force_closed, out.took.as_millis());
                 });
             }
@@ -145,6 +146,11 @@ impl Node {
     /// Partition count of the topic (0 until the first catch-up read the metadata).
     pub fn partition_count(&self) -> u32 {
         self.partition_count.load(Ordering::Acquire)
+    }
+
+    /// The reconnect notices' `retry_after_ms` and spread for a hand-over of `grace`.
+    fn notice_timing(&self, grace: Duration) -> (u64, Duration) {
+        (self.config.reconnect_after_ms, drain::spread_for(grace, self.config.reconnect_spread_ms))
     }
 
     /// The progress assessment now ([`crate::progress::assess`]).
@@ -330,7 +336,7 @@ impl Node {
                 tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), scope);
                 let sessions = self.hub.pause_and_take(Some(scope));
                 self.hub.counters.hold_ended(&partitions.clone().unwrap_or_default());
-                let out = drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code).await;
+                let out = drain::hand_over(sessions, reason, grace, self.notice_timing(grace), final_code).await;
                 self.hub.resume(scope);
                 out
             }
@@ -347,7 +353,7 @@ impl Node {
                     }
                 };
                 let (out, ()) = tokio::join!(
-                    drain::hand_over(sessions, reason, grace, self.config.reconnect_after_ms, final_code),
+                    drain::hand_over(sessions, reason, grace, self.notice_timing(grace), final_code),
                     leave
                 );
                 // The node must catch up again before it serves; the count of catch-ups completed

@@ -1,0 +1,230 @@
+//! The gateway in-process (`gateway::run` on 127.0.0.1:0) polling tiny HTTP servers posing as
+//! nodes, whose `/health` the test scripts: the failover policy's ejection of a DEGRADED node
+//! (once, never the last node serving) and the circuit breaker on the proxy path (a node that
+//! stops answering handshakes gets none until trial handshakes succeed).
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Parser;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// How a fake node answers `GET /ws`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WsAct {
+    /// Never answers (a frozen node: its kernel accepted the connection).
+    Hang,
+    /// 503 `not_ready` (the node answers, refusing).
+    Refuse,
+}
+
+#[derive(Clone)]
+struct FakeNode {
+    id: &'static str,
+    /// What `/health` says; `None`: 500 (the gateway counts it DOWN).
+    health: Arc<Mutex<Option<serde_json::Value>>>,
+    ws: Arc<Mutex<WsAct>>,
+    /// Bodies of the `POST /admin/drain` calls received.
+    drains: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// `GET /ws` requests received.
+    handshakes: Arc<Mutex<usize>>,
+}
+
+/// A `/health` body: `state`, owning `assigned` of 6 partitions, `degraded` set for a stall.
+fn health(id: &str, state: &str, assigned: &[i32], degraded: Option<&str>) -> serde_json::Value {
+    serde_json::json!({
+        "node_id": id, "state": state, "up": true, "ready": state == "HEALTHY", "draining": false,
+        "assigned_partitions": assigned, "partition_count": 6, "sessions": 0,
+        "catchup": {"status": "completed", "target_offsets": {}, "last_consumed_offsets": {}, "replay_count": 0},
+        "progress": {"since_poll_ms": 20, "assignment_at_ms": 1, "paused": null, "ownership_confirmed": true,
+                     "stalled_partitions": if degraded.is_some() { assigned.to_vec() } else { vec![] }, "degraded": degraded},
+    })
+}
+
+async fn node_health(State(n): State<FakeNode>) -> Response {
+    match n.health.lock().unwrap().clone() {
+        Some(h) => Json(h).into_response(),
+        None => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn node_drain(State(n): State<FakeNode>, Json(body): Json<serde_json::Value>) -> Response {
+    n.drains.lock().unwrap().push(body);
+    Json(serde_json::json!({"reason": "NODE_DEGRADED", "notified_sessions": 0, "force_closed_sessions": 0, "duration_ms": 1})).into_response()
+}
+
+async fn node_ws(State(n): State<FakeNode>) -> Response {
+    *n.handshakes.lock().unwrap() += 1;
+    let act = *n.ws.lock().unwrap();
+    match act {
+        WsAct::Hang => {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            StatusCode::SERVICE_UNAVAILABLE.into_response()
+        }
+        WsAct::Refuse => {
+            let mut r = (StatusCode::SERVICE_UNAVAILABLE, Json(serde_json::json!({"error": "not_ready", "message": "fake node"}))).into_response();
+            r.headers_mut().insert("retry-after", 1.into());
+            r
+        }
+    }
+}
+
+/// A fake node answering `health`; its URL.
+async fn fake(id: &'static str, h: serde_json::Value) -> (FakeNode, String, tokio_util::sync::DropGuard) {
+    let n = FakeNode {
+        id,
+        health: Arc::new(Mutex::new(Some(h))),
+        ws: Arc::new(Mutex::new(WsAct::Hang)),
+        drains: Arc::new(Mutex::new(Vec::new())),
+        handshakes: Arc::new(Mutex::new(0)),
+    };
+    let app = Router::new()
+        .route("/health", get(node_health))
+        .route("/admin/drain", post(node_drain))
+        .route("/ws", get(node_ws))
+        .with_state(n.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let stop = CancellationToken::new();
+    let cancelled = stop.clone().cancelled_owned();
+    tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(cancelled).await });
+    (n, url, stop.drop_guard())
+}
+
+const ADMIN_TOKEN: &str = "gateway-policy-test-token";
+
+/// The gateway over `nodes` (id, url), polling every 100 ms, with `extra` flags; its base URL.
+async fn gateway(nodes: &[(&str, &str)], extra: &[&str]) -> (String, tokio_util::sync::DropGuard) {
+    shared::telemetry::init();
+    let list: Vec<String> = nodes.iter().map(|(id, url)| format!("{id}={url}")).collect();
+    let list = list.join(",");
+    let mut args = vec![
+        "gateway",
+        "--nodes",
+        &list,
+        "--poll-interval-ms",
+        "100",
+        "--poll-timeout-ms",
+        "80",
+        "--up-threshold",
+        "1",
+        "--degraded-checks",
+        "3",
+        "--min-samples",
+        "3",
+        "--admin-token",
+        ADMIN_TOKEN,
+    ];
+    args.extend_from_slice(extra);
+    let config = gateway::config::Config::try_parse_from(args).unwrap();
+    assert!(config.problems().is_empty(), "{:?}", config.problems());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let shutdown = CancellationToken::new();
+    tokio::spawn(gateway::run(config, listener, shutdown.clone()));
+    (url, shutdown.drop_guard())
+}
+
+async fn fleet(gw: &str) -> serde_json::Value {
+    reqwest::Client::new().get(format!("{gw}/api/fleet")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap()
+}
+
+fn node<'a>(f: &'a serde_json::Value, id: &str) -> &'a serde_json::Value {
+    f["nodes"].as_array().unwrap().iter().find(|n| n["id"] == id).unwrap()
+}
+
+fn decisions(f: &serde_json::Value, action: &str) -> usize {
+    f["decisions"].as_array().unwrap().iter().filter(|d| d["action"] == action).count()
+}
+
+/// Polls `/api/fleet` until `ok` holds (at most `max`).
+async fn until(gw: &str, what: &str, max: Duration, ok: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + max;
+    loop {
+        let f = fleet(gw).await;
+        if ok(&f) {
+            return f;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {max:?}: {f}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_stalled_node_is_ejected_once_and_never_the_last_serving() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &[]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+
+    // ws-2 dies and ws-1 stalls: ws-1 is the last node serving, so it stays.
+    *b.health.lock().unwrap() = None;
+    *a.health.lock().unwrap() = Some(health("ws-1", "DEGRADED", &[0, 1, 2], Some("the broadcast consumer has not returned from a poll for 12000ms")));
+    let f = until(&gw, "ws-1 DEGRADED for a while", Duration::from_secs(5), |f| node(f, "ws-1")["degraded_streak"].as_u64() >= Some(8)).await;
+    assert_eq!(node(&f, "ws-2")["state"], "DOWN");
+    assert!(a.drains.lock().unwrap().is_empty(), "the last node serving was ejected: {f}");
+    assert!(node(&f, "ws-1")["degraded"].as_str().unwrap().contains("poll"), "the node's reason is shown: {f}");
+
+    // ws-2 is back: now ws-1 is drained out of the broadcast group, once.
+    *b.health.lock().unwrap() = Some(health("ws-2", "HEALTHY", &[3, 4, 5], None));
+    let f = until(&gw, "the ejection", Duration::from_secs(5), |f| decisions(f, "eject_completed") == 1).await;
+    // (ws-2's return is also a failback: its partitions' sessions are drained from ws-1, scoped.)
+    let ejections = || a.drains.lock().unwrap().iter().filter(|d| d["reason"] == "NODE_DEGRADED").cloned().collect::<Vec<_>>();
+    let drains = ejections();
+    assert_eq!(drains.len(), 1, "{drains:?}");
+    assert_eq!(drains[0]["reason"], "NODE_DEGRADED");
+    assert!(drains[0].get("partitions").is_none() || drains[0]["partitions"].is_null(), "a whole-node drain: {drains:?}");
+    assert_eq!(node(&f, "ws-1")["ejected"], true);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(ejections().len(), 1, "ejected once, not on every DEGRADED poll");
+    assert!(b.drains.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_node_that_stops_answering_handshakes_gets_none_until_trials_succeed() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2, 3, 4, 5], None)).await;
+    let (gw, _g) = gateway(
+        &[(a.id, &a_url)],
+        &["--upstream-connect-timeout-ms", "2000", "--breaker-failures", "2", "--breaker-open-ms", "1500", "--breaker-trials", "2"],
+    )
+    .await;
+    until(&gw, "ws-1 HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY").await;
+    let ws = format!("{}/ws?canvas=c1&since=0", gw.replacen("http", "ws", 1));
+    let attempt = || async {
+        let started = Instant::now();
+        let r = tokio_tungstenite::connect_async(ws.as_str()).await;
+        let status = match r {
+            Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+                let body = resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+                (resp.status().as_u16(), body)
+            }
+            other => panic!("the gateway accepted a handshake no node answered: {:?}", other.map(|_| ())),
+        };
+        (status, started.elapsed())
+    };
+    // Two handshakes time out at the node (each tried twice: before and after a fresh poll).
+    let ((s1, _), _) = attempt().await;
+    assert_eq!(s1, 503);
+    let f = until(&gw, "the circuit to open", Duration::from_secs(5), |f| node(f, "ws-1")["circuit"] == "open").await;
+    assert_eq!(decisions(&f, "circuit_opened"), 1);
+    // Open: the client is answered at once, and the node is sent nothing.
+    let sent = *a.handshakes.lock().unwrap();
+    let ((s, body), took) = attempt().await;
+    assert_eq!(s, 503);
+    assert!(body.contains("node_circuit_open"), "{body}");
+    assert!(took < Duration::from_millis(1500), "an open circuit answers without waiting for the node: {took:?}");
+    assert_eq!(*a.handshakes.lock().unwrap(), sent, "no handshake reached the node while the circuit was open");
+    // The node answers again (refusing, which is an answer): after BREAKER_OPEN_MS the trials go
+    // through and close the circuit.
+    *a.ws.lock().unwrap() = WsAct::Refuse;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let ((s, body), _) = attempt().await;
+    assert_eq!(s, 503);
+    assert!(body.contains("not_ready"), "the trial reached the node: {body}");
+    let f = until(&gw, "the circuit to close", Duration::from_secs(5), |f| node(f, "ws-1")["circuit"] == "closed").await;
+    assert_eq!(decisions(&f, "circuit_closed"), 1);
+}
