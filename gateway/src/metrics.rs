@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// The states a node can be in, in the gateway's view (`gateway_node_state{state}`).
-const STATES: [&str; 4] = ["DOWN", "UP", "HEALTHY", "DRAINING"];
+const STATES: [&str; 5] = ["DOWN", "UP", "HEALTHY", "DRAINING", "DEGRADED"];
 
 /// The gateway's registry, counters and scrape-time gauges.
 pub struct Metrics {
@@ -66,7 +66,7 @@ impl Metrics {
             partition_count: Gauge::default(),
             scrape: Mutex::new(()),
         };
-        r.register("node_state", "1 for each node's state in the gateway's view (DOWN, UP, HEALTHY, DRAINING), 0 for the others", m.state.clone());
+        r.register("node_state", "1 for each node's state in the gateway's view (DOWN, UP, HEALTHY, DRAINING, DEGRADED), 0 for the others", m.state.clone());
         r.register("node_up_streak", "Consecutive UP polls of each node (start-recovery goes out at the threshold)", m.up_streak.clone());
         r.register("node_ready", "1 when the node's last health answer said ready", m.ready.clone());
         r.register("node_partitions", "Partitions each node reported owning in its last health answer", m.partitions.clone());

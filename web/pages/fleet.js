@@ -5,7 +5,7 @@
  *   as it ended when it took longer; a request is given up after FETCH_TIMEOUT_MS.
  * - A failed refresh shows `#error` and keeps the last data on screen.
  * - `#nodes`: one `<tr data-node="<id>">` per node with cells `.id`, `.state` (DOWN/UP/HEALTHY/
- *   DRAINING, class `state-<lowercase>`), `.streak` (`<up_streak>/<up_threshold>`), `.partitions`
+ *   DRAINING/DEGRADED, class `state-<lowercase>`), `.streak` (`<up_streak>/<up_threshold>`), `.partitions`
  *   (comma-separated), `.sessions`, `.catchup` (status · replayed · per partition last consumed /
  *   target), `.answer` (ms since the last answer, or the last error), `.flags`.
  * - `#publishers`: one `<tr data-publisher="<url>">` per publisher with cells `.url`, `.ready`
