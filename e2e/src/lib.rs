@@ -6,8 +6,10 @@
 //! ([`checker`]). [`scenario`] is the brief's whole sequence, shared by the test
 //! (`tests/scenario.rs`) and the demo (`src/bin/demo.rs`). [`writer`] publishes through the gateway
 //! with idempotency keys and retries, and [`audit`] checks its acknowledgements against the log.
+//! [`chaos`] runs random fault schedules drawn from a seed.
 
 pub mod audit;
+pub mod chaos;
 pub mod broker;
 pub mod checker;
 pub mod client;

@@ -1,0 +1,112 @@
+//! `cargo run --release -p e2e --bin chaos -- --seed N --schedules K`: K random fault schedules,
+//! the i-th drawn from seed N + i, each on a fresh fleet under steady publishing through the
+//! gateway, each judged once the fleet is quiet again (see `e2e::chaos`). `--replay SEED` runs the
+//! fault list of one seed again. Exits 0 only when every schedule passed; a failing one prints its
+//! seed and its faults.
+
+use clap::{Parser, ValueEnum};
+use e2e::broker::{Broker, BrokerKind};
+use e2e::chaos::{self, Load, Sizes};
+use e2e::fleet::FleetSpec;
+use e2e::procs::Timeline;
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum KafkaChoice {
+    /// librdkafka's mock cluster, hosted by this process (one per schedule).
+    Embedded,
+    /// Apache Kafka from Maven Central on the machine's Java (one broker for all schedules).
+    Real,
+}
+
+/// Random fault schedules against the fleet.
+#[derive(Debug, Parser)]
+#[command(name = "chaos")]
+struct Args {
+    /// The first schedule's seed (default: drawn from the clock, printed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// How many schedules (seeds N, N+1, ...).
+    #[arg(long, default_value_t = 1)]
+    schedules: u64,
+    /// Run the fault list of this seed once (the list, not the exact interleaving).
+    #[arg(long, conflicts_with_all = ["seed", "schedules"])]
+    replay: Option<u64>,
+    #[arg(long, value_enum, env = "E2E_BROKER", default_value = "embedded")]
+    kafka: KafkaChoice,
+    /// ws-nodes of the fleet.
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// Partitions of the events topic.
+    #[arg(long, default_value_t = 6)]
+    partitions: u32,
+    /// WebSocket clients through the gateway.
+    #[arg(long, default_value_t = 16)]
+    clients: usize,
+    /// Canvases they and the publishing are spread over.
+    #[arg(long, default_value_t = 6)]
+    canvases: usize,
+    /// Publishes per second through the gateway.
+    #[arg(long, default_value_t = 30.0)]
+    rate: f64,
+    /// Faults per schedule.
+    #[arg(long, default_value_t = 4)]
+    faults: usize,
+    /// Seconds within which the faults start.
+    #[arg(long, default_value_t = 30)]
+    span_secs: u64,
+    /// Print every process's log lines as they come.
+    #[arg(long)]
+    verbose: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let (first, count) = match args.replay {
+        Some(seed) => (seed, 1),
+        None => (args.seed.unwrap_or_else(|| shared::event::now_ms() % 1_000_000), args.schedules.max(1)),
+    };
+    let sizes = Sizes { nodes: args.nodes.max(1), span: Duration::from_secs(args.span_secs), faults: args.faults };
+    let load = Load { clients: args.clients.max(1), canvases: args.canvases.max(1), rate: args.rate };
+    println!(
+        "chaos: {count} schedule(s) from seed {first}; {} nodes × {} partitions, {} clients over {} canvases, {} events/s; {} faults within {} s each",
+        sizes.nodes, args.partitions, load.clients, load.canvases, load.rate, sizes.faults, args.span_secs
+    );
+    let kind = match args.kafka {
+        KafkaChoice::Embedded => BrokerKind::Embedded,
+        KafkaChoice::Real => BrokerKind::Real,
+    };
+    let shared_broker = if matches!(kind, BrokerKind::Real) { Some(Broker::start(kind.clone()).await?) } else { None };
+    let mut failed = Vec::new();
+    let mut longest = Vec::new();
+    for seed in first..first + count {
+        let faults = chaos::schedule(seed, &sizes);
+        println!("\n[chaos] schedule {} of {count}, seed {seed}:", seed - first + 1);
+        for f in &faults {
+            println!("[chaos]   {f}");
+        }
+        let own_broker = if shared_broker.is_none() { Some(Broker::start(kind.clone()).await?) } else { None };
+        let broker = shared_broker.as_ref().or(own_broker.as_ref()).expect("a broker");
+        let spec = FleetSpec { nodes: sizes.nodes, partitions: args.partitions, ..FleetSpec::default() };
+        let tl = Timeline::new(args.verbose);
+        let outcome = chaos::run(broker, spec, &load, seed, faults, tl.clone()).await?;
+        if !args.verbose {
+            for e in tl.entries().iter().filter(|e| e.text.contains("[CHAOS]")) {
+                println!("  {:>7.2}s {}", e.at.as_secs_f64(), e.text);
+            }
+        }
+        print!("{}", outcome.summary());
+        longest.push((seed, outcome.longest_wait_ms()));
+        if !outcome.passed() {
+            failed.push(seed);
+        }
+    }
+    println!("\n[chaos] {} of {count} schedules passed; longest waits (seed: ms): {:?}", count - failed.len() as u64, longest);
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        println!("[chaos] failed seeds: {failed:?} (replay one with --replay SEED)");
+        std::process::exit(1);
+    }
+}
