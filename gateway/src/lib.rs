@@ -19,6 +19,7 @@ pub mod api;
 pub mod assets;
 pub mod config;
 pub mod fleet;
+pub mod fuzzing;
 pub mod health;
 pub mod history;
 pub mod lifecycle;
