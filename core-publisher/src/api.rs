@@ -216,35 +216,7 @@ async fn post_batch<L: EventLog>(
     for e in &req.events {
         allow(grant.as_ref(), &e.canvas)?;
     }
-    if req.events.is_empty() {
-        return Err(ApiError::field("events", "at least one event is needed"));
-    }
-    if req.events.len() > MAX_BATCH_EVENTS {
-        return Err(ApiError::field("events", format!("at most {MAX_BATCH_EVENTS} events per request")));
-    }
-    let dims = v.dims();
-    for (i, e) in req.events.iter().enumerate() {
-        if e.x >= dims.width {
-            return Err(ApiError::field(format!("events[{i}].x"), format!("x must be below {}", dims.width)));
-        }
-        if e.y >= dims.height {
-            return Err(ApiError::field(format!("events[{i}].y"), format!("y must be below {}", dims.height)));
-        }
-        if let Some(problem) = e.idempotency_key.as_deref().and_then(crate::idempotency::key_problem) {
-            return Err(ApiError::field(format!("events[{i}].idempotency_key"), problem));
-        }
-    }
-    let mut seen_keys: HashMap<&str, usize> = HashMap::new();
-    for (i, e) in req.events.iter().enumerate() {
-        if let Some(k) = e.idempotency_key.as_deref() {
-            if let Some(first) = seen_keys.insert(k, i) {
-                return Err(ApiError::field(
-                    format!("events[{i}].idempotency_key"),
-                    format!("the same Idempotency-Key as events[{first}]: one key names one publish"),
-                ));
-            }
-        }
-    }
+    check_batch(&req, v.dims())?;
     if v.is_fenced() {
         return Err(publish_error(PublishError::Fenced));
     }
@@ -267,6 +239,44 @@ async fn post_batch<L: EventLog>(
         resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
     }
     Ok(resp)
+}
+
+/// Checks a parsed batch against what `POST /pixels` accepts on a canvas of `dims`: 1 to
+/// [`MAX_BATCH_EVENTS`] events, every pixel on the canvas, every `idempotency_key` valid and none
+/// used twice. Pure, so the fuzz targets and property tests check exactly what the route does.
+///
+/// # Errors
+/// 400 `invalid_field` naming the first event at fault (e.g. `events[3].x`), or `events`.
+pub fn check_batch(req: &BatchRequest, dims: shared::CanvasDims) -> Result<(), ApiError> {
+    if req.events.is_empty() {
+        return Err(ApiError::field("events", "at least one event is needed"));
+    }
+    if req.events.len() > MAX_BATCH_EVENTS {
+        return Err(ApiError::field("events", format!("at most {MAX_BATCH_EVENTS} events per request")));
+    }
+    for (i, e) in req.events.iter().enumerate() {
+        if e.x >= dims.width {
+            return Err(ApiError::field(format!("events[{i}].x"), format!("x must be below {}", dims.width)));
+        }
+        if e.y >= dims.height {
+            return Err(ApiError::field(format!("events[{i}].y"), format!("y must be below {}", dims.height)));
+        }
+        if let Some(problem) = e.idempotency_key.as_deref().and_then(crate::idempotency::key_problem) {
+            return Err(ApiError::field(format!("events[{i}].idempotency_key"), problem));
+        }
+    }
+    let mut seen_keys: HashMap<&str, usize> = HashMap::new();
+    for (i, e) in req.events.iter().enumerate() {
+        if let Some(k) = e.idempotency_key.as_deref() {
+            if let Some(first) = seen_keys.insert(k, i) {
+                return Err(ApiError::field(
+                    format!("events[{i}].idempotency_key"),
+                    format!("the same Idempotency-Key as events[{first}]: one key names one publish"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Publishes checked batch `events`: each canvas's in one group, canvases side by side. Returns

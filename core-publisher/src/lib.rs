@@ -17,6 +17,7 @@
 pub mod api;
 pub mod committer;
 pub mod config;
+pub mod fuzzing;
 pub mod idempotency;
 pub mod log;
 pub mod metrics;

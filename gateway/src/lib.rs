@@ -21,6 +21,7 @@ pub mod assets;
 pub mod breaker;
 pub mod config;
 pub mod fleet;
+pub mod fuzzing;
 pub mod health;
 pub mod history;
 pub mod lifecycle;

@@ -201,7 +201,9 @@ impl PixelEvent {
             if pair[1].canvas != pair[0].canvas {
                 return Err(DecodeError::Group("events of more than one canvas"));
             }
-            if pair[1].version != pair[0].version + 1 {
+            // Checked: a group ending past u64::MAX is refused (`MAX + 1` panicked in debug
+            // builds and wrapped to 0 in release ones, accepting `[MAX, 0]` as consecutive).
+            if pair[0].version.checked_add(1) != Some(pair[1].version) {
                 return Err(DecodeError::Group("versions are not consecutive"));
             }
         }
@@ -272,6 +274,8 @@ mod tests {
             (format!("[{},{}]", one("c1", 1), one("c1", 3)), "not consecutive"),
             (format!("[{},{}]", one("c1", 2), one("c1", 1)), "not consecutive"),
             (too_many, "more events"),
+            (format!("[{},{}]", one("c1", u64::MAX), one("c1", u64::MAX)), "not consecutive"),
+            (format!("[{},{}]", one("c1", u64::MAX), one("c1", 0)), "not consecutive"),
         ] {
             match PixelEvent::decode_record(Some(bad.as_bytes())) {
                 Err(DecodeError::Group(m)) => assert!(m.contains(why), "{m} for {bad}"),

@@ -253,12 +253,16 @@ fn field_error(path: &str, msg: &str) -> ApiError {
     // The path names the field at fault, unknown fields included; a missing field is named only in
     // serde's message, below the path of its parent.
     let missing = msg.strip_prefix("missing field `").and_then(|m| m.split('`').next());
-    let field = match (path, missing) {
+    let mut field = match (path, missing) {
         (".", Some(name)) => name.to_owned(),
         (".", None) => "body".to_owned(),
         (p, Some(name)) => format!("{p}.{name}"),
         (p, None) => p.to_owned(),
     };
+    // A field whose name is the empty string (`{"":1}`) is named `""`, never by an empty path.
+    if field.is_empty() || field.ends_with('.') {
+        field.push_str("\"\"");
+    }
     ApiError::field(field, msg)
 }
 
@@ -301,6 +305,7 @@ mod tests {
             (r#"{"a":1}{"a":2}"#, "malformed_json", None),
             (r#"{"a":"x"}"#, "invalid_field", Some("a")),
             ("{not json", "malformed_json", None),
+            (r#"{"a":1,"":2}"#, "invalid_field", Some(r#""""#)),
         ];
         for (body, code, field) in cases {
             let e = parse_json::<Req>(body.as_bytes()).unwrap_err();

@@ -24,7 +24,9 @@
 //! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
 //! - [`topic_id`]: the events topic's Kafka topic ID (librdkafka's DescribeTopics);
 //! - [`ws`]: WebSocket close frames and protocol-error classification;
-//! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token.
+//! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token;
+//! - [`fuzzing`]: the invariants the fuzz targets and corpus tests check on the parsers of outside
+//!   input.
 
 pub mod api;
 pub mod auth;
@@ -33,6 +35,7 @@ pub mod client_token;
 pub mod client_addr;
 pub mod epoch;
 pub mod event;
+pub mod fuzzing;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -79,7 +79,25 @@ async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiEr
 }
 
 async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
-    let req: DrainRequest = parse_json(&body)?;
+    let req = check_drain(&body, node.partition_count())?;
+    let report = node
+        .drain(req.reason, Duration::from_millis(req.grace_ms), req.partitions, close::SERVICE_RESTART)
+        .await
+        .map_err(|DrainError::Conflict(why)| ApiError::conflict("drain_conflict", why))?;
+    Ok(Json(report).into_response())
+}
+
+/// Parses and checks the body of `POST /admin/drain` on a node whose topic has
+/// `partition_count` partitions (0: not read yet). Pure, so the fuzz targets and property tests
+/// check exactly what the route does.
+///
+/// # Errors
+/// 400 `invalid_field` for a bad body, a reason that is the node's own (only
+/// `FAILBACK_TO_RECOVERED_SERVER`, `MAINTENANCE` and `NODE_DEGRADED` may be asked for), `grace_ms` over
+/// [`MAX_GRACE_MS`] or a partition that does not exist; 409 `not_recovered` for `partitions`
+/// while the partition count is unknown.
+pub fn check_drain(body: &[u8], partition_count: u32) -> Result<DrainRequest, ApiError> {
+    let req: DrainRequest = parse_json(body)?;
     if !matches!(req.reason, DrainReason::FailbackToRecoveredServer | DrainReason::Maintenance | DrainReason::NodeDegraded) {
         return Err(ApiError::field(
             "reason",
@@ -90,7 +108,7 @@ async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Resul
         return Err(ApiError::field("grace_ms", format!("grace_ms must be at most {MAX_GRACE_MS}")));
     }
     if let Some(ps) = &req.partitions {
-        let n = node.partition_count() as i32;
+        let n = i32::try_from(partition_count).unwrap_or(i32::MAX);
         if n == 0 {
             return Err(ApiError::conflict("not_recovered", "the node has not read the topic yet: its partitions are unknown"));
         }
@@ -98,19 +116,24 @@ async fn drain(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Resul
             return Err(ApiError::field("partitions", format!("partition {bad} does not exist (the topic has {n})")));
         }
     }
-    let report = node
-        .drain(req.reason, Duration::from_millis(req.grace_ms), req.partitions, close::SERVICE_RESTART)
-        .await
-        .map_err(|DrainError::Conflict(why)| ApiError::conflict("drain_conflict", why))?;
-    Ok(Json(report).into_response())
+    Ok(req)
 }
 
 async fn hold(State(node): State<Arc<Node>>, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
-    let req: HoldRequest = parse_json(&body)?;
+    let req = check_hold(&body)?;
+    Ok(Json(node.extend_hold(&req.partitions, req.for_ms)).into_response())
+}
+
+/// Parses and checks the body of `POST /admin/hold`. Pure, like [`check_drain`].
+///
+/// # Errors
+/// 400 `invalid_field` for a bad body or `for_ms` outside 1..=[`MAX_HOLD_EXTENSION_MS`].
+pub fn check_hold(body: &[u8]) -> Result<HoldRequest, ApiError> {
+    let req: HoldRequest = parse_json(body)?;
     if req.for_ms == 0 || req.for_ms > MAX_HOLD_EXTENSION_MS {
         return Err(ApiError::field("for_ms", format!("for_ms must be 1 to {MAX_HOLD_EXTENSION_MS}")));
     }
-    Ok(Json(node.extend_hold(&req.partitions, req.for_ms)).into_response())
+    Ok(req)
 }
 
 /// `Retry-After` of a refused handshake, seconds.

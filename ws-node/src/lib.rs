@@ -18,6 +18,7 @@ pub mod catchup;
 pub mod config;
 pub mod drain;
 pub mod http;
+pub mod fuzzing;
 pub mod hub;
 pub mod lifecycle;
 pub mod metrics;

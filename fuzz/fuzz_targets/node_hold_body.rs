@@ -1,0 +1,4 @@
+#![no_main]
+//! Fuzz target `node_hold_body`: see `ws_node::fuzzing::check_hold_body` for what it checks.
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| ws_node::fuzzing::check_hold_body(data));
