@@ -12,7 +12,7 @@
 
 use crate::broker::Broker;
 use crate::checker::Verdict;
-use crate::client::{ClientReport, Kind};
+use crate::faults::{seen, Seen};
 use crate::fleet::{Fleet, FleetSpec};
 use crate::procs::Timeline;
 use crate::scenario::{finish, pick_canvases, spawn_clients, wait_for_heads};
@@ -120,17 +120,6 @@ pub struct Load {
     pub canvases: usize,
     /// Publishes per second through the gateway.
     pub rate: f64,
-}
-
-/// One client's history as the schedule judges it.
-#[derive(Debug, Clone)]
-pub struct Seen {
-    pub name: String,
-    pub canvas: String,
-    pub events: usize,
-    pub reconnects: usize,
-    /// Longest time between two events received.
-    pub longest_wait_ms: u64,
 }
 
 /// What one schedule did and found.
@@ -317,12 +306,6 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
     };
     fleet.stop().await;
     Ok(Outcome { seed, faults, verdicts, seen, acked, problems })
-}
-
-fn seen(r: &ClientReport, from_ms: u64) -> Seen {
-    let times: Vec<u64> = r.got.iter().filter(|g| g.kind == Kind::Event).map(|g| g.at_ms).collect();
-    let longest = times.windows(2).filter(|w| w[1] >= from_ms).map(|w| w[1] - w[0].max(from_ms)).max().unwrap_or(0);
-    Seen { name: r.name.clone(), canvas: r.canvas.clone(), events: times.len(), reconnects: r.sessions.len().saturating_sub(1), longest_wait_ms: longest }
 }
 
 #[cfg(test)]

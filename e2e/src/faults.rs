@@ -177,7 +177,8 @@ async fn conclude(stage: Stage, broker: &Broker, case: Case, fault: String, faul
     })
 }
 
-fn seen(r: &ClientReport, from_ms: u64) -> Seen {
+/// What `r` saw from `from_ms` on: its events, reconnects and longest wait between two events.
+pub fn seen(r: &ClientReport, from_ms: u64) -> Seen {
     let times: Vec<u64> = r.got.iter().filter(|g| g.kind == Kind::Event).map(|g| g.at_ms).collect();
     let longest = times.windows(2).filter(|w| w[1] >= from_ms).map(|w| w[1] - w[0].max(from_ms)).max().unwrap_or(0);
     Seen { name: r.name.clone(), canvas: r.canvas.clone(), events: times.len(), reconnects: r.sessions.len().saturating_sub(1), longest_wait_ms: longest }
