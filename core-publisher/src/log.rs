@@ -25,7 +25,6 @@
 
 use crate::txn::{Polling, TxnWriter};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::RDKafkaErrorCode;
 use rdkafka::message::{Headers, Message};
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
@@ -483,7 +482,7 @@ pub async fn ensure_topics(
 ) -> Result<u32, String> {
     let retention = retention_ms.to_string();
     let events = [("retention.ms", retention.as_str()), ("retention.bytes", "-1")];
-    let n = ensure_topic(settings, topic, partitions, replication, &events).await?;
+    let n = shared::kafka::ensure_topic(settings, "core-publisher", topic, partitions, replication, &events).await?;
     let (segment, max_bytes) = (SNAPSHOT_SEGMENT_MS.to_string(), shared::snapshot::MAX_RECORD_BYTES.to_string());
     let snapshots = [
         ("cleanup.policy", "compact"),
@@ -491,50 +490,13 @@ pub async fn ensure_topics(
         ("max.message.bytes", max_bytes.as_str()),
         ("min.cleanable.dirty.ratio", "0.1"),
     ];
-    let m = ensure_topic(settings, snapshot_topic, n, replication, &snapshots).await?;
+    let m = shared::kafka::ensure_topic(settings, "core-publisher", snapshot_topic, n, replication, &snapshots).await?;
     if m != n {
         return Err(format!(
             "snapshot topic {snapshot_topic} has {m} partitions and {topic} has {n}: they must have the same count (delete the snapshot topic, or set SNAPSHOT_TOPIC to a new one)"
         ));
     }
     Ok(n)
-}
-
-/// Ensures `topic` exists (creating it with `partitions` × `replication` and `configs` when it
-/// does not) and returns its real partition count.
-async fn ensure_topic(settings: &KafkaSettings, topic: &str, partitions: u32, replication: i32, configs: &[(&str, &str)]) -> Result<u32, String> {
-    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    let count = || {
-        let (settings, topic) = (settings.clone(), topic.to_owned());
-        tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer<FleetContext> =
-                settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(replay::ReplayError::Client)?;
-            replay::partition_count(&consumer, &topic, Duration::from_secs(10))
-        })
-    };
-    match count().await.map_err(|e| e.to_string())? {
-        Ok(n) => return Ok(n),
-        Err(replay::ReplayError::NoTopic { .. }) => {}
-        Err(e) => return Err(e.to_string()),
-    }
-    let admin: AdminClient<FleetContext> =
-        settings.admin("core-publisher-admin").create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
-    let mut new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
-    for (k, v) in configs {
-        new = new.set(k, v);
-    }
-    // A broker that never answers (librdkafka's mock cluster has no CreateTopics) is retried with
-    // a warning rather than waited for.
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(Duration::from_secs(15)));
-    let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
-    for r in results {
-        match r {
-            Ok(_) => tracing::info!(topic, partitions, replication, configs = ?configs, "created topic"),
-            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((name, code)) => return Err(format!("create topic {name}: {code}")),
-        }
-    }
-    count().await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }
 
 /// An in-memory [`EventLog`] for unit tests, whose transactions end on a schedule.

@@ -134,6 +134,12 @@ impl ClientContext for FleetContext {
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
+        // A reader that asked for end-of-partition events (the control topic's followers) gets
+        // them here too; reaching the end is news, not an error.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::PartitionEOF) {
+            tracing::trace!(target: "kafka", "{reason}");
+            return;
+        }
         let transport = matches!(
             error.rdkafka_error_code(),
             Some(RDKafkaErrorCode::BrokerTransportFailure | RDKafkaErrorCode::AllBrokersDown)
@@ -480,4 +486,44 @@ mod tests {
             assert!(topic_name_problem(bad).is_some(), "{bad:?}");
         }
     }
+}
+
+/// Ensures `topic` exists (creating it with `partitions` × `replication` and `configs` when it
+/// does not) and returns its real partition count.
+///
+/// # Errors
+/// When the broker cannot be asked, or refuses to create it.
+pub async fn ensure_topic(settings: &KafkaSettings, client_id: &str, topic: &str, partitions: u32, replication: i32, configs: &[(&str, &str)]) -> Result<u32, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    let count = || {
+        let (settings, topic, client_id) = (settings.clone(), topic.to_owned(), client_id.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer<FleetContext> =
+                settings.reader(&client_id).create_with_context(FleetContext::default()).map_err(crate::replay::ReplayError::Client)?;
+            crate::replay::partition_count(&consumer, &topic, Duration::from_secs(10))
+        })
+    };
+    match count().await.map_err(|e| e.to_string())? {
+        Ok(n) => return Ok(n),
+        Err(crate::replay::ReplayError::NoTopic { .. }) => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let admin: AdminClient<FleetContext> =
+        settings.admin(&format!("{client_id}-admin")).create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
+    let mut new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replication));
+    for (k, v) in configs {
+        new = new.set(k, v);
+    }
+    // A broker that never answers (librdkafka's mock cluster has no CreateTopics) is retried with
+    // a warning rather than waited for.
+    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))).request_timeout(Some(Duration::from_secs(15)));
+    let results = admin.create_topics([&new], &opts).await.map_err(|e| e.to_string())?;
+    for r in results {
+        match r {
+            Ok(_) => tracing::info!(topic, partitions, replication, configs = ?configs, "created topic"),
+            Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => return Err(format!("create topic {name}: {code}")),
+        }
+    }
+    count().await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())
 }
