@@ -33,6 +33,11 @@ pub struct Config {
     /// Topic of pixel events.
     #[arg(long, env = "KAFKA_TOPIC", default_value = shared::kafka::DEFAULT_TOPIC)]
     pub topic: String,
+    /// The gateways' control topic: the node reads the leaders' claims from it and refuses an
+    /// admin request with an older fencing token (empty: not read; tokens seen in requests still
+    /// count).
+    #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
+    pub control_topic: String,
     /// Topic of canvas snapshots and checkpoints the publisher writes (default
     /// `<KAFKA_TOPIC>-snapshots`): recovery starts from them.
     #[arg(long, env = "SNAPSHOT_TOPIC")]
@@ -204,6 +209,7 @@ impl Config {
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone()),
             ("KAFKA_TOPIC", self.topic.clone()),
             ("SNAPSHOT_TOPIC", self.snapshot_topic()),
+            ("CONTROL_TOPIC", self.control_topic.clone()),
             ("BROADCAST_GROUP", self.broadcast_group.clone()),
             ("CATCHUP_GROUP", self.catchup_group()),
             ("KAFKA_SESSION_TIMEOUT_MS", self.session_timeout_ms.to_string()),

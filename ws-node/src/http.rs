@@ -37,7 +37,7 @@ use std::time::Duration;
 pub fn router(node: Arc<Node>) -> Router {
     let public = Router::new().route("/health", get(health)).route("/metrics", get(metrics)).route("/ws", get(ws));
     let app = match node.config.admin_token() {
-        Some(token) => public.merge(admin_routes().route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
+        Some(token) => public.merge(admin_routes(&node).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
         None => public,
     };
     finish(app, node)
@@ -46,14 +46,16 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The admin routes alone, without a credential: for the loopback admin listener, served when
 /// no `ADMIN_TOKEN` is set.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    finish(admin_routes(), node)
+    finish(admin_routes(&node), node)
 }
 
-fn admin_routes() -> Router<Arc<Node>> {
+fn admin_routes(node: &Arc<Node>) -> Router<Arc<Node>> {
     Router::new()
         .route("/admin/start-recovery", post(start_recovery))
         .route("/admin/drain", post(drain))
         .route("/admin/hold", post(hold))
+        // A deposed leader's token is refused; each decision is carried out once ([`crate::fence`]).
+        .route_layer(axum::middleware::from_fn_with_state(node.guard.clone(), crate::fence::guard))
 }
 
 fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {

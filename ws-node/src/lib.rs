@@ -17,6 +17,7 @@ pub mod broadcast;
 pub mod catchup;
 pub mod config;
 pub mod drain;
+pub mod fence;
 pub mod http;
 pub mod fuzzing;
 pub mod hub;
@@ -51,6 +52,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         "[NODE] {} is UP (not ready): waiting for start-recovery",
         node.config.node_id
     );
+    let claims = (!node.config.control_topic.is_empty()).then(|| {
+        fence::spawn_claim_reader(node.config.kafka(), &node.config.node_id, node.config.control_topic.clone(), node.guard.fence.clone())
+    });
     let app = http::router(node.clone());
     let limits = node.config.serve.limits();
     if node.config.admin_token().is_none() {
@@ -72,6 +76,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         n.shut_down().await;
     })
     .await?;
+    if let Some(stop) = claims {
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
     tracing::info!("[NODE] {} stopped", node.config.node_id);
     Ok(())
 }

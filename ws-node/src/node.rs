@@ -47,6 +47,8 @@ pub struct Node {
     pub client_tokens: Option<shared::client_token::ClientTokens>,
     /// Sees the process's pauses (SIGSTOP, starvation) by its own clock ([`crate::progress`]).
     watch: Arc<crate::progress::Watch>,
+    /// The admin routes' fence and decision answers ([`crate::fence`]).
+    pub guard: Arc<crate::fence::Guard>,
 }
 
 impl Node {
@@ -71,6 +73,7 @@ impl Node {
             seats,
             shutdown,
             watch: crate::progress::Watch::start(),
+            guard: Arc::new(crate::fence::Guard::default()),
         });
         // Sessions of revoked partitions are handed over here, each revocation on its own; held
         // partitions when their hold runs out (unless a drain took them or they came back).

@@ -1,0 +1,196 @@
+//! The admin routes' guard against a deposed gateway leader, and their once-per-decision rule.
+//!
+//! A leader's admin request carries its fencing token and the id of the decision it carries out
+//! ([`shared::control`]). The node refuses a token lower than the latest claim it has seen, in a
+//! request or read from the control topic ([`spawn_claim_reader`]): 409 `stale_leader`. A
+//! request whose decision id was seen before gets the first one's answer, without doing the
+//! action again; a repeat that arrives while the first is still running waits for its answer.
+//! The action itself runs to its end even when the caller goes away (a leader killed in the
+//! middle of a drain does not leave it half done).
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use shared::control::{Fence, Fencing, DECISION_HEADER, FENCING_HEADER};
+use shared::http::ApiError;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+/// Decisions remembered for their answers.
+const REMEMBERED: usize = 1024;
+/// Largest admin answer kept for a repeat.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+
+/// One decision's answer: its status, content type and body.
+type Answer = (StatusCode, Option<axum::http::HeaderValue>, bytes::Bytes);
+
+/// The fence and the answers of recent decisions.
+pub struct Guard {
+    pub fence: Arc<Fence>,
+    answers: Mutex<lru::LruCache<String, Arc<tokio::sync::OnceCell<Answer>>>>,
+}
+
+impl Default for Guard {
+    fn default() -> Self {
+        Self { fence: Arc::new(Fence::default()), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))) }
+    }
+}
+
+/// The fencing token and decision id of a request: a pure parse.
+///
+/// # Errors
+/// 400 `invalid_header` for a token that is not a number or an id that is empty or too long.
+pub fn parse_headers(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>), ApiError> {
+    let token = match headers.get(FENCING_HEADER) {
+        None => None,
+        Some(v) => Some(v.to_str().ok().and_then(|s| s.trim().parse::<u64>().ok()).ok_or_else(|| {
+            ApiError::bad_request("invalid_header", format!("{FENCING_HEADER} must be a decimal number (the offset of a leader's claim)"))
+        })?),
+    };
+    let id = match headers.get(DECISION_HEADER) {
+        None => None,
+        Some(v) => {
+            let s = v.to_str().map_err(|_| ApiError::bad_request("invalid_header", format!("{DECISION_HEADER} must be visible ASCII")))?;
+            if s.is_empty() || s.len() > 200 {
+                return Err(ApiError::bad_request("invalid_header", format!("{DECISION_HEADER} must be 1 to 200 characters")));
+            }
+            Some(s.to_owned())
+        }
+    };
+    Ok((token, id))
+}
+
+/// The middleware of the admin routes.
+pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+    let (token, id) = match parse_headers(req.headers()) {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    if let Some(t) = token {
+        if let Fencing::Stale { latest } = guard.fence.admit(t) {
+            tracing::warn!("[NODE] refused an admin request with fencing token {} (a newer leader claimed at {})", t, latest);
+            return ApiError::conflict(
+                "stale_leader",
+                format!("fencing token {t} is older than the latest leader's claim ({latest}): this gateway is no longer the leader"),
+            )
+            .into_response();
+        }
+    }
+    let run = async move {
+        // Runs to its end on its own task, whoever waits for it.
+        let resp = match tokio::spawn(next.run(req)).await {
+            Ok(r) => r,
+            Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, None, bytes::Bytes::from(format!("admin action failed: {e}"))),
+        };
+        let (parts, body) = resp.into_parts();
+        let bytes = axum::body::to_bytes(body, MAX_ANSWER_BYTES).await.unwrap_or_default();
+        (parts.status, parts.headers.get(axum::http::header::CONTENT_TYPE).cloned(), bytes)
+    };
+    let answer = match id {
+        None => run.await,
+        Some(id) => {
+            let cell = guard.answers.lock().expect("answers lock").get_or_insert(id, Default::default).clone();
+            cell.get_or_init(|| run).await.clone()
+        }
+    };
+    let (status, content_type, body) = answer;
+    let mut resp = Response::new(Body::from(body));
+    *resp.status_mut() = status;
+    if let Some(ct) = content_type {
+        resp.headers_mut().insert(axum::http::header::CONTENT_TYPE, ct);
+    }
+    resp
+}
+
+/// Reads the leaders' claims from the control topic into `fence` (a thread of its own, until the
+/// returned flag is set): a deposed leader is refused even by a node the new one has not called yet.
+pub fn spawn_claim_reader(settings: shared::kafka::KafkaSettings, node_id: &str, topic: String, fence: Arc<Fence>) -> Arc<std::sync::atomic::AtomicBool> {
+    shared::control::spawn_follower(
+        settings,
+        format!("{node_id}-claims"),
+        topic,
+        move |offset, record| {
+            if let Ok(shared::control::ControlRecord::Claim { gateway, .. }) = record {
+                tracing::info!("[NODE] gateway {} is the leader now (fencing token {})", gateway, offset);
+                fence.saw(offset.max(0) as u64);
+            }
+        },
+        |_| {},
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.insert(*k, v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn headers_parse_or_are_named() {
+        assert_eq!(parse_headers(&headers(&[])).unwrap(), (None, None));
+        assert_eq!(parse_headers(&headers(&[(FENCING_HEADER, "12"), (DECISION_HEADER, "gw/12/3")])).unwrap(), (Some(12), Some("gw/12/3".into())));
+        for bad in ["x", "-1", "1.5", ""] {
+            let e = parse_headers(&headers(&[(FENCING_HEADER, bad)])).unwrap_err();
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{bad:?}");
+            assert!(e.body.message.contains(FENCING_HEADER));
+        }
+        let long = "a".repeat(201);
+        assert!(parse_headers(&headers(&[(DECISION_HEADER, long.as_str())])).is_err());
+    }
+
+    async fn counted(State(n): State<Arc<std::sync::atomic::AtomicU32>>) -> String {
+        let k = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        format!("call {k}")
+    }
+
+    fn app(guard: Arc<Guard>, n: Arc<std::sync::atomic::AtomicU32>) -> axum::Router {
+        axum::Router::new()
+            .route("/admin/x", axum::routing::post(counted))
+            .with_state(n)
+            .layer(axum::middleware::from_fn_with_state(guard, super::guard))
+    }
+
+    async fn call(app: &axum::Router, pairs: &[(&'static str, &str)]) -> (StatusCode, String) {
+        use tower::ServiceExt;
+        let mut req = Request::post("/admin/x").body(Body::empty()).unwrap();
+        for (k, v) in pairs {
+            req.headers_mut().insert(*k, v.parse().unwrap());
+        }
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_decision_is_done_once_and_a_stale_token_is_refused() {
+        let (guard, n) = (Arc::new(Guard::default()), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let app = app(guard.clone(), n.clone());
+        // Two concurrent requests of one decision: one action, the same answer.
+        let d = [(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/1")];
+        let (a, b) = tokio::join!(call(&app, &d), call(&app, &d));
+        assert_eq!(a, (StatusCode::OK, "call 1".into()));
+        assert_eq!(b, a);
+        assert_eq!(call(&app, &[(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/2")]).await.1, "call 2");
+        // A newer leader's claim read from the topic: the old token is refused, the new one acts.
+        guard.fence.saw(9);
+        let (status, body) = call(&app, &[(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/3")]).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(body.contains("stale_leader"), "{body}");
+        // The new leader repeating its predecessor's decision gets the first answer.
+        assert_eq!(call(&app, &[(FENCING_HEADER, "9"), (DECISION_HEADER, "gw-a/5/1")]).await.1, "call 1");
+        // An operator's request (no headers) always acts.
+        assert_eq!(call(&app, &[]).await.1, "call 3");
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 3);
+        assert_eq!(call(&app, &[(FENCING_HEADER, "x")]).await.0, StatusCode::BAD_REQUEST);
+    }
+}
