@@ -173,6 +173,34 @@ pub struct Config {
     /// Recent lifecycle decisions kept for `/api/fleet`.
     #[arg(long, env = "DECISION_LOG", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub decision_log: u64,
+    /// This replica's name in the gateways' group and in the decisions it writes (default:
+    /// `gateway-<listen port>`).
+    #[arg(long, env = "GATEWAY_ID")]
+    pub gateway_id: Option<String>,
+    /// Kafka bootstrap servers. When set, the gateways elect their leader through Kafka (a
+    /// consumer group on the control topic) and write every decision there before acting; when
+    /// unset the gateway runs alone and decides by itself.
+    #[arg(long, env = "KAFKA_BOOTSTRAP")]
+    pub kafka_bootstrap: Option<String>,
+    /// The one-partition topic of the leader's claims and decisions (created when missing).
+    #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
+    pub control_topic: String,
+    /// The consumer group the gateways elect their leader in.
+    #[arg(long, env = "GATEWAY_GROUP", default_value = "fleet-gateways")]
+    pub gateway_group: String,
+    /// Session timeout of the gateways' group, ms: a leader that dies is replaced after about
+    /// this long; a leader that has not heard from the group coordinator for two thirds of it
+    /// stops acting by itself.
+    #[arg(long, env = "LEADER_SESSION_TIMEOUT_MS", default_value_t = 6000, value_parser = clap::value_parser!(u64).range(1000..=300_000))]
+    pub leader_session_timeout_ms: u64,
+    /// Heartbeat interval in the gateways' group, and how often the leader confirms its
+    /// membership with the coordinator (an offset commit, refused once it is no longer the
+    /// member of the current generation), ms.
+    #[arg(long, env = "LEADER_HEARTBEAT_MS", default_value_t = 500, value_parser = clap::value_parser!(u64).range(100..=60_000))]
+    pub leader_heartbeat_ms: u64,
+    /// Replication factor of the control topic when this gateway creates it.
+    #[arg(long, env = "TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
+    pub replication_factor: i32,
     /// Read buffer per proxied WebSocket, each side (bytes).
     #[arg(long, env = "WS_READ_BUFFER", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(256..=1_048_576))]
     pub ws_read_buffer: u64,
@@ -247,7 +275,30 @@ impl Config {
             p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
         }
         p.extend(self.client_tokens.problems());
+        if let Some(why) = shared::kafka::topic_name_problem(&self.control_topic) {
+            p.push(format!("CONTROL_TOPIC (--control-topic): {why}"));
+        }
+        if self.leader_heartbeat_ms * 3 > self.leader_session_timeout_ms {
+            p.push(format!(
+                "LEADER_HEARTBEAT_MS ({}) must be at most a third of LEADER_SESSION_TIMEOUT_MS ({})",
+                self.leader_heartbeat_ms, self.leader_session_timeout_ms
+            ));
+        }
         p
+    }
+
+    /// The Kafka client settings of the election and the control topic (`KAFKA_CLIENT_*`
+    /// overrides included).
+    pub fn kafka_settings(&self, bootstrap: &str) -> shared::kafka::KafkaSettings {
+        let mut k = shared::kafka::KafkaSettings::new(bootstrap).with_env_overrides();
+        k.session_timeout = Duration::from_millis(self.leader_session_timeout_ms);
+        k.heartbeat_interval = Duration::from_millis(self.leader_heartbeat_ms);
+        k
+    }
+
+    /// This replica's name: `GATEWAY_ID`, else `gateway-<listen port>`.
+    pub fn id(&self) -> String {
+        self.gateway_id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| format!("gateway-{}", self.listen.port()))
     }
 
     /// The admin token, when one is set (non-empty).
@@ -291,6 +342,13 @@ impl Config {
             ("TOPIC_PARTITIONS", self.partitions.to_string()),
             ("UPSTREAM_CONNECT_TIMEOUT_MS", self.upstream_connect_timeout_ms.to_string()),
             ("DECISION_LOG", self.decision_log.to_string()),
+            ("GATEWAY_ID", self.id()),
+            ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone().unwrap_or_default()),
+            ("CONTROL_TOPIC", self.control_topic.clone()),
+            ("GATEWAY_GROUP", self.gateway_group.clone()),
+            ("LEADER_SESSION_TIMEOUT_MS", self.leader_session_timeout_ms.to_string()),
+            ("LEADER_HEARTBEAT_MS", self.leader_heartbeat_ms.to_string()),
+            ("TOPIC_REPLICATION_FACTOR", self.replication_factor.to_string()),
             ("WS_READ_BUFFER", self.ws_read_buffer.to_string()),
             ("WS_MAX_MESSAGE", self.ws_max_message.to_string()),
             ("ADMISSION_QUEUE", self.admission_queue.to_string()),

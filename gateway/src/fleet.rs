@@ -1,6 +1,12 @@
 //! The fleet as the gateway sees it: each node's view and last health answer, the decision log,
 //! and the actions (start-recovery, failback drains, maintenance drains).
 //!
+//! Every replica polls and keeps its own views; only the leader ([`crate::leader`]) carries out
+//! start-recovery, failback and ejection, and it writes each decision to the control topic
+//! ([`Fleet::decide`]) before acting. The other replicas read those decisions back
+//! ([`Fleet::read_control`]) into their logs and views, so they do not decide the same thing again
+//! when they lead, and a new leader finishes a failback its predecessor started.
+//!
 //! Scheduled polls feed the lifecycle rules ([`crate::lifecycle`]); extra polls triggered by the
 //! proxy (a handshake refused or a node unreachable) only refresh routing information, so they
 //! cannot shorten the UP streak a node must show before it is trusted.
@@ -12,7 +18,7 @@ use serde::Serialize;
 use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest, NodeHealth};
 use shared::partitioner::partition_for;
 use shared::protocol::DrainReason;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -22,21 +28,7 @@ use tokio::sync::Notify;
 /// sessions' arrival, then a fresh poll): the next round extends it again before it runs out.
 const HOLD_EXTENSION_MARGIN: Duration = Duration::from_secs(10);
 
-/// One entry of the decision log (`GET /api/fleet` → `decisions`).
-#[derive(Debug, Clone, Serialize)]
-pub struct DecisionRecord {
-    /// Unix epoch, ms.
-    pub at_ms: u64,
-    pub node: String,
-    /// `transition`, `start_recovery`, `start_recovery_failed`, `failback_started`,
-    /// `failback_paced`, `failback_completed`, `failback_failed`, `drain`, `drain_completed`,
-    /// `drain_failed`, `eject`, `eject_completed`, `eject_failed`, `sessions_moved`,
-    /// `circuit_opened`, `circuit_closed`.
-    pub action: String,
-    pub reason: String,
-    /// Extra facts (states, partitions, counts).
-    pub detail: serde_json::Value,
-}
+pub use crate::decisions::DecisionRecord;
 
 #[derive(Debug, Default)]
 struct Slot {
@@ -80,7 +72,15 @@ pub fn relay_error(status: u16, body: &str) -> shared::http::ApiError {
 pub struct Fleet {
     pub config: Config,
     pub nodes: Vec<NodeEntry>,
-    decisions: Mutex<VecDeque<DecisionRecord>>,
+    decisions: crate::decisions::Decisions,
+    /// This replica's part in the election (standalone without Kafka).
+    pub leadership: Arc<crate::leader::Leadership>,
+    /// The control topic's writer, when the gateways elect their leader through Kafka.
+    control: Option<Control>,
+    /// Numbers this replica's decisions (with its id and token, a decision id).
+    decision_seq: std::sync::atomic::AtomicU64,
+    /// Failbacks this replica is carrying out now, by decision id (not resumed twice).
+    running_failbacks: Mutex<BTreeSet<String>>,
     http: reqwest::Client,
     refresh: Notify,
     /// Counts completed polls (scheduled or refresh): the proxy waits for the next one to re-route.
@@ -113,6 +113,32 @@ pub struct Fleet {
     breakers: Mutex<BTreeMap<String, crate::breaker::State>>,
     /// Each node's handshake rate bound (slow start; `None`: unbounded).
     handshake_rate: Option<governor::DefaultKeyedRateLimiter<String>>,
+}
+
+/// Where decisions are written before they are carried out.
+struct Control {
+    producer: rdkafka::producer::FutureProducer<shared::kafka::FleetContext>,
+    topic: String,
+}
+
+/// A decision written (or, standalone, recorded): what the node calls that carry it out send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub id: String,
+    /// The fencing token it was decided under (`None`: standalone, or an operator's request).
+    pub token: Option<u64>,
+}
+
+/// Removes a failback from [`Fleet::running_failbacks`] when it ends, however it ends.
+struct Running<'a> {
+    fleet: &'a Fleet,
+    id: String,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.fleet.running_failbacks.lock().expect("failbacks lock").remove(&self.id);
+    }
 }
 
 /// One proxied session as the fleet tracks it.
@@ -159,13 +185,31 @@ impl Fleet {
             let burst = std::num::NonZeroU32::new(config.handshake_burst_per_node).unwrap_or(r);
             governor::RateLimiter::keyed(governor::Quota::per_second(r).allow_burst(burst))
         });
+        let (leadership, control) = match &config.kafka_bootstrap {
+            Some(bootstrap) => {
+                let producer = config
+                    .kafka_settings(bootstrap)
+                    .producer(&config.id(), Duration::from_secs(10))
+                    .create_with_context(shared::kafka::FleetContext::default())
+                    .expect("build the control topic's producer");
+                (
+                    crate::leader::Leadership::elected(config.id(), config.leader_session_timeout_ms),
+                    Some(Control { producer, topic: config.control_topic.clone() }),
+                )
+            }
+            None => (crate::leader::Leadership::standalone(config.id()), None),
+        };
         Arc::new(Self {
+            decisions: crate::decisions::Decisions::new(config.decision_log as usize),
+            leadership,
+            control,
+            decision_seq: std::sync::atomic::AtomicU64::new(0),
+            running_failbacks: Mutex::new(BTreeSet::new()),
             admin_token: config.admin_token(),
             client_tokens,
             config,
             limiter,
             nodes,
-            decisions: Mutex::new(VecDeque::new()),
             http: reqwest::Client::builder().pool_idle_timeout(shared::serve::CLIENT_POOL_IDLE).build().expect("build the HTTP client"),
             refresh: Notify::new(),
             polled: tokio::sync::watch::Sender::new(0),
@@ -205,20 +249,131 @@ impl Fleet {
         self.nodes.iter().find(|n| n.addr.id == id)
     }
 
+    /// Records what this replica saw by itself (a local entry of the log).
     fn record(&self, node: &str, action: &str, reason: impl Into<String>, detail: serde_json::Value) {
         self.metrics.decided(action, node);
-        let rec = DecisionRecord {
+        self.decisions.push(DecisionRecord::local(node, action, reason.into(), detail));
+    }
+
+    /// Decides `action` on `node`: with the authority to act, writes it to the control topic and
+    /// waits until the broker has it (standalone: records it), before the caller carries it out.
+    /// `of`: the decision this one continues (a resumed failback).
+    ///
+    /// # Errors
+    /// Why this replica may not act (a follower; leadership not confirmed), or why the decision
+    /// could not be written; nothing may be carried out then.
+    pub async fn decide(&self, node: &str, action: &str, reason: &str, detail: serde_json::Value, of: Option<&str>) -> Result<Decided, String> {
+        let token = self.leadership.authority()?;
+        self.write(node, action, reason, detail, of, token).await
+    }
+
+    /// Writes an outcome (or a step) of decision `of` under the token it was decided with: also
+    /// when this replica lost its leadership meanwhile, since what was done is a fact the next
+    /// leader needs.
+    async fn report(&self, node: &str, action: &str, reason: &str, detail: serde_json::Value, of: &Decided) {
+        if let Err(e) = self.write(node, action, reason, detail.clone(), Some(&of.id), of.token).await {
+            tracing::warn!("[GATEWAY] could not write {} of {} to the control topic: {}", action, of.id, e);
+            self.record(node, action, format!("{reason} (not written to the control topic: {e})"), detail);
+        }
+    }
+
+    async fn write(&self, node: &str, action: &str, reason: &str, detail: serde_json::Value, of: Option<&str>, token: Option<u64>) -> Result<Decided, String> {
+        let seq = self.decision_seq.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("{}/{}/{}", self.leadership.gateway, token.map_or_else(|| "-".to_owned(), |t| t.to_string()), seq);
+        let Some(control) = &self.control else {
+            self.metrics.decided(action, node);
+            self.decisions.push(DecisionRecord {
+                id: Some(id.clone()),
+                of: of.map(str::to_owned),
+                token,
+                ..DecisionRecord::local(node, action, reason.to_owned(), detail)
+            });
+            return Ok(Decided { id, token });
+        };
+        let record = shared::control::ControlRecord::Decision {
+            id: id.clone(),
+            token,
+            gateway: self.leadership.gateway.clone(),
             at_ms: shared::event::now_ms(),
             node: node.to_owned(),
             action: action.to_owned(),
-            reason: reason.into(),
+            reason: reason.to_owned(),
             detail,
+            of: of.map(str::to_owned),
         };
-        let mut log = self.decisions.lock().expect("decision log lock");
-        if log.len() >= self.config.decision_log as usize {
-            log.pop_front();
+        let value = serde_json::to_vec(&record).map_err(|e| e.to_string())?;
+        let sent = control
+            .producer
+            .send(rdkafka::producer::FutureRecord::<(), _>::to(&control.topic).partition(0).payload(&value), Duration::from_secs(10))
+            .await;
+        sent.map_err(|(e, _)| format!("control topic {}: {e}", control.topic))?;
+        Ok(Decided { id, token })
+    }
+
+    /// A record read from the control topic at `offset` (every replica, the writer included).
+    pub fn read_control(&self, offset: i64, record: Result<shared::control::ControlRecord, String>) {
+        use shared::control::ControlRecord;
+        match record {
+            Err(e) => tracing::warn!(offset, "[GATEWAY] skipping control record: {e}"),
+            Ok(ControlRecord::Claim { gateway, .. }) => {
+                tracing::info!("[GATEWAY] {} claimed leadership (fencing token {})", gateway, offset);
+                self.leadership.read_claim(offset, &gateway);
+            }
+            Ok(ControlRecord::Decision { id, token, gateway, at_ms, node, action, reason, detail, of }) => {
+                self.metrics.decided(&action, &node);
+                if gateway != self.leadership.gateway {
+                    self.apply_decision(&node, &action);
+                }
+                self.decisions.push(DecisionRecord {
+                    at_ms,
+                    node,
+                    action,
+                    reason,
+                    detail,
+                    source: "control_topic",
+                    id: Some(id),
+                    gateway: Some(gateway),
+                    token,
+                    of,
+                    offset: Some(offset),
+                });
+            }
         }
-        log.push_back(rec);
+    }
+
+    /// Another replica's decision on `node`: this replica's view takes it in, so it does not
+    /// decide the same again when it leads.
+    fn apply_decision(&self, node: &str, action: &str) {
+        let Some(entry) = self.entry(node) else { return };
+        let now = self.now_ms();
+        let mut slot = entry.slot.lock().expect("slot lock");
+        match action {
+            "start_recovery_sent" => slot.view = lifecycle::recovery_sent(&slot.view),
+            "failback_started" => {
+                slot.view.awaiting_failback = false;
+            }
+            "eject" => {
+                slot.view = lifecycle::ejected(&slot.view, now);
+                drop(slot);
+                *self.last_ejection_ms.lock().expect("ejection lock") = Some(now);
+            }
+            _ => {}
+        }
+    }
+
+    /// This replica just became the leader: finishes the failbacks its predecessors started.
+    pub fn resume_open_failbacks(self: &Arc<Self>) {
+        for f in self.decisions.open_failbacks() {
+            if self.running_failbacks.lock().expect("failbacks lock").contains(&f.id) {
+                continue;
+            }
+            let fleet = self.clone();
+            tracing::info!("[GATEWAY] resuming failback {} to {} (started by {}) partitions={:?}", f.id, f.node, f.gateway, f.partitions);
+            tokio::spawn(async move {
+                let reason = format!("resuming failback {} that {} started and did not finish", f.id, f.gateway);
+                fleet.failback(&f.node, f.partitions, reason, Some(f.id)).await;
+            });
+        }
     }
 
     /// The HTTP client shared by polls and admin calls (the publishers have their own).
@@ -445,6 +600,9 @@ impl Fleet {
 
     /// Applies the fleet-wide ejection rule ([`lifecycle::eject`]) after a scheduled poll.
     fn consider_ejection(self: &Arc<Self>) {
+        if self.leadership.authority().is_err() {
+            return; // the leader ejects; its decision reaches this replica's views
+        }
         let now = self.now_ms();
         let views: Vec<(String, NodeView)> =
             self.nodes.iter().map(|n| (n.addr.id.clone(), n.slot.lock().expect("slot lock").view.clone())).collect();
@@ -556,12 +714,26 @@ impl Fleet {
                 self.record(&id, "transition", reason, serde_json::json!({"from": from, "to": to}));
             }
             Decision::StartRecovery { reason } => {
+                if let Err(why) = self.leadership.authority() {
+                    // The leader sends it; this replica asks again on a later UP poll, when it leads.
+                    tracing::debug!("[GATEWAY] {} due for start-recovery; not sent here: {}", id, why);
+                    let mut slot = node.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::recovery_call_failed(&slot.view);
+                    return;
+                }
                 let fleet = self.clone();
                 tokio::spawn(async move { fleet.start_recovery(&id, reason).await });
             }
             Decision::Failback { partitions, reason } => {
+                if let Err(why) = self.leadership.authority() {
+                    // The leader fails back (its failback_started clears this); until then this
+                    // replica keeps it due, for when it leads.
+                    tracing::debug!("[GATEWAY] {} due for failback; not started here: {}", id, why);
+                    node.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                    return;
+                }
                 let fleet = self.clone();
-                tokio::spawn(async move { fleet.failback(&id, partitions, reason).await });
+                tokio::spawn(async move { fleet.failback(&id, partitions, reason, None).await });
             }
             Decision::Eject { reason } => {
                 let fleet = self.clone();
@@ -570,20 +742,37 @@ impl Fleet {
         }
     }
 
-    /// A POST to a node's admin route, with the admin token when one is set.
-    fn admin_post(&self, url: &str) -> reqwest::RequestBuilder {
-        let req = self.http.post(url);
-        match &self.admin_token {
-            Some(t) => req.bearer_auth(t.expose()),
-            None => req,
+    /// A POST to a node's admin route, with the admin token when one is set, and the decision it
+    /// carries out: its id (the node does it once per id) and fencing token (refused by a node
+    /// that saw a newer leader's claim).
+    fn admin_post(&self, url: &str, decided: Option<&Decided>) -> reqwest::RequestBuilder {
+        let mut req = self.http.post(url);
+        if let Some(t) = &self.admin_token {
+            req = req.bearer_auth(t.expose());
         }
+        if let Some(d) = decided {
+            req = req.header(shared::control::DECISION_HEADER, &d.id);
+            if let Some(t) = d.token {
+                req = req.header(shared::control::FENCING_HEADER, t.to_string());
+            }
+        }
+        req
     }
 
     async fn start_recovery(&self, id: &str, reason: String) {
         let Some(node) = self.entry(id) else { return };
+        let decided = match self.decide(id, "start_recovery", &reason, serde_json::Value::Null, None).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("[GATEWAY] {} start-recovery not sent: {}; will retry on the next UP poll", id, e);
+                let mut slot = node.slot.lock().expect("slot lock");
+                slot.view = lifecycle::recovery_call_failed(&slot.view);
+                return;
+            }
+        };
         let url = format!("{}/admin/start-recovery", self.config.admin_url_of(&node.addr));
         let result = async {
-            let resp = self.admin_post(&url).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
+            let resp = self.admin_post(&url, Some(&decided)).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
             let status = resp.status();
             let body: serde_json::Value = resp.json().await.unwrap_or(serde_json::Value::Null);
             if status.is_success() { Ok(body) } else { Err(format!("{status}: {body}")) }
@@ -592,26 +781,35 @@ impl Fleet {
         match result {
             Ok(body) => {
                 tracing::info!("[GATEWAY] {} start-recovery sent reason=\"{}\" outcome={}", id, reason, body["outcome"]);
-                self.record(id, "start_recovery", reason, body);
+                self.report(id, "start_recovery_sent", "the node accepted it", body, &decided).await;
             }
             Err(e) => {
                 tracing::warn!("[GATEWAY] {} start-recovery failed error=\"{}\"; will retry on the next UP poll", id, e);
-                let mut slot = node.slot.lock().expect("slot lock");
-                slot.view = lifecycle::recovery_call_failed(&slot.view);
-                drop(slot);
-                self.record(id, "start_recovery_failed", e, serde_json::Value::Null);
+                {
+                    let mut slot = node.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::recovery_call_failed(&slot.view);
+                }
+                self.report(id, "start_recovery_failed", &e, serde_json::Value::Null, &decided).await;
             }
         }
     }
 
-    async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest) -> Result<DrainReport, shared::http::ApiError> {
+    async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest, decided: Option<&Decided>) -> Result<DrainReport, shared::http::ApiError> {
         let timeout = Duration::from_millis(req.grace_ms) + Duration::from_secs(15);
-        self.node_admin(target, "drain", req, timeout).await
+        self.node_admin(target, "drain", req, timeout, decided).await
     }
 
     /// `POST /admin/hold` on `target`.
-    async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest) -> Result<HoldReport, shared::http::ApiError> {
-        self.node_admin(target, "hold", req, self.config.poll_interval() + Duration::from_secs(2)).await
+    async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest, token: Option<u64>) -> Result<HoldReport, shared::http::ApiError> {
+        // No decision id: each round's extension is a new one, which the node must not take for
+        // a repeat.
+        let timeout = self.config.poll_interval() + Duration::from_secs(2);
+        let url = format!("{}/admin/hold", self.config.admin_url_of(&target.addr));
+        let mut req_b = self.admin_post(&url, None);
+        if let Some(t) = token {
+            req_b = req_b.header(shared::control::FENCING_HEADER, t.to_string());
+        }
+        self.send_admin(target, "hold", req_b.json(req).timeout(timeout)).await
     }
 
     /// `POST /admin/<action>` on `target` with `body`, and its JSON answer. The node's own refusal
@@ -622,12 +820,14 @@ impl Fleet {
         action: &str,
         body: &B,
         timeout: Duration,
+        decided: Option<&Decided>,
     ) -> Result<R, shared::http::ApiError> {
         let url = format!("{}/admin/{action}", self.config.admin_url_of(&target.addr));
-        let resp = self
-            .admin_post(&url)
-            .json(body)
-            .timeout(timeout)
+        self.send_admin(target, action, self.admin_post(&url, decided).json(body).timeout(timeout)).await
+    }
+
+    async fn send_admin<R: serde::de::DeserializeOwned>(&self, target: &NodeEntry, action: &str, req: reqwest::RequestBuilder) -> Result<R, shared::http::ApiError> {
+        let resp = req
             .send()
             .await
             .map_err(|e| shared::http::ApiError::unavailable("node_unreachable", format!("node {}: {e}", target.addr.id), 1))?;
@@ -641,8 +841,10 @@ impl Fleet {
         resp.json::<R>().await.map_err(|e| shared::http::ApiError::bad_gateway(format!("node {}: bad {action} report: {e}", target.addr.id)))
     }
 
-    /// Drains the sessions of `partitions` from the nodes that stood in for `id`.
-    async fn failback(&self, id: &str, partitions: Vec<i32>, reason: String) {
+    /// Drains the sessions of `partitions` from the nodes that stood in for `id`. `resume`: the id
+    /// of a failback a previous leader started and did not finish, which this one finishes (its
+    /// drains carry the same decision ids, so a node does each once).
+    async fn failback(&self, id: &str, partitions: Vec<i32>, reason: String, resume: Option<String>) {
         let Some(node) = self.entry(id) else { return };
         let stand_ins: Vec<&NodeEntry> = {
             let mut slot = node.slot.lock().expect("slot lock");
@@ -661,13 +863,25 @@ impl Fleet {
         let drain_reason = DrainReason::FailbackToRecoveredServer;
         // The input the decision rests on: the recovered node's assignment, and when it got it.
         let assignment_at_ms = node.slot.lock().expect("slot lock").health.as_ref().and_then(|(_, h)| h.progress.assignment_at_ms);
-        tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?}", id, names, drain_reason, partitions);
-        self.record(
-            id,
-            "failback_started",
-            reason,
-            serde_json::json!({"from": names, "partitions": partitions, "assignment_at_ms": assignment_at_ms}),
-        );
+        let inputs = serde_json::json!({"from": names, "partitions": partitions, "assignment_at_ms": assignment_at_ms});
+        let decided = match &resume {
+            None => self.decide(id, "failback_started", &reason, inputs, None).await,
+            Some(of) => self.decide(id, "failback_resumed", &reason, inputs, Some(of)).await,
+        };
+        let fid = match (decided, resume) {
+            (Ok(d), None) => d,
+            (Ok(d), Some(of)) => Decided { id: of, token: d.token },
+            (Err(e), _) => {
+                tracing::warn!("[GATEWAY] failback to {} not started: {}", id, e);
+                if let Some(n) = self.entry(id) {
+                    n.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                }
+                return;
+            }
+        };
+        tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?} decision={}", id, names, drain_reason, partitions, fid.id);
+        self.running_failbacks.lock().expect("failbacks lock").insert(fid.id.clone());
+        let _running = Running { fleet: self, id: fid.id.clone() };
         let started = Instant::now();
         let mut detail = BTreeMap::new();
         let mut failed = false;
@@ -680,6 +894,10 @@ impl Fleet {
         let mut left = partitions;
         let mut round = 0u32;
         loop {
+            if let Err(e) = self.leadership.authority() {
+                tracing::warn!("[GATEWAY] failback {} to {} stops here: {} (the next leader finishes it)", fid.id, id, e);
+                return;
+            }
             let by_partition = self.proxied_by_partition(&names);
             let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
             let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
@@ -693,7 +911,7 @@ impl Fleet {
                 let round_wait = 2 * Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5) + 2 * self.config.poll_interval();
                 let for_ms = (round_wait + HOLD_EXTENSION_MARGIN).as_millis().min(u128::from(shared::api::MAX_HOLD_EXTENSION_MS)) as u64;
                 let hold = HoldRequest { partitions: later.clone(), for_ms };
-                let results = futures::future::join_all(stand_ins.iter().map(|n| self.hold_on_node(n, &hold))).await;
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.hold_on_node(n, &hold, fid.token))).await;
                 for (n, r) in stand_ins.iter().zip(results) {
                     match r {
                         Ok(rep) if !rep.held.is_empty() => tracing::debug!("[GATEWAY] {} keeps holding partitions={:?} for {}ms", n.addr.id, rep.held, for_ms),
@@ -707,7 +925,8 @@ impl Fleet {
             }
             if !now.is_empty() {
                 let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
-                let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req))).await;
+                let step = Decided { id: format!("{}/drain/{}", fid.id, round + 1), token: fid.token };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req, Some(&step)))).await;
                 for (n, r) in stand_ins.iter().zip(results) {
                     let key = if round == 0 { n.addr.id.clone() } else { format!("{} round {}", n.addr.id, round + 1) };
                     match r {
@@ -724,6 +943,10 @@ impl Fleet {
                 }
             }
             if later.is_empty() {
+                // The failback is complete when the drained sessions are on the recovered node
+                // (their notices are spread over RECONNECT_SPREAD_MS), not when the drain call
+                // returns: until then a new leader resumes it.
+                self.await_arrivals(id, arrived_before, moving).await;
                 break;
             }
             if out_of_time {
@@ -733,21 +956,35 @@ impl Fleet {
             }
             if round == 0 || !now.is_empty() {
                 tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (moving {} sessions now)", id, later, moving);
-                self.record(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "moving": moving}));
+                self.report(id, "failback_paced", "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "moving": moving}), &fid).await;
             }
             left = later;
             round += 1;
-            // The drained sessions reconnect to the recovered node: wait until they are there (or
-            // the grace period and a little more passed) before the room is measured again.
-            let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
-            while moving > 0 && self.proxied_on(id) < arrived_before + moving && Instant::now() < settle {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+            // The drained sessions reconnect to the recovered node: wait until they are there
+            // before the room is measured again.
+            self.await_arrivals(id, arrived_before, moving).await;
             self.refreshed(self.config.poll_interval()).await;
         }
+        if let Err(e) = self.leadership.authority() {
+            tracing::warn!("[GATEWAY] failback {} to {} stops here: {} (the next leader finishes it)", fid.id, id, e);
+            return;
+        }
         let action = if failed { "failback_failed" } else { "failback_completed" };
-        self.record(id, action, format!("took {}ms", started.elapsed().as_millis()), serde_json::to_value(detail).unwrap_or_default());
+        self.report(id, action, &format!("took {}ms", started.elapsed().as_millis()), serde_json::to_value(detail).unwrap_or_default(), &fid).await;
         tracing::info!("[GATEWAY] failback to {} {} tookMs={}", id, if failed { "finished with errors" } else { "completed" }, started.elapsed().as_millis());
+    }
+
+    /// Waits until this gateway proxies `moving` more sessions to `id` than `before` (drained
+    /// sessions arrived at the recovered node), or the grace period and a little more passed
+    /// (some reconnect through another replica, or went away).
+    async fn await_arrivals(&self, id: &str, before: usize, moving: usize) {
+        let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
+        while moving > 0 && self.proxied_on(id) < before + moving && Instant::now() < settle {
+            if self.leadership.authority().is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Drains DEGRADED node `id` out of the broadcast group (reason NODE_DEGRADED): its
@@ -756,16 +993,22 @@ impl Fleet {
     async fn eject(&self, id: &str, reason: String) {
         let Some(node) = self.entry(id) else { return };
         let req = DrainRequest { reason: DrainReason::NodeDegraded, grace_ms: self.config.failback_grace_ms, partitions: None };
+        let decided = match self.decide(id, "eject", &reason, serde_json::json!({"grace_ms": req.grace_ms}), None).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("[GATEWAY] {} not ejected: {}", id, e);
+                return;
+            }
+        };
         tracing::warn!("[GATEWAY] ejecting {}: drain it out of the broadcast group reason=\"{}\"", id, reason);
-        self.record(id, "eject", reason, serde_json::json!({"grace_ms": req.grace_ms}));
-        match self.drain_node(node, &req).await {
+        match self.drain_node(node, &req, Some(&decided)).await {
             Ok(rep) => {
                 tracing::info!("[GATEWAY] ejected {} notified={} forceClosed={} tookMs={}", id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
-                self.record(id, "eject_completed", "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default());
+                self.report(id, "eject_completed", "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default(), &decided).await;
             }
             Err(e) => {
                 tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"", id, e.body.message);
-                self.record(id, "eject_failed", e.body.message.clone(), serde_json::to_value(&e.body).unwrap_or_default());
+                self.report(id, "eject_failed", &e.body.message, serde_json::to_value(&e.body).unwrap_or_default(), &decided).await;
             }
         }
         self.request_refresh();
@@ -779,11 +1022,17 @@ impl Fleet {
         let node = self.entry(id)?;
         let req = DrainRequest { reason: DrainReason::Maintenance, grace_ms, partitions: None };
         tracing::info!("[GATEWAY] drain {} reason={} grace={}ms (operator request)", id, req.reason, grace_ms);
-        self.record(id, "drain", "operator request", serde_json::json!({"reason": req.reason, "grace_ms": grace_ms}));
-        let r = self.drain_node(node, &req).await;
+        // An operator's request, carried out by whichever replica received it: written with no
+        // fencing token (the leader's authority is not what it rests on).
+        let inputs = serde_json::json!({"reason": req.reason, "grace_ms": grace_ms});
+        let decided = match self.write(id, "drain", "operator request", inputs, None, None).await {
+            Ok(d) => d,
+            Err(e) => return Some(Err(shared::http::ApiError::unavailable("control_topic_unavailable", format!("the drain was not recorded, so not carried out: {e}"), 1))),
+        };
+        let r = self.drain_node(node, &req, Some(&decided)).await;
         match &r {
-            Ok(rep) => self.record(id, "drain_completed", "operator request", serde_json::to_value(rep).unwrap_or_default()),
-            Err(e) => self.record(id, "drain_failed", e.body.message.clone(), serde_json::to_value(&e.body).unwrap_or_default()),
+            Ok(rep) => self.report(id, "drain_completed", "operator request", serde_json::to_value(rep).unwrap_or_default(), &decided).await,
+            Err(e) => self.report(id, "drain_failed", &e.body.message, serde_json::to_value(&e.body).unwrap_or_default(), &decided).await,
         }
         self.request_refresh();
         Some(r)
@@ -845,7 +1094,7 @@ impl Fleet {
                 })
             })
             .collect();
-        let decisions: Vec<DecisionRecord> = self.decisions.lock().expect("decision log lock").iter().rev().cloned().collect();
+        let decisions: Vec<DecisionRecord> = self.decisions.list().into_iter().rev().collect();
         serde_json::json!({
             "partition_count": self.partition_count(),
             "proxied_sessions": self.proxied_sessions(),
@@ -861,6 +1110,7 @@ impl Fleet {
             },
             "nodes": nodes,
             "publishers": self.publishers.snapshot(),
+            "leadership": self.leadership.snapshot(),
             "decisions": decisions,
         })
     }

@@ -20,10 +20,12 @@ pub mod api;
 pub mod assets;
 pub mod breaker;
 pub mod config;
+pub mod decisions;
 pub mod fleet;
 pub mod fuzzing;
 pub mod health;
 pub mod history;
+pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod proxy;
@@ -49,6 +51,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         publishers = ?fleet.publishers.urls(),
         "[GATEWAY] listening; polling nodes"
     );
+    let election_stop = start_election(&fleet, &shutdown);
     tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
@@ -77,6 +80,79 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         r = serve => r?,
         _ = deadline => tracing::warn!("[GATEWAY] connections still open 5 s after shutdown; exiting anyway"),
     }
+    if let Some(stop) = election_stop {
+        // Leave the gateways' group now: another replica leads at once, not after a timeout.
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
     tracing::info!("[GATEWAY] stopped");
     Ok(())
+}
+
+/// With Kafka configured: creates the control topic when missing, reads it into the fleet, joins
+/// the election, and resumes open failbacks whenever this replica becomes the leader. Returns the
+/// flags that stop the election and the reader.
+fn start_election(fleet: &std::sync::Arc<Fleet>, shutdown: &CancellationToken) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    let c = &fleet.config;
+    let bootstrap = c.kafka_bootstrap.clone()?;
+    let settings = c.kafka_settings(&bootstrap);
+    let topic = c.control_topic.clone();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let (fleet, settings, topic, stop, shutdown) = (fleet.clone(), settings.clone(), topic.clone(), stop.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            let retention = shared::control::RETENTION_MS.to_string();
+            let configs = [("cleanup.policy", "delete"), ("retention.ms", retention.as_str())];
+            match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &configs).await {
+                Ok(1) => {}
+                Ok(n) => tracing::warn!(topic, partitions = n, "[GATEWAY] the control topic has {n} partitions; only partition 0 is used"),
+                Err(e) => tracing::warn!(topic, error = %e, "[GATEWAY] could not check or create the control topic; the election waits for it"),
+            }
+            if shutdown.is_cancelled() {
+                return;
+            }
+            let reader = fleet.clone();
+            let caught_up = fleet.clone();
+            let reader_stop = shared::control::spawn_follower(
+                settings.clone(),
+                format!("{}-control", fleet.config.id()),
+                topic.clone(),
+                move |offset, record| {
+                    reader.read_control(offset, record);
+                    reader.leadership.read_to(offset + 1);
+                },
+                move |next| caught_up.leadership.read_to(next),
+            );
+            let producer = match settings
+                .producer(&format!("{}-claims", fleet.config.id()), std::time::Duration::from_secs(10))
+                .create_with_context(shared::kafka::FleetContext::default())
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(error = %e, "[GATEWAY] cannot build the claim producer: this replica stays a follower");
+                    return;
+                }
+            };
+            let election = leader::Election {
+                kafka: settings,
+                topic,
+                group: fleet.config.gateway_group.clone(),
+                session_timeout: std::time::Duration::from_millis(fleet.config.leader_session_timeout_ms),
+                heartbeat: std::time::Duration::from_millis(fleet.config.leader_heartbeat_ms),
+            };
+            leader::spawn_election(fleet.leadership.clone(), election, producer, stop.clone());
+            let mut became = fleet.leadership.became_leader.subscribe();
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    r = became.changed() => {
+                        if r.is_err() { break; }
+                        fleet.resume_open_failbacks();
+                    }
+                }
+            }
+            reader_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+    Some(stop)
 }

@@ -253,6 +253,16 @@ pub fn ejected(view: &NodeView, now_ms: u64) -> NodeView {
     next
 }
 
+/// The leader's start-recovery reached the node (read from the control topic): this replica does
+/// not send it again in this UP episode.
+pub fn recovery_sent(view: &NodeView) -> NodeView {
+    if view.status == Status::Up {
+        NodeView { recovery: Recovery::Sent, ..view.clone() }
+    } else {
+        view.clone()
+    }
+}
+
 /// The start-recovery call failed: allow it again on a later UP poll.
 pub fn recovery_call_failed(view: &NodeView) -> NodeView {
     NodeView { recovery: Recovery::NotSent, ..view.clone() }
