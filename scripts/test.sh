@@ -6,6 +6,7 @@
 #      are on the machine), for the real-broker end-to-end test.
 #   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
 #   2b. Debian's Prometheus and promtool (scripts/setup-prometheus.sh), for the metrics test.
+#   2c. Debian's HAProxy (scripts/setup-haproxy.sh), in front of two gateway replicas.
 #   3. The browser client library's and the pages' unit tests (node --test web/test/client/ web/test/pages/).
 #   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
 #   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
@@ -38,6 +39,9 @@ scripts/setup-web.sh
 
 step "Prometheus and promtool for the metrics test (scripts/setup-prometheus.sh)"
 scripts/setup-prometheus.sh
+
+step "HAProxy in front of the gateway replicas (scripts/setup-haproxy.sh)"
+scripts/setup-haproxy.sh
 
 step "browser client library and page unit tests (node --test web/test/client/ web/test/pages/)"
 node --test web/test/client/ web/test/pages/

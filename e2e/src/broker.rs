@@ -416,6 +416,20 @@ impl Broker {
         }
     }
 
+    /// Creates `topic` alone on the embedded broker (the gateways' control topic; on the other
+    /// brokers a gateway creates it).
+    ///
+    /// # Errors
+    /// When the mock cluster refuses.
+    pub fn precreate_one_topic(&self, topic: &str, partitions: i32) -> anyhow::Result<()> {
+        if let Inner::Embedded { stop: Some(tx), .. } = &self.inner {
+            let (done, rx) = std::sync::mpsc::channel();
+            tx.send(MockCommand::CreateTopic { name: topic.to_owned(), partitions, done })?;
+            rx.recv()?.map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+
     /// Creates `topic` and its snapshot topic ([`shared::snapshot::topic_for`]) on the embedded
     /// broker: librdkafka's mock cluster does not answer CreateTopics, so the publisher cannot
     /// (the other brokers get them from the publisher's admin call).

@@ -27,6 +27,8 @@ pub struct FleetSpec {
     pub node_env: Vec<(String, String)>,
     /// Extra environment of the gateway (e.g. `ADMISSION_QUEUE`, `ALLOWED_ORIGINS`).
     pub gateway_env: Vec<(String, String)>,
+    /// Gateway replicas (they elect their leader through the broker); all are started.
+    pub gateways: usize,
     /// Where the binaries are, when not the harness's own (the bench runs an earlier build).
     pub bin_dir: Option<std::path::PathBuf>,
     /// `ADMIN_TOKEN` of the nodes and the gateway ([`ADMIN_TOKEN`] by default, so every test
@@ -55,6 +57,7 @@ impl Default for FleetSpec {
             publisher_env: Vec::new(),
             node_env: Vec::new(),
             gateway_env: Vec::new(),
+            gateways: 1,
             bin_dir: None,
             admin_token: Some(ADMIN_TOKEN.to_owned()),
             env: Vec::new(),
@@ -71,7 +74,12 @@ pub struct Fleet {
     /// The other publishers of [`FleetSpec::publishers`] (not started with the fleet).
     pub more_publishers: Vec<Service>,
     pub nodes: Vec<Service>,
+    /// The first gateway replica (`gateway`).
     pub gateway: Service,
+    /// The other replicas of [`FleetSpec::gateways`] (`gateway-2`, ...).
+    pub more_gateways: Vec<Service>,
+    /// The control topic of the gateways' claims and decisions.
+    pub control_topic: String,
     pub timeline: Arc<Timeline>,
     pub http: reqwest::Client,
 }
@@ -87,6 +95,8 @@ impl Fleet {
         let topic = format!("canvas-events-{suffix}");
         let group = format!("ws-broadcast-{suffix}");
         broker.precreate_topic(&topic, spec.partitions as i32)?;
+        let control_topic = format!("fleet-control-{suffix}");
+        broker.precreate_one_topic(&control_topic, 1)?;
         let common = |extra: &[(&str, String)]| -> BTreeMap<String, String> {
             let mut env: BTreeMap<String, String> = [
                 ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
@@ -94,6 +104,7 @@ impl Fleet {
                 ("TOPIC_PARTITIONS", spec.partitions.to_string()),
                 ("CANVAS_WIDTH", spec.width.to_string()),
                 ("CANVAS_HEIGHT", spec.height.to_string()),
+                ("CONTROL_TOPIC", control_topic.clone()),
             ]
             .into_iter()
             .map(|(k, v)| (k.to_owned(), v))
@@ -115,10 +126,7 @@ impl Fleet {
         let mut publishers = Vec::new();
         for i in 0..spec.publishers.max(1) {
             let port = free_port()?;
-            let mut env = common(&[
-                ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-                ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string()),
-            ]);
+            let mut env = common(&[("LISTEN_ADDR", format!("127.0.0.1:{port}")), ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string())]);
             env.extend(spec.publisher_env.iter().cloned());
             let name = if i == 0 { "publisher".to_owned() } else { format!("publisher-{}", i + 1) };
             publishers.push(Service::new(&name, &bin("core-publisher"), port, env, timeline.clone()));
@@ -147,39 +155,53 @@ impl Fleet {
             node.admin_port = admin;
             nodes.push(node);
         }
-        let gw_port = free_port()?;
-        let gw_admin = admin_port()?;
         let node_list: Vec<String> = nodes.iter().map(|n| format!("{}={}", n.name, n.url())).collect();
         let admin_list: Vec<String> = nodes.iter().filter_map(|n| Some(format!("{}=http://127.0.0.1:{}", n.name, n.admin_port?))).collect();
-        let mut gateway = Service::new(
-            "gateway",
-            &bin("gateway"),
-            gw_port,
-            common(&[
-                ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
-                ("NODES", node_list.join(",")),
-                ("PUBLISHER_URL", std::iter::once(&publisher).chain(&more_publishers).map(Service::url).collect::<Vec<_>>().join(",")),
-                ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
-                ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
-                ("UP_THRESHOLD", spec.up_threshold.to_string()),
-                ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
-            ])
-            .into_iter()
-            .chain(spec.gateway_env.iter().cloned())
-            .collect(),
-            timeline.clone(),
-        );
-        if let Some(a) = gw_admin {
-            gateway.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
-            gateway.env.insert("NODE_ADMIN_URLS".into(), admin_list.join(","));
-            gateway.admin_port = Some(a);
+        let mut gateways = Vec::new();
+        for i in 1..=spec.gateways.max(1) {
+            let name = if i == 1 { "gateway".to_owned() } else { format!("gateway-{i}") };
+            let gw_port = free_port()?;
+            let gw_admin = admin_port()?;
+            let mut gateway = Service::new(
+                &name,
+                &bin("gateway"),
+                gw_port,
+                common(&[
+                    ("LISTEN_ADDR", format!("127.0.0.1:{gw_port}")),
+                    ("GATEWAY_ID", name.clone()),
+                    ("GATEWAY_GROUP", format!("fleet-gateways-{suffix}")),
+                    ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string()),
+                    ("NODES", node_list.join(",")),
+                    ("PUBLISHER_URL", std::iter::once(&publisher).chain(&more_publishers).map(Service::url).collect::<Vec<_>>().join(",")),
+                    ("POLL_INTERVAL_MS", spec.poll_interval_ms.to_string()),
+                    ("POLL_TIMEOUT_MS", (spec.poll_interval_ms * 4 / 5).max(50).to_string()),
+                    ("UP_THRESHOLD", spec.up_threshold.to_string()),
+                    ("FAILBACK_GRACE_MS", spec.grace_ms.to_string()),
+                ])
+                .into_iter()
+                .chain(spec.gateway_env.iter().cloned())
+                .collect(),
+                timeline.clone(),
+            );
+            if let Some(a) = gw_admin {
+                gateway.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+                gateway.env.insert("NODE_ADMIN_URLS".into(), admin_list.join(","));
+                gateway.admin_port = Some(a);
+            }
+            gateways.push(gateway);
         }
-        let mut fleet = Self { spec, topic, group, publisher, more_publishers, nodes, gateway, timeline, http: reqwest::Client::new() };
+        let gateway = gateways.remove(0);
+        let more_gateways = gateways;
+        let mut fleet =
+            Self { spec, topic, group, publisher, more_publishers, nodes, gateway, more_gateways, control_topic, timeline, http: reqwest::Client::new() };
         fleet.publisher.start()?;
         for n in &mut fleet.nodes {
             n.start()?;
         }
         fleet.gateway.start()?;
+        for g in &mut fleet.more_gateways {
+            g.start()?;
+        }
         let (http, url) = (fleet.http.clone(), fleet.publisher.url());
         eventually("the publisher to accept writes", Duration::from_secs(60), || {
             let (http, url) = (http.clone(), url.clone());
@@ -196,11 +218,8 @@ impl Fleet {
                 let nodes = f["nodes"].as_array().cloned().unwrap_or_default();
                 let healthy = nodes.iter().filter(|n| n["state"] == "HEALTHY" && n["ready"] == true).count();
                 let with_partitions = nodes.iter().filter(|n| !n["assigned_partitions"].as_array().is_none_or(|a| a.is_empty())).count();
-                let assigned: std::collections::BTreeSet<i64> = nodes
-                    .iter()
-                    .flat_map(|n| n["assigned_partitions"].as_array().cloned().unwrap_or_default())
-                    .filter_map(|p| p.as_i64())
-                    .collect();
+                let assigned: std::collections::BTreeSet<i64> =
+                    nodes.iter().flat_map(|n| n["assigned_partitions"].as_array().cloned().unwrap_or_default()).filter_map(|p| p.as_i64()).collect();
                 let total = f["partition_count"].as_u64().unwrap_or(0) as usize;
                 (healthy == n && with_partitions == n && assigned.len() == total)
                     .then_some(())
@@ -222,7 +241,20 @@ impl Fleet {
     /// # Errors
     /// When the gateway does not answer.
     pub async fn fleet_state(&self) -> Result<serde_json::Value, String> {
-        let url = format!("{}/api/fleet", self.admin_base(&self.gateway));
+        self.fleet_state_of(&self.gateway).await
+    }
+
+    /// Every gateway replica, the first one first.
+    pub fn gateways(&self) -> impl Iterator<Item = &Service> {
+        std::iter::once(&self.gateway).chain(&self.more_gateways)
+    }
+
+    /// `GET /api/fleet` of gateway replica `gateway`, in full.
+    ///
+    /// # Errors
+    /// When it does not answer.
+    pub async fn fleet_state_of(&self, gateway: &Service) -> Result<serde_json::Value, String> {
+        let url = format!("{}/api/fleet", self.admin_base(gateway));
         let resp = self.admin(self.http.get(&url)).timeout(Duration::from_secs(3)).send().await.map_err(|e| e.to_string())?;
         resp.json().await.map_err(|e| e.to_string())
     }
@@ -246,12 +278,7 @@ impl Fleet {
     ///
     /// # Errors
     /// When the deadline passes.
-    pub async fn wait_fleet<T>(
-        &self,
-        what: &str,
-        timeout: Duration,
-        pred: impl Fn(&serde_json::Value) -> Result<T, String>,
-    ) -> anyhow::Result<T> {
+    pub async fn wait_fleet<T>(&self, what: &str, timeout: Duration, pred: impl Fn(&serde_json::Value) -> Result<T, String>) -> anyhow::Result<T> {
         let pred = &pred;
         eventually(what, timeout, || async move {
             let f = self.fleet_state().await?;
@@ -260,14 +287,29 @@ impl Fleet {
         .await
     }
 
+    /// [`Fleet::wait_fleet`] on gateway replica `gateway`.
+    ///
+    /// # Errors
+    /// When the deadline passes.
+    pub async fn wait_fleet_of<T>(
+        &self,
+        gateway: &Service,
+        what: &str,
+        timeout: Duration,
+        pred: impl Fn(&serde_json::Value) -> Result<T, String>,
+    ) -> anyhow::Result<T> {
+        let pred = &pred;
+        eventually(what, timeout, || async move {
+            let f = self.fleet_state_of(gateway).await?;
+            pred(&f).map(Some)
+        })
+        .await
+    }
+
     /// The node that owns `partition` according to the gateway, if any.
     pub fn owner(fleet_state: &serde_json::Value, partition: i64) -> Option<String> {
         fleet_state["nodes"].as_array()?.iter().find_map(|n| {
-            n["assigned_partitions"]
-                .as_array()?
-                .iter()
-                .any(|p| p.as_i64() == Some(partition))
-                .then(|| n["id"].as_str().unwrap_or_default().to_owned())
+            n["assigned_partitions"].as_array()?.iter().any(|p| p.as_i64() == Some(partition)).then(|| n["id"].as_str().unwrap_or_default().to_owned())
         })
     }
 
@@ -312,6 +354,9 @@ impl Fleet {
     /// Stops every process (SIGTERM, then SIGKILL).
     pub async fn stop(&mut self) {
         self.gateway.terminate(Duration::from_secs(5)).await;
+        for g in &mut self.more_gateways {
+            g.terminate(Duration::from_secs(5)).await;
+        }
         for n in &mut self.nodes {
             n.terminate(Duration::from_secs(10)).await;
         }

@@ -15,6 +15,7 @@ pub mod checker;
 pub mod client;
 pub mod faults;
 pub mod fleet;
+pub mod haproxy;
 /// Steady publishing through the publisher's HTTP API (the `loadgen` crate).
 pub mod load {
     pub use loadgen::*;

@@ -43,7 +43,8 @@ impl Timeline {
         self.push("harness", format!("[HARNESS] {}", text.into()));
     }
 
-    fn push(&self, source: &str, text: String) {
+    /// Adds `text` from `source` to the timeline.
+    pub fn push(&self, source: &str, text: String) {
         let e = Entry { at: self.start.elapsed(), source: source.into(), text };
         if self.echo {
             println!("{:>7.2}s {:<10} {}", e.at.as_secs_f64(), e.source, e.text);

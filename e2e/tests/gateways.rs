@@ -1,0 +1,200 @@
+//! Two gateway replicas behind HAProxy (Debian's `haproxy`, installed by
+//! scripts/setup-haproxy.sh), their leader elected through a real Kafka broker:
+//!
+//! 1. both replicas show the same decisions (read back from the control topic);
+//! 2. ws-1 is killed and restarted; when the leader has written `failback_started` and its drain
+//!    is in progress, the leader gets kill -9;
+//! 3. the other replica becomes the leader after the group's session timeout and a rebalance,
+//!    with a higher fencing token, and finishes the failback (once);
+//! 4. a node refuses the dead leader's token (409 `stale_leader`);
+//! 5. every client, connected through HAProxy (so some through the dead gateway), ends with every
+//!    version of its canvas, once, in order, and the publisher's hash.
+
+use e2e::broker::{Broker, BrokerKind};
+use e2e::client::{Client, ClientTiming};
+use e2e::fleet::{Fleet, FleetSpec};
+use e2e::procs::{eventually, Timeline};
+use e2e::scenario::{finish, pick_canvases, wait_for_heads};
+use e2e::writer::Writer;
+use shared::CanvasDims;
+use std::time::{Duration, Instant};
+
+const CLIENTS: usize = 8;
+const CANVASES: usize = 4;
+
+fn leader_of(f: &serde_json::Value) -> Option<String> {
+    f["leadership"]["leader"]["gateway"].as_str().map(str::to_owned)
+}
+
+fn acting(f: &serde_json::Value) -> bool {
+    f["leadership"]["acting"] == true && f["leadership"]["role"]["role"] == "leader"
+}
+
+/// The ids of the control topic's decisions in `f`, oldest first.
+fn topic_decisions(f: &serde_json::Value) -> Vec<String> {
+    let mut ids: Vec<String> = f["decisions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|d| d["source"] == "control_topic")
+        .filter_map(|d| d["id"].as_str().map(str::to_owned))
+        .collect();
+    ids.reverse();
+    ids
+}
+
+fn find<'a>(f: &'a serde_json::Value, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<&'a serde_json::Value> {
+    f["decisions"].as_array().into_iter().flatten().filter(|d| pred(d)).collect()
+}
+
+#[test]
+fn leader_killed_mid_failback() {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(run());
+}
+
+async fn run() {
+    let kind = match std::env::var("KAFKA_BOOTSTRAP") {
+        Ok(b) if !b.is_empty() => BrokerKind::External(b),
+        _ => BrokerKind::Real,
+    };
+    let broker = Broker::start(kind).await.expect("a Kafka broker");
+    let tl = Timeline::new(true);
+    // A failback long enough to kill the leader in the middle of it: the drained sessions'
+    // reconnect notices are spread over 3 s, and a failback is open until they arrived.
+    let spec = FleetSpec {
+        gateways: 2,
+        grace_ms: 6000,
+        node_env: vec![("RECONNECT_SPREAD_MS".into(), "3000".into())],
+        ..FleetSpec::default()
+    };
+    let dims = CanvasDims { width: spec.width, height: spec.height };
+    let partitions = spec.partitions;
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("the fleet with two gateways");
+    let proxy = e2e::haproxy::Haproxy::start(
+        &fleet.gateways().map(|g| (g.name.clone(), format!("127.0.0.1:{}", g.port))).collect::<Vec<_>>(),
+        tl.clone(),
+    )
+    .await
+    .expect("haproxy in front of the gateways (scripts/setup-haproxy.sh installs it)");
+
+    // 1. One leader, known to both; the same decisions on both.
+    let leader = fleet
+        .wait_fleet("a leader", Duration::from_secs(60), |f| leader_of(f).ok_or("no claim yet".to_owned()))
+        .await
+        .unwrap();
+    let (first, second) = (fleet.fleet_state_of(&fleet.gateway).await.unwrap(), fleet.fleet_state_of(&fleet.more_gateways[0]).await.unwrap());
+    assert_eq!(leader_of(&first), leader_of(&second), "both replicas name the same leader");
+    let old_token = first["leadership"]["leader"]["token"].as_u64().expect("the leader's token");
+    eventually("both replicas to show the same decisions", Duration::from_secs(10), || async {
+        let a = topic_decisions(&fleet.fleet_state_of(&fleet.gateway).await?);
+        let b = topic_decisions(&fleet.fleet_state_of(&fleet.more_gateways[0]).await?);
+        if !a.is_empty() && a == b { Ok(Some(())) } else { Err(format!("{a:?} vs {b:?}")) }
+    })
+    .await
+    .unwrap();
+    tl.mark(format!("{leader} leads with fencing token {old_token}; both replicas show the same decisions"));
+
+    // Clients and a writer through HAProxy: they land on both gateways.
+    let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
+    let canvases = pick_canvases(&first, partitions, CANVASES, &node_ids);
+    let clients: Vec<Client> = (0..CLIENTS)
+        .map(|i| Client::spawn(&format!("client-{i}"), &proxy.ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
+        .collect();
+    eventually("every client connected", Duration::from_secs(30), || async {
+        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
+        if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{}", clients.len())) }
+    })
+    .await
+    .unwrap();
+    let writer = Writer::start(&proxy.url(), canvases.clone(), 40.0, dims.width, dims.height);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    // 2. ws-1 dies and comes back; the leader starts the failback; kill -9 of the leader mid-drain.
+    tl.mark("kill -9 of ws-1");
+    fleet.nodes[0].kill9().await;
+    fleet
+        .wait_fleet("ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let owned = f["nodes"][1]["assigned_partitions"].as_array().map_or(0, Vec::len);
+            (owned == partitions as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let restart_at = shared::event::now_ms();
+    fleet.nodes[0].start().unwrap();
+    tl.mark("ws-1 restarted");
+    let leader_first = leader == fleet.gateway.name;
+    let started = {
+        let svc = if leader_first { &fleet.gateway } else { &fleet.more_gateways[0] };
+        let mut found = None;
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while found.is_none() && Instant::now() < deadline {
+            if let Ok(f) = fleet.fleet_state_of(svc).await {
+                found = find(&f, |d| d["node"] == "ws-1" && d["action"] == "failback_started" && d["at_ms"].as_u64().unwrap_or(0) > restart_at)
+                    .first()
+                    .map(|d| d["id"].as_str().unwrap_or_default().to_owned());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        found.expect("the leader started the failback to ws-1")
+    };
+    // The drained sessions arrive at ws-1 over 3 s: kill the leader a second into it.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tl.mark(format!("kill -9 of the leader {leader} during failback {started}"));
+    let killed_at = Instant::now();
+    if leader_first { fleet.gateway.kill9().await } else { fleet.more_gateways[0].kill9().await }
+
+    // 3. The survivor leads with a higher token and finishes the failback once.
+    let survivor = if leader_first { &fleet.more_gateways[0] } else { &fleet.gateway };
+    let new_token = eventually("the surviving gateway to become the leader", Duration::from_secs(60), || async {
+        let f = fleet.fleet_state_of(survivor).await?;
+        let token = f["leadership"]["leader"]["token"].as_u64().unwrap_or(0);
+        if acting(&f) { Ok(Some(token)) } else { Err(format!("{}", f["leadership"])) }
+    })
+    .await
+    .unwrap();
+    let takeover = killed_at.elapsed();
+    tl.mark(format!("{} leads after {} ms with fencing token {new_token}", survivor.name, takeover.as_millis()));
+    assert!(new_token > old_token, "the new leader's token {new_token} is above the old one's {old_token}");
+    let f = fleet
+        .wait_fleet_of(survivor, "the failback to complete", Duration::from_secs(90), |f| {
+            let done = find(f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str()).len();
+            (done >= 1).then(|| f.clone()).ok_or(format!("{} completions", done))
+        })
+        .await
+        .unwrap();
+    assert_eq!(find(&f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str()).len(), 1, "the failback completed once");
+    assert_eq!(
+        find(&f, |d| d["node"] == "ws-1" && d["action"] == "failback_started" && d["at_ms"].as_u64().unwrap_or(0) > restart_at).len(),
+        1,
+        "no second failback was started: the new leader resumed the first"
+    );
+    assert_eq!(find(&f, |d| d["action"] == "failback_resumed" && d["of"] == started.as_str()).len(), 1, "the new leader resumed it");
+
+    // 4. A node refuses the dead leader's token.
+    let ws2 = &fleet.nodes[1];
+    let resp = fleet
+        .admin(fleet.http.post(format!("{}/admin/hold", fleet.admin_base(ws2))))
+        .header(shared::control::FENCING_HEADER, old_token.to_string())
+        .json(&serde_json::json!({"partitions": [0], "for_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409, "a deposed leader's token is refused");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "stale_leader", "{body}");
+
+    // 5. Every client: every version once, in order, the publisher's hash.
+    let stats = writer.stop().await;
+    tl.mark(format!("writer stopped: {} acknowledged", stats.acked_count()));
+    let truths = wait_for_heads(&fleet, &clients, &canvases).await.unwrap();
+    let (reports, verdicts) = finish(clients, &truths).await;
+    let moved = reports.iter().filter(|r| r.sessions.len() > 1).count();
+    for v in &verdicts {
+        assert!(v.ok(), "client {} did not get exactly its canvas's versions: {v:?}", v.name);
+    }
+    assert!(stats.failed.lock().unwrap().is_empty(), "the writer gave up on publishes");
+    println!("takeover after the leader's kill -9: {} ms; clients that reconnected: {moved}/{CLIENTS}", takeover.as_millis());
+    drop(proxy);
+    fleet.stop().await;
+}
