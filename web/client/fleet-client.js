@@ -15,19 +15,26 @@
  * Date.now, document), with browser defaults, so tests drive it with fakes. Without a `document`
  * (Node, workers) the page is taken as visible.
  *
+ * Gateways: `url` is one gateway's base, or a list of them (replicas of the same fleet). Attempts
+ * go to the first; machine.js's `nextGateway` picks the next: a failed attempt moves on to the
+ * next URL (wrapping around), a dropped session retries its gateway once, a reconnect notice stays.
+ * The backoff is the same as with one URL (rotating does not reset it) and the resume position
+ * (since, epoch) carries over: any gateway can serve it.
+ *
  * Usage:
  *   import { FleetClient } from './fleet-client.js';
  *   const client = new FleetClient({ url: 'ws://localhost:8000', canvas: 'c1' });
+ *   // or, with two gateways: url: ['wss://gw-a.example', 'wss://gw-b.example']
  *   client.onState((state, info) => render(state, info));   // show info.message + a retry button when closed
  *   client.onCanvas((canvas, pixel) => draw(canvas, pixel)); // pixel is null after a snapshot
  *   client.connect();
  */
 
 import { Canvas } from './canvas.js';
-import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, pickConfig, transition } from './machine.js';
+import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, nextGateway, pickConfig, transition } from './machine.js';
 import { buildUrl, parseFrame } from './protocol.js';
 
-export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState };
+export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState, nextGateway };
 
 /**
  * @typedef {import('./machine.js').Phase} Phase
@@ -37,6 +44,8 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @typedef {import('./machine.js').MachineEvent} MachineEvent
  * @typedef {import('./machine.js').Effect} Effect
  * @typedef {{x:number, y:number, color:string, version:number}} ChangedPixel
+ * @typedef {StateInfo & {gatewayUrl?: string}} ClientStateInfo what `onState` gets: the machine's
+ *   info, plus `gatewayUrl` (the base URL of `info.gateway`) when it names a gateway
  */
 
 /**
@@ -54,7 +63,8 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * baseDelayMs, maxDelayMs, jitter, noticeJitterMs, stableMs, connectTimeoutMs, closeWaitMs,
  * budgetFailures, budgetWindowMs, hiddenMultiplier (durations in ms).
  * @typedef {object} FleetClientOptions
- * @property {string} url the gateway's WebSocket base, e.g. `ws://host:8000`
+ * @property {string | string[]} url the gateway's WebSocket base, e.g. `ws://host:8000`, or a
+ *   non-empty list of them (gateway replicas), tried in turn (see Gateways above)
  * @property {string} canvas canvas id
  * @property {string} [path] endpoint path, `/ws` by default
  * @property {string | (() => string | null | undefined)} [token] the client token (JWT) when the
@@ -68,7 +78,7 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @property {{visibilityState?: string, addEventListener?: Function, removeEventListener?: Function} | null} [document]
  *   page visibility source; `globalThis.document` by default (absent outside browsers); null to ignore
  * @property {number} [logLimit] lines kept in `log` (100 by default)
- * @property {(state: Phase, info: StateInfo) => void} [onState] same as calling `onState(fn)`
+ * @property {(state: Phase, info: ClientStateInfo) => void} [onState] same as calling `onState(fn)`
  * @property {(canvas: Canvas, changed: ChangedPixel | null) => void} [onCanvas] same as `onCanvas(fn)`
  * @property {(line: string) => void} [onLog] same as `onLog(fn)`
  */
@@ -76,7 +86,7 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
 /** A reconnecting WebSocket client for one canvas. */
 export class FleetClient {
   /** @type {MachineState} */ #state;
-  #base;
+  /** @type {readonly string[]} the gateways' bases, in order */ #bases;
   #canvasId;
   #path;
   #token;
@@ -94,21 +104,21 @@ export class FleetClient {
   /** @type {MachineEvent[]} */ #queue = [];
   #busy = false;
   /** @type {Canvas | null} */ #canvas = null;
-  /** @type {StateInfo} */ #info = { attempt: 0 };
+  /** @type {ClientStateInfo} */ #info = { attempt: 0 };
   /** @type {string[]} */ #log = [];
   #listeners = { state: new Set(), canvas: new Set(), log: new Set() };
   /** @type {(() => void) | null} */ #onVisibility = null;
 
   /**
    * @param {FleetClientOptions} options
-   * @throws {TypeError} without url or canvas, or without a WebSocket implementation
+   * @throws {TypeError} without url or canvas, with an empty url list or one with a non-string,
+   *   or without a WebSocket implementation
    * @throws {RangeError} when a tunable is invalid (all problems listed at once)
    */
   constructor(options) {
     const o = options ?? /** @type {FleetClientOptions} */ ({});
-    if (typeof o.url !== 'string' || !o.url) throw new TypeError('FleetClient: url is required (e.g. ws://host:8000)');
+    this.#bases = gatewayList(o);
     if (typeof o.canvas !== 'string' || !o.canvas) throw new TypeError('FleetClient: canvas is required');
-    this.#base = o.url;
     this.#canvasId = o.canvas;
     this.#path = o.path ?? '/ws';
     if (o.token !== undefined && o.token !== null && typeof o.token !== 'string' && typeof o.token !== 'function') {
@@ -123,7 +133,7 @@ export class FleetClient {
     this.#now = o.now ?? Date.now;
     this.#document = o.document === undefined ? globalThis.document ?? null : o.document;
     this.#logLimit = o.logLimit ?? 100;
-    this.#state = initialState(pickConfig(/** @type {Record<string, unknown>} */ (o)));
+    this.#state = initialState(pickConfig(/** @type {Record<string, unknown>} */ (o)), this.#bases.length);
     if (o.onState) this.onState(o.onState);
     if (o.onCanvas) this.onCanvas(o.onCanvas);
     if (o.onLog) this.onLog(o.onLog);
@@ -176,7 +186,9 @@ export class FleetClient {
    * Called on every change of state, with what the page may show: `info.delayMs` in backoff,
    * `info.reason` and `info.message` in closed (reason "retry budget exhausted", message
    * "connection lost — retry": offer a button that calls `retry()`).
-   * @param {(state: Phase, info: StateInfo) => void} fn
+   * `info.gateway` (connecting: the index of the gateway this attempt uses; backoff: of the one the
+   * next attempt will use) comes with `info.gatewayUrl`, that gateway's base URL.
+   * @param {(state: Phase, info: ClientStateInfo) => void} fn
    * @returns {() => void} unsubscribe
    */
   onState(fn) {
@@ -210,7 +222,7 @@ export class FleetClient {
     return this.#state.phase;
   }
 
-  /** @returns {StateInfo} the info of the last state change */
+  /** @returns {ClientStateInfo} the info of the last state change */
   get info() {
     return { ...this.#info };
   }
@@ -255,9 +267,22 @@ export class FleetClient {
     return [...this.#log];
   }
 
+  /**
+   * @returns {string} the base URL of the gateway the client is on: the current socket's; in
+   *   backoff and closed, the one the next attempt will use (one of the `url` option's)
+   */
+  get gateway() {
+    return this.#bases[this.#state.gateway] ?? this.#bases[0];
+  }
+
+  /** @returns {string[]} every gateway's base URL, in the order given */
+  get gateways() {
+    return [...this.#bases];
+  }
+
   /** @returns {string} the URL the next attempt will open */
   get nextUrl() {
-    return buildUrl(this.#base, this.#canvasId, this.#state.version, this.#path, this.#state.epoch, this.#currentToken());
+    return buildUrl(this.gateway, this.#canvasId, this.#state.version, this.#path, this.#state.epoch, this.#currentToken());
   }
 
   /** The token for the next attempt (the option's value, or what its function returns now). */
@@ -294,7 +319,7 @@ export class FleetClient {
   #perform(fx) {
     switch (fx.type) {
       case 'open_socket':
-        return this.#open(fx.attempt, fx.since, fx.epoch);
+        return this.#open(fx.attempt, fx.since, fx.epoch, fx.gateway);
       case 'close_socket':
         if (this.#socket && this.#socketAttempt === fx.attempt) {
           try {
@@ -323,17 +348,21 @@ export class FleetClient {
         if (!this.#canvas) return; // cannot happen: the machine applies events only after a snapshot
         this.#canvas.set(fx.x, fx.y, fx.rgb);
         return this.#emit('canvas', this.#canvas, { x: fx.x, y: fx.y, color: fx.color, version: fx.version });
-      case 'notify':
-        this.#info = { ...fx.info };
-        return this.#emit('state', fx.phase, { ...fx.info });
+      case 'notify': {
+        /** @type {ClientStateInfo} */
+        const info = { ...fx.info };
+        if (info.gateway !== undefined) info.gatewayUrl = this.#bases[info.gateway];
+        this.#info = info;
+        return this.#emit('state', fx.phase, { ...info });
+      }
       case 'log':
         return this.#line(fx.line);
     }
   }
 
-  /** Opens the socket of an attempt; its callbacks feed events tagged with that attempt. */
-  #open(attempt, since, epoch) {
-    const url = buildUrl(this.#base, this.#canvasId, since, this.#path, epoch, this.#currentToken());
+  /** Opens the socket of an attempt on a gateway; its callbacks feed events tagged with that attempt. */
+  #open(attempt, since, epoch, gateway = 0) {
+    const url = buildUrl(this.#bases[gateway] ?? this.#bases[0], this.#canvasId, since, this.#path, epoch, this.#currentToken());
     let ws;
     try {
       ws = new this.#WebSocket(url);
@@ -398,4 +427,28 @@ export class FleetClient {
       this.#onVisibility = null;
     }
   }
+}
+
+/**
+ * The gateways' bases from the `url` option: one string, or a non-empty array of non-empty strings
+ * (copied and frozen, so the caller's array may change afterwards).
+ * @param {{url?: unknown, urls?: unknown}} o the options
+ * @returns {readonly string[]}
+ * @throws {TypeError} naming the problem
+ */
+function gatewayList(o) {
+  const { url } = o;
+  if (url === undefined && o.urls !== undefined) {
+    throw new TypeError('FleetClient: there is no urls option: pass url, a string or an array of strings');
+  }
+  if (typeof url === 'string' && url) return Object.freeze([url]);
+  if (!Array.isArray(url)) throw new TypeError('FleetClient: url is required (e.g. ws://host:8000)');
+  if (url.length === 0) throw new TypeError('FleetClient: url is an empty array (list at least one gateway, e.g. ws://host:8000)');
+  url.forEach((u, i) => {
+    if (typeof u !== 'string' || !u) {
+      const got = typeof u === 'string' ? 'an empty string' : u === null ? 'null' : typeof u;
+      throw new TypeError(`FleetClient: url[${i}] must be a non-empty string (got ${got})`);
+    }
+  });
+  return Object.freeze([...url]);
 }

@@ -48,6 +48,12 @@
  * - Retry budget: `budgetFailures` failures within `budgetWindowMs` (counted since the last stable
  *   connection) → `closed` with reason {@link BUDGET_EXHAUSTED}. While the page is hidden, failure
  *   delays are multiplied by `hiddenMultiplier`.
+ * - Gateways: the client may know several gateways (replicas; the shell holds their URLs, the
+ *   machine only their count and the index in use). Each failure or notice picks the gateway of
+ *   the next attempt with {@link nextGateway}: a failed attempt (no `welcome`) moves on to the next
+ *   one, an established session that dropped retries the same gateway once, a notice stays. The
+ *   move changes nothing else: the backoff keeps growing across gateways (a fleet that is all down
+ *   is not retried in a tight loop), and `since`/`epoch` carry over (any gateway serves a resume).
  */
 
 import { closeCause, isProtocolError } from './protocol.js';
@@ -63,6 +69,17 @@ export const BUDGET_EXHAUSTED = 'retry budget exhausted';
 export const BUDGET_MESSAGE = 'connection lost — retry';
 /** The reason of `closed` after `disconnect`. */
 export const CLOSED_BY_USER = 'closed by user';
+
+/**
+ * How an attempt ended, for the choice of the next gateway ({@link nextGateway}):
+ * - `failed`: it failed before the session was established (no `welcome` came: connection refused,
+ *   error, connect timeout, a refusal, any close), whatever the close code;
+ * - `dropped`: a session that had its `welcome` failed (any close, error, gap, bad frame);
+ * - `notice`: the server sent a `reconnect` notice (a drain or hand-over; not a failure).
+ * @typedef {'failed'|'dropped'|'notice'} GatewayOutcome
+ */
+/** The three outcomes. */
+export const GATEWAY_OUTCOMES = Object.freeze(['failed', 'dropped', 'notice']);
 
 /**
  * Tunables. All durations are in milliseconds.
@@ -167,6 +184,11 @@ export function emptyCounters() {
  * @property {number | null} retryAt when (ms) the retry timer fires, in `backoff`
  * @property {Counters} counters
  * @property {string | null} [node] the node serving the current (or last) session, from its `welcome`
+ * @property {number} gateways how many gateways the client knows (≥ 1)
+ * @property {number} gateway index (in [0, gateways)) of the current socket's gateway; in `backoff`
+ *   and `closed`, of the one the next attempt will use
+ * @property {boolean} served the current socket got its `welcome` (the session was established)
+ * @property {boolean} retried the current gateway is being retried once after a session on it dropped
  */
 
 /**
@@ -193,7 +215,7 @@ export function emptyCounters() {
 
 /**
  * Effects the shell performs, in order.
- * @typedef {{type:'open_socket', attempt:number, since:number, epoch:string|null} |
+ * @typedef {{type:'open_socket', attempt:number, since:number, epoch:string|null, gateway:number} |
  *   {type:'close_socket', attempt:number, code:number, reason:string} |
  *   {type:'set_timer', timer:TimerName, attempt:number, delayMs:number} |
  *   {type:'cancel_timer', timer:TimerName} |
@@ -208,6 +230,8 @@ export function emptyCounters() {
  * @typedef {object} StateInfo
  * @property {number} attempt
  * @property {number} [since] connecting: the version asked for
+ * @property {number} [gateway] connecting: index of the gateway this attempt uses; backoff: of the
+ *   one the next attempt will use
  * @property {string} [cause] backoff/closed after a failure: why
  * @property {number} [delayMs] backoff: how long until the next attempt (ms)
  * @property {number} [failures] failures since the last stable connection
@@ -218,10 +242,11 @@ export function emptyCounters() {
 /**
  * A fresh machine in `idle`.
  * @param {Partial<MachineConfig>} [config] overrides of {@link DEFAULTS}
+ * @param {number} [gateways] how many gateways the client knows (1 by default); the first attempt uses index 0
  * @returns {MachineState}
  * @throws {RangeError} listing every invalid setting at once
  */
-export function initialState(config = {}) {
+export function initialState(config = {}, gateways = 1) {
   const cfg = Object.freeze({ ...DEFAULTS, ...pickConfig(config) });
   const problems = [];
   for (const [k, v] of Object.entries(cfg)) {
@@ -231,6 +256,7 @@ export function initialState(config = {}) {
   if (cfg.hiddenMultiplier < 1) problems.push(`hiddenMultiplier=${cfg.hiddenMultiplier} (at least 1)`);
   if (cfg.budgetFailures < 1) problems.push(`budgetFailures=${cfg.budgetFailures} (at least 1)`);
   if (cfg.baseDelayMs > cfg.maxDelayMs) problems.push(`baseDelayMs=${cfg.baseDelayMs} above maxDelayMs=${cfg.maxDelayMs}`);
+  if (!Number.isSafeInteger(gateways) || gateways < 1) problems.push(`gateways=${gateways} (an integer ≥ 1)`);
   if (problems.length) throw new RangeError(`invalid client settings: ${problems.join(', ')}`);
   return {
     phase: 'idle',
@@ -248,6 +274,10 @@ export function initialState(config = {}) {
     reason: null,
     retryAt: null,
     counters: emptyCounters(),
+    gateways,
+    gateway: 0,
+    served: false,
+    retried: false,
   };
 }
 
@@ -286,6 +316,56 @@ export function backoffDelay(failures, rand, config) {
  */
 export function noticeDelay(retryAfterMs, rand, config) {
   return Math.round(Math.max(0, retryAfterMs) + unit(rand) * config.noticeJitterMs);
+}
+
+/**
+ * The gateway of the next attempt, after an attempt on gateway `index` ended with `outcome`:
+ *
+ * | outcome   | retried | next index              | retried after |
+ * |-----------|---------|-------------------------|---------------|
+ * | `failed`  | any     | (index + 1) mod count   | false         |
+ * | `dropped` | false   | index (retry it once)   | true          |
+ * | `dropped` | true    | (index + 1) mod count   | false         |
+ * | `notice`  | any     | index                   | unchanged     |
+ *
+ * Why: a failed handshake says this gateway cannot serve now, so the next one is tried at once (as
+ * Socket.IO's and Centrifugo's multi-endpoint clients do). A session that was established and then
+ * dropped says little about the gateway (the node behind it went away: 1001, 1012; the client was
+ * too slow: 1013), so the same gateway is tried once more; if that attempt fails, or its session
+ * drops too before it became stable, the next one is tried. A notice comes from a draining node,
+ * and the gateway routes the reconnect to the new owner: stay. The close code plays no part. The
+ * machine clears `retried` when a session becomes stable. With one gateway the index stays 0.
+ * @param {{index:number, count:number, outcome:GatewayOutcome, retried?:boolean}} at
+ *   index: the gateway of the attempt that ended; count: the number of gateways; retried: that
+ *   attempt was already the one retry of its gateway after a drop
+ * @returns {{index:number, retried:boolean}}
+ * @throws {RangeError} for a count below 1, an index outside [0, count), an unknown outcome
+ */
+export function nextGateway({ index, count, outcome, retried = false }) {
+  if (!Number.isSafeInteger(count) || count < 1) throw new RangeError(`nextGateway: count=${count} (an integer ≥ 1)`);
+  if (!Number.isSafeInteger(index) || index < 0 || index >= count) throw new RangeError(`nextGateway: index=${index} outside [0, ${count})`);
+  const advance = { index: (index + 1) % count, retried: false };
+  switch (outcome) {
+    case 'failed':
+      return advance;
+    case 'dropped':
+      return retried ? advance : { index, retried: true };
+    case 'notice':
+      return { index, retried: Boolean(retried) };
+    default:
+      throw new RangeError(`nextGateway: unknown outcome ${String(outcome)} (one of ${GATEWAY_OUTCOMES.join(', ')})`);
+  }
+}
+
+/**
+ * The gateway fields after the current attempt ended with `outcome`.
+ * @param {MachineState} s
+ * @param {GatewayOutcome} outcome
+ * @returns {{gateway:number, retried:boolean}}
+ */
+function rotate(s, outcome) {
+  const next = nextGateway({ index: s.gateway, count: s.gateways, outcome, retried: s.retried });
+  return { gateway: next.index, retried: next.retried };
 }
 
 /** Clamps to [0, 1]; NaN → 0. */
@@ -354,6 +434,7 @@ function begin(s, effects) {
     phase: /** @type {Phase} */ ('connecting'),
     attempt,
     errored: false,
+    served: false,
     resumeFrom: s.version > 0 ? s.version : null,
     retryAt: null,
     counters: bump(s.counters, 'sockets'),
@@ -362,9 +443,9 @@ function begin(s, effects) {
     state: next,
     effects: [
       ...effects,
-      { type: 'open_socket', attempt, since: s.version, epoch: s.epoch },
+      { type: 'open_socket', attempt, since: s.version, epoch: s.epoch, gateway: s.gateway },
       { type: 'set_timer', timer: 'connect', attempt, delayMs: s.config.connectTimeoutMs },
-      ...moved(s, next, { attempt, since: s.version }),
+      ...moved(s, next, { attempt, since: s.version, gateway: s.gateway }),
     ],
   };
 }
@@ -399,6 +480,7 @@ function onTimer(s, ev) {
         phase: /** @type {Phase} */ ('stable'),
         failures: 0,
         failureTimes: [],
+        retried: false,
         counters: bump(s.counters, 'stable'),
       };
       return { state: next, effects: moved(s, next, { attempt: s.attempt, failures: 0 }) };
@@ -500,12 +582,12 @@ function onFrame(s, ev) {
  */
 function onWelcome(s, ev) {
   const epoch = ev.epoch ?? null;
-  const served = log(`served by ${ev.node}`);
+  const servedBy = log(`served by ${ev.node}`);
   if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
-    const next = { ...s, node: ev.node, epoch, version: 0, base: null, counters: bump(s.counters, 'epochChanges') };
-    return { state: next, effects: [served, log(`epoch ${s.epoch} -> ${epoch}: the canvas's history was replaced; anchor ${s.version} forgotten`)] };
+    const next = { ...s, node: ev.node, epoch, served: true, version: 0, base: null, counters: bump(s.counters, 'epochChanges') };
+    return { state: next, effects: [servedBy, log(`epoch ${s.epoch} -> ${epoch}: the canvas's history was replaced; anchor ${s.version} forgotten`)] };
   }
-  return { state: { ...s, node: ev.node, epoch }, effects: [served] };
+  return { state: { ...s, node: ev.node, epoch, served: true }, effects: [servedBy] };
 }
 
 /** A snapshot sets the canvas and the anchor, unless it is older than the anchor. */
@@ -551,11 +633,15 @@ function gap(s, ev, detail) {
   return fail(counted, ev, 'gap_resync', { socketOpen: true, detail });
 }
 
-/** A reconnect notice: leave now, come back after retry_after_ms + jitter. Not a failure. */
+/**
+ * A reconnect notice: leave now, come back after retry_after_ms + jitter, through the same gateway
+ * (it routes the new session to the new owner). Not a failure.
+ */
 function onNotice(s, ev) {
   const delayMs = noticeDelay(ev.retryAfterMs, ev.rand, s.config);
   const next = {
     ...s,
+    ...rotate(s, 'notice'),
     phase: /** @type {Phase} */ ('backoff'),
     cause: 'reconnect_notice',
     retryAt: ev.now + delayMs,
@@ -569,13 +655,14 @@ function onNotice(s, ev) {
       { type: 'close_socket', attempt: s.attempt, code: 1000, reason: 'reconnect notice' },
       { type: 'set_timer', timer: 'retry', attempt: s.attempt, delayMs },
       log(`reconnect notice reason=${ev.reason || '?'} retry_after_ms=${ev.retryAfterMs}`),
-      ...moved(s, next, { attempt: s.attempt, cause: 'reconnect_notice', delayMs, failures: s.failures }),
+      ...moved(s, next, { attempt: s.attempt, cause: 'reconnect_notice', delayMs, failures: s.failures, gateway: next.gateway }),
     ],
   };
 }
 
 // ---------------------------------------------------------------------------------------------
-// Failure: the one place that grows the backoff, spends the budget and sets the retry timer.
+// Failure: the one place that grows the backoff, spends the budget and sets the retry timer (and
+// picks the next gateway: the move does not reset the backoff).
 
 /**
  * @param {MachineState} s
@@ -592,10 +679,15 @@ function fail(s, ev, cause, opts) {
   const failures = s.failures + 1;
   const failureTimes = [...s.failureTimes.filter((t) => ev.now - t < cfg.budgetWindowMs), ev.now];
   const detail = opts.detail ? ` ${opts.detail}` : '';
+  const outcome = s.served ? 'dropped' : 'failed';
+  const gw = rotate(s, outcome);
+  /** @type {Effect[]} */
+  const moveLog = gw.gateway !== s.gateway ? [log(`next gateway ${gw.gateway} (${outcome} on gateway ${s.gateway})`)] : [];
 
   if (failureTimes.length >= cfg.budgetFailures) {
     const next = {
       ...s,
+      ...gw,
       phase: /** @type {Phase} */ ('closed'),
       failures,
       failureTimes,
@@ -605,7 +697,7 @@ function fail(s, ev, cause, opts) {
       errored: false,
       counters: bump(s.counters, 'budgetExhausted'),
     };
-    effects.push(log(`failure cause=${cause}${detail}: ${failureTimes.length} failures within ${cfg.budgetWindowMs} ms`));
+    effects.push(log(`failure cause=${cause}${detail}: ${failureTimes.length} failures within ${cfg.budgetWindowMs} ms`), ...moveLog);
     effects.push(...moved(s, next, { attempt: s.attempt, cause, failures, reason: BUDGET_EXHAUSTED, message: BUDGET_MESSAGE }));
     return { state: next, effects };
   }
@@ -615,6 +707,7 @@ function fail(s, ev, cause, opts) {
   if (s.hidden) delayMs *= cfg.hiddenMultiplier;
   const next = {
     ...s,
+    ...gw,
     phase: /** @type {Phase} */ ('backoff'),
     failures,
     failureTimes,
@@ -624,8 +717,8 @@ function fail(s, ev, cause, opts) {
     counters: bumpIn(s.counters, 'reconnects', cause),
   };
   effects.push({ type: 'set_timer', timer: 'retry', attempt: s.attempt, delayMs });
-  effects.push(log(`failure cause=${cause}${detail}`));
-  effects.push(...moved(s, next, { attempt: s.attempt, cause, delayMs, failures }));
+  effects.push(log(`failure cause=${cause}${detail}`), ...moveLog);
+  effects.push(...moved(s, next, { attempt: s.attempt, cause, delayMs, failures, gateway: next.gateway }));
   return { state: next, effects };
 }
 

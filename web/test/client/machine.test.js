@@ -9,8 +9,10 @@ import {
   BUDGET_EXHAUSTED,
   CLOSED_BY_USER,
   DEFAULTS,
+  GATEWAY_OUTCOMES,
   backoffDelay,
   initialState,
+  nextGateway,
   noticeDelay,
   transition,
 } from '../../client/machine.js';
@@ -48,7 +50,7 @@ const TABLE = [
   ['idle + connect opens attempt 1 with since 0', initialState(), { type: 'connect' }, 'connecting',
     ['open_socket', 'set_timer:connect'], (s, e) => {
       assert.equal(s.attempt, 1);
-      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 1, since: 0, epoch: null });
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 1, since: 0, epoch: null, gateway: 0 });
       assert.equal(e.find((x) => x.type === 'set_timer').delayMs, DEFAULTS.connectTimeoutMs);
     }],
   ['idle + timer does nothing', initialState(), { type: 'timer', timer: 'retry', attempt: 0 }, 'idle', []],
@@ -138,7 +140,7 @@ const TABLE = [
     'probation', [], (s) => assert.deepEqual([s.epoch, s.version, s.counters.epochChanges], [null, 10, 0])],
   ['backoff + retry timer → the socket sends the anchor\'s epoch back', st('backoff', { epoch: 'T-0' }),
     { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', ['open_socket', 'set_timer:connect'], (s, e) => {
-      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 10, epoch: 'T-0' });
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 10, epoch: 'T-0', gateway: 0 });
     }],
   ['closed + retry() keeps the epoch with the anchor', st('closed', { epoch: 'T-0', reason: BUDGET_EXHAUSTED }), { type: 'retry' }, 'connecting',
     ['open_socket', 'set_timer:connect'], (s, e) => assert.equal(e.find((x) => x.type === 'open_socket').epoch, 'T-0')],
@@ -295,4 +297,138 @@ test('jitter stays within its bounds, for edge and random values', () => {
 test('the delay grows with each failure until the cap', () => {
   const delays = Array.from({ length: 8 }, (_, i) => backoffDelay(i + 1, 0, DEFAULTS));
   assert.deepEqual(delays, [1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]);
+});
+
+// ---------------------------------------------------------------------------------------------
+// Gateways
+
+// [index, count, outcome, retried] → [next index, retried after]
+const ROTATION = [
+  // a failed attempt (no welcome) moves on at once, wrapping around, and clears `retried`
+  [0, 2, 'failed', false, 1, false],
+  [1, 2, 'failed', false, 0, false],
+  [0, 2, 'failed', true, 1, false],
+  [2, 3, 'failed', false, 0, false],
+  // an established session that dropped: the same gateway once, then the next
+  [0, 2, 'dropped', false, 0, true],
+  [0, 2, 'dropped', true, 1, false],
+  [1, 2, 'dropped', true, 0, false],
+  [1, 3, 'dropped', false, 1, true],
+  // a notice (drain, hand-over): the same gateway routes the reconnect; `retried` untouched
+  [0, 2, 'notice', false, 0, false],
+  [1, 2, 'notice', true, 1, true],
+  // one gateway: always index 0
+  [0, 1, 'failed', false, 0, false],
+  [0, 1, 'dropped', false, 0, true],
+  [0, 1, 'dropped', true, 0, false],
+  [0, 1, 'notice', false, 0, false],
+];
+
+test('nextGateway: index × count × outcome × retried → next index, retried', () => {
+  for (const [index, count, outcome, retried, want, wantRetried] of ROTATION) {
+    const got = nextGateway({ index, count, outcome, retried });
+    assert.deepEqual(got, { index: want, retried: wantRetried }, `${outcome} on ${index}/${count} retried=${retried}`);
+  }
+  assert.deepEqual(nextGateway({ index: 0, count: 2, outcome: 'dropped' }), { index: 0, retried: true }, 'retried defaults to false');
+  assert.deepEqual([...GATEWAY_OUTCOMES].sort(), ['dropped', 'failed', 'notice']);
+});
+
+test('nextGateway: a drop retries the same gateway exactly once, failures visit every gateway in turn', () => {
+  let at = { index: 0, retried: false };
+  const visited = [];
+  for (const outcome of ['dropped', 'dropped', 'failed', 'failed', 'failed', 'dropped', 'failed']) {
+    at = nextGateway({ ...at, count: 3, outcome });
+    visited.push(at.index);
+  }
+  assert.deepEqual(visited, [0, 1, 2, 0, 1, 1, 2]);
+});
+
+test('nextGateway rejects what it cannot rotate over', () => {
+  for (const bad of [
+    { index: 0, count: 0, outcome: 'failed' },
+    { index: 0, count: 1.5, outcome: 'failed' },
+    { index: 2, count: 2, outcome: 'failed' },
+    { index: -1, count: 2, outcome: 'failed' },
+    { index: 0, count: 2, outcome: 'closed' },
+  ]) {
+    assert.throws(() => nextGateway(bad), RangeError, JSON.stringify(bad));
+  }
+});
+
+test('initialState takes the number of gateways (an integer ≥ 1)', () => {
+  assert.equal(initialState().gateways, 1);
+  const s = initialState({}, 3);
+  assert.equal(s.gateways, 3);
+  assert.equal(s.gateway, 0);
+  for (const bad of [0, -1, 1.5, NaN, '2']) {
+    assert.throws(() => initialState({}, /** @type {any} */ (bad)), (err) => err instanceof RangeError && /gateways=/.test(err.message));
+  }
+});
+
+/** A state with two gateways, on `gateway`, in `phase` (attempt 3, anchor 10 of epoch T-0). */
+const two = (phase, extra = {}) => st(phase, { gateways: 2, gateway: 0, epoch: 'T-0', ...extra });
+const notify = (e) => e.find((x) => x.type === 'notify');
+
+// [name, state, event, phase, gateway after, retried after, extra check]
+const GATEWAY_TABLE = [
+  ['a failed handshake (close 1006 while connecting) → the next gateway', two('connecting'),
+    { type: 'close', attempt: 3, code: 1006 }, 'backoff', 1, false,
+    (s, e) => {
+      assert.equal(notify(e).info.gateway, 1, 'backoff tells which gateway comes next');
+      assert.ok(e.some((x) => x.type === 'log' && /next gateway 1/.test(x.line)));
+    }],
+  ['a refusal before any welcome (error frame, then 1013) → the next gateway', two('probation'),
+    { type: 'refused', attempt: 3, code: 'no_owner', message: '', retryAfterMs: 1000 }, 'backoff', 1, false],
+  ['an open socket that closes before its welcome (1001 from a dying gateway) → the next gateway', two('probation'),
+    { type: 'close', attempt: 3, code: 1001 }, 'backoff', 1, false],
+  ['a connect timeout → the next gateway, wrapping around', two('connecting', { gateway: 1 }),
+    { type: 'timer', timer: 'connect', attempt: 3 }, 'backoff', 0, false],
+  ['an established session that drops (1012) → the same gateway once', two('stable', { served: true }),
+    { type: 'close', attempt: 3, code: 1012 }, 'backoff', 0, true,
+    (s, e) => assert.equal(notify(e).info.gateway, 0)],
+  ['an established session that drops with 1006 → the same gateway once too (the code plays no part)', two('probation', { served: true }),
+    { type: 'close', attempt: 3, code: 1006 }, 'backoff', 0, true],
+  ['a gap on an established session → the same gateway once', two('stable', { served: true }),
+    pix(12), 'backoff', 0, true],
+  ['the one retry after a drop fails → the next gateway', two('connecting', { retried: true }),
+    { type: 'close', attempt: 3, code: 1006 }, 'backoff', 1, false],
+  ['the one retry after a drop drops too, before stable → the next gateway', two('probation', { served: true, retried: true }),
+    { type: 'close', attempt: 3, code: 1012 }, 'backoff', 1, false],
+  ['a reconnect notice → the same gateway, not a failure', two('stable', { served: true, gateway: 1 }),
+    { type: 'notice', attempt: 3, reason: 'PARTITIONS_REVOKED', retryAfterMs: 250 }, 'backoff', 1, false,
+    (s) => assert.equal(s.failures, 0)],
+  ['stable clears retried (the gateway works again)', two('probation', { served: true, retried: true }),
+    { type: 'timer', timer: 'stable', attempt: 3 }, 'stable', 0, false],
+  ['rotation keeps the backoff growing (failures not reset)', two('connecting', { failures: 4, failureTimes: [NOW - 4, NOW - 3, NOW - 2, NOW - 1] }),
+    { type: 'close', attempt: 3, code: 1006 }, 'backoff', 1, false,
+    (s, e) => {
+      assert.equal(s.failures, 5);
+      assert.equal(e.find((x) => x.type === 'set_timer').delayMs, backoffDelay(5, 0, DEFAULTS));
+    }],
+  ['the failure that spends the budget still picks the next gateway (for retry())', two('connecting', { failures: 7, failureTimes: [NOW - 7, NOW - 6, NOW - 5, NOW - 4, NOW - 3, NOW - 2, NOW - 1] }),
+    { type: 'close', attempt: 3, code: 1006 }, 'closed', 1, false],
+  ['the retry timer opens the chosen gateway with the same since and epoch', two('backoff', { gateway: 1 }),
+    { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', 1, false,
+    (s, e) => {
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 10, epoch: 'T-0', gateway: 1 });
+      assert.equal(notify(e).info.gateway, 1);
+      assert.equal(s.served, false, 'a new attempt has no welcome yet');
+    }],
+  ['a welcome marks the session established', two('probation'),
+    { type: 'welcome', attempt: 3, node: 'ws-2', epoch: 'T-0' }, 'probation', 0, false,
+    (s) => assert.equal(s.served, true)],
+];
+
+test('transition table: which gateway the next attempt uses', async (t) => {
+  for (const [name, state, event, phase, gateway, retried, check] of GATEWAY_TABLE) {
+    await t.test(name, () => {
+      const out = transition(deepFreeze(structuredClone(state)), ev(event));
+      assert.equal(out.state.phase, phase);
+      assert.equal(out.state.gateway, gateway, 'gateway');
+      assert.equal(out.state.retried, retried, 'retried');
+      assert.equal(out.state.version, state.version, 'the anchor carries over');
+      assert.equal(out.state.epoch, state.epoch, 'the epoch carries over');
+      if (check) check(out.state, out.effects);
+    });
+  }
 });
