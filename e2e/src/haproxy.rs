@@ -1,6 +1,6 @@
 //! HAProxy in front of gateway replicas: Debian's `haproxy` (scripts/setup-haproxy.sh installs
-//! it) as a process, configured the way deploy/haproxy/haproxy.cfg configures the official image
-//! in docker-compose.yml: HTTP mode (WebSocket upgrades become tunnels), round robin, a health
+//! it) as a process, with the configuration docker-compose.yml gives the official image
+//! (deploy/haproxy/haproxy.cfg, addresses moved to loopback): HTTP mode (WebSocket upgrades become tunnels), round robin, a health
 //! check on every gateway's `/health`, and a retry on another gateway when a connection to one is
 //! refused, so a dead gateway costs a client one reconnect and a writer nothing.
 
@@ -22,42 +22,42 @@ pub struct Haproxy {
     _dir: tempfile::TempDir,
 }
 
-/// The configuration for `backends` (name, `host:port`) behind a frontend on `port`.
+/// The deployment's HAProxy configuration (deploy/haproxy/haproxy.cfg, what docker-compose.yml
+/// gives the official image).
+///
+/// # Panics
+/// When the file is missing from the checkout.
+#[must_use]
+pub fn deploy_config() -> String {
+    let path = crate::broker::repo_root().join("deploy/haproxy/haproxy.cfg");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// The deployment's configuration for `backends` (name, `host:port`) behind a frontend on
+/// loopback `port`: its `bind` line is replaced by one on 127.0.0.1, its `server` lines by one
+/// per backend (checked every 500 ms instead of every second, for the tests' short timeouts).
 #[must_use]
 pub fn config(port: u16, backends: &[(String, String)]) -> String {
-    let servers: String = backends
-        .iter()
-        .map(|(name, addr)| format!("  server {name} {addr} check inter 500ms fall 2 rise 2\n"))
-        .collect();
-    format!(
-        "global
-  log stdout format raw local0 notice
-  # Two descriptors per connection must fit the process's file limit (often 20000 here).
-  maxconn 4096
-
-defaults
-  log global
-  mode http
-  option dontlognull
-  timeout connect 2s
-  timeout client 1h
-  timeout server 1h
-  # WebSocket connections are tunnels once upgraded; the gateway pings them.
-  timeout tunnel 1h
-  # A refused connection is retried on another gateway, not returned as a 503.
-  retries 2
-  option redispatch 1
-
-frontend fleet
-  bind 127.0.0.1:{port}
-  default_backend gateways
-
-backend gateways
-  balance roundrobin
-  option httpchk GET /health
-  http-check expect status 200
-{servers}"
-    )
+    let mut out = String::new();
+    let mut servers_written = false;
+    for line in deploy_config().lines() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("bind ") {
+            out.push_str(&format!("  bind 127.0.0.1:{port}\n"));
+        } else if trimmed.starts_with("server ") {
+            if !servers_written {
+                for (name, addr) in backends {
+                    out.push_str(&format!("  server {name} {addr} inter 500ms\n"));
+                }
+                servers_written = true;
+            }
+        } else {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    assert!(servers_written, "deploy/haproxy/haproxy.cfg lists no server");
+    out
 }
 
 impl Haproxy {
@@ -67,7 +67,7 @@ impl Haproxy {
     /// When `haproxy` is not installed (run scripts/setup-haproxy.sh), the configuration is
     /// refused, or it does not listen within 10 s.
     pub async fn start(backends: &[(String, String)], timeline: Arc<Timeline>) -> anyhow::Result<Self> {
-        let bin = which("haproxy").context("haproxy is not on the PATH: run scripts/setup-haproxy.sh")?;
+        let bin = binary().context("haproxy is not on the PATH: run scripts/setup-haproxy.sh")?;
         let port = free_port()?;
         let dir = tempfile::tempdir()?;
         let cfg = dir.path().join("haproxy.cfg");
@@ -129,6 +129,12 @@ impl Haproxy {
     }
 }
 
+/// The `haproxy` binary: on the PATH, or in /usr/sbin where Debian puts it.
+#[must_use]
+pub fn binary() -> Option<PathBuf> {
+    which("haproxy")
+}
+
 fn which(bin: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path).map(|d| d.join(bin)).find(|p| p.is_file())
@@ -142,9 +148,14 @@ mod tests {
     #[test]
     fn config_lists_every_gateway_with_a_health_check() {
         let cfg = config(8080, &[("gateway".into(), "127.0.0.1:1".into()), ("gateway-2".into(), "127.0.0.1:2".into())]);
-        assert!(cfg.contains("bind 127.0.0.1:8080"));
-        assert!(cfg.contains("server gateway 127.0.0.1:1 check"));
-        assert!(cfg.contains("server gateway-2 127.0.0.1:2 check"));
+        assert!(cfg.contains("bind 127.0.0.1:8080\n"));
+        assert!(!cfg.contains("bind :8000"), "the deployment's bind line is replaced");
+        assert!(cfg.contains("server gateway 127.0.0.1:1 inter 500ms\n"));
+        assert!(cfg.contains("server gateway-2 127.0.0.1:2 inter 500ms\n"));
+        assert!(!cfg.contains("gateway:8000"), "the deployment's servers are replaced");
+        // The rest is the deployment's: checks on /health, retries on another gateway.
         assert!(cfg.contains("option httpchk GET /health"));
+        assert!(cfg.contains("default-server check"));
+        assert!(cfg.contains("option redispatch"));
     }
 }

@@ -7,6 +7,8 @@
 //! - ports, service names, URLs between services and health-check paths agree with what the
 //!   binaries listen on and serve (the paths are requested from the real binaries, started here
 //!   with the compose environment on loopback);
+//! - HAProxy's configuration (deploy/haproxy/haproxy.cfg) is valid for the real `haproxy`, lists
+//!   every gateway service on its port, and is what compose publishes and mounts;
 //! - the Dockerfile builds with the project's own profile and binaries.
 
 use e2e::broker::{free_port, repo_root, Broker, BrokerKind};
@@ -83,7 +85,7 @@ fn every_service_configuration_is_accepted_by_its_binary() {
     let services = fleet_services(&project);
     assert_eq!(
         services.keys().map(String::as_str).collect::<Vec<_>>(),
-        ["core-publisher", "gateway", "load", "ws-1", "ws-2"],
+        ["core-publisher", "gateway", "gateway-2", "load", "ws-1", "ws-2"],
         "the fleet's services"
     );
     for (name, (binary, args, env)) in &services {
@@ -130,30 +132,73 @@ fn ports_names_urls_and_dependencies_agree() {
     let listen = |name: &str| port_of(&services[name].2["LISTEN_ADDR"]);
     let svc = |name: &str| &project["services"][name];
 
-    // The gateway is published on the port it listens on.
-    let ports = svc("gateway")["ports"].as_array().expect("the gateway is published");
-    assert!(
-        ports.iter().any(|p| p["target"].as_u64() == Some(listen("gateway") as u64)),
-        "published gateway port {ports:?} vs LISTEN_ADDR {}",
-        listen("gateway")
-    );
-    // NODES names ws-node services by their service name, NODE_ID and port.
-    let nodes = &services["gateway"].2["NODES"];
-    let mut named = Vec::new();
-    for entry in nodes.split(',') {
-        let (id, url) = entry.split_once('=').unwrap();
-        let (host, port, _) = split_url(url);
-        let (binary, _, env) = services.get(id).unwrap_or_else(|| panic!("NODES names {id}, which is not a service"));
-        assert_eq!(binary, "ws-node", "{id} runs ws-node");
-        assert_eq!(env["NODE_ID"], id, "{id}'s NODE_ID");
-        assert_eq!(host, id, "NODES reaches {id} by its service name");
-        assert_eq!(port, listen(id), "NODES port of {id}");
-        named.push(id.to_owned());
-    }
+    let gateways: Vec<&String> = services.iter().filter(|(_, s)| s.0 == "gateway").map(|(n, _)| n).collect();
+    assert_eq!(gateways.len(), 2, "two gateway replicas");
     let ws_services: Vec<&String> = services.iter().filter(|(_, s)| s.0 == "ws-node").map(|(n, _)| n).collect();
-    assert_eq!(named.len(), ws_services.len(), "every ws-node service is in NODES");
+    // Clients come in through HAProxy: it is the one published port, and its configuration
+    // binds that port and balances over every gateway, by service name and LISTEN_ADDR port.
+    let haproxy = svc("haproxy");
+    assert!(haproxy["image"].as_str().unwrap().starts_with("haproxy:"), "the official image: {}", haproxy["image"]);
+    let mounts = haproxy["volumes"].as_array().expect("haproxy mounts its configuration");
+    assert!(
+        mounts.iter().any(|m| m["source"].as_str().is_some_and(|s| s.ends_with("deploy/haproxy/haproxy.cfg"))
+            && m["target"] == "/usr/local/etc/haproxy/haproxy.cfg"),
+        "haproxy mounts deploy/haproxy/haproxy.cfg where the official image reads it: {mounts:?}"
+    );
+    let cfg = e2e::haproxy::deploy_config();
+    let bound: Vec<u16> = cfg.lines().filter_map(|l| l.trim().strip_prefix("bind ")).map(port_of).collect();
+    let published: Vec<u64> = haproxy["ports"].as_array().expect("haproxy is published").iter().filter_map(|p| p["target"].as_u64()).collect();
+    assert_eq!(published.iter().map(|&p| p as u16).collect::<Vec<_>>(), bound, "haproxy publishes the port it binds");
+    let servers: BTreeMap<String, String> = cfg
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("server "))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next().unwrap().to_owned(), words.next().expect("a server address").to_owned())
+        })
+        .collect();
+    assert_eq!(servers.keys().collect::<Vec<_>>(), gateways, "haproxy balances over every gateway");
+    for gw in &gateways {
+        assert_eq!(servers[gw.as_str()], format!("{gw}:{}", listen(gw)), "haproxy reaches {gw} by its service name and port");
+        assert!(svc(gw)["ports"].is_null(), "{gw} is reached through haproxy, not published");
+        assert!(svc("haproxy")["depends_on"][gw.as_str()].is_object(), "haproxy starts after {gw}");
+        let env = &services[gw.as_str()].2;
+        assert_eq!(env.get("GATEWAY_ID").map(String::as_str), Some(gw.as_str()), "{gw}'s GATEWAY_ID");
+        assert!(env.contains_key("KAFKA_BOOTSTRAP"), "{gw} elects its leader through Kafka");
+        for ws in &ws_services {
+            assert_eq!(
+                env.get("CONTROL_TOPIC").map_or(shared::control::DEFAULT_CONTROL_TOPIC, String::as_str),
+                services[ws.as_str()].2.get("CONTROL_TOPIC").map_or(shared::control::DEFAULT_CONTROL_TOPIC, String::as_str),
+                "{gw} and {ws} use the same control topic (the node checks the leader's fencing token there)"
+            );
+        }
+    }
+    // The real haproxy accepts the file (scripts/setup-haproxy.sh installs Debian's).
+    let check = Command::new(e2e::haproxy::binary().expect("haproxy installed by scripts/setup-haproxy.sh"))
+        .args(["-c", "-f"])
+        .arg(repo_root().join("deploy/haproxy/haproxy.cfg"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "haproxy refuses deploy/haproxy/haproxy.cfg: {}", String::from_utf8_lossy(&check.stderr));
+
+    // NODES names ws-node services by their service name, NODE_ID and port, the same on every gateway.
+    for gw in &gateways {
+        let nodes = &services[gw.as_str()].2["NODES"];
+        let mut named = Vec::new();
+        for entry in nodes.split(',') {
+            let (id, url) = entry.split_once('=').unwrap();
+            let (host, port, _) = split_url(url);
+            let (binary, _, env) = services.get(id).unwrap_or_else(|| panic!("{gw}'s NODES names {id}, which is not a service"));
+            assert_eq!(binary, "ws-node", "{id} runs ws-node");
+            assert_eq!(env["NODE_ID"], id, "{id}'s NODE_ID");
+            assert_eq!(host, id, "NODES reaches {id} by its service name");
+            assert_eq!(port, listen(id), "NODES port of {id}");
+            named.push(id.to_owned());
+        }
+        assert_eq!(named.len(), ws_services.len(), "every ws-node service is in {gw}'s NODES");
+    }
     // The publisher's URL, for the gateway and the load.
-    for user in ["gateway", "load"] {
+    for user in ["gateway", "gateway-2", "load"] {
         let (host, port, _) = split_url(&services[user].2["PUBLISHER_URL"]);
         assert_eq!((host.as_str(), port), ("core-publisher", listen("core-publisher")), "{user}'s PUBLISHER_URL");
     }
@@ -169,7 +214,9 @@ fn ports_names_urls_and_dependencies_agree() {
     assert!(healthy("core-publisher", "kafka"));
     for ws in &ws_services {
         assert!(healthy(ws, "core-publisher"), "{ws} waits for the publisher");
-        assert!(healthy("gateway", ws), "the gateway waits for {ws}");
+        for gw in &gateways {
+            assert!(healthy(gw, ws), "{gw} waits for {ws}");
+        }
         let restart = svc(ws)["restart"].as_str().unwrap_or("no");
         assert_eq!(restart, "no", "{ws} is not restarted automatically (a killed node stays down)");
     }
@@ -198,6 +245,8 @@ fn health_check_paths_are_served_by_the_binaries() {
         // The mock cluster does not take CreateTopics: the topic is made before the publisher starts.
         let topic = format!("deploy-check-{}", std::process::id());
         broker.precreate_topic(&topic, 6).unwrap();
+        let control_topic = format!("deploy-check-control-{}", std::process::id());
+        broker.precreate_one_topic(&control_topic, 1).unwrap();
         let http = reqwest::Client::new();
         let mut children = Vec::new();
         let mut local_port = BTreeMap::new();
@@ -212,7 +261,10 @@ fn health_check_paths_are_served_by_the_binaries() {
             env.insert("LISTEN_ADDR".into(), format!("127.0.0.1:{}", local_port[name]));
             if env.contains_key("KAFKA_BOOTSTRAP") {
                 env.insert("KAFKA_BOOTSTRAP".into(), broker.bootstrap.clone());
-                env.insert("KAFKA_TOPIC".into(), topic.clone());
+                if binary != "gateway" {
+                    env.insert("KAFKA_TOPIC".into(), topic.clone());
+                }
+                env.insert("CONTROL_TOPIC".into(), control_topic.clone());
             }
             if let Some(nodes) = env.get("NODES").cloned() {
                 let local: Vec<String> = nodes
