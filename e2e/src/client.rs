@@ -53,6 +53,38 @@ pub struct SessionInfo {
     pub closed_ms: Option<u64>,
     /// Why it ended (`close_1012`, `reconnect_notice`, `dropped`, `gap_resync`, ...).
     pub end: Option<String>,
+    /// Index of the gateway it went through (in the list the client was given).
+    pub gateway: usize,
+    /// Its `welcome` came (the session was established, not only the WebSocket upgrade).
+    pub welcomed: bool,
+}
+
+/// How an attempt ended, for the choice of the next gateway ([`next_gateway`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GatewayOutcome {
+    /// It failed before its `welcome` (refused, connect error, closed early).
+    Failed,
+    /// A session that had its `welcome` ended (close, error, gap, bad frame).
+    Dropped,
+    /// The server sent a `reconnect` notice (a drain or a hand-over).
+    Notice,
+}
+
+/// The gateway of the next attempt after one on `index` (of `count`) ended with `outcome`, and
+/// whether that next attempt is the one retry of its gateway after a drop: the browser client's
+/// rule (web/client/machine.js `nextGateway`). A failed attempt moves to the next gateway; a
+/// dropped session retries its gateway once, then moves on; a notice stays (the gateway routes the
+/// reconnect to the new owner). The backoff is not reset by a move.
+#[must_use]
+pub fn next_gateway(index: usize, count: usize, outcome: GatewayOutcome, retried: bool) -> (usize, bool) {
+    let count = count.max(1);
+    let advance = ((index + 1) % count, false);
+    match outcome {
+        GatewayOutcome::Failed => advance,
+        GatewayOutcome::Dropped if retried => advance,
+        GatewayOutcome::Dropped => (index % count, true),
+        GatewayOutcome::Notice => (index % count, retried),
+    }
 }
 
 /// Everything a client saw.
@@ -96,11 +128,22 @@ struct State {
     canvas: Option<Canvas>,
 }
 
+/// What a test can make a running client do (the faults of a client: it stops reading; it drops
+/// its connection with everyone else at once).
+#[derive(Debug)]
+struct Control {
+    /// While true the client reads nothing from its socket (a stalled tab, a slow consumer).
+    paused: tokio::sync::watch::Sender<bool>,
+    /// Closes the open connection; the client reconnects at once.
+    kick: tokio::sync::Notify,
+}
+
 /// A running client.
 pub struct Client {
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
     cancel: CancellationToken,
+    control: Arc<Control>,
 }
 
 impl Client {
@@ -111,13 +154,37 @@ impl Client {
 
     /// [`Client::spawn`] with a client token (a JWT), sent as `token=` on every attempt.
     pub fn spawn_with_token(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
+        Self::spawn_with_gateways(name, &[ws_base.to_owned()], canvas, dims, timing, token)
+    }
+
+    /// A client that knows several gateways (`ws://host:port` each), tried in turn by
+    /// [`next_gateway`]; the first attempt uses the first.
+    ///
+    /// # Panics
+    /// With an empty list.
+    pub fn spawn_with_gateways(name: &str, ws_bases: &[String], canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
+        assert!(!ws_bases.is_empty(), "a client needs at least one gateway");
+        let ws_bases = ws_bases.to_vec();
         let state = Arc::new(Mutex::new(State {
             report: ClientReport { name: name.into(), canvas: canvas.into(), ..Default::default() },
             canvas: None,
         }));
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(state.clone(), ws_base.to_owned(), canvas.to_owned(), token, dims, timing, cancel.clone()));
-        Self { state, task, cancel }
+        let control = Arc::new(Control { paused: tokio::sync::watch::channel(false).0, kick: tokio::sync::Notify::new() });
+        let task = tokio::spawn(run(state.clone(), ws_bases, canvas.to_owned(), token, dims, timing, cancel.clone(), control.clone()));
+        Self { state, task, cancel, control }
+    }
+
+    /// Stops reading from the socket (`true`) or reads again (`false`): frames pile up in the
+    /// node's send queue and the TCP buffers, pings go unanswered.
+    pub fn pause_reading(&self, paused: bool) {
+        self.control.paused.send_replace(paused);
+    }
+
+    /// Closes the open connection (1000) and reconnects at once, without backoff: one client's
+    /// part in a reconnect storm.
+    pub fn kick(&self) {
+        self.control.kick.notify_waiters();
     }
 
     /// The last version applied.
@@ -177,12 +244,13 @@ pub fn session_url(base: &str, canvas: &str, since: u64, epoch: Option<&str>, to
 #[allow(clippy::too_many_arguments)]
 async fn run(
     state: Arc<Mutex<State>>,
-    base: String,
+    bases: Vec<String>,
     canvas: String,
     token: Option<String>,
     dims: CanvasDims,
     t: ClientTiming,
     cancel: CancellationToken,
+    control: Arc<Control>,
 ) {
     let builder = backon::ExponentialBuilder::default()
         .with_min_delay(t.backoff_min)
@@ -191,12 +259,13 @@ async fn run(
         .without_max_times();
     let mut backoff = builder.build();
     let mut n = 0u32;
+    let (mut gateway, mut retried) = (0usize, false);
     loop {
         let (since, epoch) = {
             let s = state.lock().expect("client lock");
             (s.report.version, s.report.epoch.clone())
         };
-        let url = session_url(&base, &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
+        let url = session_url(&bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
         let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
@@ -215,6 +284,7 @@ async fn run(
                 s.report.refused += 1;
                 *s.report.causes.entry(cause).or_default() += 1;
                 drop(s);
+                (gateway, retried) = next_gateway(gateway, bases.len(), GatewayOutcome::Failed, retried);
                 // Honour Retry-After as a floor, but keep the backoff growing.
                 let b = backoff.next().unwrap_or(t.backoff_max);
                 Next::After(Some(retry_after.map_or(b, |r| b.max(Duration::from_secs(r).min(t.backoff_max)))))
@@ -222,12 +292,23 @@ async fn run(
             Ok((ws, _)) => {
                 n += 1;
                 let opened = Instant::now();
-                state.lock().expect("client lock").report.sessions.push(SessionInfo { n, since, dialed_ms, opened_ms: now_ms(), closed_ms: None, end: None });
-                let (next, end) = session(&state, ws, n, dims, &cancel).await;
+                state.lock().expect("client lock").report.sessions.push(SessionInfo {
+                    n,
+                    since,
+                    dialed_ms,
+                    opened_ms: now_ms(),
+                    closed_ms: None,
+                    end: None,
+                    gateway,
+                    welcomed: false,
+                });
+                let (next, end) = session(&state, ws, n, dims, &cancel, &control).await;
                 let mut s = state.lock().expect("client lock");
+                let mut welcomed = false;
                 if let Some(last) = s.report.sessions.last_mut() {
                     last.closed_ms = Some(now_ms());
                     last.end = Some(end.clone());
+                    welcomed = last.welcomed;
                 }
                 if !matches!(next, Next::Stop) {
                     *s.report.causes.entry(end).or_default() += 1;
@@ -235,7 +316,14 @@ async fn run(
                 drop(s);
                 if opened.elapsed() >= t.stable {
                     backoff = builder.build();
+                    retried = false;
                 }
+                let outcome = match end.as_str() {
+                    "reconnect_notice" => GatewayOutcome::Notice,
+                    _ if welcomed => GatewayOutcome::Dropped,
+                    _ => GatewayOutcome::Failed,
+                };
+                (gateway, retried) = next_gateway(gateway, bases.len(), outcome, retried);
                 next
             }
         };
@@ -296,6 +384,9 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
                 s.canvas = None;
             }
             s.report.epoch = epoch;
+            if let Some(last) = s.report.sessions.last_mut() {
+                last.welcomed = true;
+            }
             None
         }
         ServerMessage::Error { .. } => None,
@@ -304,10 +395,17 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims, cancel: &CancellationToken) -> (Next, String) {
+async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims, cancel: &CancellationToken, control: &Control) -> (Next, String) {
+    let mut paused = control.paused.subscribe();
     loop {
+        let reading = !*paused.borrow_and_update();
         let msg = tokio::select! {
-            m = ws.next() => m,
+            m = ws.next(), if reading => m,
+            _ = paused.changed() => continue,
+            () = control.kick.notified() => {
+                let _ = ws.close(None).await;
+                return (Next::After(Some(Duration::ZERO)), "kicked".into());
+            }
             _ = cancel.cancelled() => {
                 let _ = ws.close(None).await;
                 return (Next::Stop, "client_stopped".into());
@@ -344,6 +442,29 @@ mod tests {
     use super::*;
 
     const DIMS: CanvasDims = CanvasDims { width: 2, height: 2 };
+
+    #[test]
+    fn next_gateway_follows_the_browser_clients_table() {
+        use GatewayOutcome::{Dropped, Failed, Notice};
+        // (index, count, outcome, retried) → (next index, retried after)
+        let table = [
+            ((0, 2, Failed, false), (1, false)),
+            ((1, 2, Failed, false), (0, false)),
+            ((1, 2, Failed, true), (0, false)),
+            ((0, 2, Dropped, false), (0, true)),
+            ((0, 2, Dropped, true), (1, false)),
+            ((1, 3, Dropped, true), (2, false)),
+            ((0, 2, Notice, false), (0, false)),
+            ((1, 2, Notice, true), (1, true)),
+            // One gateway: always that one.
+            ((0, 1, Failed, false), (0, false)),
+            ((0, 1, Dropped, false), (0, true)),
+            ((0, 1, Dropped, true), (0, false)),
+        ];
+        for ((index, count, outcome, retried), want) in table {
+            assert_eq!(next_gateway(index, count, outcome, retried), want, "{index} of {count} {outcome:?} retried={retried}");
+        }
+    }
 
     #[test]
     fn session_url_carries_epoch_and_token() {

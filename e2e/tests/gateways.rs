@@ -8,7 +8,8 @@
 //!    with a higher fencing token, and finishes the failback (once);
 //! 4. a node refuses the dead leader's token (409 `stale_leader`);
 //! 5. every client, connected through HAProxy (so some through the dead gateway), ends with every
-//!    version of its canvas, once, in order, and the publisher's hash.
+//!    version of its canvas, once, in order, and the publisher's hash; and so does every client
+//!    given both gateways' URLs (no HAProxy), the leader's first: each moves to the survivor.
 
 use e2e::broker::{Broker, BrokerKind};
 use e2e::client::{Client, ClientTiming};
@@ -20,6 +21,8 @@ use shared::CanvasDims;
 use std::time::{Duration, Instant};
 
 const CLIENTS: usize = 8;
+/// Clients that know both gateways' URLs, the leader's first, and no HAProxy.
+const LISTED: usize = 4;
 const CANVASES: usize = 4;
 
 fn leader_of(f: &serde_json::Value) -> Option<String> {
@@ -97,9 +100,19 @@ async fn run() {
     // Clients and a writer through HAProxy: they land on both gateways.
     let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let canvases = pick_canvases(&first, partitions, CANVASES, &node_ids);
-    let clients: Vec<Client> = (0..CLIENTS)
+    let mut clients: Vec<Client> = (0..CLIENTS)
         .map(|i| Client::spawn(&format!("client-{i}"), &proxy.ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
         .collect();
+    let leader_first = leader == fleet.gateway.name;
+    let direct = |g: &e2e::procs::Service| format!("ws://127.0.0.1:{}", g.port);
+    let listed_urls = if leader_first {
+        vec![direct(&fleet.gateway), direct(&fleet.more_gateways[0])]
+    } else {
+        vec![direct(&fleet.more_gateways[0]), direct(&fleet.gateway)]
+    };
+    clients.extend((0..LISTED).map(|i| {
+        Client::spawn_with_gateways(&format!("listed-{i}"), &listed_urls, &canvases[i % canvases.len()], dims, ClientTiming::default(), None)
+    }));
     eventually("every client connected", Duration::from_secs(30), || async {
         let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
         if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{}", clients.len())) }
@@ -123,7 +136,6 @@ async fn run() {
     let restart_at = shared::event::now_ms();
     fleet.nodes[0].start().unwrap();
     tl.mark("ws-1 restarted");
-    let leader_first = leader == fleet.gateway.name;
     let started = {
         let svc = if leader_first { &fleet.gateway } else { &fleet.more_gateways[0] };
         let mut found = None;
@@ -193,8 +205,14 @@ async fn run() {
     for v in &verdicts {
         assert!(v.ok(), "client {} did not get exactly its canvas's versions: {v:?}", v.name);
     }
+    // The clients with the URL list began on the leader and went on through the survivor.
+    for r in reports.iter().filter(|r| r.name.starts_with("listed-")) {
+        let gateways: Vec<usize> = r.sessions.iter().map(|s| s.gateway).collect();
+        assert_eq!(gateways.first(), Some(&0), "{} began on the first URL (the leader): {gateways:?}", r.name);
+        assert_eq!(gateways.last(), Some(&1), "{} ended on the second URL (the survivor): {gateways:?}", r.name);
+    }
     assert!(stats.failed.lock().unwrap().is_empty(), "the writer gave up on publishes");
-    println!("takeover after the leader's kill -9: {} ms; clients that reconnected: {moved}/{CLIENTS}", takeover.as_millis());
+    println!("takeover after the leader's kill -9: {} ms; clients that reconnected: {moved}/{}", takeover.as_millis(), CLIENTS + LISTED);
     drop(proxy);
     fleet.stop().await;
 }
