@@ -115,6 +115,8 @@ pub struct Broker {
     pub kind: BrokerKind,
     pub bootstrap: String,
     inner: Inner,
+    /// The proxies of [`Broker::start_with_links`], one per link.
+    links: Vec<crate::link::LinkProxy>,
 }
 
 enum Inner {
@@ -159,7 +161,7 @@ impl Broker {
                     }
                 })?;
                 let bootstrap = boot_rx.recv().context("mock cluster thread")?.map_err(anyhow::Error::msg)?;
-                Ok(Self { kind, bootstrap, inner: Inner::Embedded { stop: Some(cmd_tx), thread: Some(thread) } })
+                Ok(Self { kind, bootstrap, inner: Inner::Embedded { stop: Some(cmd_tx), thread: Some(thread) }, links: Vec::new() })
             }
             BrokerKind::Real => {
                 ensure_kafka_jars()?;
@@ -168,7 +170,7 @@ impl Broker {
                 // broker that exits during start-up is retried on fresh ports.
                 let mut last = None;
                 for attempt in 1..=3 {
-                    match Self::start_jvm(kind.clone(), None).await {
+                    match Self::start_jvm(kind.clone(), None, 0).await {
                         Ok(b) => return Ok(b),
                         Err(e) => {
                             println!("[harness] Kafka start attempt {attempt} failed: {e:#}");
@@ -185,7 +187,7 @@ impl Broker {
                 let mut last = None;
                 for attempt in 1..=3 {
                     match cluster::Cluster::start().await {
-                        Ok(c) => return Ok(Self { kind, bootstrap: c.bootstrap(), inner: Inner::Cluster(Box::new(c)) }),
+                        Ok(c) => return Ok(Self { kind, bootstrap: c.bootstrap(), inner: Inner::Cluster(Box::new(c)), links: Vec::new() }),
                         Err(e) => {
                             println!("[harness] Kafka cluster start attempt {attempt} failed: {e:#}");
                             last = Some(e);
@@ -227,9 +229,10 @@ impl Broker {
                     kind,
                     bootstrap: format!("127.0.0.1:{port}"),
                     inner: Inner::Container { _container: Box::new(container) },
+                    links: Vec::new(),
                 })
             }
-            BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External }),
+            BrokerKind::External(b) => Ok(Self { bootstrap: b.clone(), kind, inner: Inner::External, links: Vec::new() }),
         }
     }
 
@@ -244,7 +247,7 @@ impl Broker {
         let mut last = None;
         for attempt in 1..=3 {
             let secured = security::SaslSsl::new(free_port()?)?;
-            match Self::start_jvm(BrokerKind::Real, Some(&secured)).await {
+            match Self::start_jvm(BrokerKind::Real, Some(&secured), 0).await {
                 Ok(b) => return Ok((b, secured)),
                 Err(e) => {
                     println!("[harness] Kafka (SASL_SSL) start attempt {attempt} failed: {e:#}");
@@ -255,13 +258,61 @@ impl Broker {
         Err(last.expect("three attempts were made"))
     }
 
-    /// Starts the JVM broker once on fresh ports (plus `secured`'s listener) and waits until it
-    /// listens.
-    async fn start_jvm(kind: BrokerKind, secured: Option<&security::SaslSsl>) -> anyhow::Result<Self> {
+    /// The single JVM broker (as [`BrokerKind::Real`]) with `links` more listeners, each
+    /// advertised at the port of a [`crate::link::LinkProxy`] in front of it: a client bootstrapped
+    /// at [`Broker::link_bootstrap`] sends all its broker traffic through that proxy, which a test
+    /// can freeze, slow or cut ([`Broker::link`]). [`Broker::bootstrap`] stays direct.
+    ///
+    /// # Errors
+    /// As [`Broker::start`].
+    pub async fn start_with_links(links: usize) -> anyhow::Result<Self> {
+        ensure_kafka_jars()?;
+        let mut last = None;
+        for attempt in 1..=3 {
+            match Self::start_jvm(BrokerKind::Real, None, links).await {
+                Ok(b) => return Ok(b),
+                Err(e) => {
+                    println!("[harness] Kafka start attempt {attempt} failed: {e:#}");
+                    last = Some(e);
+                }
+            }
+        }
+        Err(last.expect("three attempts were made"))
+    }
+
+    /// How many links [`Broker::start_with_links`] made.
+    pub fn links(&self) -> usize {
+        self.links.len()
+    }
+
+    /// The proxy of link `i`.
+    pub fn link(&self, i: usize) -> Option<&crate::link::LinkProxy> {
+        self.links.get(i)
+    }
+
+    /// The bootstrap address of link `i` (its proxy).
+    pub fn link_bootstrap(&self, i: usize) -> Option<String> {
+        self.links.get(i).map(|l| format!("127.0.0.1:{}", l.port))
+    }
+
+    /// Starts the JVM broker once on fresh ports (plus `secured`'s listener, or `links` proxied
+    /// listeners) and waits until it listens.
+    async fn start_jvm(kind: BrokerKind, secured: Option<&security::SaslSsl>, links: usize) -> anyhow::Result<Self> {
         let port = free_port()?;
         let mut controller = free_port()?;
         while controller == port {
             controller = free_port()?;
+        }
+        // Each link: a listener on a port of its own, advertised at its proxy's port.
+        let mut proxies = Vec::new();
+        let mut link_listeners = Vec::new();
+        for _ in 0..links {
+            let mut listen = free_port()?;
+            while [port, controller].contains(&listen) || link_listeners.contains(&listen) {
+                listen = free_port()?;
+            }
+            proxies.push(crate::link::LinkProxy::start(0, format!("127.0.0.1:{listen}")).await?);
+            link_listeners.push(listen);
         }
         let dir = tempfile::Builder::new().prefix("e2e-kafka-").tempdir()?;
         let script = repo_root().join("scripts/kafka/start.sh");
@@ -276,12 +327,26 @@ impl Broker {
             .stderr(Stdio::inherit());
         if let Some(s) = secured {
             cmd.env("KAFKA_EXTRA_PROPERTIES", s.server_properties(port, controller));
+        } else if links > 0 {
+            let names: Vec<String> = (1..=links).map(|i| format!("LINK{i}")).collect();
+            let listeners: String = names.iter().zip(&link_listeners).map(|(n, l)| format!(",{n}://127.0.0.1:{l}")).collect();
+            let advertised: String = names.iter().zip(&proxies).map(|(n, p)| format!(",{n}://127.0.0.1:{}", p.port)).collect();
+            let map: String = names.iter().map(|n| format!(",{n}:PLAINTEXT")).collect();
+            cmd.env(
+                "KAFKA_EXTRA_PROPERTIES",
+                format!(
+                    "listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}{listeners}\n\
+                     advertised.listeners=PLAINTEXT://127.0.0.1:{port}{advertised}\n\
+                     listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT{map}\n"
+                ),
+            );
         }
+        let links = proxies;
         crate::procs::die_with_parent(&mut cmd);
         let child = cmd.spawn().with_context(|| format!("run {}", script.display()))?;
         let bootstrap = format!("127.0.0.1:{port}");
         let started = Instant::now();
-        let mut broker = Self { kind, bootstrap: bootstrap.clone(), inner: Inner::Real { child, _dir: dir } };
+        let mut broker = Self { kind, bootstrap: bootstrap.clone(), inner: Inner::Real { child, _dir: dir }, links };
         loop {
             if tokio::net::TcpStream::connect(&bootstrap).await.is_ok() {
                 break;

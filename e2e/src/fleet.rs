@@ -148,6 +148,10 @@ impl Fleet {
                 ("REVOKE_GRACE_MS", spec.grace_ms.to_string()),
             ]);
             env.extend(spec.node_env.iter().cloned());
+            // A broker with links (Broker::start_with_links): node i talks to Kafka through link i.
+            if let Some(link) = broker.link_bootstrap(i - 1) {
+                env.insert("KAFKA_BOOTSTRAP".into(), link);
+            }
             if let Some(a) = admin {
                 env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
             }

@@ -16,6 +16,7 @@ pub mod client;
 pub mod faults;
 pub mod fleet;
 pub mod haproxy;
+pub mod link;
 /// Steady publishing through the publisher's HTTP API (the `loadgen` crate).
 pub mod load {
     pub use loadgen::*;
