@@ -4,18 +4,24 @@
 //! client's history is checked: zero lost, duplicated or out of order, the final hash equal to the
 //! publisher's, and the longest time each client waited for an event.
 //!
-//! Faults, on any node, the gateway or the publisher: kill -9 and a restart 1–10 s later; SIGSTOP
-//! for 1–20 s then SIGCONT; SIGTERM and a restart 1–10 s later; and, on a node, a maintenance
-//! drain through the gateway. They start at random times within the schedule and overlap. The
-//! same seed gives the same fault list (not the same interleaving: processes and the broker keep
-//! their own timing).
+//! Faults, on any node, gateway replica or the publisher: kill -9 and a restart 1–10 s later;
+//! SIGSTOP for 1–20 s then SIGCONT; SIGTERM and a restart 1–10 s later. On a node: a maintenance
+//! drain through a gateway, and, on a broker with links ([`Broker::start_with_links`]), its link
+//! to Kafka frozen, slowed or cut for 1–20 s ([`crate::link`]). On the three-node cluster: a Kafka
+//! node killed (restarted 1–10 s later) or frozen for 1–20 s. On the clients: one in three stops
+//! reading for 1–20 s, or every client drops its connection and reconnects at once (a reconnect
+//! storm). They start at random times within the schedule and overlap. The same seed and sizes
+//! give the same fault list (not the same interleaving: processes and the broker keep their own
+//! timing).
 
 use crate::broker::Broker;
 use crate::checker::Verdict;
+use crate::client::{Client, ClientTiming};
 use crate::faults::{seen, Seen};
 use crate::fleet::{Fleet, FleetSpec};
-use crate::procs::Timeline;
-use crate::scenario::{finish, pick_canvases, spawn_clients, wait_for_heads};
+use crate::link::LinkMode;
+use crate::procs::{eventually, Timeline};
+use crate::scenario::{finish, pick_canvases, wait_for_heads};
 use crate::writer::Writer;
 use anyhow::Context;
 use rand::{Rng, SeedableRng};
@@ -28,16 +34,25 @@ use std::time::Duration;
 pub enum Target {
     /// Node `ws-<n + 1>`.
     Node(usize),
-    Gateway,
+    /// Gateway replica `n` (`gateway`, `gateway-2`, ...).
+    Gateway(usize),
     Publisher,
+    /// Kafka node `n + 1` of the three-node cluster.
+    Broker(usize),
+    /// The clients `from`, `from + every`, `from + 2 × every`, ...
+    Clients { from: usize, every: usize },
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Target::Node(i) => write!(f, "ws-{}", i + 1),
-            Target::Gateway => f.write_str("gateway"),
+            Target::Gateway(0) => f.write_str("gateway"),
+            Target::Gateway(i) => write!(f, "gateway-{}", i + 1),
             Target::Publisher => f.write_str("publisher"),
+            Target::Broker(i) => write!(f, "kafka-{}", i + 1),
+            Target::Clients { every: 1, .. } => f.write_str("every client"),
+            Target::Clients { from, every } => write!(f, "one client in {every} (client-{from}, client-{}, ...)", from + every),
         }
     }
 }
@@ -53,6 +68,12 @@ pub enum Action {
     Term { down: Duration },
     /// `POST /api/fleet/nodes/{id}/drain` (a node only): the gateway recovers it afterwards.
     Drain,
+    /// The node's link to Kafka frozen, slowed or cut for `for_`, then passing again.
+    Link { mode: LinkMode, for_: Duration },
+    /// The clients stop reading for `for_`, then read again.
+    StopReading { for_: Duration },
+    /// Every client closes its connection and reconnects at once, without backoff.
+    Storm,
 }
 
 /// One fault of a schedule.
@@ -72,39 +93,92 @@ impl std::fmt::Display for Fault {
             Action::Freeze { for_ } => write!(f, "t={at:.1}s SIGSTOP {} for {:.1}s", self.target, for_.as_secs_f64()),
             Action::Term { down } => write!(f, "t={at:.1}s SIGTERM {} (restart after {:.1}s)", self.target, down.as_secs_f64()),
             Action::Drain => write!(f, "t={at:.1}s maintenance drain of {}", self.target),
+            Action::Link { mode: LinkMode::Slow(d), for_ } => {
+                write!(f, "t={at:.1}s link of {} to Kafka slowed by {} ms per chunk for {:.1}s", self.target, d.as_millis(), for_.as_secs_f64())
+            }
+            Action::Link { mode, for_ } => write!(f, "t={at:.1}s link of {} to Kafka {mode} for {:.1}s", self.target, for_.as_secs_f64()),
+            Action::StopReading { for_ } => write!(f, "t={at:.1}s {} stops reading for {:.1}s", self.target, for_.as_secs_f64()),
+            Action::Storm => write!(f, "t={at:.1}s reconnect storm: {} drops its connection and reconnects at once", self.target),
         }
     }
 }
 
-/// How a schedule is drawn.
+/// How a schedule is drawn (a replay needs the same sizes as the run it repeats).
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
     pub nodes: usize,
+    /// Gateway replicas.
+    pub gateways: usize,
     /// Faults start within this long.
     pub span: Duration,
     pub faults: usize,
+    /// Each node reaches Kafka through a link proxy, so links can fail.
+    pub links: bool,
+    /// Kafka nodes that can be killed and frozen (3 on the cluster, else 0).
+    pub brokers: usize,
+    /// Clients (for the one-in-three pick of [`Action::StopReading`]).
+    pub clients: usize,
 }
 
-/// The fault list of `seed`: `faults` faults at random times within `span`, sorted by time. Most
-/// hit nodes (each node as likely as the gateway and the publisher together).
+/// The fault list of `seed`: `faults` faults at random times within `span`, sorted by time.
+/// The target is drawn first, by weight: each node 2, each gateway 1, the publisher 1, each
+/// Kafka node 1, the clients 2; then one of the actions that target can take, each as likely.
 pub fn schedule(seed: u64, sizes: &Sizes) -> Vec<Fault> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let ms = |rng: &mut rand::rngs::StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..=hi));
+    let mut targets: Vec<(Target, u32)> = (0..sizes.nodes).map(|i| (Target::Node(i), 2)).collect();
+    targets.extend((0..sizes.gateways.max(1)).map(|i| (Target::Gateway(i), 1)));
+    targets.push((Target::Publisher, 1));
+    targets.extend((0..sizes.brokers).map(|i| (Target::Broker(i), 1)));
+    targets.push((Target::Clients { from: 0, every: 1 }, 2));
+    let total: u32 = targets.iter().map(|t| t.1).sum();
     let mut faults: Vec<Fault> = (0..sizes.faults)
         .map(|_| {
             let at = ms(&mut rng, 0, sizes.span.as_millis() as u64);
-            let pick = rng.random_range(0..sizes.nodes + 2);
-            let target = match pick {
-                n if n < sizes.nodes => Target::Node(n),
-                n if n == sizes.nodes => Target::Gateway,
-                _ => Target::Publisher,
-            };
-            let kinds = if matches!(target, Target::Node(_)) { 4 } else { 3 };
-            let action = match rng.random_range(0..kinds) {
-                0 => Action::Kill { down: ms(&mut rng, 1_000, 10_000) },
-                1 => Action::Freeze { for_: ms(&mut rng, 1_000, 20_000) },
-                2 => Action::Term { down: ms(&mut rng, 1_000, 10_000) },
-                _ => Action::Drain,
+            let mut pick = rng.random_range(0..total);
+            let mut target = targets[0].0;
+            for (t, w) in &targets {
+                if pick < *w {
+                    target = *t;
+                    break;
+                }
+                pick -= w;
+            }
+            let kill = |rng: &mut rand::rngs::StdRng| Action::Kill { down: ms(rng, 1_000, 10_000) };
+            let freeze = |rng: &mut rand::rngs::StdRng| Action::Freeze { for_: ms(rng, 1_000, 20_000) };
+            let term = |rng: &mut rand::rngs::StdRng| Action::Term { down: ms(rng, 1_000, 10_000) };
+            let action = match target {
+                Target::Node(_) => match rng.random_range(0..if sizes.links { 5 } else { 4 }) {
+                    0 => kill(&mut rng),
+                    1 => freeze(&mut rng),
+                    2 => term(&mut rng),
+                    3 => Action::Drain,
+                    _ => {
+                        let mode = match rng.random_range(0..3) {
+                            0 => LinkMode::Freeze,
+                            1 => LinkMode::Slow(ms(&mut rng, 50, 1_000)),
+                            _ => LinkMode::Cut,
+                        };
+                        Action::Link { mode, for_: ms(&mut rng, 1_000, 20_000) }
+                    }
+                },
+                Target::Gateway(_) | Target::Publisher => match rng.random_range(0..3) {
+                    0 => kill(&mut rng),
+                    1 => freeze(&mut rng),
+                    _ => term(&mut rng),
+                },
+                Target::Broker(_) => match rng.random_range(0..2) {
+                    0 => kill(&mut rng),
+                    _ => freeze(&mut rng),
+                },
+                Target::Clients { .. } => {
+                    if rng.random_bool(0.5) {
+                        target = Target::Clients { from: rng.random_range(0..3usize.min(sizes.clients.max(1))), every: 3 };
+                        Action::StopReading { for_: ms(&mut rng, 1_000, 20_000) }
+                    } else {
+                        Action::Storm
+                    }
+                }
             };
             Fault { at, target, action }
         })
@@ -175,12 +249,13 @@ impl Outcome {
     }
 }
 
-/// The process a target names.
+/// The process a target names (a node, a gateway or the publisher).
 fn service(fleet: &mut Fleet, t: Target) -> &mut crate::procs::Service {
     match t {
         Target::Node(i) => &mut fleet.nodes[i],
-        Target::Gateway => &mut fleet.gateway,
-        Target::Publisher => &mut fleet.publisher,
+        Target::Gateway(0) => &mut fleet.gateway,
+        Target::Gateway(i) => &mut fleet.more_gateways[i - 1],
+        _ => &mut fleet.publisher,
     }
 }
 
@@ -190,9 +265,74 @@ fn signal(fleet: &mut Fleet, t: Target, sig: nix::sys::signal::Signal) -> Option
     Some(pid)
 }
 
+/// Carries out a fault on the broker or the clients (and undoes it); `false` for the others.
+async fn perform_outside(broker: &Broker, clients: &[Client], f: Fault, tl: &Timeline) -> bool {
+    match (f.target, f.action) {
+        (Target::Node(i), Action::Link { mode, for_ }) => {
+            let Some(link) = broker.link(i) else {
+                tl.mark(format!("[CHAOS] {f}: this broker has no links"));
+                return true;
+            };
+            tl.mark(format!("[CHAOS] {f}"));
+            link.set(mode);
+            tokio::time::sleep(for_).await;
+            link.set(LinkMode::Pass);
+            tl.mark(format!("[CHAOS] link of {} to Kafka passes again", f.target));
+        }
+        (Target::Broker(i), Action::Kill { down }) => {
+            let id = i as i32 + 1;
+            tl.mark(format!("[CHAOS] {f}"));
+            if let Err(e) = broker.kill_node(id).await {
+                tl.mark(format!("[CHAOS] kill of kafka-{id} not done: {e:#}"));
+                return true;
+            }
+            tokio::time::sleep(down).await;
+            tl.mark(format!("[CHAOS] restart kafka-{id}"));
+            if let Err(e) = broker.restart_node(id).await {
+                tl.mark(format!("[CHAOS] restart of kafka-{id} failed: {e:#}"));
+            }
+        }
+        (Target::Broker(i), Action::Freeze { for_ }) => {
+            let id = i as i32 + 1;
+            tl.mark(format!("[CHAOS] {f}"));
+            if let Err(e) = broker.pause_node(id) {
+                tl.mark(format!("[CHAOS] SIGSTOP of kafka-{id} not done: {e:#}"));
+                return true;
+            }
+            tokio::time::sleep(for_).await;
+            let _ = broker.resume_node(id);
+            tl.mark(format!("[CHAOS] SIGCONT kafka-{id}"));
+        }
+        (Target::Clients { from, every }, Action::StopReading { for_ }) => {
+            let picked: Vec<&Client> = clients.iter().skip(from).step_by(every.max(1)).collect();
+            tl.mark(format!("[CHAOS] {f}: {} clients", picked.len()));
+            for c in &picked {
+                c.pause_reading(true);
+            }
+            tokio::time::sleep(for_).await;
+            for c in &picked {
+                c.pause_reading(false);
+            }
+            tl.mark(format!("[CHAOS] {} reads again", f.target));
+        }
+        (Target::Clients { from, every }, Action::Storm) => {
+            let connected = clients.iter().filter(|c| c.connected()).count();
+            tl.mark(format!("[CHAOS] {f}: {connected} connected"));
+            for c in clients.iter().skip(from).step_by(every.max(1)) {
+                c.kick();
+            }
+        }
+        _ => return false,
+    }
+    true
+}
+
 /// Carries `f` out (and undoes it: restart, SIGCONT) on the shared fleet.
-async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, f: Fault, tl: Arc<Timeline>) {
+async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, broker: &Broker, clients: &[Client], f: Fault, tl: Arc<Timeline>) {
     use nix::sys::signal::Signal;
+    if perform_outside(broker, clients, f, &tl).await {
+        return;
+    }
     match f.action {
         Action::Kill { down } | Action::Term { down } => {
             {
@@ -231,8 +371,11 @@ async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, f: Fault, tl: Arc<Timeli
         }
         Action::Drain => {
             let (url, req) = {
-                let fl = fleet.lock().await;
-                let url = format!("{}/api/fleet/nodes/{}/drain", fl.admin_base(&fl.gateway), f.target);
+                let mut fl = fleet.lock().await;
+                // Through a gateway that runs (any replica takes an operator's drain).
+                let gw = std::iter::once(&mut fl.gateway).chain(fl.more_gateways.iter_mut()).position(|g| g.running()).unwrap_or(0);
+                let via = if gw == 0 { &fl.gateway } else { &fl.more_gateways[gw - 1] };
+                let url = format!("{}/api/fleet/nodes/{}/drain", fl.admin_base(via), f.target);
                 let req = fl.admin(fl.http.post(&url).json(&serde_json::json!({})).timeout(Duration::from_secs(30)));
                 (url, req)
             };
@@ -242,7 +385,38 @@ async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, f: Fault, tl: Arc<Timeli
                 Err(e) => tl.mark(format!("[CHAOS] drain of {} not done ({url}): {e}", f.target)),
             }
         }
+        Action::Link { .. } | Action::StopReading { .. } | Action::Storm => tl.mark(format!("[CHAOS] {f}: not a fault of {}", f.target)),
     }
+}
+
+/// The clients of a run: with one gateway, all through it; with several, the even ones through
+/// HAProxy in front of them all, the odd ones with every gateway's URL (starting at a different
+/// one each), moving to the next on failure.
+async fn spawn_clients(fleet: &Fleet, proxy: Option<&crate::haproxy::Haproxy>, canvases: &[String], n: usize, dims: CanvasDims) -> anyhow::Result<Vec<Client>> {
+    let gateways: Vec<String> =
+        std::iter::once(&fleet.gateway).chain(&fleet.more_gateways).map(|g| format!("ws://127.0.0.1:{}", g.port)).collect();
+    let clients: Vec<Client> = (0..n)
+        .map(|i| {
+            let name = format!("client-{i}");
+            let canvas = &canvases[i % canvases.len()];
+            match proxy {
+                Some(p) if i % 2 == 0 => Client::spawn(&name, &p.ws(), canvas, dims, ClientTiming::default()),
+                Some(_) => {
+                    let mut urls = gateways.clone();
+                    urls.rotate_left((i / 2) % gateways.len());
+                    Client::spawn_with_gateways(&name, &urls, canvas, dims, ClientTiming::default(), None)
+                }
+                None => Client::spawn(&name, &gateways[0], canvas, dims, ClientTiming::default()),
+            }
+        })
+        .collect();
+    eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
+        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
+        if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{} connected", clients.len())) }
+    })
+    .await?;
+    fleet.timeline.mark(format!("{} clients connected", clients.len()));
+    Ok(clients)
 }
 
 /// Runs `faults` on a fresh fleet on `broker` under `load`, waits for quiescence and judges every
@@ -254,22 +428,37 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
     let dims = CanvasDims { width: spec.width, height: spec.height };
     let partitions = spec.partitions;
     let fleet = Fleet::start(broker, spec, tl.clone()).await.context("start the fleet")?;
+    let proxy = if fleet.more_gateways.is_empty() {
+        None
+    } else {
+        let backends: Vec<(String, String)> = fleet.gateways().map(|g| (g.name.clone(), format!("127.0.0.1:{}", g.port))).collect();
+        Some(crate::haproxy::Haproxy::start(&backends, tl.clone()).await.context("haproxy in front of the gateways (scripts/setup-haproxy.sh)")?)
+    };
+    // The gateways elect their leader before the fleet's first recovery; the picture is the leader's.
     let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
     let canvases = pick_canvases(&state, partitions, load.canvases, &node_ids);
-    let clients = spawn_clients(&fleet, &canvases, load.clients, dims).await?;
-    let writer = Writer::start(&fleet.gateway.url(), canvases.clone(), load.rate, dims.width, dims.height);
-    tl.mark(format!("[CHAOS] schedule seed={seed}: {} faults; {} clients over {} canvases, {} events/s through the gateway", faults.len(), load.clients, canvases.len(), load.rate));
+    let clients = spawn_clients(&fleet, proxy.as_ref(), &canvases, load.clients, dims).await?;
+    let write_url = proxy.as_ref().map_or_else(|| fleet.gateway.url(), crate::haproxy::Haproxy::url);
+    let writer = Writer::start(&write_url, canvases.clone(), load.rate, dims.width, dims.height);
+    tl.mark(format!(
+        "[CHAOS] schedule seed={seed}: {} faults; {} clients over {} canvases, {} events/s through {}",
+        faults.len(),
+        load.clients,
+        canvases.len(),
+        load.rate,
+        if proxy.is_some() { "haproxy" } else { "the gateway" }
+    ));
     let started_ms = shared::event::now_ms();
     let fleet = Arc::new(tokio::sync::Mutex::new(fleet));
     let tasks: Vec<_> = faults
         .iter()
         .map(|f| {
-            let (fleet, tl, f) = (fleet.clone(), tl.clone(), *f);
-            tokio::spawn(async move {
+            let (fleet, tl, f, clients) = (fleet.clone(), tl.clone(), *f, &clients);
+            async move {
                 tokio::time::sleep(f.at).await;
-                perform(fleet, f, tl).await;
-            })
+                perform(fleet, broker, clients, f, tl).await;
+            }
         })
         .collect();
     futures::future::join_all(tasks).await;
@@ -304,6 +493,7 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
             (Vec::new(), Vec::new())
         }
     };
+    drop(proxy);
     fleet.stop().await;
     Ok(Outcome { seed, faults, verdicts, seen, acked, problems })
 }
@@ -312,7 +502,8 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
 mod tests {
     use super::*;
 
-    const SIZES: Sizes = Sizes { nodes: 2, span: Duration::from_secs(30), faults: 5 };
+    const SIZES: Sizes = Sizes { nodes: 2, gateways: 2, span: Duration::from_secs(30), faults: 5, links: true, brokers: 3, clients: 16 };
+    const PLAIN: Sizes = Sizes { nodes: 2, gateways: 1, span: Duration::from_secs(30), faults: 5, links: false, brokers: 0, clients: 16 };
 
     #[test]
     fn a_seed_draws_the_same_list_and_another_seed_another() {
@@ -322,19 +513,35 @@ mod tests {
 
     #[test]
     fn faults_are_sorted_within_the_span_and_bounded() {
-        for seed in 0..200 {
-            let s = schedule(seed, &SIZES);
-            assert_eq!(s.len(), 5);
-            assert!(s.windows(2).all(|w| w[0].at <= w[1].at), "seed {seed}: sorted");
-            for f in &s {
-                assert!(f.at <= SIZES.span);
-                match f.action {
-                    Action::Kill { down } | Action::Term { down } => assert!(down >= Duration::from_secs(1) && down <= Duration::from_secs(10)),
-                    Action::Freeze { for_ } => assert!(for_ >= Duration::from_secs(1) && for_ <= Duration::from_secs(20)),
-                    Action::Drain => assert!(matches!(f.target, Target::Node(_)), "seed {seed}: only nodes are drained"),
-                }
-                if let Target::Node(i) = f.target {
-                    assert!(i < SIZES.nodes);
+        let secs = |d: Duration, lo: u64, hi: u64| d >= Duration::from_secs(lo) && d <= Duration::from_secs(hi);
+        for sizes in [SIZES, PLAIN] {
+            for seed in 0..200 {
+                let s = schedule(seed, &sizes);
+                assert_eq!(s.len(), 5);
+                assert!(s.windows(2).all(|w| w[0].at <= w[1].at), "seed {seed}: sorted");
+                for f in &s {
+                    assert!(f.at <= sizes.span);
+                    let fits = match (f.target, f.action) {
+                        (Target::Clients { .. }, Action::StopReading { for_ }) => secs(for_, 1, 20),
+                        (Target::Clients { every: 1, from: 0 }, Action::Storm) => true,
+                        (Target::Clients { .. }, _) => false,
+                        (_, Action::Kill { down } | Action::Term { down }) => secs(down, 1, 10),
+                        (_, Action::Freeze { for_ }) => secs(for_, 1, 20),
+                        (Target::Node(_), Action::Drain) => true,
+                        (Target::Node(_), Action::Link { for_, mode }) => {
+                            sizes.links && secs(for_, 1, 20) && !matches!(mode, LinkMode::Pass | LinkMode::Slow(Duration::ZERO))
+                        }
+                        _ => false,
+                    };
+                    assert!(fits, "seed {seed}: {f} is not a fault of its target, or out of bounds");
+                    assert!(!matches!(f.action, Action::Term { .. }) || !matches!(f.target, Target::Broker(_)), "{f}");
+                    match f.target {
+                        Target::Node(i) => assert!(i < sizes.nodes),
+                        Target::Gateway(i) => assert!(i < sizes.gateways),
+                        Target::Broker(i) => assert!(i < sizes.brokers, "seed {seed}: {f} without a cluster"),
+                        Target::Clients { from, every } => assert!(every == 1 || (every == 3 && from < 3)),
+                        Target::Publisher => {}
+                    }
                 }
             }
         }
@@ -342,19 +549,48 @@ mod tests {
 
     #[test]
     fn every_kind_of_fault_and_target_is_drawn() {
-        let all: Vec<Fault> = (0..100).flat_map(|s| schedule(s, &SIZES)).collect();
-        for t in [Target::Node(0), Target::Node(1), Target::Gateway, Target::Publisher] {
+        let all: Vec<Fault> = (0..200).flat_map(|s| schedule(s, &SIZES)).collect();
+        for t in [Target::Node(0), Target::Node(1), Target::Gateway(0), Target::Gateway(1), Target::Publisher, Target::Broker(0), Target::Broker(2)] {
             assert!(all.iter().any(|f| f.target == t), "{t} is hit");
         }
-        assert!(all.iter().any(|f| matches!(f.action, Action::Kill { .. })));
-        assert!(all.iter().any(|f| matches!(f.action, Action::Freeze { .. })));
-        assert!(all.iter().any(|f| matches!(f.action, Action::Term { .. })));
-        assert!(all.iter().any(|f| matches!(f.action, Action::Drain)));
+        let drawn = |p: &dyn Fn(&Fault) -> bool| all.iter().any(p);
+        assert!(drawn(&|f| matches!(f.action, Action::Kill { .. }) && matches!(f.target, Target::Broker(_))));
+        assert!(drawn(&|f| matches!(f.action, Action::Freeze { .. }) && matches!(f.target, Target::Broker(_))));
+        assert!(drawn(&|f| matches!(f.action, Action::Term { .. })));
+        assert!(drawn(&|f| matches!(f.action, Action::Drain)));
+        for mode in [LinkMode::Freeze, LinkMode::Cut] {
+            assert!(drawn(&|f| matches!(f.action, Action::Link { mode: m, .. } if m == mode)), "link {mode}");
+        }
+        assert!(drawn(&|f| matches!(f.action, Action::Link { mode: LinkMode::Slow(_), .. })));
+        assert!(drawn(&|f| matches!(f.action, Action::StopReading { .. })));
+        assert!(drawn(&|f| matches!(f.action, Action::Storm)));
+        // Without links or a cluster, neither is drawn.
+        let plain: Vec<Fault> = (0..200).flat_map(|s| schedule(s, &PLAIN)).collect();
+        assert!(!plain.iter().any(|f| matches!(f.action, Action::Link { .. }) || matches!(f.target, Target::Broker(_) | Target::Gateway(1))));
     }
 
     #[test]
     fn faults_are_written_for_people() {
-        let f = Fault { at: Duration::from_millis(2500), target: Target::Node(1), action: Action::Freeze { for_: Duration::from_secs(4) } };
-        assert_eq!(f.to_string(), "t=2.5s SIGSTOP ws-2 for 4.0s");
+        let at = Duration::from_millis(2500);
+        let table = [
+            (Target::Node(1), Action::Freeze { for_: Duration::from_secs(4) }, "t=2.5s SIGSTOP ws-2 for 4.0s"),
+            (Target::Gateway(1), Action::Kill { down: Duration::from_secs(2) }, "t=2.5s kill -9 gateway-2 (restart after 2.0s)"),
+            (Target::Broker(0), Action::Freeze { for_: Duration::from_secs(3) }, "t=2.5s SIGSTOP kafka-1 for 3.0s"),
+            (Target::Node(0), Action::Link { mode: LinkMode::Cut, for_: Duration::from_secs(5) }, "t=2.5s link of ws-1 to Kafka cut for 5.0s"),
+            (
+                Target::Node(0),
+                Action::Link { mode: LinkMode::Slow(Duration::from_millis(300)), for_: Duration::from_secs(5) },
+                "t=2.5s link of ws-1 to Kafka slowed by 300 ms per chunk for 5.0s",
+            ),
+            (
+                Target::Clients { from: 1, every: 3 },
+                Action::StopReading { for_: Duration::from_secs(6) },
+                "t=2.5s one client in 3 (client-1, client-4, ...) stops reading for 6.0s",
+            ),
+            (Target::Clients { from: 0, every: 1 }, Action::Storm, "t=2.5s reconnect storm: every client drops its connection and reconnects at once"),
+        ];
+        for (target, action, want) in table {
+            assert_eq!(Fault { at, target, action }.to_string(), want);
+        }
     }
 }

@@ -1,8 +1,8 @@
 //! `cargo run --release -p e2e --bin chaos -- --seed N --schedules K`: K random fault schedules,
 //! the i-th drawn from seed N + i, each on a fresh fleet under steady publishing through the
 //! gateway, each judged once the fleet is quiet again (see `e2e::chaos`). `--replay SEED` runs the
-//! fault list of one seed again. Exits 0 only when every schedule passed; a failing one prints its
-//! seed and its faults.
+//! fault list of one seed again (with the same sizes and `--kafka` as the run that drew it). Exits
+//! 0 only when every schedule passed; a failing one prints its seed and its faults.
 
 use clap::{Parser, ValueEnum};
 use e2e::broker::{Broker, BrokerKind};
@@ -15,8 +15,12 @@ use std::time::Duration;
 enum KafkaChoice {
     /// librdkafka's mock cluster, hosted by this process (one per schedule).
     Embedded,
-    /// Apache Kafka from Maven Central on the machine's Java (one broker for all schedules).
+    /// Apache Kafka from Maven Central on the machine's Java (one broker for all schedules),
+    /// with one proxied listener per node, so node links can fail.
     Real,
+    /// Three Apache Kafka nodes (one cluster for all schedules), which the schedules kill and
+    /// freeze.
+    Cluster,
 }
 
 /// Random fault schedules against the fleet.
@@ -37,6 +41,12 @@ struct Args {
     /// ws-nodes of the fleet.
     #[arg(long, default_value_t = 2)]
     nodes: usize,
+    /// Gateway replicas (with more than one, HAProxy in front: scripts/setup-haproxy.sh).
+    #[arg(long, default_value_t = 2)]
+    gateways: usize,
+    /// With `--kafka real`: the nodes reach the broker directly (no link faults).
+    #[arg(long)]
+    no_links: bool,
     /// Partitions of the events topic.
     #[arg(long, default_value_t = 6)]
     partitions: u32,
@@ -67,17 +77,40 @@ async fn main() -> anyhow::Result<()> {
         Some(seed) => (seed, 1),
         None => (args.seed.unwrap_or_else(|| shared::event::now_ms() % 1_000_000), args.schedules.max(1)),
     };
-    let sizes = Sizes { nodes: args.nodes.max(1), span: Duration::from_secs(args.span_secs), faults: args.faults };
+    let links = matches!(args.kafka, KafkaChoice::Real) && !args.no_links;
+    let sizes = Sizes {
+        nodes: args.nodes.max(1),
+        gateways: args.gateways.max(1),
+        span: Duration::from_secs(args.span_secs),
+        faults: args.faults,
+        links,
+        brokers: if matches!(args.kafka, KafkaChoice::Cluster) { e2e::broker::CLUSTER_NODES as usize } else { 0 },
+        clients: args.clients.max(1),
+    };
     let load = Load { clients: args.clients.max(1), canvases: args.canvases.max(1), rate: args.rate };
     println!(
-        "chaos: {count} schedule(s) from seed {first}; {} nodes × {} partitions, {} clients over {} canvases, {} events/s; {} faults within {} s each",
-        sizes.nodes, args.partitions, load.clients, load.canvases, load.rate, sizes.faults, args.span_secs
+        "chaos: {count} schedule(s) from seed {first}; {} nodes × {} partitions, {} gateway(s), {} clients over {} canvases, {} events/s; {} faults within {} s each; Kafka: {:?}{}",
+        sizes.nodes,
+        args.partitions,
+        sizes.gateways,
+        load.clients,
+        load.canvases,
+        load.rate,
+        sizes.faults,
+        args.span_secs,
+        args.kafka,
+        if links { ", a link proxy per node" } else { "" }
     );
     let kind = match args.kafka {
         KafkaChoice::Embedded => BrokerKind::Embedded,
         KafkaChoice::Real => BrokerKind::Real,
+        KafkaChoice::Cluster => BrokerKind::Cluster,
     };
-    let shared_broker = if matches!(kind, BrokerKind::Real) { Some(Broker::start(kind.clone()).await?) } else { None };
+    let shared_broker = match kind {
+        BrokerKind::Real if links => Some(Broker::start_with_links(sizes.nodes).await?),
+        BrokerKind::Real | BrokerKind::Cluster => Some(Broker::start(kind.clone()).await?),
+        _ => None,
+    };
     let mut failed = Vec::new();
     let mut longest = Vec::new();
     for seed in first..first + count {
@@ -88,7 +121,11 @@ async fn main() -> anyhow::Result<()> {
         }
         let own_broker = if shared_broker.is_none() { Some(Broker::start(kind.clone()).await?) } else { None };
         let broker = shared_broker.as_ref().or(own_broker.as_ref()).expect("a broker");
-        let spec = FleetSpec { nodes: sizes.nodes, partitions: args.partitions, ..FleetSpec::default() };
+        if matches!(kind, BrokerKind::Cluster) {
+            // A schedule that failed half way must not leave the next one a broken cluster.
+            e2e::faults::heal(broker).await?;
+        }
+        let spec = FleetSpec { nodes: sizes.nodes, partitions: args.partitions, gateways: sizes.gateways, ..FleetSpec::default() };
         let tl = Timeline::new(args.verbose);
         let outcome = chaos::run(broker, spec, &load, seed, faults, tl.clone()).await?;
         if !args.verbose {
