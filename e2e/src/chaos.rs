@@ -373,6 +373,7 @@ async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, broker: &Broker, clients
             let (url, req) = {
                 let mut fl = fleet.lock().await;
                 // Through a gateway that runs (any replica takes an operator's drain).
+                let fl = &mut *fl;
                 let gw = std::iter::once(&mut fl.gateway).chain(fl.more_gateways.iter_mut()).position(|g| g.running()).unwrap_or(0);
                 let via = if gw == 0 { &fl.gateway } else { &fl.more_gateways[gw - 1] };
                 let url = format!("{}/api/fleet/nodes/{}/drain", fl.admin_base(via), f.target);

@@ -310,6 +310,11 @@ async fn run(
                     last.end = Some(end.clone());
                     welcomed = last.welcomed;
                 }
+                let outcome = match end.as_str() {
+                    "reconnect_notice" => GatewayOutcome::Notice,
+                    _ if welcomed => GatewayOutcome::Dropped,
+                    _ => GatewayOutcome::Failed,
+                };
                 if !matches!(next, Next::Stop) {
                     *s.report.causes.entry(end).or_default() += 1;
                 }
@@ -318,11 +323,6 @@ async fn run(
                     backoff = builder.build();
                     retried = false;
                 }
-                let outcome = match end.as_str() {
-                    "reconnect_notice" => GatewayOutcome::Notice,
-                    _ if welcomed => GatewayOutcome::Dropped,
-                    _ => GatewayOutcome::Failed,
-                };
                 (gateway, retried) = next_gateway(gateway, bases.len(), outcome, retried);
                 next
             }

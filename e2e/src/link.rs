@@ -129,7 +129,8 @@ impl Drop for LinkProxy {
 async fn pipe(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, mut mode: watch::Receiver<LinkMode>) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        let delay = match step(*mode.borrow_and_update()) {
+        let now = *mode.borrow_and_update();
+        let delay = match step(now) {
             Step::Close => return,
             Step::Hold => {
                 if mode.changed().await.is_err() {
