@@ -7,7 +7,7 @@
 #   scripts/fuzz.sh [seconds-per-target]     e.g. scripts/fuzz.sh 60
 #   TARGETS="ws_query color" scripts/fuzz.sh  only these targets
 #
-# The checked-in corpora also run as plain tests (tests/fuzz_corpus.rs of shared, core-publisher,
+# The checked-in corpora also run as plain tests (tests/inputs/fuzz_corpus.rs of shared, core-publisher,
 # ws-node and gateway) under stable `cargo test`.
 set -euo pipefail
 

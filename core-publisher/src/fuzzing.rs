@@ -1,5 +1,5 @@
 //! Checks of the publisher's request bodies, one per fuzz target (`fuzz/fuzz_targets/`), run by
-//! the targets and by `tests/fuzz_corpus.rs` on every checked-in corpus file (see
+//! the targets and by `tests/inputs/fuzz_corpus.rs` on every checked-in corpus file (see
 //! [`shared::fuzzing`]).
 
 use crate::api::{check_batch, BatchRequest, PixelRequest, MAX_BATCH_EVENTS};

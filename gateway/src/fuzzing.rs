@@ -1,5 +1,5 @@
 //! Check of the gateway's drain body, the fuzz target `gateway_drain_body`
-//! (`fuzz/fuzz_targets/`), run by the target and by `tests/fuzz_corpus.rs` on every checked-in
+//! (`fuzz/fuzz_targets/`), run by the target and by `tests/inputs/fuzz_corpus.rs` on every checked-in
 //! corpus file (see [`shared::fuzzing`]).
 
 use crate::api::check_drain_body;

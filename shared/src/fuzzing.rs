@@ -4,7 +4,7 @@
 //! when an invariant breaks: the parser itself panicked, it accepted something its documented
 //! rules refuse, what it accepted does not round-trip, or its error is not a clear one. The same
 //! functions run in the fuzz targets and, under stable `cargo test`, on every checked-in corpus
-//! file (`tests/fuzz_corpus.rs`, with [`run_corpus`]), so a corpus entry checks exactly what the
+//! file (`tests/inputs/fuzz_corpus.rs`, with [`run_corpus`]), so a corpus entry checks exactly what the
 //! fuzzer checked. The publisher's, node's and gateway's bodies have theirs in their own crates'
 //! `fuzzing` modules, built on [`assert_body_error`].
 

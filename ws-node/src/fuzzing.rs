@@ -1,5 +1,5 @@
 //! Checks of the node's admin bodies, one per fuzz target (`fuzz/fuzz_targets/`), run by the
-//! targets and by `tests/fuzz_corpus.rs` on every checked-in corpus file (see
+//! targets and by `tests/inputs/fuzz_corpus.rs` on every checked-in corpus file (see
 //! [`shared::fuzzing`]).
 
 use crate::http::{check_drain, check_hold};
