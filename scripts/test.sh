@@ -18,9 +18,11 @@
 #   6. The benchmark tool once at its tiny size, against Centrifugo and Socket.IO too (they are
 #      installed from the Go module proxy and npm on first use), so it cannot rot; then its
 #      recovery-vs-log-age measure (not in the default set) at its tiny size.
-#   7. Three short random fault schedules (target/release/chaos; CHAOS_SEED picks the first seed,
-#      default 1): kills, freezes, graceful restarts and drains of nodes, the gateway and the
-#      publisher under publishing, every client checked afterwards.
+#   7. Three short random fault schedules on Apache Kafka (target/release/chaos --kafka real;
+#      CHAOS_SEED picks the first seed, default 1): kills, freezes, graceful restarts and drains of
+#      nodes, two gateways behind HAProxy and the publisher, node links to Kafka frozen, slowed or
+#      cut, clients that stop reading, reconnect storms, under publishing; every client checked
+#      afterwards.
 #
 # Environment: KAFKA_BOOTSTRAP=host:port runs the "real Kafka" test against your broker instead.
 set -euo pipefail
@@ -59,7 +61,7 @@ target/release/bench --size tiny --out target/bench/tiny
 step "the recovery-vs-log-age measure at its tiny size (target/release/bench --size tiny --only age --no-peers)"
 target/release/bench --size tiny --only age --no-peers --out target/bench/tiny-age
 
-step "three short random fault schedules (target/release/chaos --seed ${CHAOS_SEED:-1} --schedules 3)"
-target/release/chaos --seed "${CHAOS_SEED:-1}" --schedules 3
+step "three short random fault schedules (target/release/chaos --kafka real --seed ${CHAOS_SEED:-1} --schedules 3)"
+target/release/chaos --kafka real --seed "${CHAOS_SEED:-1}" --schedules 3
 
 step "all tests passed"
