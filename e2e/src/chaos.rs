@@ -435,7 +435,7 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
         let backends: Vec<(String, String)> = fleet.gateways().map(|g| (g.name.clone(), format!("127.0.0.1:{}", g.port))).collect();
         Some(crate::haproxy::Haproxy::start(&backends, tl.clone()).await.context("haproxy in front of the gateways (scripts/setup-haproxy.sh)")?)
     };
-    // The gateways elect their leader before the fleet's first recovery; the picture is the leader's.
+    // Every replica polls the nodes itself: the first one's picture serves to pick the canvases.
     let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
     let canvases = pick_canvases(&state, partitions, load.canvases, &node_ids);
