@@ -20,8 +20,8 @@ use crate::client::{Client, ClientTiming};
 use crate::faults::{seen, Seen};
 use crate::fleet::{Fleet, FleetSpec};
 use crate::link::LinkMode;
-use crate::procs::{eventually, Timeline};
-use crate::scenario::{finish, pick_canvases, wait_for_heads};
+use crate::procs::Timeline;
+use crate::scenario::{finish, pick_canvases, wait_connected, wait_for_heads};
 use crate::writer::Writer;
 use anyhow::Context;
 use rand::{Rng, SeedableRng};
@@ -411,11 +411,7 @@ async fn spawn_clients(fleet: &Fleet, proxy: Option<&crate::haproxy::Haproxy>, c
             }
         })
         .collect();
-    eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
-        let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
-        if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{} connected", clients.len())) }
-    })
-    .await?;
+    wait_connected(&clients).await?;
     fleet.timeline.mark(format!("{} clients connected", clients.len()));
     Ok(clients)
 }

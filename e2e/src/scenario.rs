@@ -162,13 +162,21 @@ pub async fn spawn_clients(fleet: &Fleet, canvases: &[String], n: usize, dims: C
     let clients: Vec<Client> = (0..n)
         .map(|i| Client::spawn(&format!("client-{i}"), &fleet.gateway_ws(), &canvases[i % canvases.len()], dims, ClientTiming::default()))
         .collect();
+    wait_connected(&clients).await?;
+    fleet.timeline.mark(format!("{} clients connected through the gateway", clients.len()));
+    Ok(clients)
+}
+
+/// Waits until every client is connected and has its first frame (the snapshot).
+///
+/// # Errors
+/// When they do not all connect within 30 s.
+pub async fn wait_connected(clients: &[Client]) -> anyhow::Result<()> {
     eventually("every client connected with a snapshot", Duration::from_secs(30), || async {
         let ready = clients.iter().filter(|c| c.connected() && !c.report().got.is_empty()).count();
         if ready == clients.len() { Ok(Some(())) } else { Err(format!("{ready}/{} connected", clients.len())) }
     })
-    .await?;
-    fleet.timeline.mark(format!("{} clients connected through the gateway", clients.len()));
-    Ok(clients)
+    .await
 }
 
 /// The publisher's (version, hash) of each canvas, once publishing stopped, after every client
