@@ -153,9 +153,16 @@ await sample();
 const drawnAfter = await fleetPage.evaluate(() => window.fleetDashboard.refreshes);
 await fleetPage.waitForFunction((n) => window.fleetDashboard.refreshes > n + 1, drawnAfter, { timeout: 10_000 }).catch(() => {});
 result.charts = await fleetPage.evaluate(() => {
+  // A node's first poll can fail while it is still starting: a band before the node's first
+  // non-DOWN sample is that start, counted apart from the DOWN stretches of a node that was up.
+  const history = window.fleetDashboard.history;
+  const firstUp = (id) => history.find((s) => (s.nodes ?? []).some((n) => n.id === id && n.state !== 'DOWN'))?.at_ms;
   const downBands = {};
+  const startBands = {};
   for (const r of document.querySelectorAll('#chart-sessions rect.down-band')) {
-    downBands[r.dataset.node] = (downBands[r.dataset.node] ?? 0) + 1;
+    const up = firstUp(r.dataset.node);
+    const counts = up !== undefined && Number(r.dataset.from) >= up ? downBands : startBands;
+    counts[r.dataset.node] = (counts[r.dataset.node] ?? 0) + 1;
   }
   const owners = {};
   const segs = [...document.querySelectorAll('#chart-ownership rect.owner')]
@@ -163,7 +170,7 @@ result.charts = await fleetPage.evaluate(() => {
     .sort((a, b) => a.from - b.from);
   for (const s of segs) (owners[s.p] ??= []).push(s.node);
   const lines = [...document.querySelectorAll('#chart-sessions polyline.series')].map((l) => l.dataset.node);
-  return { downBands, owners, sessionLines: lines, samples: window.fleetDashboard.history.length };
+  return { downBands, startBands, owners, sessionLines: lines, samples: window.fleetDashboard.history.length };
 });
 writeFileSync(`${out}/fleet.html`, await fleetPage.content());
 await fleetPage.screenshot({ path: `${out}/fleet.png`, fullPage: true });
