@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's HAProxy when it is missing, for e2e/tests/gateways.rs: two gateway replicas
+# Installs Debian's HAProxy when it is missing, for e2e/tests/suite/gateways.rs: two gateway replicas
 # behind one HAProxy (the same shape as docker-compose.yml's, which uses the official image).
 # Idempotent: does nothing when `haproxy` is on the PATH.
 set -euo pipefail

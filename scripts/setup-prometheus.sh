@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's Prometheus (the `prometheus` server and `promtool`) when either is missing,
-# for e2e/tests/metrics.rs: it lints every service's /metrics with `promtool check metrics`,
+# for e2e/tests/suite/metrics.rs: it lints every service's /metrics with `promtool check metrics`,
 # checks deploy/prometheus/alerts.yml with `promtool check rules`, and runs a real Prometheus
 # against a test fleet. Idempotent: does nothing when both are on the PATH.
 set -euo pipefail

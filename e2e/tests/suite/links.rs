@@ -28,6 +28,7 @@ async fn deliver(p: &FutureProducer, topic: &str, n: u32) -> Result<(), String> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_carries_all_of_a_clients_broker_traffic() {
+    let _turn = crate::one_at_a_time();
     let broker = Broker::start_with_links(1).await.expect("Kafka with one proxied listener");
     let topic = format!("links-{}", std::process::id());
     let settings = shared::kafka::KafkaSettings::new(broker.bootstrap.clone());

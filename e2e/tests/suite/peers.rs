@@ -7,7 +7,7 @@
 //! Fails, never skips, when a peer cannot be installed or started: its install script needs Go
 //! and the Go module proxy (Centrifugo), Node.js 20.19+ and the npm registry (Socket.IO).
 //!
-//! `cargo test --release -p e2e --test peers -- --nocapture`
+//! `cargo test --release -p e2e --test suite peers:: -- --nocapture`
 
 use anyhow::{bail, Context};
 use e2e::bench::kafka::{create_topic, DirectProducer};
@@ -144,6 +144,7 @@ async fn check_peer(peer: Peer, bootstrap: &str) -> anyhow::Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peers_deliver_every_event_in_order() -> anyhow::Result<()> {
+    let _turn = crate::one_at_a_time();
     let t0 = Instant::now();
     let broker = Broker::start(BrokerKind::Real).await?;
     let bootstrap = broker.bootstrap.clone();

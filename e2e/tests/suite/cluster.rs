@@ -15,11 +15,8 @@ use rdkafka::{Message, Offset, TopicPartitionList};
 use shared::kafka::KafkaSettings;
 use std::time::{Duration, Instant};
 
-/// One cluster at a time on a 2-core machine.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn on_runtime<F: std::future::Future<Output = ()>>(test: F) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = crate::one_at_a_time();
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(test);
 }
 

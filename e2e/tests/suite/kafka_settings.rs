@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kafka_client_settings_reach_every_service_s_clients() {
+    let _turn = crate::one_at_a_time();
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
     let env = vec![

@@ -2,7 +2,7 @@
 //! `apache/kafka` image): exactly the same scenario code as the embedded and JVM brokers.
 //!
 //! It needs a Docker engine, so it is ignored by default (the test run lists it as ignored, with
-//! that reason) and runs on demand: `cargo test --release -p e2e --test containers -- --ignored`.
+//! that reason) and runs on demand: `cargo test --release -p e2e --test suite containers:: -- --ignored`.
 //! Run that way without an engine it fails, naming what it could not reach.
 
 use e2e::broker::{docker_unreachable, BrokerKind};
@@ -11,6 +11,7 @@ use e2e::scenario::{run, ScenarioConfig};
 #[test]
 #[ignore = "needs a Docker engine: run with --ignored where one answers"]
 fn scenario_against_kafka_in_a_container() {
+    let _turn = crate::one_at_a_time();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
         if let Some(why) = docker_unreachable().await {

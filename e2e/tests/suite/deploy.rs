@@ -81,6 +81,7 @@ fn split_url(url: &str) -> (String, u16, String) {
 
 #[test]
 fn every_service_configuration_is_accepted_by_its_binary() {
+    let _turn = crate::one_at_a_time();
     let project = compose();
     let services = fleet_services(&project);
     assert_eq!(
@@ -111,6 +112,7 @@ fn every_service_configuration_is_accepted_by_its_binary() {
 
 #[test]
 fn a_typo_in_a_variable_name_is_caught() {
+    let _turn = crate::one_at_a_time();
     // The check above must be able to fail: a misspelt variable is not among those read.
     let known = env_vars_read_by("ws-node");
     assert!(known.contains("KAFKA_BOOTSTRAP") && known.contains("NODE_ID"));
@@ -127,6 +129,7 @@ fn a_typo_in_a_variable_name_is_caught() {
 
 #[test]
 fn ports_names_urls_and_dependencies_agree() {
+    let _turn = crate::one_at_a_time();
     let project = compose();
     let services = fleet_services(&project);
     let listen = |name: &str| port_of(&services[name].2["LISTEN_ADDR"]);
@@ -237,6 +240,7 @@ fn ports_names_urls_and_dependencies_agree() {
 /// (addresses moved to loopback), answers its health check with 200.
 #[test]
 fn health_check_paths_are_served_by_the_binaries() {
+    let _turn = crate::one_at_a_time();
     let project = compose();
     let services = fleet_services(&project);
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
@@ -313,6 +317,7 @@ fn health_check_paths_are_served_by_the_binaries() {
 /// an unknown format is refused at startup.
 #[test]
 fn json_logs_are_one_object_per_line_with_the_fields_of_the_text_lines() {
+    let _turn = crate::one_at_a_time();
     use std::io::{BufRead, BufReader};
     let port = free_port().unwrap();
     // No broker is needed for the node's first line (UP, not ready); it is stopped after it.
@@ -343,6 +348,7 @@ fn json_logs_are_one_object_per_line_with_the_fields_of_the_text_lines() {
 
 #[test]
 fn the_dockerfile_builds_the_project_release_binaries() {
+    let _turn = crate::one_at_a_time();
     let root = repo_root();
     let dockerfile = std::fs::read_to_string(root.join("Dockerfile")).unwrap();
     let test_sh = std::fs::read_to_string(root.join("scripts/test.sh")).unwrap();

@@ -211,11 +211,8 @@ async fn frozen_node_below_the_log_start() {
     }
 }
 
-/// One test at a time: each starts its own broker and fleet (two cores).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = crate::one_at_a_time();
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 

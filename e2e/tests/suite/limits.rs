@@ -333,11 +333,8 @@ async fn publish_rate_limit() {
     fleet.stop().await;
 }
 
-/// Whole fleets: one at a time on a 2-core machine.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = crate::one_at_a_time();
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 

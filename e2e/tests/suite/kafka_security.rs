@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_fleet_runs_on_a_sasl_ssl_listener_through_the_pass_through() {
+    let _turn = crate::one_at_a_time();
     let tl = Timeline::new(true);
     let (broker, secured) = Broker::start_sasl_ssl().await.expect("Kafka with a SASL_SSL listener");
     let spec = FleetSpec { env: secured.client_env(security::PASSWORD), ..FleetSpec::default() };

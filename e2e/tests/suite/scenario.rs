@@ -12,11 +12,8 @@
 use e2e::broker::BrokerKind;
 use e2e::scenario::{run, ScenarioConfig};
 
-/// The scenarios start whole fleets: one at a time on a 2-core machine.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 fn scenario(broker: BrokerKind) {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let _turn = crate::one_at_a_time();
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -55,6 +55,7 @@ async fn status_and_error(r: reqwest::Response) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn admin_token_and_client_tokens_guard_the_fleet() {
+    let _turn = crate::one_at_a_time();
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
     let spec = FleetSpec { env: vec![("CLIENT_TOKEN_HS256_SECRET".into(), SECRET.into())], ..FleetSpec::default() };
@@ -169,6 +170,7 @@ async fn admin_token_and_client_tokens_guard_the_fleet() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn without_an_admin_token_the_admin_routes_are_on_loopback_listeners() {
+    let _turn = crate::one_at_a_time();
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
     let spec = FleetSpec { admin_token: None, ..FleetSpec::default() };
