@@ -6,7 +6,8 @@
 //! shows the node DOWN in the gateway's figures and the moved partitions' lag on the survivor; the
 //! restart shows the UP streak climbing, start-recovery, and the catch-up's target and position
 //! meeting; the failback shows sessions on the recovered node again. Every exposition passes
-//! `promtool check metrics`, the alert rules pass `promtool check rules`, and a real Prometheus
+//! `promtool check metrics`, the alert rules pass `promtool check rules` and their unit tests
+//! (`promtool test rules deploy/prometheus/alerts.test.yml`), and a real Prometheus
 //! scraping the test fleet (the job names of `deploy/prometheus/prometheus.yml`) returns at least
 //! one series for every query of the dashboard (`deploy/grafana/dashboards/fleet.json`).
 //!
@@ -193,6 +194,10 @@ async fn scenario() {
     let rules = repo_root().join("deploy/prometheus/alerts.yml");
     let out = Command::new("promtool").args(["check", "rules"]).arg(&rules).output().expect("promtool runs");
     assert!(out.status.success(), "promtool check rules: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    // The rules' own unit tests: two gateway replicas' views, one alert per node or partition.
+    let cases = repo_root().join("deploy/prometheus/alerts.test.yml");
+    let out = Command::new("promtool").args(["test", "rules"]).arg(&cases).output().expect("promtool runs");
+    assert!(out.status.success(), "promtool test rules: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Embedded).await.expect("broker");
