@@ -4,14 +4,12 @@
 # drive it. Idempotent: does nothing that is already done.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+. scripts/apt.sh
 
 chromium="${CHROMIUM_PATH:-/usr/bin/chromium}"
 if [ ! -x "${chromium}" ]; then
-  echo "setup-web: installing Debian's chromium with apt-get (a minute or two)"
-  sudo=""
-  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
-  ${sudo} apt-get update -q
-  DEBIAN_FRONTEND=noninteractive ${sudo} apt-get install -y -q --no-install-recommends chromium
+  echo "setup-web: installing Debian's chromium (a minute or two)"
+  apt_install setup-web chromium
 fi
 echo "setup-web: $("${chromium}" --version 2>/dev/null || echo "chromium at ${chromium}")"
 
