@@ -5,7 +5,7 @@
 # them all and docker compose builds it once. Each service picks its binary with `command:`.
 #
 # The build is the project's own release build (the same profile and binaries as scripts/test.sh;
-# e2e/tests/deploy.rs checks that they agree).
+# e2e/tests/suite/deploy.rs checks that they agree).
 
 ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm

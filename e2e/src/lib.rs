@@ -4,7 +4,7 @@
 //! [`fleet`]), WebSocket clients that reconnect and resume like good clients ([`client`]) and a
 //! publisher load ([`load`]); it kills and restarts nodes and checks every client's stream
 //! ([`checker`]). [`scenario`] is the brief's whole sequence, shared by the test
-//! (`tests/scenario.rs`) and the demo (`src/bin/demo.rs`). [`writer`] publishes through the gateway
+//! (`tests/suite/scenario.rs`) and the demo (`src/bin/demo.rs`). [`writer`] publishes through the gateway
 //! with idempotency keys and retries, and [`audit`] checks its acknowledgements against the log.
 //! [`chaos`] runs random fault schedules drawn from a seed.
 
