@@ -2,7 +2,8 @@
 //! like a good client should and records everything it receives.
 //!
 //! - Resume: every connection carries `since` = the last version applied and `epoch` = the epoch
-//!   of the last `welcome` (none before the first); versions at or below it are recorded (the fleet
+//!   of the last `welcome` once a snapshot gave it a canvas (none before: it holds nothing; with
+//!   it, `since=0` means "I hold the blank canvas" and is resumed by events); versions at or below it are recorded (the fleet
 //!   sent a duplicate) and dropped; a jump is recorded (the fleet skipped a version) and answered
 //!   with a resync (reconnect with `since`) instead of being applied. A `welcome` naming another
 //!   epoch than the one sent means the client's versions belong to another history: it forgets its
@@ -263,7 +264,9 @@ async fn run(
     loop {
         let (since, epoch) = {
             let s = state.lock().expect("client lock");
-            (s.report.version, s.report.epoch.clone())
+            // The epoch says "I hold version `since` of this history": only with a canvas held (a
+            // welcome then a drop before the snapshot leaves nothing, which `since=0` alone says).
+            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()))
         };
         let url = session_url(&bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
         let dialed_ms = now_ms();

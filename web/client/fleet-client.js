@@ -31,7 +31,7 @@
  */
 
 import { Canvas } from './canvas.js';
-import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, nextGateway, pickConfig, transition } from './machine.js';
+import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, nextGateway, pickConfig, sentEpoch, transition } from './machine.js';
 import { buildUrl, parseFrame } from './protocol.js';
 
 export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState, nextGateway };
@@ -282,7 +282,7 @@ export class FleetClient {
 
   /** @returns {string} the URL the next attempt will open */
   get nextUrl() {
-    return buildUrl(this.gateway, this.#canvasId, this.#state.version, this.#path, this.#state.epoch, this.#currentToken());
+    return buildUrl(this.gateway, this.#canvasId, this.#state.version, this.#path, sentEpoch(this.#state), this.#currentToken());
   }
 
   /** The token for the next attempt (the option's value, or what its function returns now). */

@@ -426,6 +426,18 @@ function fresh(s) {
   return { ...s, failures: 0, failureTimes: [], reason: null, cause: null };
 }
 
+/**
+ * The epoch a socket sends: the anchor's, once a snapshot gave the client a canvas. It tells the
+ * server the client holds version `since` of that history (version 0 too: the blank canvas), so a
+ * resume from 0 is served as events; before any snapshot the client holds nothing, and says so by
+ * sending none.
+ * @param {MachineState} s
+ * @returns {string | null}
+ */
+export function sentEpoch(s) {
+  return s.base !== null ? s.epoch : null;
+}
+
 /** Starts a new attempt: a socket asking for since = the anchor (of its epoch), and its connect deadline. */
 function begin(s, effects) {
   const attempt = s.attempt + 1;
@@ -443,7 +455,7 @@ function begin(s, effects) {
     state: next,
     effects: [
       ...effects,
-      { type: 'open_socket', attempt, since: s.version, epoch: s.epoch, gateway: s.gateway },
+      { type: 'open_socket', attempt, since: s.version, epoch: sentEpoch(s), gateway: s.gateway },
       { type: 'set_timer', timer: 'connect', attempt, delayMs: s.config.connectTimeoutMs },
       ...moved(s, next, { attempt, since: s.version, gateway: s.gateway }),
     ],

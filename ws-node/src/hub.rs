@@ -683,9 +683,11 @@ impl Hub {
         let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
         let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, CanvasState::resets));
         let since = epoch::resume_after(since, epoch, &current);
+        // A client naming the current epoch holds version `since` of this history, 0 included.
+        let holds = epoch == Some(&current);
         let backlog = match &channel.state {
-            Some(state) => state.backlog(since),
-            None => crate::state::blank_backlog(handle.canvas.as_str(), &self.blank, since),
+            Some(state) => state.backlog(since, holds),
+            None => crate::state::blank_backlog(handle.canvas.as_str(), &self.blank, since, holds),
         };
         match backlog {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
@@ -939,8 +941,11 @@ mod tests {
         assert_eq!(h.epoch_of(&id("c1")), now);
         // (since, client's epoch) → (start after, backlog)
         type Case = (u64, Option<Epoch>, u64, (&'static str, Vec<u64>));
-        let cases: [Case; 6] = [
+        let cases: [Case; 8] = [
             (3, Some(now.clone()), 3, ("events", vec![4, 5])),
+            // Version 0 of this history held (the blank canvas was sent): every version as events.
+            (0, Some(now.clone()), 0, ("events", vec![1, 2, 3, 4, 5])),
+            (0, None, 0, ("snapshot", vec![5])), // a client with nothing
             (3, None, 3, ("events", vec![4, 5])), // an older client: by since alone
             (3, Some(Epoch::of("T0", 0)), 0, ("snapshot", vec![5])), // the topic was recreated
             (3, Some(Epoch::of("T1", 1)), 0, ("snapshot", vec![5])), // another reset count

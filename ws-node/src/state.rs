@@ -156,18 +156,22 @@ impl CanvasState {
         }
     }
 
-    /// What a client that applied everything up to `since` needs before live events.
-    pub fn backlog(&self, since: u64) -> Backlog {
+    /// What a client that applied everything up to `since` needs before live events. `holds` says
+    /// the client holds version `since` of this history (it named the current epoch): then
+    /// `since = 0` is the blank canvas it was sent, and versions 1.. are due as events like any
+    /// other resume; without it `since = 0` is a client with nothing, sent a snapshot.
+    pub fn backlog(&self, since: u64, holds: bool) -> Backlog {
         let version = self.version();
         if since > version {
             return Backlog::Behind { have: version };
         }
-        if since == version && since > 0 {
+        let resumes = since > 0 || holds;
+        if since == version && resumes {
             return Backlog::Events(Vec::new());
         }
         let oldest_held = self.recent.front().map(|(v, _)| *v);
         match oldest_held {
-            Some(oldest) if since > 0 && since + 1 >= oldest => Backlog::Events(
+            Some(oldest) if resumes && since + 1 >= oldest => Backlog::Events(
                 self.recent.iter().filter(|(v, _)| *v > since).map(|(_, f)| f.clone()).collect(),
             ),
             _ => Backlog::Snapshot { frame: self.snapshot_frame(), version },
@@ -189,10 +193,13 @@ pub fn snapshot_frame(id: &str, canvas: &Canvas) -> Frame {
 }
 
 /// The backlog of a canvas with no event and no snapshot, from the shared `blank` canvas: its
-/// version-0 snapshot, or `Behind` for a client that says it has versions.
-pub fn blank_backlog(id: &str, blank: &Canvas, since: u64) -> Backlog {
+/// version-0 snapshot, nothing for a client that holds version 0 already (`holds`, as in
+/// [`CanvasState::backlog`]), or `Behind` for a client that says it has versions.
+pub fn blank_backlog(id: &str, blank: &Canvas, since: u64, holds: bool) -> Backlog {
     if since > 0 {
         Backlog::Behind { have: 0 }
+    } else if holds {
+        Backlog::Events(Vec::new())
     } else {
         Backlog::Snapshot { frame: snapshot_frame(id, blank), version: 0 }
     }
@@ -235,19 +242,34 @@ mod tests {
     #[test]
     fn backlog_table() {
         let s = state_with(10, 5); // holds 6..=10
-        assert_eq!(versions(&s.backlog(10)), Vec::<u64>::new());
-        assert_eq!(versions(&s.backlog(9)), vec![10]);
-        assert_eq!(versions(&s.backlog(5)), vec![6, 7, 8, 9, 10], "since+1 is the oldest held");
-        assert!(matches!(s.backlog(4), Backlog::Snapshot { version: 10, .. }), "7 events needed, 5 held");
-        assert!(matches!(s.backlog(0), Backlog::Snapshot { version: 10, .. }), "since=0 always gets a snapshot");
-        assert_eq!(s.backlog(11), Backlog::Behind { have: 10 });
+        assert_eq!(versions(&s.backlog(10, false)), Vec::<u64>::new());
+        assert_eq!(versions(&s.backlog(9, false)), vec![10]);
+        assert_eq!(versions(&s.backlog(5, false)), vec![6, 7, 8, 9, 10], "since+1 is the oldest held");
+        assert!(matches!(s.backlog(4, false), Backlog::Snapshot { version: 10, .. }), "7 events needed, 5 held");
+        assert!(matches!(s.backlog(0, false), Backlog::Snapshot { version: 10, .. }), "since=0 with nothing held gets a snapshot");
+        assert!(matches!(s.backlog(0, true), Backlog::Snapshot { version: 10, .. }), "version 0 held, but 1..=5 are no longer");
+        assert_eq!(s.backlog(11, false), Backlog::Behind { have: 10 });
+        assert_eq!(versions(&s.backlog(9, true)), vec![10], "holding a version > 0 says nothing new");
+    }
+
+    #[test]
+    fn a_client_holding_version_0_resumes_by_events() {
+        // It was sent the blank canvas (a snapshot at version 0) and dropped before any event: it
+        // holds version 0 of this history, so 1.. are due as events, not as a second snapshot.
+        let s = state_with(4, 10); // holds 1..=4
+        assert_eq!(versions(&s.backlog(0, true)), vec![1, 2, 3, 4]);
+        assert!(matches!(s.backlog(0, false), Backlog::Snapshot { version: 4, .. }), "a client with nothing");
+        let blank = Canvas::new(CanvasDims { width: 4, height: 4 });
+        assert_eq!(versions(&blank_backlog("c1", &blank, 0, true)), Vec::<u64>::new());
+        assert!(matches!(blank_backlog("c1", &blank, 0, false), Backlog::Snapshot { version: 0, .. }));
+        assert_eq!(versions(&state_with(0, 5).backlog(0, true)), Vec::<u64>::new());
     }
 
     #[test]
     fn empty_canvas_gives_a_version_0_snapshot() {
         let s = state_with(0, 5);
-        assert!(matches!(s.backlog(0), Backlog::Snapshot { version: 0, .. }));
-        assert_eq!(s.backlog(1), Backlog::Behind { have: 0 });
+        assert!(matches!(s.backlog(0, false), Backlog::Snapshot { version: 0, .. }));
+        assert_eq!(s.backlog(1, false), Backlog::Behind { have: 0 });
     }
 
     #[test]
@@ -255,7 +277,7 @@ mod tests {
         let mut s = state_with(3, 10);
         assert!(s.apply(&ev(2)).is_none());
         assert!(s.apply(&ev(3)).is_none());
-        assert_eq!(versions(&s.backlog(1)), vec![2, 3]);
+        assert_eq!(versions(&s.backlog(1, false)), vec![2, 3]);
     }
 
     #[test]
@@ -278,11 +300,11 @@ mod tests {
         // Room for three events' frames (versions 1..9 encode to the same length).
         let s = state_within(9, Window { events: 100, bytes: 3 * one });
         assert_eq!(s.recent_bytes(), 3 * one);
-        assert_eq!(versions(&s.backlog(6)), vec![7, 8, 9]);
-        assert!(matches!(s.backlog(5), Backlog::Snapshot { version: 9, .. }), "version 6 no longer held");
+        assert_eq!(versions(&s.backlog(6, false)), vec![7, 8, 9]);
+        assert!(matches!(s.backlog(5, false), Backlog::Snapshot { version: 9, .. }), "version 6 no longer held");
         // A window smaller than one event still keeps the newest.
         let tiny = state_within(3, Window { events: 100, bytes: 1 });
-        assert_eq!(versions(&tiny.backlog(2)), vec![3]);
+        assert_eq!(versions(&tiny.backlog(2, false)), vec![3]);
     }
 
     #[test]
@@ -296,7 +318,7 @@ mod tests {
     fn a_gap_forgets_held_events_so_resumes_get_a_snapshot() {
         let mut s = state_with(3, 10);
         assert!(s.apply(&ev(5)).is_some());
-        assert_eq!(versions(&s.backlog(4)), vec![5]);
-        assert!(matches!(s.backlog(2), Backlog::Snapshot { version: 5, .. }));
+        assert_eq!(versions(&s.backlog(4, false)), vec![5]);
+        assert!(matches!(s.backlog(2, false), Backlog::Snapshot { version: 5, .. }));
     }
 }

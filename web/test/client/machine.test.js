@@ -142,6 +142,14 @@ const TABLE = [
     { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', ['open_socket', 'set_timer:connect'], (s, e) => {
       assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 10, epoch: 'T-0', gateway: 0 });
     }],
+  ['backoff + retry timer before any snapshot → no epoch (the client holds nothing yet)', st('backoff', { epoch: 'T-0', version: 0, base: null }),
+    { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', ['open_socket', 'set_timer:connect'], (s, e) => {
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 0, epoch: null, gateway: 0 });
+    }],
+  ['backoff + retry timer holding version 0 → the epoch goes with since=0', st('backoff', { epoch: 'T-0', version: 0 }),
+    { type: 'timer', timer: 'retry', attempt: 3 }, 'connecting', ['open_socket', 'set_timer:connect'], (s, e) => {
+      assert.deepEqual(e.find((x) => x.type === 'open_socket'), { type: 'open_socket', attempt: 4, since: 0, epoch: 'T-0', gateway: 0 });
+    }],
   ['closed + retry() keeps the epoch with the anchor', st('closed', { epoch: 'T-0', reason: BUDGET_EXHAUSTED }), { type: 'retry' }, 'connecting',
     ['open_socket', 'set_timer:connect'], (s, e) => assert.equal(e.find((x) => x.type === 'open_socket').epoch, 'T-0')],
   ['backoff + late welcome of another epoch is not taken', st('backoff', { epoch: 'T-0' }), welcome('U-0'), 'backoff', [],

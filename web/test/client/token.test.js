@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { FleetClient } from '../../client/fleet-client.js';
-import { harness, untilNextSocket } from './helpers.js';
+import { harness, snapshot, untilNextSocket } from './helpers.js';
 
 test('a string token is sent on every attempt, percent-encoded', () => {
   const h = harness({ token: 'aaa.bb+b.c/c=' });
@@ -27,10 +27,11 @@ test('a token function is asked before each attempt: an expired session reconnec
   assert.equal(h.last().query.get('token'), 'jwt-1');
   h.last().open();
   h.last().send({ type: 'welcome', node: 'ws-1', canvas: 'c1', since: 0, epoch: 'e-0' });
+  h.last().send(snapshot(0));
   h.last().serverClose(1008, 'token expired');
   untilNextSocket(h);
   assert.equal(h.last().query.get('token'), 'jwt-2');
-  assert.equal(h.last().query.get('epoch'), 'e-0');
+  assert.equal(h.last().query.get('epoch'), 'e-0', 'it holds version 0 of that history');
   assert.equal(h.client.counters.closes['1008'], 1);
 });
 
