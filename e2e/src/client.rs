@@ -3,8 +3,8 @@
 //!
 //! - Resume: every connection carries `since` = the last version applied and `epoch` = the epoch
 //!   of the last `welcome` once a snapshot gave it a canvas (none before: it holds nothing; with
-//!   it, `since=0` means "I hold the blank canvas" and is resumed by events); versions at or below it are recorded (the fleet
-//!   sent a duplicate) and dropped; a jump is recorded (the fleet skipped a version) and answered
+//!   it, `since=0` means "I hold the blank canvas" and is resumed by events); versions at or below
+//!   it are recorded (the fleet sent a duplicate) and dropped; a jump is recorded (the fleet skipped a version) and answered
 //!   with a resync (reconnect with `since`) instead of being applied. A `welcome` naming another
 //!   epoch than the one sent means the client's versions belong to another history: it forgets its
 //!   canvas and version, and the snapshot that follows is its new base.

@@ -12,6 +12,7 @@
 //! own hold (`REVOKE_HOLD_MS`: the gateway extends it with `POST /admin/hold`), and move once
 //! room frees on ws-1.
 
+use crate::block_on;
 use e2e::broker::{Broker, BrokerKind};
 use e2e::checker::check;
 use e2e::fleet::{Fleet, FleetSpec};
@@ -372,11 +373,6 @@ async fn failback_paced_to_the_recovered_node_s_room() {
         assert!(v.ok(), "{v:?}");
     }
     fleet.stop().await;
-}
-
-fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 
 #[test]

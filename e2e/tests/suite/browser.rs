@@ -142,6 +142,5 @@ async fn pages_follow_the_fleet() {
 
 #[test]
 fn pages_follow_kill_recovery_and_failback_in_a_real_browser() {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap().block_on(pages_follow_the_fleet());
+    crate::block_on(pages_follow_the_fleet());
 }

@@ -8,17 +8,13 @@
 //! does too). Each test starts its own cluster (about 20 s on 2 cores) so one test's faults
 //! cannot leak into the next; they take turns, as three JVMs are all 2 cores can hold.
 
+use crate::block_on;
 use e2e::broker::{create_topic, Broker, BrokerKind, CLUSTER_NODES, MIN_INSYNC_REPLICAS};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use shared::kafka::KafkaSettings;
 use std::time::{Duration, Instant};
-
-fn on_runtime<F: std::future::Future<Output = ()>>(test: F) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(test);
-}
 
 /// Produces `values` to `topic`/`partition` with the publisher's settings (`acks=all`,
 /// idempotent), each acknowledged before the next is sent.
@@ -63,7 +59,7 @@ fn expected(values: std::ops::Range<u32>) -> Vec<String> {
 
 #[test]
 fn replicas_survive_a_killed_leader_and_a_paused_follower() {
-    on_runtime(async {
+    block_on(async {
         let started = Instant::now();
         let broker = Broker::start(BrokerKind::Cluster).await.expect("the cluster starts");
         println!("[test] cluster ready after {:.1} s: {}", started.elapsed().as_secs_f64(), broker.bootstrap);

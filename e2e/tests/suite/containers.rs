@@ -11,9 +11,7 @@ use e2e::scenario::{run, ScenarioConfig};
 #[test]
 #[ignore = "needs a Docker engine: run with --ignored where one answers"]
 fn scenario_against_kafka_in_a_container() {
-    let _turn = crate::one_at_a_time();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(async {
+    crate::block_on(async {
         if let Some(why) = docker_unreachable().await {
             panic!("this test needs a Docker engine, and {why}");
         }

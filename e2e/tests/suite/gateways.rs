@@ -52,8 +52,7 @@ fn find<'a>(f: &'a serde_json::Value, pred: impl Fn(&serde_json::Value) -> bool)
 
 #[test]
 fn leader_killed_mid_failback() {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(run());
+    crate::block_on(run());
 }
 
 async fn run() {

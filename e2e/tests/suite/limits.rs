@@ -5,6 +5,7 @@
 //! the publish rate limit answers 429 past its burst and serves another client address. In each,
 //! a well-behaved client keeps being served.
 
+use crate::block_on;
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::load::Load;
@@ -331,11 +332,6 @@ async fn publish_rate_limit() {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert_eq!(publish(fleet.publisher.url(), "198.51.100.1").await.status().as_u16(), 201, "served again after Retry-After");
     fleet.stop().await;
-}
-
-fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 
 #[test]

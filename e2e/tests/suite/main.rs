@@ -27,6 +27,13 @@ mod transactions;
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// Runs a test's future in its turn ([`one_at_a_time`]) on a runtime of two workers, as many as
+/// the machine's cores.
+pub fn block_on(test: impl std::future::Future<Output = ()>) {
+    let _turn = one_at_a_time();
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(test);
+}
+
 /// This test's turn: held for the whole test, so one fleet runs at a time (a test that panicked
 /// while holding it leaves no state behind in it, hence poison is ignored).
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {

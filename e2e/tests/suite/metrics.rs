@@ -185,8 +185,7 @@ async fn query(http: &reqwest::Client, prom: &str, expr: &str) -> Result<usize, 
 
 #[test]
 fn metrics_follow_a_kill_a_recovery_and_a_failback() {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(scenario());
+    crate::block_on(scenario());
 }
 
 async fn scenario() {

@@ -3,6 +3,7 @@
 //! SIGSTOP. Sessions are handed over, nodes come back through the gateway's recovery path, and
 //! no client loses, repeats or reorders a version.
 
+use crate::block_on;
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::load::Load;
@@ -335,11 +336,6 @@ async fn malformed_frames() {
     let (_r, verdicts) = finish(good, &truths).await;
     fleet.stop().await;
     assert!(verdicts[0].ok(), "{:?}", verdicts[0]);
-}
-
-fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 
 #[test]

@@ -15,6 +15,7 @@
 //! librdkafka's mock cluster has no DeleteRecords and no compaction, so this runs on real Kafka
 //! only. Needs `scripts/kafka/fetch.sh` (the README's test command runs it).
 
+use crate::block_on;
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::load::Load;
@@ -209,11 +210,6 @@ async fn frozen_node_below_the_log_start() {
     for v in &verdicts {
         assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
     }
-}
-
-fn block_on(f: impl std::future::Future<Output = ()>) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime").block_on(f);
 }
 
 #[test]

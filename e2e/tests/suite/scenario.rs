@@ -13,13 +13,7 @@ use e2e::broker::BrokerKind;
 use e2e::scenario::{run, ScenarioConfig};
 
 fn scenario(broker: BrokerKind) {
-    let _turn = crate::one_at_a_time();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
-        .block_on(scenario_on(broker));
+    crate::block_on(scenario_on(broker));
 }
 
 async fn scenario_on(broker: BrokerKind) {

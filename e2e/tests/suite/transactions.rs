@@ -77,9 +77,7 @@ fn watermarks(bootstrap: &str, topic: &str) -> (i64, i64) {
 
 #[test]
 fn readers_see_committed_records_only_and_complete_at_markers() {
-    let _turn = crate::one_at_a_time();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("a runtime");
-    rt.block_on(async {
+    crate::block_on(async {
         let broker = Broker::start(BrokerKind::Real).await.expect("a real Kafka broker (scripts/kafka/fetch.sh must have run)");
         let topic = format!("txn-{:08x}", rand::random::<u32>());
         create_topic(&broker.bootstrap, &topic, 1, 1).await.expect("a topic");
