@@ -78,8 +78,8 @@ impl ConsumerContext for BroadcastContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         let partitions: Vec<i32> = tpl.elements().iter().map(|e| e.partition()).collect();
         let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
-        self.hub.counters.rebalanced(crate::metrics::rebalance_kind(err), partitions.len());
-        self.hub.rebalanced();
+        self.hub.counters.rebalanced(crate::counters::rebalance_kind(err), partitions.len());
+        self.hub.sampler.rebalanced();
         match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => {
                 // The second after a revocation is the rebalance's next round: the consumer
@@ -263,13 +263,13 @@ impl Drop for Broadcast {
 /// into the hub (`/health` shows each partition's lag behind it).
 fn ends_loop(reader: &BaseConsumer<FleetContext>, topic: &str, hub: &Hub, stop: &AtomicBool) {
     while !stop.load(Ordering::Acquire) {
-        let mut ends = hub.ends();
+        let mut ends = hub.sampler.ends();
         for p in hub.positions().keys() {
             if let Ok((_, high)) = reader.fetch_watermarks(topic, *p, Duration::from_secs(2)) {
                 ends.insert(*p, high);
             }
         }
-        hub.set_ends(ends);
+        hub.sampler.set_ends(ends);
         hub.sample_progress();
         for _ in 0..10 {
             if stop.load(Ordering::Acquire) {
@@ -287,25 +287,6 @@ const BRIDGE_AT_MOST: Duration = Duration::from_secs(10);
 /// The release reader: reads the held partitions ([`Hub::hold`]) from the node's positions and
 /// applies their records, so held sessions keep their events until they are handed over. Its
 /// assignment follows the hub's held and bridged sets (checked every poll, at most 50 ms apart).
-/// Assigns `reader` (no group) exactly `partitions` of `topic`, each from the node's position in
-/// `positions` (the log start when it has none); unassigns when `partitions` is empty. Used by the
-/// release reader and the standby reader.
-pub(crate) fn assign_from(
-    reader: &BaseConsumer<FleetContext>,
-    topic: &str,
-    partitions: &[i32],
-    positions: &shared::replay::Offsets,
-) -> rdkafka::error::KafkaResult<()> {
-    if partitions.is_empty() {
-        return reader.unassign();
-    }
-    let mut tpl = TopicPartitionList::new();
-    for p in partitions {
-        tpl.add_partition_offset(topic, *p, positions.get(p).copied().map_or(Offset::Beginning, Offset::Offset))?;
-    }
-    reader.assign(&tpl)
-}
-
 fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, stop: Arc<AtomicBool>) {
     let topic = config.topic.as_str();
     // Learn the topic's leaders now: a first assignment without them waits for a metadata round
@@ -321,7 +302,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hu
         if scope != reading {
             let held = scope;
             let positions = hub.positions();
-            match assign_from(&reader, topic, &held, &positions) {
+            match crate::readers::assign_from(&reader, topic, &held, &positions) {
                 Ok(()) if held.is_empty() => tracing::info!("[RELEASE] stopped reading partitions={:?} (handed over or back)", reading),
                 Ok(()) => tracing::info!(
                     "[RELEASE] reading partitions={:?} (held={:?}, kept but stalled until the rebalance's next round={:?}) from offsets={} for their sessions",
@@ -418,7 +399,7 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
         }
     };
     while !stop.load(Ordering::Acquire) {
-        hub.broadcast_polled();
+        hub.sampler.broadcast_polled();
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(msg)) => {
                 apply(msg);
@@ -455,6 +436,6 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
             s.close(shared::protocol::close::SERVICE_RESTART, "node left the broadcast group");
         }
     }
-    hub.clear_broadcast_poll();
+    hub.sampler.clear_broadcast_poll();
     tracing::info!("[BROADCAST] left the broadcast group");
 }

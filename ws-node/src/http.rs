@@ -13,6 +13,7 @@
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
 //! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`.
 
+use crate::metrics::{Figures, Metrics};
 use crate::node::{DrainError, Node};
 use crate::session::{self, Peer, SessionSpec};
 use axum::body::Body;
@@ -35,7 +36,11 @@ use std::time::Duration;
 /// The node's public router: `/health` and `/ws`, and the admin routes behind the admin token
 /// when one is configured.
 pub fn router(node: Arc<Node>) -> Router {
-    let public = Router::new().route("/health", get(health)).route("/metrics", get(metrics)).route("/ws", get(ws));
+    let metrics = Arc::new(Metrics::new(&node.config.node_id, &node.hub.counters));
+    let public = Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(move |State(node): State<Arc<Node>>, headers: HeaderMap| render_metrics(node, metrics.clone(), headers)))
+        .route("/ws", get(ws));
     let app = match node.config.admin_token() {
         Some(token) => public.merge(admin_routes(&node).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
         None => public,
@@ -70,8 +75,9 @@ async fn health(State(node): State<Arc<Node>>) -> Response {
     Json(node.health()).into_response()
 }
 
-async fn metrics(State(node): State<Arc<Node>>, headers: HeaderMap) -> Response {
-    node.metrics.render(&node, headers.get(header::ACCEPT))
+async fn render_metrics(node: Arc<Node>, metrics: Arc<Metrics>, headers: HeaderMap) -> Response {
+    let figures = Figures { outbox_frames: node.hub.outbox_frames(), fanout_queue: node.hub.queued_events() };
+    metrics.render(&node.health(), figures, headers.get(header::ACCEPT))
 }
 
 async fn start_recovery(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {

@@ -25,23 +25,20 @@
 //! before it serves ([`Hub::set_topic_id`]), and the canvas's reset counter from its state; a
 //! session whose client names another epoch gets a snapshot ([`Hub::subscribe_at`]).
 
-use crate::session::{Fanout, Offer, Outbox};
+use crate::fanout::Fanout;
+pub use crate::outbox::CloseOrder;
+use crate::outbox::{Offer, Outbox};
+use crate::ownership::Ownership;
+use crate::progress::Sampler;
 use crate::state::{Backlog, CanvasState, Frame, Window};
 use shared::epoch::{self, Epoch};
 use shared::replay::Offsets;
 use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Notify};
-
-/// An order to close a session, with the WebSocket close code and reason to send.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CloseOrder {
-    pub code: u16,
-    pub reason: String,
-}
 
 /// The hub's end of a session: its writer (see [`Outbox`]) and its close switch.
 #[derive(Debug)]
@@ -108,16 +105,7 @@ impl SessionHandle {
     }
 }
 
-/// Why a session cannot be served here.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
-    #[error("this node does not own partition {partition}")]
-    NotOwner { partition: i32 },
-    #[error("partition {partition} is being handed over")]
-    Paused { partition: i32 },
-    #[error("this node's state is at version {have}, behind the client's {since}")]
-    Behind { have: u64, since: u64 },
-}
+pub use crate::ownership::Refusal;
 
 /// A canvas on this node: its state once it has an event or a snapshot (a canvas with neither is
 /// blank: its sessions share the hub's one blank canvas, and it is forgotten when its last session
@@ -130,29 +118,8 @@ struct Channel {
 struct Inner {
     canvases: HashMap<CanvasId, Channel>,
     positions: Offsets,
-    owned: BTreeSet<i32>,
-    /// Moved to another node, sessions still served here from the log (see the module docs):
-    /// partition → the hold it belongs to ([`Hub::hold`]'s number).
-    held: BTreeMap<i32, u64>,
-    /// Number of the last hold.
-    holds: u64,
-    /// Holds kept past `REVOKE_HOLD_MS` ([`Hub::extend_holds`]): hold number → until when.
-    hold_until: BTreeMap<u64, Instant>,
-    /// Owned partitions the release reader also reads until the rebalance's next round, and since
-    /// when (see the module docs).
-    bridged: BTreeSet<i32>,
-    bridged_since: Option<Instant>,
-    /// Assignment callbacks still to come before the bridge ends.
-    bridge_assigns_left: u8,
-    paused: BTreeSet<i32>,
-    last_broadcast_poll: Option<Instant>,
-    /// Per partition, its readable end as last read ([`Hub::set_ends`]): lag = end − position.
-    ends: Offsets,
-    /// Per partition, its position when last sampled and since when it has been there
-    /// ([`Hub::sample_progress`]): how long a position stands.
-    moved: HashMap<i32, (i64, Instant)>,
-    /// The last rebalance callback of the broadcast consumer: when, and its Unix epoch ms.
-    rebalanced_at: Option<(Instant, u64)>,
+    /// Each partition's role here ([`crate::ownership`]).
+    own: Ownership,
     /// Canvases whose versions skipped as they were applied (their records were deleted with no
     /// snapshot covering them), until a snapshot restores them.
     incomplete: BTreeSet<CanvasId>,
@@ -185,8 +152,10 @@ pub struct Hub {
     /// Times a reader's position was found below its partition's log start and the partition was
     /// restored from the snapshots ([`crate::snapshot::from_log_start`]).
     log_start_recoveries: AtomicU64,
-    /// Event counts and durations for `GET /metrics` ([`crate::metrics`]).
-    pub counters: crate::metrics::Counters,
+    /// Event counts and durations for `GET /metrics` ([`crate::counters`]).
+    pub counters: crate::counters::Counters,
+    /// Readable ends, polls, rebalances and how long positions stand ([`crate::progress`]).
+    pub sampler: Sampler,
 }
 
 impl Hub {
@@ -197,29 +166,14 @@ impl Hub {
             topic_id: Mutex::new(epoch::ZERO_TOPIC_ID.to_owned()),
             window,
             blank: Canvas::new(dims),
-            inner: Mutex::new(Inner {
-                canvases: HashMap::new(),
-                positions: Offsets::new(),
-                owned: BTreeSet::new(),
-                held: BTreeMap::new(),
-                holds: 0,
-                hold_until: BTreeMap::new(),
-                bridged: BTreeSet::new(),
-                bridged_since: None,
-                bridge_assigns_left: 0,
-                paused: BTreeSet::new(),
-                last_broadcast_poll: None,
-                ends: Offsets::new(),
-                moved: HashMap::new(),
-                rebalanced_at: None,
-                incomplete: BTreeSet::new(),
-            }),
+            inner: Mutex::new(Inner { canvases: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeSet::new() }),
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
             fanout: Fanout::new(),
             log_start_recoveries: AtomicU64::new(0),
-            counters: crate::metrics::Counters::default(),
+            counters: crate::counters::Counters::default(),
+            sampler: Sampler::default(),
         }
     }
 
@@ -237,12 +191,12 @@ impl Hub {
     }
 
     /// [`Hub::apply`] without writing: the frame is queued for the next
-    /// [`crate::session::Fanout::write_pending`].
+    /// [`crate::fanout::Fanout::write_pending`].
     fn apply_quietly(&self, partition: i32, offset: i64, ev: &PixelEvent) {
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
-        let live = (inner.owned.contains(&partition) || inner.held.contains_key(&partition)) && !inner.paused.contains(&partition);
+        let live = inner.own.live(partition);
         let (dims, window) = (self.dims, self.window);
         let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
         let state = channel.state.get_or_insert_with(|| CanvasState::new(ev.canvas.as_str(), dims, window));
@@ -301,7 +255,7 @@ impl Hub {
     }
 
     /// Writes the frames of the events applied so far to their sessions (see
-    /// [`crate::session::Fanout::write_pending`]). Call without holding anything of the hub.
+    /// [`crate::fanout::Fanout::write_pending`]). Call without holding anything of the hub.
     pub fn write_queued(&self) {
         self.fanout.write_pending();
     }
@@ -358,70 +312,20 @@ impl Hub {
         self.log_start_recoveries.load(Ordering::Relaxed)
     }
 
-    /// Records the readable end of each partition (for the lag in `/health`).
-    pub fn set_ends(&self, ends: Offsets) {
-        self.lock().ends = ends;
-    }
-
-    /// The readable end of each partition as last read ([`Hub::set_ends`]).
-    pub fn ends(&self) -> Offsets {
-        self.lock().ends.clone()
-    }
-
-    /// Notes where every position is now; a position that changed since the last sample has
-    /// moved now. Sampled with the ends (about once a second) and on every `/health`.
+    /// Samples every position ([`Sampler::sample`]): about once a second and on every `/health`.
     pub fn sample_progress(&self) {
-        let now = Instant::now();
-        let mut inner = self.lock();
-        let Inner { positions, moved, .. } = &mut *inner;
-        for (p, pos) in positions.iter() {
-            match moved.get_mut(p) {
-                Some(s) if s.0 == *pos => {}
-                Some(s) => *s = (*pos, now),
-                None => {
-                    moved.insert(*p, (*pos, now));
-                }
-            }
-        }
+        let positions = self.positions();
+        self.sampler.sample(&positions, Instant::now());
     }
 
-    /// Since when each partition's position has stood, as last sampled.
-    pub fn standing_since(&self) -> HashMap<i32, Instant> {
-        self.lock().moved.iter().map(|(p, (_, since))| (*p, *since)).collect()
-    }
-
-    /// The hub's part of the progress facts, read under one lock at `now`: since the last poll,
-    /// since the last rebalance, and each owned partition's lag and standing time.
+    /// The hub's part of the progress facts at `now`: since the last poll, since the last
+    /// rebalance, and each owned partition's lag and standing time.
     pub fn progress_facts(&self, now: Instant) -> (Option<Duration>, Option<Duration>, Vec<crate::progress::PartitionProgress>) {
-        let inner = self.lock();
-        let owned = inner
-            .owned
-            .iter()
-            .map(|p| {
-                let lag = match (inner.ends.get(p), inner.positions.get(p)) {
-                    (Some(end), Some(pos)) => Some((end - pos).max(0)),
-                    (Some(end), None) => Some(*end),
-                    _ => None,
-                };
-                let since_moved = inner.moved.get(p).map_or(Duration::ZERO, |(_, t)| now.saturating_duration_since(*t));
-                crate::progress::PartitionProgress { partition: *p, lag, since_moved }
-            })
-            .collect();
-        (
-            inner.last_broadcast_poll.map(|t| now.saturating_duration_since(t)),
-            inner.rebalanced_at.map(|(t, _)| now.saturating_duration_since(t)),
-            owned,
-        )
-    }
-
-    /// Notes a rebalance callback of the broadcast consumer (assignment or revocation).
-    pub fn rebalanced(&self) {
-        self.lock().rebalanced_at = Some((Instant::now(), shared::event::now_ms()));
-    }
-
-    /// The last rebalance callback: when, and its Unix epoch ms.
-    pub fn last_rebalance(&self) -> Option<(Instant, u64)> {
-        self.lock().rebalanced_at
+        let (owned, positions) = {
+            let inner = self.lock();
+            (inner.own.owned(), inner.positions.clone())
+        };
+        self.sampler.facts(now, &owned, &positions)
     }
 
     /// Canvases whose versions skipped as they were applied: their records were deleted with no
@@ -448,16 +352,8 @@ impl Hub {
     /// Marks `partitions` as owned by this node's broadcast consumer.
     /// A held partition assigned back ends its hold: its sessions simply stay.
     pub fn assign(&self, partitions: &[i32]) {
-        let mut inner = self.lock();
-        let now = Instant::now();
-        for p in partitions {
-            inner.held.remove(p);
-            // A position stands from the assignment on at the earliest.
-            if let Some(s) = inner.moved.get_mut(p) {
-                s.1 = now;
-            }
-        }
-        inner.owned.extend(partitions.iter().copied());
+        self.lock().own.assign(partitions);
+        self.sampler.assigned(partitions, Instant::now());
     }
 
     /// Marks `partitions` as moved to another node but *held*: no new sessions here, and the open
@@ -466,55 +362,29 @@ impl Hub {
     /// [`Hub::end_hold`]) and how many sessions are held.
     pub fn hold(&self, partitions: &[i32]) -> (u64, usize) {
         let mut inner = self.lock();
-        inner.holds += 1;
-        let hold = inner.holds;
-        for p in partitions {
-            inner.owned.remove(p);
-            inner.held.insert(*p, hold);
-        }
+        let hold = inner.own.hold(partitions);
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
         (hold, inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
     }
 
-    /// Makes the release reader also read `partitions` (owned, kept by this node) until the
-    /// rebalance's next round: the revocation that moved others away stalls them until then.
-    /// librdkafka follows a cooperative revocation with an assignment callback of the same round
-    /// (nothing new) and then one of the next round; the bridge ends with the second
-    /// ([`Hub::assignment_came`]).
+    /// See [`Ownership::bridge`].
     pub fn bridge(&self, partitions: &[i32]) {
-        let mut inner = self.lock();
-        inner.bridged = partitions.iter().copied().collect();
-        inner.bridged_since = Some(Instant::now());
-        inner.bridge_assigns_left = 2;
+        self.lock().own.bridge(partitions);
     }
 
-    /// An assignment callback came; the second after [`Hub::bridge`] ends the bridge (the
-    /// broadcast consumer delivers the kept partitions again).
+    /// See [`Ownership::assignment_came`].
     pub fn assignment_came(&self) {
-        let mut inner = self.lock();
-        inner.bridge_assigns_left = inner.bridge_assigns_left.saturating_sub(1);
-        if inner.bridge_assigns_left == 0 {
-            inner.bridged.clear();
-            inner.bridged_since = None;
-        }
+        self.lock().own.assignment_came();
     }
 
-    /// What the release reader reads now: the held partitions and the bridged ones, sorted. A
-    /// bridge older than `longest` ends here (a next round that never came).
+    /// See [`Ownership::release_scope`].
     pub fn release_scope(&self, longest: Duration) -> (Vec<i32>, Vec<i32>) {
-        let mut inner = self.lock();
-        if inner.bridged_since.is_some_and(|t| t.elapsed() > longest) {
-            tracing::warn!("[RELEASE] no rebalance round came {}ms after a revocation; stop reading partitions={:?} for the broadcast consumer", longest.as_millis(), inner.bridged);
-            inner.bridged.clear();
-            inner.bridged_since = None;
-        }
-        let bridged: Vec<i32> = inner.bridged.iter().copied().filter(|p| inner.owned.contains(p)).collect();
-        (inner.held.keys().copied().collect(), bridged)
+        self.lock().own.release_scope(longest)
     }
 
     /// Partitions held now (see [`Hub::hold`]), sorted.
     pub fn held(&self) -> Vec<i32> {
-        self.lock().held.keys().copied().collect()
+        self.lock().own.held()
     }
 
     /// Keeps the holds of those of `partitions` held now until `until` at least (the hold's own
@@ -522,23 +392,12 @@ impl Hub {
     /// other partitions still held stay too (a paced failback asks for all it waits for and has
     /// drained the rest). Returns the partitions held, sorted.
     pub fn extend_holds(&self, partitions: &[i32], until: Instant) -> Vec<i32> {
-        let mut inner = self.lock();
-        let mut held = Vec::new();
-        for p in partitions {
-            if let Some(&hold) = inner.held.get(p) {
-                let at = inner.hold_until.entry(hold).or_insert(until);
-                *at = (*at).max(until);
-                held.push(*p);
-            }
-        }
-        held.sort_unstable();
-        held.dedup();
-        held
+        self.lock().own.extend_holds(partitions, until)
     }
 
     /// Until when hold number `hold` was extended ([`Hub::extend_holds`]), if it was.
     pub fn hold_deadline(&self, hold: u64) -> Option<Instant> {
-        self.lock().hold_until.get(&hold).copied()
+        self.lock().own.hold_deadline(hold)
     }
 
     /// Ends hold number `hold` of those of `partitions` still in it, taking their sessions out
@@ -546,11 +405,7 @@ impl Hub {
     /// back, or a later hold has it now: that one ends on its own timer).
     pub fn end_hold(&self, hold: u64, partitions: &[i32]) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        inner.hold_until.remove(&hold);
-        let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| inner.held.get(p) == Some(&hold)).collect();
-        for p in &scope {
-            inner.held.remove(p);
-        }
+        let scope = inner.own.end_hold(hold, partitions);
         if scope.is_empty() {
             return Vec::new();
         }
@@ -561,10 +416,7 @@ impl Hub {
     /// hub (they get no more events from here) for the caller to hand over.
     pub fn revoke(&self, partitions: &[i32]) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        for p in partitions {
-            inner.owned.remove(p);
-            inner.held.remove(p);
-        }
+        inner.own.revoke(partitions);
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
         take_sessions(&mut inner, Some(&scope))
     }
@@ -572,14 +424,13 @@ impl Hub {
     /// Forgets every owned partition (the broadcast consumer stopped), taking all sessions.
     pub fn revoke_all(&self) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        inner.owned.clear();
-        inner.held.clear();
+        inner.own.revoke_all();
         take_sessions(&mut inner, None)
     }
 
     /// Partitions owned now, sorted.
     pub fn owned(&self) -> Vec<i32> {
-        self.lock().owned.iter().copied().collect()
+        self.lock().own.owned()
     }
 
     /// Stops fan-out and new sessions on `partitions` (or everywhere with `None`) and takes their
@@ -587,22 +438,13 @@ impl Hub {
     /// being held (their sessions are the drain's now).
     pub fn pause_and_take(&self, partitions: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        match partitions {
-            Some(ps) => {
-                inner.paused.extend(ps.iter().copied());
-                inner.held.retain(|p, _| !ps.contains(p));
-            }
-            None => inner.held.clear(),
-        }
+        inner.own.pause(partitions);
         take_sessions(&mut inner, partitions)
     }
 
     /// Ends a pause started by [`Hub::pause_and_take`].
     pub fn resume(&self, partitions: &BTreeSet<i32>) {
-        let mut inner = self.lock();
-        for p in partitions {
-            inner.paused.remove(p);
-        }
+        self.lock().own.resume(partitions);
     }
 
     /// Whether a session of a canvas in `partition` may be served now.
@@ -610,8 +452,7 @@ impl Hub {
     /// # Errors
     /// [`Refusal::NotOwner`] or [`Refusal::Paused`].
     pub fn admits(&self, partition: i32) -> Result<(), Refusal> {
-        let inner = self.lock();
-        admits(&inner, partition)
+        self.lock().own.admits(partition)
     }
 
     /// The version of `canvas` in this node's state (0 when it has none).
@@ -679,7 +520,7 @@ impl Hub {
     pub fn subscribe_at(&self, handle: SessionHandle, since: u64, epoch: Option<&Epoch>) -> Result<Start, Refusal> {
         let topic = self.topic_id();
         let mut inner = self.lock();
-        admits(&inner, handle.partition)?;
+        inner.own.admits(handle.partition)?;
         let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
         let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, CanvasState::resets));
         let since = epoch::resume_after(since, epoch, &current);
@@ -731,21 +572,6 @@ impl Hub {
         self.fanout.slow_closed()
     }
 
-    /// Notes that the broadcast consumer polled (health uses it to spot a stalled consumer).
-    pub fn broadcast_polled(&self) {
-        self.lock().last_broadcast_poll = Some(Instant::now());
-    }
-
-    /// Time since the broadcast consumer last polled, if it ever did.
-    pub fn since_broadcast_poll(&self) -> Option<Duration> {
-        self.lock().last_broadcast_poll.map(|t| t.elapsed())
-    }
-
-    /// Forgets the last broadcast poll (the consumer stopped on purpose).
-    pub fn clear_broadcast_poll(&self) {
-        self.lock().last_broadcast_poll = None;
-    }
-
     /// Frames waiting in the sessions' outboxes, over every session (`/metrics`).
     pub fn outbox_frames(&self) -> usize {
         self.lock().canvases.values().flat_map(|c| &c.sessions).map(|s| s.out.waiting()).sum()
@@ -769,16 +595,6 @@ impl Drop for SessionGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
-}
-
-fn admits(inner: &Inner, partition: i32) -> Result<(), Refusal> {
-    if !inner.owned.contains(&partition) {
-        return Err(Refusal::NotOwner { partition });
-    }
-    if inner.paused.contains(&partition) {
-        return Err(Refusal::Paused { partition });
-    }
-    Ok(())
 }
 
 fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {

@@ -5,18 +5,24 @@
 //! missed (catch-up), after which it joins the broadcast group and serves sessions of the canvases
 //! whose partitions it owns.
 //!
-//! Modules: [`config`], [`admission`] (session capacity: seats), [`lifecycle`] (the node's state machine), [`state`] (one canvas and its
-//! recent events), [`hub`] (canvases, sessions, positions, ownership), [`catchup`] (replay up to
-//! the targets), [`snapshot`] (a takeover's start from the snapshots), [`standby`] (the other
-//! partitions kept current), [`broadcast`] (live consumer and rebalances), [`session`] (one WebSocket),
-//! [`drain`] (hand-over steps), [`progress`] (DEGRADED: stalls and pauses), [`node`] (ties them together), [`http`] (routes), [`metrics`]
-//! (`GET /metrics`).
+//! Modules, each importing only those above it: [`config`], [`state`] (one canvas and its recent
+//! events), [`counters`] (event counts), [`outbox`] (a session's ordered writer), [`ownership`]
+//! (each partition's role: owned, held, paused, bridged), [`progress`] (DEGRADED: stalls and
+//! pauses), [`lifecycle`] (the node's state machine), [`fence`] (admin requests of a deposed
+//! leader), [`admission`] (session capacity: seats); [`fanout`] (the node-wide writer); [`hub`]
+//! (canvases, sessions, positions); [`session`] (one WebSocket), [`drain`] (hand-over steps),
+//! [`catchup`] (replay up to the targets), [`snapshot`] (a takeover's start from the snapshots),
+//! [`readers`] (the group-less readers' assignment); [`standby`] (the other partitions kept
+//! current); [`broadcast`] (live consumer and rebalances); [`node`] (ties them together);
+//! [`metrics`] (`GET /metrics`) and [`http`] (routes).
 
 pub mod admission;
 pub mod broadcast;
 pub mod catchup;
 pub mod config;
+pub mod counters;
 pub mod drain;
+pub mod fanout;
 pub mod fence;
 pub mod http;
 pub mod fuzzing;
@@ -24,7 +30,10 @@ pub mod hub;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node;
+pub mod outbox;
+pub mod ownership;
 pub mod progress;
+pub mod readers;
 pub mod session;
 pub mod snapshot;
 pub mod standby;

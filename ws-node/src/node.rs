@@ -41,8 +41,6 @@ pub struct Node {
     /// Session capacity (`MAX_SESSIONS`): a handshake takes a seat before it is answered.
     pub seats: crate::admission::Seats,
     pub shutdown: CancellationToken,
-    /// `GET /metrics` ([`crate::metrics`]).
-    pub metrics: crate::metrics::Metrics,
     /// The verifier of clients' tokens (`None`: no token needed), from `CLIENT_TOKEN_*`.
     pub client_tokens: Option<shared::client_token::ClientTokens>,
     /// Sees the process's pauses (SIGSTOP, starvation) by its own clock ([`crate::progress`]).
@@ -56,11 +54,9 @@ impl Node {
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
         let hub = Arc::new(Hub::new(config.dims(), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
-        let metrics = crate::metrics::Metrics::new(&config.node_id, &hub.counters);
         let seats = crate::admission::Seats::new(usize::try_from(config.max_sessions).unwrap_or(usize::MAX));
         let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
         let node = Arc::new(Self {
-            metrics,
             client_tokens,
             config,
             hub,
@@ -196,15 +192,15 @@ impl Node {
             session_seats: self.seats.taken(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
             standby_partitions: standby.clone(),
-            partitions: partition_health(&self.hub.positions(), &self.hub.ends(), &self.hub.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
+            partitions: partition_health(&self.hub.positions(), &self.hub.sampler.ends(), &self.hub.sampler.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
             log_start_recoveries: self.hub.log_start_recoveries(),
             incomplete_canvases,
             incomplete_canvas_count,
             canvases: self.hub.canvas_count(),
             recent_window_bytes: self.hub.recent_bytes(),
             progress: Progress {
-                since_poll_ms: self.hub.since_broadcast_poll().map(|d| d.as_millis() as u64),
-                assignment_at_ms: self.hub.last_rebalance().map(|(_, ms)| ms),
+                since_poll_ms: self.hub.sampler.since_broadcast_poll().map(|d| d.as_millis() as u64),
+                assignment_at_ms: self.hub.sampler.last_rebalance().map(|(_, ms)| ms),
                 paused: self.watch.reported_pause(),
                 ownership_confirmed: assessment.ownership_confirmed,
                 stalled_partitions: assessment.stalled_partitions,

@@ -17,6 +17,7 @@
 //! [`assess`] is the pure rule over those facts; the node calls it for every `/health`.
 
 use shared::api::Pause;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -170,6 +171,117 @@ impl Watch {
     /// The last pause as `/health` reports it.
     pub fn reported_pause(&self) -> Option<Pause> {
         self.last_pause.lock().expect("pause lock").map(|(l, _, at_ms)| Pause { at_ms, for_ms: l.as_millis() as u64 })
+    }
+}
+
+/// The progress facts the readers report (readable ends, polls, rebalances) and how long each
+/// partition's position has stood, under a lock of their own (the broadcast consumer notes a poll
+/// every 100 ms; the hub's lock is for applying events).
+#[derive(Debug, Default)]
+pub struct Sampler {
+    st: Mutex<SamplerState>,
+}
+
+#[derive(Debug, Default)]
+struct SamplerState {
+    /// Per partition, its readable end as last read: lag = end − position.
+    ends: shared::replay::Offsets,
+    /// Per partition, its position when last sampled and since when it has been there.
+    moved: HashMap<i32, (i64, Instant)>,
+    last_broadcast_poll: Option<Instant>,
+    /// The last rebalance callback of the broadcast consumer: when, and its Unix epoch ms.
+    rebalanced_at: Option<(Instant, u64)>,
+}
+
+impl Sampler {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SamplerState> {
+        self.st.lock().expect("progress sampler lock poisoned")
+    }
+
+    /// Records the readable end of each partition (for the lag in `/health`).
+    pub fn set_ends(&self, ends: shared::replay::Offsets) {
+        self.lock().ends = ends;
+    }
+
+    /// The readable end of each partition as last read.
+    pub fn ends(&self) -> shared::replay::Offsets {
+        self.lock().ends.clone()
+    }
+
+    /// Notes where every position is now (`positions`); a position that changed since the last
+    /// sample has moved now.
+    pub fn sample(&self, positions: &shared::replay::Offsets, now: Instant) {
+        let mut st = self.lock();
+        for (p, pos) in positions {
+            match st.moved.get_mut(p) {
+                Some(s) if s.0 == *pos => {}
+                Some(s) => *s = (*pos, now),
+                None => {
+                    st.moved.insert(*p, (*pos, now));
+                }
+            }
+        }
+    }
+
+    /// `partitions` were assigned at `now`: a position stands from its assignment on at the
+    /// earliest.
+    pub fn assigned(&self, partitions: &[i32], now: Instant) {
+        let mut st = self.lock();
+        for p in partitions {
+            if let Some(s) = st.moved.get_mut(p) {
+                s.1 = now;
+            }
+        }
+    }
+
+    /// Since when each partition's position has stood, as last sampled.
+    pub fn standing_since(&self) -> HashMap<i32, Instant> {
+        self.lock().moved.iter().map(|(p, (_, since))| (*p, *since)).collect()
+    }
+
+    /// The sampled part of the progress facts at `now`, for the `owned` partitions at `positions`:
+    /// since the last poll, since the last rebalance, and each owned partition's lag and standing
+    /// time.
+    pub fn facts(&self, now: Instant, owned: &[i32], positions: &shared::replay::Offsets) -> (Option<Duration>, Option<Duration>, Vec<PartitionProgress>) {
+        let st = self.lock();
+        let owned = owned
+            .iter()
+            .map(|p| {
+                let lag = match (st.ends.get(p), positions.get(p)) {
+                    (Some(end), Some(pos)) => Some((end - pos).max(0)),
+                    (Some(end), None) => Some(*end),
+                    _ => None,
+                };
+                let since_moved = st.moved.get(p).map_or(Duration::ZERO, |(_, t)| now.saturating_duration_since(*t));
+                PartitionProgress { partition: *p, lag, since_moved }
+            })
+            .collect();
+        (st.last_broadcast_poll.map(|t| now.saturating_duration_since(t)), st.rebalanced_at.map(|(t, _)| now.saturating_duration_since(t)), owned)
+    }
+
+    /// Notes a rebalance callback of the broadcast consumer (assignment or revocation).
+    pub fn rebalanced(&self) {
+        self.lock().rebalanced_at = Some((Instant::now(), shared::event::now_ms()));
+    }
+
+    /// The last rebalance callback: when, and its Unix epoch ms.
+    pub fn last_rebalance(&self) -> Option<(Instant, u64)> {
+        self.lock().rebalanced_at
+    }
+
+    /// Notes that the broadcast consumer polled (a stalled consumer stops noting it).
+    pub fn broadcast_polled(&self) {
+        self.lock().last_broadcast_poll = Some(Instant::now());
+    }
+
+    /// Time since the broadcast consumer last polled, if it ever did.
+    pub fn since_broadcast_poll(&self) -> Option<Duration> {
+        self.lock().last_broadcast_poll.map(|t| t.elapsed())
+    }
+
+    /// Forgets the last broadcast poll (the consumer stopped on purpose).
+    pub fn clear_broadcast_poll(&self) {
+        self.lock().last_broadcast_poll = None;
     }
 }
 

@@ -37,7 +37,7 @@ pub fn run(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, s
             let known: BTreeSet<i32> = positions.keys().copied().collect();
             let want = scope(&known, &hub.owned(), &hub.held());
             if want != reading {
-                match crate::broadcast::assign_from(&reader, topic, &want, &positions) {
+                match crate::readers::assign_from(&reader, topic, &want, &positions) {
                     Ok(()) => tracing::info!(
                         "[STANDBY] reading partitions={:?} from offsets={} (kept current, not served)",
                         want,

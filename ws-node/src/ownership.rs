@@ -1,0 +1,329 @@
+//! Ownership: what the node does with each partition of the events topic, as one enum per
+//! partition and one pure transition function ([`transition`]), with the holds and the bridge that
+//! a cooperative rebalance needs.
+//!
+//! - **Owned**: assigned to this node's broadcast consumer; its sessions are served here.
+//! - **Held**: moved to another node (make-before-break): no new sessions here, but the open ones
+//!   keep getting their events, read from the log by the release reader, until a scoped drain
+//!   hands them over, the partition comes back, or the hold ends ([`Ownership::end_hold`]). Each
+//!   revocation is one hold, with a number: a later hold of the same partition is not ended by an
+//!   earlier hold's timer.
+//! - **Paused** (beside either role): a drain is handing its sessions over; no fan-out and no new
+//!   session until it resumes.
+//! - **Bridged**: owned partitions the release reader also reads until the rebalance's next round,
+//!   because librdkafka hands the broadcast consumer nothing of them until then (see
+//!   [`Ownership::bridge`]).
+//!
+//! The hub keeps this under its own lock, beside the canvases: whether an event is fanned out and
+//! whether a session is admitted are decided atomically with applying and registering.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+/// Why a session cannot be served here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("this node does not own partition {partition}")]
+    NotOwner { partition: i32 },
+    #[error("partition {partition} is being handed over")]
+    Paused { partition: i32 },
+    #[error("this node's state is at version {have}, behind the client's {since}")]
+    Behind { have: u64, since: u64 },
+}
+
+/// A partition's role on this node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// Not served here (never assigned, revoked, or its hold ended).
+    #[default]
+    NotOwned,
+    /// Assigned to this node's broadcast consumer.
+    Owned,
+    /// Moved to another node; its open sessions are served from the log under hold number `.0`.
+    Held(u64),
+}
+
+/// One partition: its role, and whether a drain paused it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Part {
+    pub role: Role,
+    pub paused: bool,
+}
+
+impl Part {
+    /// Whether events of this partition are fanned out to its sessions here.
+    pub fn live(self) -> bool {
+        matches!(self.role, Role::Owned | Role::Held(_)) && !self.paused
+    }
+}
+
+/// What happens to a partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The broadcast consumer was assigned it (a held partition assigned back ends its hold: its
+    /// sessions simply stay).
+    Assigned,
+    /// A cooperative rebalance moved it away; hold number `.0` keeps its sessions here.
+    Held(u64),
+    /// Revoked with its sessions taken out (lost, leaving the group, or no hold).
+    Revoked,
+    /// A drain scoped to it takes its sessions: a held partition stops being held.
+    Paused,
+    /// The scoped drain is over.
+    Resumed,
+    /// Hold number `.0` ran out: ends the hold if the partition is still in it.
+    HoldEnded(u64),
+    /// A drain of the whole node takes every session: holds end, nothing is paused.
+    DrainedAll,
+}
+
+/// The transition table. Pure.
+pub fn transition(part: Part, event: Event) -> Part {
+    match event {
+        Event::Assigned => Part { role: Role::Owned, ..part },
+        Event::Held(n) => Part { role: Role::Held(n), ..part },
+        Event::Revoked => Part { role: Role::NotOwned, ..part },
+        Event::Paused => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, paused: true },
+        Event::Resumed => Part { paused: false, ..part },
+        Event::HoldEnded(n) if part.role == Role::Held(n) => Part { role: Role::NotOwned, ..part },
+        Event::HoldEnded(_) => part,
+        Event::DrainedAll => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, ..part },
+    }
+}
+
+/// Owned partitions the release reader also reads until the rebalance's next round.
+#[derive(Debug, Default)]
+struct Bridge {
+    partitions: BTreeSet<i32>,
+    since: Option<Instant>,
+    /// Assignment callbacks still to come before the bridge ends.
+    assigns_left: u8,
+}
+
+/// Every partition's [`Part`], the holds' numbers and extensions, and the bridge.
+#[derive(Debug, Default)]
+pub struct Ownership {
+    parts: BTreeMap<i32, Part>,
+    /// Number of the last hold.
+    holds: u64,
+    /// Holds kept past `REVOKE_HOLD_MS` ([`Ownership::extend_holds`]): hold number → until when.
+    hold_until: BTreeMap<u64, Instant>,
+    bridge: Bridge,
+}
+
+impl Ownership {
+    fn part(&self, p: i32) -> Part {
+        self.parts.get(&p).copied().unwrap_or_default()
+    }
+
+    fn apply(&mut self, p: i32, event: Event) {
+        let next = transition(self.part(p), event);
+        if next == Part::default() {
+            self.parts.remove(&p);
+        } else {
+            self.parts.insert(p, next);
+        }
+    }
+
+    /// Whether events of `p` are fanned out here (owned or held, not paused).
+    pub fn live(&self, p: i32) -> bool {
+        self.part(p).live()
+    }
+
+    /// Whether a session of a canvas in `partition` may be served now.
+    ///
+    /// # Errors
+    /// [`Refusal::NotOwner`] or [`Refusal::Paused`].
+    pub fn admits(&self, partition: i32) -> Result<(), Refusal> {
+        let part = self.part(partition);
+        if part.role != Role::Owned {
+            return Err(Refusal::NotOwner { partition });
+        }
+        if part.paused {
+            return Err(Refusal::Paused { partition });
+        }
+        Ok(())
+    }
+
+    /// Whether `p` is owned.
+    pub fn is_owned(&self, p: i32) -> bool {
+        self.part(p).role == Role::Owned
+    }
+
+    /// Whether `p` is held.
+    pub fn is_held(&self, p: i32) -> bool {
+        matches!(self.part(p).role, Role::Held(_))
+    }
+
+    /// Partitions owned now, sorted.
+    pub fn owned(&self) -> Vec<i32> {
+        self.parts.iter().filter(|(_, s)| s.role == Role::Owned).map(|(p, _)| *p).collect()
+    }
+
+    /// Partitions held now, sorted.
+    pub fn held(&self) -> Vec<i32> {
+        self.parts.iter().filter(|(_, s)| matches!(s.role, Role::Held(_))).map(|(p, _)| *p).collect()
+    }
+
+    /// Marks `partitions` owned.
+    pub fn assign(&mut self, partitions: &[i32]) {
+        for p in partitions {
+            self.apply(*p, Event::Assigned);
+        }
+    }
+
+    /// Holds `partitions` under a new hold; returns its number.
+    pub fn hold(&mut self, partitions: &[i32]) -> u64 {
+        self.holds += 1;
+        let n = self.holds;
+        for p in partitions {
+            self.apply(*p, Event::Held(n));
+        }
+        n
+    }
+
+    /// Makes the release reader also read `partitions` until the rebalance's next round.
+    /// librdkafka follows a cooperative revocation with an assignment callback of the same round
+    /// (nothing new) and then one of the next round; the bridge ends with the second
+    /// ([`Ownership::assignment_came`]).
+    pub fn bridge(&mut self, partitions: &[i32]) {
+        self.bridge = Bridge { partitions: partitions.iter().copied().collect(), since: Some(Instant::now()), assigns_left: 2 };
+    }
+
+    /// An assignment callback came; the second after [`Ownership::bridge`] ends the bridge.
+    pub fn assignment_came(&mut self) {
+        self.bridge.assigns_left = self.bridge.assigns_left.saturating_sub(1);
+        if self.bridge.assigns_left == 0 {
+            self.bridge = Bridge::default();
+        }
+    }
+
+    /// What the release reader reads now: the held partitions and the bridged ones, sorted. A
+    /// bridge older than `longest` ends here (a next round that never came).
+    pub fn release_scope(&mut self, longest: Duration) -> (Vec<i32>, Vec<i32>) {
+        if self.bridge.since.is_some_and(|t| t.elapsed() > longest) {
+            tracing::warn!("[RELEASE] no rebalance round came {}ms after a revocation; stop reading partitions={:?} for the broadcast consumer", longest.as_millis(), self.bridge.partitions);
+            self.bridge = Bridge::default();
+        }
+        let bridged: Vec<i32> = self.bridge.partitions.iter().copied().filter(|p| self.is_owned(*p)).collect();
+        (self.held(), bridged)
+    }
+
+    /// Keeps the holds of those of `partitions` held now until `until` at least. A hold is
+    /// extended as a whole. Returns the partitions held, sorted.
+    pub fn extend_holds(&mut self, partitions: &[i32], until: Instant) -> Vec<i32> {
+        let mut held = Vec::new();
+        for p in partitions {
+            if let Role::Held(hold) = self.part(*p).role {
+                let at = self.hold_until.entry(hold).or_insert(until);
+                *at = (*at).max(until);
+                held.push(*p);
+            }
+        }
+        held.sort_unstable();
+        held.dedup();
+        held
+    }
+
+    /// Until when hold number `hold` was extended, if it was.
+    pub fn hold_deadline(&self, hold: u64) -> Option<Instant> {
+        self.hold_until.get(&hold).copied()
+    }
+
+    /// Ends hold number `hold` for those of `partitions` still in it; returns them (their
+    /// sessions are the caller's to take).
+    pub fn end_hold(&mut self, hold: u64, partitions: &[i32]) -> BTreeSet<i32> {
+        self.hold_until.remove(&hold);
+        let scope: BTreeSet<i32> = partitions.iter().copied().filter(|p| self.part(*p).role == Role::Held(hold)).collect();
+        for p in &scope {
+            self.apply(*p, Event::HoldEnded(hold));
+        }
+        scope
+    }
+
+    /// Marks `partitions` not owned and not held.
+    pub fn revoke(&mut self, partitions: &[i32]) {
+        for p in partitions {
+            self.apply(*p, Event::Revoked);
+        }
+    }
+
+    /// Forgets every owned and held partition (the broadcast consumer stopped).
+    pub fn revoke_all(&mut self) {
+        let all: Vec<i32> = self.parts.keys().copied().collect();
+        self.revoke(&all);
+    }
+
+    /// A drain takes the sessions of `partitions` (all with `None`): pauses them (a whole-node
+    /// drain pauses nothing) and ends their holds.
+    pub fn pause(&mut self, partitions: Option<&BTreeSet<i32>>) {
+        match partitions {
+            Some(ps) => ps.iter().for_each(|p| self.apply(*p, Event::Paused)),
+            None => {
+                let all: Vec<i32> = self.parts.keys().copied().collect();
+                all.into_iter().for_each(|p| self.apply(p, Event::DrainedAll));
+            }
+        }
+    }
+
+    /// Ends a pause started by [`Ownership::pause`].
+    pub fn resume(&mut self, partitions: &BTreeSet<i32>) {
+        for p in partitions {
+            self.apply(*p, Event::Resumed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FREE: Part = Part { role: Role::NotOwned, paused: false };
+    const OWNED: Part = Part { role: Role::Owned, paused: false };
+
+    #[test]
+    fn transition_table() {
+        let held = |n| Part { role: Role::Held(n), paused: false };
+        let paused = |role| Part { role, paused: true };
+        // (from, event) → to
+        let table = [
+            (FREE, Event::Assigned, OWNED),
+            (held(3), Event::Assigned, OWNED),
+            (OWNED, Event::Held(1), held(1)),
+            (held(1), Event::Held(2), held(2)),
+            (OWNED, Event::Revoked, FREE),
+            (held(1), Event::Revoked, FREE),
+            (OWNED, Event::Paused, paused(Role::Owned)),
+            (held(1), Event::Paused, paused(Role::NotOwned)),
+            (paused(Role::Owned), Event::Resumed, OWNED),
+            (paused(Role::Owned), Event::Held(4), paused(Role::Held(4))),
+            (held(1), Event::HoldEnded(1), FREE),
+            (held(2), Event::HoldEnded(1), held(2)),
+            (OWNED, Event::HoldEnded(1), OWNED),
+            (held(2), Event::DrainedAll, FREE),
+            (OWNED, Event::DrainedAll, OWNED),
+            (paused(Role::Owned), Event::DrainedAll, paused(Role::Owned)),
+        ];
+        for (from, event, to) in table {
+            assert_eq!(transition(from, event), to, "{from:?} + {event:?}");
+        }
+    }
+
+    #[test]
+    fn live_and_admits_follow_the_role_and_the_pause() {
+        let mut o = Ownership::default();
+        assert_eq!(o.admits(1), Err(Refusal::NotOwner { partition: 1 }));
+        o.assign(&[1, 2]);
+        assert!(o.live(1) && o.admits(1).is_ok());
+        o.hold(&[2]);
+        assert!(o.live(2), "held sessions still get events");
+        assert_eq!(o.admits(2), Err(Refusal::NotOwner { partition: 2 }));
+        o.pause(Some(&BTreeSet::from([1])));
+        assert!(!o.live(1));
+        assert_eq!(o.admits(1), Err(Refusal::Paused { partition: 1 }));
+        o.resume(&BTreeSet::from([1]));
+        assert_eq!((o.owned(), o.held()), (vec![1], vec![2]));
+        o.pause(None);
+        assert_eq!((o.owned(), o.held()), (vec![1], vec![]), "a whole-node drain ends the holds");
+    }
+}
