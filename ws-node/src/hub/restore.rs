@@ -1,0 +1,77 @@
+//! Restores and the log's edges: canvases from snapshots, positions raised, records skipped, and
+//! the canvases whose versions skipped.
+
+use super::{Channel, Hub};
+use crate::state::CanvasState;
+use shared::replay::Offsets;
+use std::sync::atomic::Ordering;
+
+impl Hub {
+    /// Restores canvases from their snapshots where a snapshot is newer than the state (a snapshot
+    /// of another canvas size is refused with an error). Sessions already on a restored canvas get
+    /// the snapshot frame, as after any resync. Returns how many canvases were restored.
+    pub fn restore(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> u64 {
+        let mut restored = 0;
+        let mut inner = self.lock();
+        for snap in snapshots {
+            if snap.dims != self.dims {
+                tracing::error!(canvas = %snap.canvas, width = snap.dims.width, height = snap.dims.height,
+                    "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
+                continue;
+            }
+            let window = self.window;
+            let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+            // A later reset is newer whatever its version; within one, the higher version.
+            if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
+                continue;
+            }
+            let state = channel.state.insert(CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), snap.epoch, window));
+            restored += 1;
+            let canvas = snap.canvas.clone();
+            if !channel.sessions.is_empty() {
+                let frame = state.snapshot_frame();
+                self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+            }
+            inner.incomplete.remove(&canvas);
+        }
+        drop(inner);
+        self.fanout.write_pending();
+        restored
+    }
+
+    /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
+    /// partitions it had nothing to read on).
+    pub fn advance_positions(&self, positions: &Offsets) {
+        let mut inner = self.lock();
+        for (p, o) in positions {
+            let pos = inner.positions.entry(*p).or_insert(*o);
+            *pos = (*pos).max(*o);
+        }
+    }
+
+    /// Counts one restore of partitions whose position was below their log start.
+    pub fn count_log_start_recovery(&self) {
+        self.log_start_recoveries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many times partitions were restored because their position was below the log start.
+    pub fn log_start_recoveries(&self) -> u64 {
+        self.log_start_recoveries.load(Ordering::Relaxed)
+    }
+
+    /// Canvases whose versions skipped as they were applied: their records were deleted with no
+    /// snapshot covering them, so they may miss old pixels (sorted; at most `limit`), and how many
+    /// there are in all.
+    pub fn incomplete_canvases(&self, limit: usize) -> (Vec<String>, usize) {
+        let inner = self.lock();
+        (inner.incomplete.iter().take(limit).map(|c| c.to_string()).collect(), inner.incomplete.len())
+    }
+
+    /// Advances the position of `partition` past a record that could not be applied (not a pixel
+    /// event), so catch-up and assignment do not read it again.
+    pub fn skip(&self, partition: i32, offset: i64) {
+        let mut inner = self.lock();
+        let pos = inner.positions.entry(partition).or_insert(offset + 1);
+        *pos = (*pos).max(offset + 1);
+    }
+}
