@@ -418,8 +418,9 @@ impl EventLog for KafkaLog {
     async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
         let topic = self.topic.clone();
         self.with_reader(move |consumer| {
-            let (plan, truncated) = replay::plan_wanting(consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
+            let (plan, gaps) = replay::plan_wanting(consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
+            let truncated = gaps.truncated;
             let total = replay::Progress::new(&plan).remaining();
             tracing::info!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
                 "reading the log after the snapshots");
@@ -833,8 +834,9 @@ pub mod fake {
             let mut end = TailEnd::default();
             for p in 0..self.shared.partitions as i32 {
                 let v = entries.get(&p).cloned().unwrap_or_default();
-                let (start, cut) = replay::start_of(tail.needed.get(&p).copied(), tail.wanted.get(&p).copied(), low.get(&p).copied().unwrap_or(0));
-                if cut {
+                let (start, gap) =
+                    replay::start_of(tail.needed.get(&p).copied(), tail.wanted.get(&p).copied(), low.get(&p).copied().unwrap_or(0), v.len() as i64);
+                if gap == replay::Gap::Deleted {
                     end.truncated.push(p);
                 }
                 for e in Self::logged(p, &v).into_iter().filter(|e| e.offset >= start) {

@@ -76,6 +76,15 @@ impl Coverage {
         self.marks.insert(canvas.clone(), Mark { snapshot_version: version, resets, last_offset: offset.saturating_sub(1), first_uncovered: None });
     }
 
+    /// The partition's log ends at `end` (the offset after its last record): a snapshot read with
+    /// an offset past it (the topic recreated with the snapshot topic kept, or truncated) covers
+    /// nothing of this log, and its canvas's next snapshot must not name that offset.
+    pub fn clamp_to(&mut self, end: i64) {
+        for mark in self.marks.values_mut() {
+            mark.last_offset = mark.last_offset.min(end - 1);
+        }
+    }
+
     /// A committed record of `canvas` at `offset` that its snapshot does not cover.
     pub fn recorded(&mut self, canvas: &CanvasId, offset: i64, now: Instant) {
         let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets: 0, last_offset: -1, first_uncovered: None });

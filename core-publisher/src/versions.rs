@@ -340,7 +340,11 @@ impl<L: EventLog> Versions<L> {
             .into_iter()
             .zip(rebuilt.coverage)
             .enumerate()
-            .map(|(p, (h, c))| Arc::new(Partition::restored(p as i32, self.dims, h, c, ends.get(&(p as i32)).copied().unwrap_or(0))))
+            .map(|(p, (h, mut c))| {
+                let end = ends.get(&(p as i32)).copied().unwrap_or(0);
+                c.clamp_to(end);
+                Arc::new(Partition::restored(p as i32, self.dims, h, c, end))
+            })
             .collect();
         let ctx = Arc::new(Ctx {
             log: self.log.clone(),

@@ -155,6 +155,14 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
     }
 }
 
+/// [`check`] of the current history only: the frames from the client's last epoch change on
+/// (the whole stream when its epoch never changed). A history that ended (a topic deleted and
+/// created again) is not this one's to judge; the new one must be complete from its first frame.
+pub fn check_history(report: &ClientReport, head: u64, hash: &str) -> Verdict {
+    let current = ClientReport { got: report.got[report.history_from.min(report.got.len())..].to_vec(), ..report.clone() };
+    check(&current, head, hash)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,6 +202,17 @@ mod tests {
         }
         assert!(check(&report(&[(S, 0), (E, 1)]), 1, "h").ok());
         assert!(!check(&report(&[(S, 0), (E, 1)]), 1, "other").ok());
+    }
+
+    #[test]
+    fn a_new_history_is_judged_from_its_first_frame() {
+        // Old history to 7, then a new epoch whose snapshot is at 3 and events follow.
+        let mut r = report(&[(S, 0), (E, 1), (S, 7), (S, 3), (E, 4), (E, 5)]);
+        assert!(!check(&r, 5, "h").ok(), "as one stream: an extra snapshot");
+        r.history_from = 3;
+        assert!(check_history(&r, 5, "h").ok(), "{:?}", check_history(&r, 5, "h"));
+        r.history_from = 4; // the new history's snapshot not counted: it has no base
+        assert!(!check_history(&r, 5, "h").ok());
     }
 
     #[test]

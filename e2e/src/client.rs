@@ -105,6 +105,9 @@ pub struct ClientReport {
     pub epoch: Option<Epoch>,
     /// Welcomes that named another epoch than the one the client had.
     pub epoch_changes: u32,
+    /// Index in `got` of the first frame of the current epoch (0 until an epoch change): the
+    /// stream of the current history starts there ([`crate::checker::check_history`]).
+    pub history_from: usize,
     /// Hash of the client's canvas.
     pub hash: String,
 }
@@ -383,6 +386,7 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
             if epoch.is_some() && s.report.epoch.is_some() && epoch != s.report.epoch {
                 // Another history: nothing the client holds applies to it.
                 s.report.epoch_changes += 1;
+                s.report.history_from = s.report.got.len();
                 s.report.version = 0;
                 s.canvas = None;
             }

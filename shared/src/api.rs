@@ -112,6 +112,15 @@ pub struct NodeHealth {
     /// retention) and the partition was restored from the snapshots.
     #[serde(default)]
     pub log_start_recoveries: u64,
+    /// Times a reader found a position past its partition's readable end (the log moved
+    /// backwards: the topic recreated, or truncated by an unclean leader election) and rebuilt
+    /// the partition as a new history.
+    #[serde(default)]
+    pub log_moved_back: u64,
+    /// Times the events topic's ID changed under the serving node, which then left service,
+    /// forgot the old history and caught up on the new topic.
+    #[serde(default)]
+    pub history_changes: u64,
     /// Canvases whose versions skipped as they were applied: their records were deleted with no
     /// snapshot covering them, so they may miss old pixels (sorted, at most 100 named)...
     #[serde(default)]
@@ -332,6 +341,8 @@ mod tests {
             standby_partitions: vec![1, 3],
             partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2), since_moved_ms: 40 }],
             log_start_recoveries: 1,
+            log_moved_back: 0,
+            history_changes: 0,
             incomplete_canvases: vec!["c7".into()],
             incomplete_canvas_count: 1,
             canvases: 4,

@@ -155,7 +155,10 @@ pub fn partition_count<C: ConsumerContext>(
 /// the start is `from[p]` when the reader's state already reaches offset `from[p]`, else the log
 /// start (low watermark). Partitions whose needed records were deleted by retention (a start
 /// below the low watermark, or a log start past offset 0 for a reader with no state) are read from
-/// the low watermark and reported in the returned list: the state built from them may miss pixels.
+/// the low watermark and reported in [`Gaps::truncated`]: the state built from them may miss
+/// pixels. Partitions whose start lies past their readable end (the topic deleted and created
+/// again, or the log truncated by an unclean leader election) are read from the low watermark too
+/// and reported in [`Gaps::moved_back`]: a position past the end is never trusted.
 ///
 /// # Errors
 /// [`ReplayError`] when metadata or watermarks cannot be read within `timeout`.
@@ -164,14 +167,15 @@ pub fn plan<C: ConsumerContext>(
     topic: &str,
     from: &Offsets,
     timeout: Duration,
-) -> Result<(ReplayPlan, Vec<i32>), ReplayError> {
+) -> Result<(ReplayPlan, Gaps), ReplayError> {
     plan_wanting(consumer, topic, from, &Offsets::new(), timeout)
 }
 
 /// As [`plan`], where `needed[p]` is the offset from which the reader needs every record (absent:
 /// the log start, 0) and `wanted[p]` an earlier offset it would also like to read when the log
 /// still has it (the publisher's idempotency keys): the start is `min(needed, wanted)`, raised to
-/// the low watermark; only a needed offset below the low watermark is reported as truncated.
+/// the low watermark; only a needed offset below the low watermark is reported as truncated, and
+/// one past the readable end as moved back ([`start_of`]).
 ///
 /// # Errors
 /// [`ReplayError`] when metadata or watermarks cannot be read within `timeout`.
@@ -181,33 +185,82 @@ pub fn plan_wanting<C: ConsumerContext>(
     needed: &Offsets,
     wanted: &Offsets,
     timeout: Duration,
-) -> Result<(ReplayPlan, Vec<i32>), ReplayError> {
+) -> Result<(ReplayPlan, Gaps), ReplayError> {
     let n = partition_count(consumer, topic, timeout)?;
     let mut plan = ReplayPlan { starts: Offsets::new(), targets: Offsets::new() };
-    let mut truncated = Vec::new();
+    let mut gaps = Gaps::default();
+    let watermarks = |p: i32| {
+        consumer.fetch_watermarks(topic, p, timeout).map_err(|source| {
+            crate::kafka::serve_queued_events(consumer);
+            ReplayError::Watermarks { topic: topic.into(), partition: p, source }
+        })
+    };
     for p in 0..n as i32 {
-        let (low, high) = consumer
-            .fetch_watermarks(topic, p, timeout)
-            .map_err(|source| {
-                crate::kafka::serve_queued_events(consumer);
-                ReplayError::Watermarks { topic: topic.into(), partition: p, source }
-            })?;
-        let (start, cut) = start_of(needed.get(&p).copied(), wanted.get(&p).copied(), low);
-        if cut {
-            truncated.push(p);
+        let (need, want) = (needed.get(&p).copied(), wanted.get(&p).copied());
+        let (mut low, mut high) = watermarks(p)?;
+        if matches!(start_of(need, want, low, high).1, Gap::MovedBack) {
+            // A transaction's commit markers reach its partitions one by one: a checkpoint read
+            // on the snapshot topic can be ahead of this partition's last stable offset for a
+            // moment. Look again before calling it a log that moved backwards.
+            std::thread::sleep(Duration::from_millis(500));
+            (low, high) = watermarks(p)?;
+        }
+        let (start, gap) = start_of(need, want, low, high);
+        match gap {
+            Gap::None => {}
+            Gap::Deleted => gaps.truncated.push(p),
+            Gap::MovedBack => {
+                let position = need.unwrap_or(0);
+                tracing::warn!(topic, partition = p, position, end = high,
+                    "a position past the partition's readable end: the log moved backwards (the topic recreated, or truncated by an unclean leader election); reading it from its start");
+                gaps.moved_back.push(MovedBack { partition: p, position, end: high });
+            }
         }
         plan.starts.insert(p, start);
         plan.targets.insert(p, high);
     }
-    Ok((plan, truncated))
+    Ok((plan, gaps))
 }
 
-/// Where a partition's read starts, and whether needed records are gone: `needed` absent means
-/// from offset 0. Pure.
-pub fn start_of(needed: Option<i64>, wanted: Option<i64>, low: i64) -> (i64, bool) {
+/// What a plan found missing from the log, per partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gaps {
+    /// Partitions whose needed records were deleted (the log starts after the needed offset).
+    pub truncated: Vec<i32>,
+    /// Partitions whose needed offset lies past their readable end.
+    pub moved_back: Vec<MovedBack>,
+}
+
+/// A partition whose log moved backwards: the reader needed it from `position`, its readable end
+/// is `end` (< `position`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MovedBack {
+    pub partition: i32,
+    pub position: i64,
+    pub end: i64,
+}
+
+/// What is missing at a partition's start ([`start_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gap {
+    /// Every needed record is readable.
+    None,
+    /// Needed records were deleted (the log start is past the needed offset).
+    Deleted,
+    /// The needed offset is past the readable end: not this log's history.
+    MovedBack,
+}
+
+/// Where a partition's read starts, and what is missing: `needed` absent means from offset 0; the
+/// log spans `low..high`. A needed offset past `high` belongs to another history (the topic
+/// recreated, or truncated): the read starts at the log start, never past the end. Pure.
+pub fn start_of(needed: Option<i64>, wanted: Option<i64>, low: i64, high: i64) -> (i64, Gap) {
     let need = needed.unwrap_or(0);
+    if need > high {
+        return (low, Gap::MovedBack);
+    }
     let from = wanted.map_or(need, |w| w.min(need));
-    (from.max(low), need < low)
+    (from.max(low), if need < low { Gap::Deleted } else { Gap::None })
 }
 
 /// Runs `plan` on `consumer` (manual assignment, blocking: call it from a blocking thread).
@@ -391,19 +444,25 @@ mod tests {
 
     #[test]
     fn start_of_table() {
-        // (needed, wanted, low watermark) → (start, needed records deleted)
+        // (needed, wanted, low watermark, readable end) → (start, what is missing)
         let table = [
-            (None, None, 0, (0, false)),
-            (None, None, 5, (5, true)),
-            (Some(10), None, 0, (10, false)),
-            (Some(10), Some(4), 0, (4, false)),
+            (None, None, 0, 0, (0, Gap::None)),
+            (None, None, 5, 9, (5, Gap::Deleted)),
+            (Some(10), None, 0, 20, (10, Gap::None)),
+            (Some(10), Some(4), 0, 20, (4, Gap::None)),
             // Keys wanted from 4, but retention deleted up to 7: start there, nothing needed lost.
-            (Some(10), Some(4), 7, (7, false)),
-            (Some(10), Some(12), 0, (10, false)),
-            (Some(10), None, 12, (12, true)),
+            (Some(10), Some(4), 7, 20, (7, Gap::None)),
+            (Some(10), Some(12), 0, 20, (10, Gap::None)),
+            (Some(10), None, 12, 20, (12, Gap::Deleted)),
+            // At the end exactly: nothing to read, nothing missing.
+            (Some(20), None, 0, 20, (20, Gap::None)),
+            // Past the end: the topic was recreated (end 0) or truncated (end 15): from the start.
+            (Some(5000), None, 0, 0, (0, Gap::MovedBack)),
+            (Some(5000), Some(4000), 0, 0, (0, Gap::MovedBack)),
+            (Some(21), None, 3, 15, (3, Gap::MovedBack)),
         ];
-        for (needed, wanted, low, want) in table {
-            assert_eq!(start_of(needed, wanted, low), want, "needed {needed:?}, wanted {wanted:?}, low {low}");
+        for (needed, wanted, low, high, want) in table {
+            assert_eq!(start_of(needed, wanted, low, high), want, "needed {needed:?}, wanted {wanted:?}, log {low}..{high}");
         }
     }
 }

@@ -233,7 +233,8 @@ pub struct Loaded {
 impl Loaded {
     /// Adds one entry read on `partition`: a canvas's snapshot replaces one of an earlier reset,
     /// or a lower version of the same reset, only; a checkpoint replaces the partition's earlier
-    /// one (checkpoints only move forward, and the topic is read in order).
+    /// one, whatever its value (the topic is read in order, so the last one read is the latest
+    /// written: a lower one means the events log moved backwards under a kept snapshot topic).
     pub fn add(&mut self, partition: i32, entry: Entry) {
         self.records += 1;
         match entry {
@@ -244,8 +245,7 @@ impl Loaded {
                 }
             },
             Entry::Checkpoint(c) => {
-                let at = self.checkpoints.entry(partition).or_insert(c.offset);
-                *at = (*at).max(c.offset);
+                self.checkpoints.insert(partition, c.offset);
             }
         }
     }
@@ -373,14 +373,17 @@ mod tests {
     }
 
     #[test]
-    fn the_highest_version_wins_whatever_order_records_come_in() {
+    fn the_highest_version_and_the_latest_checkpoint_win() {
         let mut l = Loaded::default();
         l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(5), 0, 10)));
         l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(3), 0, 6)));
         l.add(0, Entry::Checkpoint(Checkpoint { offset: 9 }));
         l.add(0, Entry::Checkpoint(Checkpoint { offset: 4 }));
         assert_eq!(l.canvases[&id("a")].1.version, 5);
-        assert_eq!(l.checkpoints[&0], 9);
+        // The latest checkpoint wins, not the largest: a lower one written later is a log that
+        // moved backwards (the events topic recreated with this topic kept), and the old value
+        // would point past its end.
+        assert_eq!(l.checkpoints[&0], 4);
         assert_eq!(l.records, 4);
         // A later reset wins at a lower version; an earlier one never comes back.
         l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(2), 1, 12)));

@@ -11,7 +11,9 @@
 //! 3. With the node's own catch-up consumer group (never the broadcast group, so replay does not
 //!    disturb live delivery), read each partition from its checkpoint or the node's position (the
 //!    offset after the last record its state applied), whichever is later, and apply every record
-//!    (a canvas skips the records its snapshot already holds). Needed records that retention
+//!    (a canvas skips the records its snapshot already holds). A start past a partition's
+//!    readable end is a log that moved backwards (the topic recreated, or truncated): the node
+//!    forgets that partition's canvases and reads it from its log start. Needed records that retention
 //!    deleted are an error in the log, naming the partitions; the canvases whose versions then
 //!    skip are named as they are applied.
 //! 4. Complete when the consumer's position has reached the target on every partition (a
@@ -76,12 +78,27 @@ pub fn run(
     let snapshot_topic = config.snapshot_topic();
     let loaded = shared::snapshot::load(&consumer, &snapshot_topic, STALL_TIMEOUT, cancelled)?;
     let (snapshot_records, checkpoints) = (loaded.records, loaded.checkpoints.clone());
-    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
     let mut needed = hub.positions();
     for (p, checkpoint) in &checkpoints {
         let at = needed.entry(*p).or_insert(*checkpoint);
         *at = (*at).max(*checkpoint);
     }
+    let (plan, gaps) = replay::plan_wanting(&consumer, &config.topic, &needed, &Offsets::new(), Duration::from_secs(10))?;
+    let partitions = plan.targets.len() as u32;
+    if !gaps.moved_back.is_empty() {
+        // A position or checkpoint past the readable end: what this node holds of those
+        // partitions is of another history. Forget it; the snapshots and the log rebuild it.
+        let moved: Vec<i32> = gaps.moved_back.iter().map(|m| m.partition).collect();
+        for m in &gaps.moved_back {
+            tracing::warn!(partition = m.partition, position = m.position, end = m.end,
+                "[CATCHUP] the log moved backwards on this partition (position past its readable end): its canvases are rebuilt from the snapshots and the log from its start");
+            hub.count_log_moved_back();
+        }
+        for s in hub.forget_partitions(&moved, partitions, &plan.starts) {
+            s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
+        }
+    }
+    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
     tracing::info!(
         "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
         snapshot_topic,
@@ -89,13 +106,11 @@ pub fn run(
         from_snapshots,
         fmt_offsets(&checkpoints)
     );
-    let (plan, truncated) = replay::plan_wanting(&consumer, &config.topic, &needed, &Offsets::new(), Duration::from_secs(10))?;
-    if !truncated.is_empty() {
-        tracing::error!(partitions = ?truncated,
+    if !gaps.truncated.is_empty() {
+        tracing::error!(partitions = ?gaps.truncated,
             "[CATCHUP] records this node needs were deleted on these partitions and no snapshot covers them: canvases there \
              may miss old pixels (the log reports the canvases whose versions skip)");
     }
-    let partitions = plan.targets.len() as u32;
     // The state reflects everything before the start (nothing exists before the log start).
     hub.advance_positions(&plan.starts);
     set_report(report, CatchupStatus::Running, &Progress::new(&plan), None);

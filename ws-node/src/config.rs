@@ -98,6 +98,11 @@ pub struct Config {
     /// over at once, in the rebalance callback.
     #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub revoke_hold_ms: u64,
+    /// How often a serving node checks the events topic's ID (besides whenever a reader sees an
+    /// offset out of range): a changed ID is a topic deleted and created again, whose history the
+    /// node must recover before it serves again, ms.
+    #[arg(long, env = "HISTORY_CHECK_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
+    pub history_check_ms: u64,
     /// Keep every partition's state current, not only the owned ones (a group-less standby reader;
     /// see the `standby` module): a takeover then starts at the partitions' head. With it every
     /// node reads the whole topic; `false` reads only what the node owns, and a takeover far
@@ -225,6 +230,7 @@ impl Config {
             ("BEHIND_WAIT_MS", self.behind_wait_ms.to_string()),
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
             ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),
+            ("HISTORY_CHECK_MS", self.history_check_ms.to_string()),
             ("STANDBY", self.standby.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
             ("RECONNECT_SPREAD_MS", self.reconnect_spread_ms.to_string()),

@@ -9,6 +9,10 @@
 //!        drain finished
 //! ```
 //!
+//! A changed events-topic ID while `Ready` (the topic deleted and created again) is a full drain
+//! whose end forgets the state and starts the catch-up at once: `Ready → Draining → Up →
+//! CatchingUp → Ready`, never serving the old history's state on the new topic.
+//!
 //! `/health` reports `Up` and `CatchingUp` as `UP`, `Ready` as `HEALTHY`, `Draining` as `DRAINING`.
 //! A drain scoped to partitions does not change the phase.
 
@@ -50,6 +54,8 @@ pub enum Input {
     /// `POST /admin/drain` without partitions, or SIGTERM.
     DrainRequested,
     DrainFinished,
+    /// The events topic's ID changed while the node served: its state is of another history.
+    HistoryChanged,
 }
 
 /// What the I/O loop must do about it.
@@ -63,6 +69,8 @@ pub enum Effect {
     StartBroadcast,
     /// Begin the full drain: hand sessions over and leave the broadcast group.
     StartDrain,
+    /// Stop serving another history: a full drain, then forget the state and catch up again.
+    Rebuild,
     /// The input does not apply in this phase; answer with this reason.
     Reject(&'static str),
 }
@@ -88,6 +96,10 @@ pub fn transition(phase: Phase, input: Input) -> (Phase, Effect) {
         (P::CatchingUp, I::DrainRequested) => (P::CatchingUp, E::Reject("the node is catching up; it has no sessions")),
         (P::Draining, I::DrainRequested) => (P::Draining, E::Reject("a drain is already running")),
 
+        (P::Ready, I::HistoryChanged) => (P::Draining, E::Rebuild),
+        // Not serving: the next catch-up reads the new ID and forgets the old state.
+        (p, I::HistoryChanged) => (p, E::None),
+
         (P::Draining, I::DrainFinished) => (P::Up, E::None),
         (p, I::DrainFinished) => (p, E::Reject("no drain is running")),
     }
@@ -112,6 +124,10 @@ mod tests {
             (P::Ready, I::DrainRequested, P::Draining, E::StartDrain),
             (P::Up, I::DrainRequested, P::Draining, E::StartDrain),
             (P::Draining, I::DrainFinished, P::Up, E::None),
+            (P::Ready, I::HistoryChanged, P::Draining, E::Rebuild),
+            (P::Up, I::HistoryChanged, P::Up, E::None),
+            (P::CatchingUp, I::HistoryChanged, P::CatchingUp, E::None),
+            (P::Draining, I::HistoryChanged, P::Draining, E::None),
         ];
         for (from, input, to, effect) in table {
             assert_eq!(transition(from, input), (to, effect), "{from:?} + {input:?}");

@@ -45,6 +45,10 @@ struct Scraped {
     catchup_position: StateGauge,
     catchup_remaining: StateGauge,
     catchup_replayed: Gauge,
+    log_start_recoveries: Gauge,
+    log_moved_back: Gauge,
+    history_changes: Gauge,
+    incomplete_canvases: Gauge,
 }
 
 /// The node's registry and its scrape-time gauges.
@@ -80,6 +84,10 @@ impl Metrics {
         r.register("catchup_position", "Catch-up consumer's position, per partition (caught up when it reaches the target)", s.catchup_position.clone());
         r.register("catchup_remaining", "Records the catch-up still has to read (target - position), per partition", s.catchup_remaining.clone());
         r.register("catchup_replayed_records", "Records replayed by the current (or last) catch-up", s.catchup_replayed.clone());
+        r.register("log_start_recoveries", "Times a reader's position was below its partition's log start and the partition was restored from the snapshots", s.log_start_recoveries.clone());
+        r.register("log_moved_back", "Times a reader's position was past its partition's readable end (the topic recreated, or truncated) and the partition was rebuilt as a new history", s.log_moved_back.clone());
+        r.register("history_changes", "Times the events topic's ID changed under the serving node, which left service and caught up on the new topic", s.history_changes.clone());
+        r.register("incomplete_canvases", "Canvases whose versions skipped (records deleted with no snapshot covering them) until a snapshot restores them", s.incomplete_canvases.clone());
         r.register("deliveries", "Event frames handed to sessions (live and backlog)", counters.deliveries.clone());
         r.register("sent_bytes", "Bytes of the event frames handed to sessions", counters.sent_bytes.clone());
         r.register("session_closes", "Sessions ended, by close code (1006: connection lost without a close frame)", counters.closes.clone());
@@ -107,6 +115,10 @@ impl Metrics {
             s.state.get_or_create(&label("state", state)).set(i64::from(state == h.state));
         }
         s.sessions.set(h.sessions as i64);
+        s.log_start_recoveries.set(h.log_start_recoveries as i64);
+        s.log_moved_back.set(h.log_moved_back as i64);
+        s.history_changes.set(h.history_changes as i64);
+        s.incomplete_canvases.set(h.incomplete_canvas_count as i64);
         s.max_sessions.set(h.max_sessions as i64);
         s.session_seats.set(h.session_seats as i64);
         s.canvases.set(h.canvases as i64);

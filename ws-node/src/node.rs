@@ -71,6 +71,7 @@ impl Node {
             watch: crate::progress::Watch::start(),
             guard: Arc::new(crate::fence::Guard::default()),
         });
+        tokio::spawn(Self::watch_history(Arc::downgrade(&node), Duration::from_millis(node.config.history_check_ms), node.shutdown.clone()));
         // Sessions of revoked partitions are handed over here, each revocation on its own; held
         // partitions when their hold runs out (unless a drain took them or they came back).
         let weak = Arc::downgrade(&node);
@@ -194,6 +195,8 @@ impl Node {
             standby_partitions: standby.clone(),
             partitions: partition_health(&self.hub.positions(), &self.hub.sampler.ends(), &self.hub.sampler.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
             log_start_recoveries: self.hub.log_start_recoveries(),
+            log_moved_back: self.hub.log_moved_back(),
+            history_changes: self.hub.history_changes.load(Ordering::Relaxed),
             incomplete_canvases,
             incomplete_canvas_count,
             canvases: self.hub.canvas_count(),
@@ -233,8 +236,28 @@ impl Node {
     }
 
     /// Reads the events topic's ID, the topic half of every canvas's epoch, before the node
-    /// serves (on every recovery, so a topic recreated while the node ran is noticed).
+    /// serves (on every recovery, so a topic recreated while the node ran is noticed). A changed
+    /// ID means the hub's state is of another history: it is forgotten (catch-up rebuilds it).
     async fn learn_topic_id(&self) -> Result<(), String> {
+        let id = self.read_topic_id().await?;
+        if id == shared::epoch::ZERO_TOPIC_ID {
+            tracing::warn!(topic = %self.config.topic, "the broker reports no topic ID (Kafka before 2.8): clients' epochs cannot tell a recreated topic");
+        }
+        match self.hub.set_topic_id(&id) {
+            Some(old) if old != shared::epoch::ZERO_TOPIC_ID => {
+                tracing::warn!(topic = %self.config.topic, old = %old, new = %id,
+                    "the events topic was deleted and created again: forgetting the old history's state; catch-up rebuilds the new one");
+                for s in self.hub.forget_all() {
+                    s.close(close::SERVICE_RESTART, "the events topic was recreated: reconnect");
+                }
+            }
+            _ => tracing::info!(topic = %self.config.topic, topic_id = %id, "events topic id (canvas epochs are <topic id>-<resets>)"),
+        }
+        Ok(())
+    }
+
+    /// The events topic's ID as the broker describes it now.
+    async fn read_topic_id(&self) -> Result<String, String> {
         let (kafka, topic, client_id) = (self.config.kafka(), self.config.topic.clone(), format!("{}-topic-id", self.config.node_id));
         let id = tokio::task::spawn_blocking(move || {
             let consumer: rdkafka::consumer::BaseConsumer<shared::kafka::FleetContext> = kafka
@@ -250,15 +273,61 @@ impl Node {
         .await
         .map_err(|join| format!("topic id lookup panicked: {join}"))?
         .map_err(|e| e.to_string())?;
-        if id == shared::epoch::ZERO_TOPIC_ID {
-            tracing::warn!(topic = %self.config.topic, "the broker reports no topic ID (Kafka before 2.8): clients' epochs cannot tell a recreated topic");
+        Ok(id)
+    }
+
+    /// Checks the events topic's ID every `HISTORY_CHECK_MS` and whenever a reader saw an offset
+    /// out of range ([`Hub::suspect_history`]); a serving node whose topic ID changed rebuilds
+    /// ([`Node::rebuild_history`]).
+    async fn watch_history(weak: std::sync::Weak<Self>, every: Duration, shutdown: CancellationToken) {
+        let mut failed_before = false;
+        loop {
+            let Some(hub) = weak.upgrade().map(|n| n.hub.clone()) else { return };
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = hub.history_suspect.notified() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            drop(hub);
+            let Some(node) = weak.upgrade() else { return };
+            if node.phase() != Phase::Ready {
+                continue;
+            }
+            match node.read_topic_id().await {
+                Ok(id) => {
+                    failed_before = false;
+                    let have = node.hub.topic_id();
+                    if id != have && have != shared::epoch::ZERO_TOPIC_ID && id != shared::epoch::ZERO_TOPIC_ID {
+                        node.rebuild_history(&have, &id).await;
+                    }
+                }
+                // Deleted and not created again yet, or the broker unreachable: look again later.
+                Err(e) if !failed_before => {
+                    failed_before = true;
+                    tracing::warn!(error = %e, "cannot read the events topic's ID to check its history; checking again later");
+                }
+                Err(_) => {}
+            }
         }
-        match self.hub.set_topic_id(&id) {
-            Some(old) if old != shared::epoch::ZERO_TOPIC_ID => tracing::error!(topic = %self.config.topic, old = %old, new = %id,
-                "the events topic was recreated while this node ran: its state mixes two histories; restart the node"),
-            _ => tracing::info!(topic = %self.config.topic, topic_id = %id, "events topic id (canvas epochs are <topic id>-<resets>)"),
+    }
+
+    /// The events topic was deleted and created again under a serving node: it stops serving the
+    /// old history's state (a full drain: every session gets the reconnect notice, the broadcast
+    /// group is left), then forgets it and catches up on the new topic before it serves again.
+    /// Clients come back with their old epoch and get the new history's state.
+    pub async fn rebuild_history(self: &Arc<Self>, old: &str, new: &str) {
+        if self.step(Input::HistoryChanged) != Effect::Rebuild {
+            return;
         }
-        Ok(())
+        tracing::error!(topic = %self.config.topic, old = %old, new = %new,
+            "[NODE] the events topic was deleted and created again while this node served: no longer serving the old history; rebuilding from the new topic");
+        let grace = self.config.revoke_grace();
+        let out = self.leave_and_hand_over(DrainReason::NodeDegraded, grace, close::SERVICE_RESTART).await;
+        tracing::info!("[DRAIN] completed reason={} notified={} forceClosed={} tookMs={} (history changed)", DrainReason::NodeDegraded, out.notified, out.force_closed, out.took.as_millis());
+        self.hub.history_changes.fetch_add(1, Ordering::Relaxed);
+        if let Err(e) = self.start_recovery() {
+            tracing::error!(error = %e, "[NODE] cannot start the catch-up after the history changed; waiting for start-recovery");
+        }
     }
 
     async fn run_catchup(self: Arc<Self>) {
@@ -343,25 +412,7 @@ impl Node {
                 if let Effect::Reject(why) = self.step(Input::DrainRequested) {
                     return Err(DrainError::Conflict(why));
                 }
-                tracing::info!("[DRAIN] started reason={} grace={}ms scope=node", reason, grace.as_millis());
-                let sessions = self.hub.pause_and_take(None);
-                let broadcast = self.broadcast.lock().await.take();
-                let leave = async {
-                    if let Some(b) = broadcast {
-                        b.stop().await;
-                    }
-                };
-                let (out, ()) = tokio::join!(
-                    drain::hand_over(sessions, reason, grace, self.notice_timing(grace), final_code),
-                    leave
-                );
-                // The node must catch up again before it serves; the count of catch-ups completed
-                // over the process's life is kept.
-                let mut report = self.catchup.lock().expect("catch-up report lock");
-                *report = CatchupReport { completed: report.completed, ..catchup::idle_report() };
-                drop(report);
-                self.step(Input::DrainFinished);
-                out
+                self.leave_and_hand_over(reason, grace, final_code).await
             }
         };
         tracing::info!(
@@ -378,6 +429,27 @@ impl Node {
             force_closed_sessions: outcome.force_closed,
             duration_ms: outcome.took.as_millis() as u64,
         })
+    }
+
+    /// The body of a full drain already entered (phase `Draining`): hands every session over
+    /// while leaving the broadcast group, and ends `Up`.
+    async fn leave_and_hand_over(self: &Arc<Self>, reason: DrainReason, grace: Duration, final_code: u16) -> HandOverOutcome {
+        tracing::info!("[DRAIN] started reason={} grace={}ms scope=node", reason, grace.as_millis());
+        let sessions = self.hub.pause_and_take(None);
+        let broadcast = self.broadcast.lock().await.take();
+        let leave = async {
+            if let Some(b) = broadcast {
+                b.stop().await;
+            }
+        };
+        let (out, ()) = tokio::join!(drain::hand_over(sessions, reason, grace, self.notice_timing(grace), final_code), leave);
+        // The node must catch up again before it serves; the count of catch-ups completed
+        // over the process's life is kept.
+        let mut report = self.catchup.lock().expect("catch-up report lock");
+        *report = CatchupReport { completed: report.completed, ..catchup::idle_report() };
+        drop(report);
+        self.step(Input::DrainFinished);
+        out
     }
 
     /// On SIGTERM: a full drain with reason SHUTDOWN (sessions closed with 1001 Going Away after

@@ -6,6 +6,11 @@
 //!   partition's canvases from the snapshot topic and raises the position to its checkpoint, and
 //!   the reader is assigned again from there. (With `STANDBY=false`, assignment checks the same
 //!   before it starts, see below.)
+//! - A position past a partition's readable end (the topic deleted and created again, or the log
+//!   truncated by an unclean leader election) is never trusted: the partition is a new history.
+//!   Its canvases are forgotten (their sessions closed with 1012, to resume on the rebuilt
+//!   state), restored from the snapshots, and read from the checkpoint, or from the log start
+//!   where the checkpoint is past the end too; the node then checks the events topic's ID.
 //! - When the standby reader is off (`STANDBY=false`), a partition assigned to this node is read
 //!   from the node's own position, which is only as recent as the node's last catch-up when it did
 //!   not own the partition since. When that position is far behind the partition's end
@@ -28,6 +33,12 @@ pub const SKIP_AHEAD_LAG: i64 = 10_000;
 /// should start from the snapshots when it takes the partition over without standby. Pure.
 pub fn from_snapshots(position: Option<i64>, low: i64, high: i64) -> bool {
     below_log_start(position, low) || position.is_some_and(|p| high - p > SKIP_AHEAD_LAG)
+}
+
+/// Whether a reader at `position` (none: never read) is past the partition's readable end
+/// `high`: not this log's history. Pure.
+pub fn moved_past_end(position: Option<i64>, high: i64) -> bool {
+    position.is_some_and(|p| p > high)
 }
 
 /// Whether a reader at `position` (none: never read) would ask for records retention deleted:
@@ -59,12 +70,13 @@ pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets
         let positions = hub.positions();
         raised.extend(unrestored.iter().filter_map(|p| positions.get(p).map(|o| (*p, *o))));
     } else if raised.is_empty() {
-        // Nothing is below the log start: another reader restored it already, or the position is
-        // past the partition's end (the topic was deleted and recreated). The caller reads again;
-        // a pause keeps a position that stays out of range from spinning.
-        tracing::warn!(partitions = ?partitions, "[SNAPSHOT] an offset out of range with no position below the log start (past the end: the topic recreated?); reading again");
+        // Nothing is below the log start or past the end: another reader restored it already. The
+        // caller reads again; a pause keeps a position that stays out of range from spinning.
+        tracing::warn!(partitions = ?partitions, "[SNAPSHOT] an offset out of range with every position within its log now; reading again");
         std::thread::sleep(Duration::from_millis(250));
     }
+    // An offset out of range may be a topic deleted and created again: the node checks its ID.
+    hub.suspect_history();
     raised
 }
 
@@ -93,11 +105,21 @@ fn restore_partitions(
     let positions = hub.positions();
     let mut picked = Vec::new();
     let mut lows = Offsets::new();
+    let mut ends = Offsets::new();
+    let mut moved_back = Vec::new();
     for p in partitions {
         match consumer.fetch_watermarks(&config.topic, *p, Duration::from_secs(5)) {
             Ok((low, high)) => {
                 lows.insert(*p, low);
-                if pick(positions.get(p).copied(), low, high) {
+                ends.insert(*p, high);
+                let position = positions.get(p).copied();
+                if moved_past_end(position, high) {
+                    tracing::warn!(partition = p, position = position.unwrap_or(0), end = high,
+                        "[SNAPSHOT] a position past the partition's readable end: the log moved backwards (the topic recreated, or truncated by an unclean leader election); rebuilding the partition as a new history");
+                    hub.count_log_moved_back();
+                    moved_back.push(*p);
+                    picked.push(*p);
+                } else if pick(position, low, high) {
                     picked.push(*p);
                 }
             }
@@ -115,9 +137,30 @@ fn restore_partitions(
         }
     };
     let checkpoints = loaded.checkpoints.clone();
+    let mut positions = positions;
+    if !moved_back.is_empty() {
+        // Start where the snapshots cover, or the log start where their checkpoint is past the
+        // end too; what the node held of these partitions is forgotten first.
+        let starts: Offsets = moved_back
+            .iter()
+            .map(|p| {
+                let (low, high) = (lows.get(p).copied().unwrap_or(0), ends.get(p).copied().unwrap_or(0));
+                (*p, shared::replay::start_of(checkpoints.get(p).copied(), None, low, high).0)
+            })
+            .collect();
+        let n = shared::replay::partition_count(&consumer, &config.topic, Duration::from_secs(5)).unwrap_or(0);
+        for s in hub.forget_partitions(&moved_back, n, &starts) {
+            s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
+        }
+        positions.extend(starts);
+    }
     let restored = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
     let mut raised = Offsets::new();
     for p in &picked {
+        if moved_back.contains(p) {
+            raised.insert(*p, positions[p]);
+            continue;
+        }
         let low = lows.get(p).copied().unwrap_or(0);
         let have = positions.get(p).copied().unwrap_or(0);
         let checkpoint = checkpoints.get(p).copied().unwrap_or(0);
@@ -161,6 +204,14 @@ mod tests {
         ];
         for (position, low, high, want) in table {
             assert_eq!(from_snapshots(position, low, high), want, "position {position:?}, log {low}..{high}");
+        }
+    }
+
+    #[test]
+    fn moved_past_end_table() {
+        // (position, readable end) → not this log's history
+        for (position, high, want) in [(None, 0, false), (Some(0), 0, false), (Some(5), 5, false), (Some(5000), 0, true), (Some(21), 15, true)] {
+            assert_eq!(moved_past_end(position, high), want, "position {position:?}, end {high}");
         }
     }
 

@@ -14,6 +14,7 @@ mod cluster;
 mod containers;
 mod deploy;
 mod gateways;
+mod history;
 mod kafka_security;
 mod kafka_settings;
 mod limits;

@@ -154,6 +154,14 @@ pub struct Hub {
     /// Times a reader's position was found below its partition's log start and the partition was
     /// restored from the snapshots ([`crate::snapshot::from_log_start`]).
     log_start_recoveries: AtomicU64,
+    /// Times a reader found a position past its partition's readable end: the log moved
+    /// backwards (the topic recreated, or truncated by an unclean leader election).
+    log_moved_back: AtomicU64,
+    /// Woken when a reader saw an offset out of range or an end below its position: the node
+    /// checks the events topic's ID then ([`Hub::suspect_history`]).
+    pub history_suspect: Notify,
+    /// Times the events topic's ID changed under the serving node ([`crate::node::Node::rebuild_history`]).
+    pub history_changes: AtomicU64,
     /// Event counts and durations for `GET /metrics` ([`crate::counters`]).
     pub counters: crate::counters::Counters,
     /// Readable ends, polls, rebalances and how long positions stand ([`crate::progress`]).
@@ -174,6 +182,9 @@ impl Hub {
             next_session_id: AtomicU64::new(1),
             fanout: Fanout::new(),
             log_start_recoveries: AtomicU64::new(0),
+            log_moved_back: AtomicU64::new(0),
+            history_suspect: Notify::new(),
+            history_changes: AtomicU64::new(0),
             counters: crate::counters::Counters::default(),
             sampler: Sampler::default(),
         }

@@ -1,7 +1,7 @@
 //! Restores and the log's edges: canvases from snapshots, positions raised, records skipped, and
 //! the canvases whose versions skipped.
 
-use super::{Channel, Hub};
+use super::{Channel, Hub, SessionHandle};
 use crate::state::CanvasState;
 use shared::replay::Offsets;
 use std::sync::atomic::Ordering;
@@ -73,5 +73,54 @@ impl Hub {
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
+    }
+
+    /// Counts one partition found with its position past its readable end.
+    pub fn count_log_moved_back(&self) {
+        self.log_moved_back.fetch_add(1, Ordering::Relaxed);
+        self.history_suspect.notify_one();
+    }
+
+    /// How many times a position was found past its partition's readable end.
+    pub fn log_moved_back(&self) -> u64 {
+        self.log_moved_back.load(Ordering::Relaxed)
+    }
+
+    /// Asks the node to check the events topic's ID now (a reader saw an offset out of range).
+    pub fn suspect_history(&self) {
+        self.history_suspect.notify_one();
+    }
+
+    /// Forgets everything of `partitions` (of a topic of `partition_count`): their log moved
+    /// backwards, so their canvases' states belong to another history. Their canvases are
+    /// dropped, their positions set to `positions` (lower ones included), and their sessions
+    /// returned for the caller to close: their clients resume with the state rebuilt.
+    pub fn forget_partitions(&self, partitions: &[i32], partition_count: u32, positions: &Offsets) -> Vec<SessionHandle> {
+        let in_scope = |c: &shared::CanvasId| partitions.contains(&(shared::partitioner::partition_for(c.as_str().as_bytes(), partition_count.max(1)) as i32));
+        let mut inner = self.lock();
+        let gone: Vec<shared::CanvasId> = inner.canvases.keys().filter(|c| in_scope(c)).cloned().collect();
+        let mut sessions = Vec::new();
+        for c in &gone {
+            if let Some(ch) = inner.canvases.remove(c) {
+                sessions.extend(ch.sessions);
+            }
+            inner.incomplete.remove(c);
+        }
+        for p in partitions {
+            match positions.get(p) {
+                Some(o) => inner.positions.insert(*p, *o),
+                None => inner.positions.remove(p),
+            };
+        }
+        sessions
+    }
+
+    /// Forgets every canvas, session and position: the events topic is another one now (its ID
+    /// changed), so nothing the hub holds belongs to its history. Returns the sessions.
+    pub fn forget_all(&self) -> Vec<SessionHandle> {
+        let mut inner = self.lock();
+        inner.positions.clear();
+        inner.incomplete.clear();
+        inner.canvases.drain().flat_map(|(_, ch)| ch.sessions).collect()
     }
 }
