@@ -137,7 +137,6 @@ async fn recreated_topics_under_a_running_fleet() {
 }
 
 #[test]
-#[ignore = "issue 30 §1-§2 in progress: not yet seen passing on this machine; run with --ignored"]
 fn recreated_topics_real_kafka() {
     block_on(recreated_topics_under_a_running_fleet());
 }
