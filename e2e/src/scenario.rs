@@ -450,7 +450,7 @@ pub const BURST: usize = 60;
 ///
 /// # Errors
 /// When a publish is not accepted (201): the publisher and broker are up, nothing should refuse.
-async fn publish_burst(publisher: &str, canvas: &str, n: usize, dims: CanvasDims) -> anyhow::Result<(usize, usize)> {
+pub async fn publish_burst(publisher: &str, canvas: &str, n: usize, dims: CanvasDims) -> anyhow::Result<(usize, usize)> {
     let http = reqwest::Client::new();
     let url = format!("{publisher}/canvases/{canvas}/pixels");
     let answers = futures::future::join_all((0..n).map(|i| {

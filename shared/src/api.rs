@@ -121,6 +121,9 @@ pub struct NodeHealth {
     /// forgot the old history and caught up on the new topic.
     #[serde(default)]
     pub history_changes: u64,
+    /// Incomplete canvases healed from a newer snapshot while the node served.
+    #[serde(default)]
+    pub healed_canvases: u64,
     /// Canvases whose versions skipped as they were applied: their records were deleted with no
     /// snapshot covering them, so they may miss old pixels (sorted, at most 100 named)...
     #[serde(default)]
@@ -343,6 +346,7 @@ mod tests {
             log_start_recoveries: 1,
             log_moved_back: 0,
             history_changes: 0,
+            healed_canvases: 0,
             incomplete_canvases: vec!["c7".into()],
             incomplete_canvas_count: 1,
             canvases: 4,

@@ -103,6 +103,10 @@ pub struct Config {
     /// node must recover before it serves again, ms.
     #[arg(long, env = "HISTORY_CHECK_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub history_check_ms: u64,
+    /// How often a node with incomplete canvases (versions skipped: their records deleted with no
+    /// snapshot covering them) reads their newest snapshots to heal them, ms.
+    #[arg(long, env = "HEAL_EVERY_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub heal_every_ms: u64,
     /// Keep every partition's state current, not only the owned ones (a group-less standby reader;
     /// see the `standby` module): a takeover then starts at the partitions' head. With it every
     /// node reads the whole topic; `false` reads only what the node owns, and a takeover far
@@ -231,6 +235,7 @@ impl Config {
             ("REVOKE_GRACE_MS", self.revoke_grace_ms.to_string()),
             ("REVOKE_HOLD_MS", self.revoke_hold_ms.to_string()),
             ("HISTORY_CHECK_MS", self.history_check_ms.to_string()),
+            ("HEAL_EVERY_MS", self.heal_every_ms.to_string()),
             ("STANDBY", self.standby.to_string()),
             ("RECONNECT_AFTER_MS", self.reconnect_after_ms.to_string()),
             ("RECONNECT_SPREAD_MS", self.reconnect_spread_ms.to_string()),

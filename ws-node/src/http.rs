@@ -7,7 +7,7 @@
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
 //! | `POST /admin/hold` `{"partitions","for_ms"}` | `200` [`shared::api::HoldReport`]: the held ones among `partitions` are kept `for_ms` more; `400` bad body |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, the canvas incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise). With no
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
@@ -147,6 +147,9 @@ pub fn check_hold(body: &[u8]) -> Result<HoldRequest, ApiError> {
 /// `Retry-After` of a refused handshake, seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
+/// `Retry-After` of a handshake for an incomplete canvas, seconds: about one heal round.
+const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
+
 fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64, Option<Epoch>, Option<String>), ApiError> {
     let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
     Ok((q.canvas, q.since, q.epoch, q.token))
@@ -201,6 +204,15 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     node.hub
         .admits(partition)
         .map_err(|r| ApiError::unavailable("not_owner", r.to_string(), RETRY_AFTER_SECS))?;
+    // A canvas whose versions skipped misses pixels: never handed to a new session as its state
+    // until a snapshot heals it (open sessions keep their events).
+    if node.hub.is_incomplete(&canvas) {
+        return Err(ApiError::unavailable(
+            "canvas_incomplete",
+            format!("node {}'s state of {canvas} misses versions whose records were deleted; it heals from the next snapshot", node.config.node_id),
+            INCOMPLETE_RETRY_AFTER_SECS,
+        ));
+    }
     // The seat is taken before the upgrade is answered (concurrent handshakes cannot pass the
     // limit) and goes with the session task: dropped when the session ends, when the upgrade never
     // completes, or when this handshake is refused below.

@@ -26,6 +26,7 @@ pub mod fanout;
 pub mod fence;
 pub mod http;
 pub mod fuzzing;
+pub mod heal;
 pub mod hub;
 pub mod lifecycle;
 pub mod metrics;

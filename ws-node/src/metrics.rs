@@ -47,6 +47,7 @@ struct Scraped {
     catchup_replayed: Gauge,
     log_start_recoveries: Gauge,
     log_moved_back: Gauge,
+    healed_canvases: Gauge,
     history_changes: Gauge,
     incomplete_canvases: Gauge,
 }
@@ -88,6 +89,7 @@ impl Metrics {
         r.register("log_moved_back", "Times a reader's position was past its partition's readable end (the topic recreated, or truncated) and the partition was rebuilt as a new history", s.log_moved_back.clone());
         r.register("history_changes", "Times the events topic's ID changed under the serving node, which left service and caught up on the new topic", s.history_changes.clone());
         r.register("incomplete_canvases", "Canvases whose versions skipped (records deleted with no snapshot covering them) until a snapshot restores them", s.incomplete_canvases.clone());
+        r.register("healed_canvases", "Incomplete canvases healed from a newer snapshot while the node served", s.healed_canvases.clone());
         r.register("deliveries", "Event frames handed to sessions (live and backlog)", counters.deliveries.clone());
         r.register("sent_bytes", "Bytes of the event frames handed to sessions", counters.sent_bytes.clone());
         r.register("session_closes", "Sessions ended, by close code (1006: connection lost without a close frame)", counters.closes.clone());
@@ -117,6 +119,7 @@ impl Metrics {
         s.sessions.set(h.sessions as i64);
         s.log_start_recoveries.set(h.log_start_recoveries as i64);
         s.log_moved_back.set(h.log_moved_back as i64);
+        s.healed_canvases.set(h.healed_canvases as i64);
         s.history_changes.set(h.history_changes as i64);
         s.incomplete_canvases.set(h.incomplete_canvas_count as i64);
         s.max_sessions.set(h.max_sessions as i64);

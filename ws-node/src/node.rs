@@ -72,6 +72,7 @@ impl Node {
             guard: Arc::new(crate::fence::Guard::default()),
         });
         tokio::spawn(Self::watch_history(Arc::downgrade(&node), Duration::from_millis(node.config.history_check_ms), node.shutdown.clone()));
+        tokio::spawn(Self::heal_incomplete(Arc::downgrade(&node), Duration::from_millis(node.config.heal_every_ms), node.shutdown.clone()));
         // Sessions of revoked partitions are handed over here, each revocation on its own; held
         // partitions when their hold runs out (unless a drain took them or they came back).
         let weak = Arc::downgrade(&node);
@@ -196,6 +197,7 @@ impl Node {
             partitions: partition_health(&self.hub.positions(), &self.hub.sampler.ends(), &self.hub.sampler.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
             log_start_recoveries: self.hub.log_start_recoveries(),
             log_moved_back: self.hub.log_moved_back(),
+            healed_canvases: self.hub.healed_canvases(),
             history_changes: self.hub.history_changes.load(Ordering::Relaxed),
             incomplete_canvases,
             incomplete_canvas_count,
@@ -307,6 +309,32 @@ impl Node {
                     tracing::warn!(error = %e, "cannot read the events topic's ID to check its history; checking again later");
                 }
                 Err(_) => {}
+            }
+        }
+    }
+
+    /// Every `HEAL_EVERY_MS`, while the hub has incomplete canvases, reads their newest snapshots
+    /// and heals the ones a snapshot covers ([`crate::heal`]).
+    async fn heal_incomplete(weak: std::sync::Weak<Self>, every: Duration, shutdown: CancellationToken) {
+        let mut failed_before = false;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = shutdown.cancelled() => return,
+            }
+            let Some(node) = weak.upgrade() else { return };
+            if node.hub.incomplete().is_empty() {
+                continue;
+            }
+            let n = node.clone();
+            match tokio::task::spawn_blocking(move || crate::heal::heal_once(&n.config, &n.hub)).await {
+                Ok(Ok(_)) => failed_before = false,
+                Ok(Err(e)) if !failed_before => {
+                    failed_before = true;
+                    tracing::warn!(error = %e, "[HEAL] cannot heal the incomplete canvases now; trying again every HEAL_EVERY_MS");
+                }
+                Ok(Err(_)) => {}
+                Err(e) => tracing::error!(error = %e, "[HEAL] the heal round panicked"),
             }
         }
     }

@@ -127,6 +127,13 @@ impl CanvasState {
         &self.canvas
     }
 
+    /// Replaces the canvas with `canvas`, a rebuilt one at the same version (a heal of versions
+    /// the log skipped): the recent events stay, they are the same versions.
+    pub fn replace_canvas(&mut self, canvas: Canvas) {
+        debug_assert_eq!(canvas.version(), self.canvas.version());
+        self.canvas = canvas;
+    }
+
     /// Applies `ev`. Returns the frame to fan out when it was new, `None` for a duplicate.
     pub fn apply(&mut self, ev: &PixelEvent) -> Option<Frame> {
         if !self.canvas.dims().contains(ev.x, ev.y) && !self.warned_size {

@@ -112,7 +112,7 @@ async fn recreated_topics_under_a_running_fleet() {
     let events = vec![fleet.topic.clone()];
     let truths = recreate(&mut fleet, &broker, &events, &canvases, &clients, "(a) events topic recreated").await;
     assert_new_history(&clients, &truths, true, "(a)");
-    let fresh = spawn_clients(&fleet, &canvases, 1, dims).await.expect("fresh clients");
+    let fresh = spawn_clients(&fleet, &canvases, canvases.len(), dims).await.expect("fresh clients");
     let truths_fresh = wait_for_heads(&fleet, &fresh, &canvases).await.expect("fresh clients at the heads");
     assert_new_history(&fresh, &truths_fresh, false, "(a) fresh since=0");
 
@@ -121,7 +121,7 @@ async fn recreated_topics_under_a_running_fleet() {
     let all: Vec<Client> = clients.into_iter().chain(fresh).collect();
     let truths = recreate(&mut fleet, &broker, &both, &canvases, &all, "(b) both topics recreated").await;
     assert_new_history(&all, &truths, true, "(b)");
-    let fresh = spawn_clients(&fleet, &canvases, 1, dims).await.expect("fresh clients");
+    let fresh = spawn_clients(&fleet, &canvases, canvases.len(), dims).await.expect("fresh clients");
     let truths_fresh = wait_for_heads(&fleet, &fresh, &canvases).await.expect("fresh clients at the heads");
     assert_new_history(&fresh, &truths_fresh, false, "(b) fresh since=0");
 

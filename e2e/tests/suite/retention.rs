@@ -156,7 +156,8 @@ async fn frozen_node_below_the_log_start() {
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Real).await.expect("broker");
     let spec = FleetSpec {
-        publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "300".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "40".into())],
+        // Snapshots by time only (each second, as in production), so that none covers the burst.
+        publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "1000".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "100000".into())],
         ..FleetSpec::default()
     };
     let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
@@ -198,6 +199,11 @@ async fn frozen_node_below_the_log_start() {
     .expect("ws-2 restored");
     assert_eq!(h["incomplete_canvas_count"], 0, "ws-2 names canvases that miss pixels: {h}");
 
+    // §3: records deleted above the checkpoint, so that ws-2 loses events no snapshot covers.
+    load.stop().await;
+    deleted_above_the_checkpoint_heals(&broker, &fleet, &unwatched, pid).await;
+    let load = Load::start(&format!("{}/api", fleet.gateway.url()), all.clone(), 60.0, dims.width, dims.height);
+
     // ws-2's state is current again: it takes every partition over and ws-1's clients resume
     // from it by events.
     kill_ws1_and_wait_for_takeover(&mut fleet, &clients).await;
@@ -209,6 +215,115 @@ async fn frozen_node_below_the_log_start() {
     fleet.stop().await;
     for v in &verdicts {
         assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
+    }
+}
+
+/// The WebSocket handshake's refusal straight to a node: its status, JSON body and Retry-After
+/// (`None` when the node accepted the session).
+async fn refusal_of(url: &str) -> Option<(u16, serde_json::Value, Option<String>)> {
+    match tokio_tungstenite::connect_async(url).await {
+        Ok(_) => None,
+        Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => {
+            let body = resp.body().as_ref().map(|b| serde_json::from_slice(b).unwrap_or_default()).unwrap_or_default();
+            let retry = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            Some((resp.status().as_u16(), body, retry))
+        }
+        Err(e) => panic!("connect {url}: {e}"),
+    }
+}
+
+/// ws-2 (process `pid`) frozen while a burst is written to `canvases` (its partitions); the
+/// publisher frozen right after it (no snapshot covers the burst); every record of those
+/// partitions deleted (above their checkpoints); ws-2 resumed: it restores the older snapshots
+/// and reads on from the log start. Once the publisher resumes and writes again, ws-2's states of
+/// the burst's canvases skip versions: it flags them incomplete and refuses new sessions on them
+/// (503 `canvas_incomplete`), then heals them from the publisher's next snapshots, and fresh
+/// clients through the gateway get the publisher's canvas.
+async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canvases: &[String], ws2: nix::unistd::Pid) {
+    use nix::sys::signal::{kill, Signal};
+    let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
+    let publisher = nix::unistd::Pid::from_raw(fleet.publisher.pid().expect("the publisher runs") as i32);
+    let before = get_json(&fleet.http, &format!("{}/health", fleet.nodes[1].url())).await.unwrap();
+    // Every event so far snapshotted (a canvas is once its oldest event not in a snapshot is
+    // SNAPSHOT_EVERY_MS old): the burst's are then the only ones no snapshot covers.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    kill(ws2, Signal::SIGSTOP).unwrap();
+    for c in canvases {
+        e2e::scenario::publish_burst(&fleet.publisher.url(), c, 5, dims).await.expect("a burst");
+    }
+    kill(publisher, Signal::SIGSTOP).unwrap();
+    fleet.timeline.mark("SIGSTOP ws-2, a burst on its canvases, SIGSTOP the publisher: no snapshot covers the burst");
+    let (b, t, n) = (broker.bootstrap.clone(), fleet.topic.clone(), fleet.spec.partitions);
+    let ends = tokio::task::spawn_blocking(move || high_watermarks(&b, &t, n)).await.unwrap();
+    let (b, st) = (broker.bootstrap.clone(), shared::snapshot::topic_for(&fleet.topic));
+    let cps = tokio::task::spawn_blocking(move || checkpoints(&b, &st)).await.unwrap();
+    let admin: AdminClient<DefaultClientContext> = KafkaSettings::new(&broker.bootstrap).admin("e2e-ret-admin").create().expect("admin");
+    let mut tpl = TopicPartitionList::new();
+    let mut parts = partitions_of(canvases, fleet.spec.partitions);
+    parts.sort_unstable();
+    parts.dedup();
+    for p in parts {
+        assert!(cps.get(&p).copied().unwrap_or(0) < ends[&p], "partition {p}: the checkpoint {cps:?} is below the end {ends:?}");
+        tpl.add_partition_offset(&fleet.topic, p, Offset::Offset(ends[&p])).unwrap();
+    }
+    admin.delete_records(&tpl, &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)))).await.expect("DeleteRecords");
+    kill(ws2, Signal::SIGCONT).unwrap();
+    fleet.timeline.mark(format!("deleted every record below {ends:?} (checkpoints {cps:?}); SIGCONT ws-2"));
+    let url = fleet.nodes[1].url();
+    eventually("ws-2 to restore from the older snapshots", Duration::from_secs(60), || {
+        let (http, url, had) = (fleet.http.clone(), url.clone(), before["log_start_recoveries"].as_u64().unwrap_or(0));
+        async move {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            let n = h["log_start_recoveries"].as_u64().unwrap_or(0);
+            if n > had && h["ready"] == true { Ok(Some(())) } else { Err(format!("recoveries {n}, ready {}", h["ready"])) }
+        }
+    })
+    .await
+    .expect("ws-2 restored");
+    kill(publisher, Signal::SIGCONT).unwrap();
+    fleet.timeline.mark("SIGCONT the publisher: its next events skip versions on ws-2");
+    let load = Load::start(&format!("{}/api", fleet.gateway.url()), canvases.to_vec(), 40.0, dims.width, dims.height);
+    let flagged = eventually("ws-2 to flag the burst's canvases incomplete (or heal them)", Duration::from_secs(30), || {
+        let (http, url) = (fleet.http.clone(), url.clone());
+        async move {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            let named: Vec<String> = h["incomplete_canvases"].as_array().map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+            if !named.is_empty() || h["healed_canvases"].as_u64().unwrap_or(0) > 0 { Ok(Some(named)) } else { Err("none flagged yet".into()) }
+        }
+    })
+    .await
+    .expect("flagged");
+    if let Some(c) = flagged.first() {
+        // A new session on an incomplete canvas is refused, not served the wrong pixels (unless
+        // it healed between the two requests).
+        let r = refusal_of(&format!("{}/ws?canvas={c}&since=0", url.replacen("http", "ws", 1))).await;
+        let h = get_json(&fleet.http, &format!("{url}/health")).await.unwrap();
+        fleet.timeline.mark(format!("a new session on incomplete {c} straight to ws-2: {r:?}"));
+        match r {
+            Some((status, body, retry)) => {
+                assert_eq!((status, body["error"].as_str()), (503, Some("canvas_incomplete")), "{body}");
+                assert!(retry.is_some(), "a Retry-After");
+            }
+            None => assert!(!h["incomplete_canvases"].as_array().unwrap().iter().any(|x| x == c.as_str()), "ws-2 served incomplete {c}: {h}"),
+        }
+    }
+    let h = eventually("ws-2 to heal every incomplete canvas from the publisher's next snapshots", Duration::from_secs(30), || {
+        let (http, url) = (fleet.http.clone(), url.clone());
+        async move {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            let (left, healed) = (h["incomplete_canvas_count"].as_u64().unwrap_or(1), h["healed_canvases"].as_u64().unwrap_or(0));
+            if left == 0 && healed > 0 { Ok(Some(h)) } else { Err(format!("{left} incomplete, {healed} healed")) }
+        }
+    })
+    .await
+    .expect("healed");
+    fleet.timeline.mark(format!("ws-2 healed {} canvases", h["healed_canvases"]));
+    load.stop().await;
+    let fresh = spawn_clients(fleet, canvases, canvases.len(), dims).await.expect("fresh clients");
+    let truths = wait_for_heads(fleet, &fresh, canvases).await.expect("fresh clients at the heads");
+    let (_, verdicts) = finish(fresh, &truths).await;
+    for v in &verdicts {
+        assert!(v.ok(), "fresh client {} ({}) after the heal: {v:?}", v.name, v.canvas);
     }
 }
 

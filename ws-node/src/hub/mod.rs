@@ -25,7 +25,10 @@
 //! before it serves ([`Hub::set_topic_id`]), and the canvas's reset counter from its state; a
 //! session whose client names another epoch gets a snapshot ([`Hub::subscribe_at`]).
 
+mod heal;
 mod restore;
+
+pub use heal::{heals, NotHealed};
 
 use crate::fanout::Fanout;
 pub use crate::outbox::CloseOrder;
@@ -36,7 +39,7 @@ use crate::state::{Backlog, CanvasState, Frame, Window};
 use shared::epoch::{self, Epoch};
 use shared::replay::Offsets;
 use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -123,8 +126,11 @@ struct Inner {
     /// Each partition's role here ([`crate::ownership`]).
     own: Ownership,
     /// Canvases whose versions skipped as they were applied (their records were deleted with no
-    /// snapshot covering them), until a snapshot restores them.
-    incomplete: BTreeSet<CanvasId>,
+    /// snapshot covering them), until a snapshot restores them: the version of the first event
+    /// after their latest gap (a snapshot at or past the version before it covers the gap).
+    incomplete: BTreeMap<CanvasId, u64>,
+    /// Canvases a heal is rebuilding ([`heal`]): the events applied to them since it started.
+    healing: HashMap<CanvasId, Vec<PixelEvent>>,
 }
 
 /// What a new session is sent before live events.
@@ -157,6 +163,8 @@ pub struct Hub {
     /// Times a reader found a position past its partition's readable end: the log moved
     /// backwards (the topic recreated, or truncated by an unclean leader election).
     log_moved_back: AtomicU64,
+    /// Incomplete canvases healed ([`heal`]).
+    healed: AtomicU64,
     /// Woken when a reader saw an offset out of range or an end below its position: the node
     /// checks the events topic's ID then ([`Hub::suspect_history`]).
     pub history_suspect: Notify,
@@ -176,13 +184,14 @@ impl Hub {
             topic_id: Mutex::new(epoch::ZERO_TOPIC_ID.to_owned()),
             window,
             blank: Canvas::new(dims),
-            inner: Mutex::new(Inner { canvases: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeSet::new() }),
+            inner: Mutex::new(Inner { canvases: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeMap::new(), healing: HashMap::new() }),
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
             fanout: Fanout::new(),
             log_start_recoveries: AtomicU64::new(0),
             log_moved_back: AtomicU64::new(0),
+            healed: AtomicU64::new(0),
             history_suspect: Notify::new(),
             history_changes: AtomicU64::new(0),
             counters: crate::counters::Counters::default(),
@@ -216,7 +225,12 @@ impl Hub {
         let before = state.version();
         let Some(frame) = state.apply(ev) else { return };
         if ev.version > before + 1 {
-            inner.incomplete.insert(ev.canvas.clone());
+            inner.incomplete.insert(ev.canvas.clone(), ev.version);
+        }
+        if !inner.healing.is_empty() {
+            if let Some(buffer) = inner.healing.get_mut(&ev.canvas) {
+                buffer.push(ev.clone());
+            }
         }
         let channel = inner.canvases.get_mut(&ev.canvas).expect("the channel just applied");
         if live && !channel.sessions.is_empty() {

@@ -64,7 +64,7 @@ impl Hub {
     /// there are in all.
     pub fn incomplete_canvases(&self, limit: usize) -> (Vec<String>, usize) {
         let inner = self.lock();
-        (inner.incomplete.iter().take(limit).map(|c| c.to_string()).collect(), inner.incomplete.len())
+        (inner.incomplete.keys().take(limit).map(|c| c.to_string()).collect(), inner.incomplete.len())
     }
 
     /// Advances the position of `partition` past a record that could not be applied (not a pixel

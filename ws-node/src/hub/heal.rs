@@ -1,0 +1,193 @@
+//! Incomplete canvases healed under a running node: a canvas whose versions skipped (its records
+//! deleted with no snapshot covering them) is rebuilt from a newer snapshot and the log after it,
+//! while live events keep being applied and fanned out. See [`crate::heal`] for the reads.
+
+use super::Hub;
+use shared::replay::Offsets;
+use shared::{Canvas, CanvasId};
+
+/// Whether a snapshot at `version` of reset `epoch` heals a canvas whose latest gap was found at
+/// version `gap` (the first version after the missing ones) and whose state is of reset
+/// `resets`: it must hold the missing versions (`version >= gap - 1`) of the same reset (a later
+/// reset is restored whole by [`Hub::restore`]). Pure.
+pub fn heals(version: u64, epoch: u64, gap: u64, resets: u64) -> bool {
+    epoch == resets && version + 1 >= gap
+}
+
+/// Why a heal did not replace a canvas's state (it stays incomplete; the next round tries again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotHealed {
+    /// The canvas is no longer on this node, or has no state.
+    Gone,
+    /// The canvas was reset since the snapshot was read.
+    Reset,
+    /// The rebuilt canvas ends at another version than the live one (records were missing).
+    Version { rebuilt: u64, live: u64 },
+}
+
+impl Hub {
+    /// The incomplete canvases, with the version of the first event after each one's latest gap
+    /// and the reset counter of their state.
+    pub fn incomplete(&self) -> Vec<(CanvasId, u64, u64)> {
+        let inner = self.lock();
+        inner
+            .incomplete
+            .iter()
+            .map(|(c, g)| (c.clone(), *g, inner.canvases.get(c).and_then(|ch| ch.state.as_ref()).map_or(0, |s| s.resets())))
+            .collect()
+    }
+
+    /// How many incomplete canvases healed.
+    pub fn healed_canvases(&self) -> u64 {
+        self.healed.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The canvas size of this node.
+    pub fn dims(&self) -> shared::CanvasDims {
+        self.dims
+    }
+
+    /// Whether `canvas` is incomplete here: its state misses versions, so it is not handed to a
+    /// new session until it heals.
+    pub fn is_incomplete(&self, canvas: &CanvasId) -> bool {
+        self.lock().incomplete.contains_key(canvas)
+    }
+
+    /// Starts a heal of `canvases`: from now on the events applied to them are also kept for the
+    /// heal. Returns the positions now: the heal rebuilds each canvas from its snapshot and the log
+    /// up to its partition's position here, and [`Hub::finish_heal`] applies what came after.
+    pub fn begin_heal(&self, canvases: &[CanvasId]) -> Offsets {
+        let mut inner = self.lock();
+        for c in canvases {
+            inner.healing.insert(c.clone(), Vec::new());
+        }
+        inner.positions.clone()
+    }
+
+    /// Ends the heal of `canvas` (begun with [`Hub::begin_heal`]) with `rebuilt`, its snapshot of
+    /// reset `resets` with the log's events up to the positions `begin_heal` returned (`None`:
+    /// the heal could not rebuild it). The events applied since are applied to it; when it then
+    /// reaches the live state's version it replaces the live canvas (the recent events stay: they
+    /// are the same versions), the canvas is complete again, and its sessions get the snapshot
+    /// frame, as after any resync.
+    pub fn finish_heal(&self, canvas: &CanvasId, rebuilt: Option<(Canvas, u64)>) -> Result<u64, NotHealed> {
+        let mut inner = self.lock();
+        let since = inner.healing.remove(canvas).unwrap_or_default();
+        let Some((mut rebuilt, resets)) = rebuilt else { return Err(NotHealed::Gone) };
+        let Some(channel) = inner.canvases.get_mut(canvas) else { return Err(NotHealed::Gone) };
+        let Some(state) = channel.state.as_mut() else { return Err(NotHealed::Gone) };
+        if state.resets() != resets {
+            return Err(NotHealed::Reset);
+        }
+        for ev in &since {
+            rebuilt.apply(ev);
+        }
+        if rebuilt.version() != state.version() {
+            return Err(NotHealed::Version { rebuilt: rebuilt.version(), live: state.version() });
+        }
+        state.replace_canvas(rebuilt);
+        let version = state.version();
+        if !channel.sessions.is_empty() {
+            let frame = state.snapshot_frame();
+            self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+        }
+        inner.incomplete.remove(canvas);
+        drop(inner);
+        self.healed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.fanout.write_pending();
+        Ok(version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub::SessionHandle;
+    use crate::state::Window;
+    use shared::{CanvasDims, Color, PixelEvent};
+
+    fn id(s: &str) -> CanvasId {
+        CanvasId::parse(s).unwrap()
+    }
+
+    fn ev(v: u64) -> PixelEvent {
+        PixelEvent { canvas: id("c1"), version: v, x: (v % 4) as u32, y: (v / 4 % 4) as u32, color: Color([v as u8, 1, 2]), published_at_ms: 0 }
+    }
+
+    fn hub() -> Hub {
+        Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX })
+    }
+
+    /// The publisher's canvas after versions 1..=v.
+    fn truth(v: u64) -> Canvas {
+        let mut c = Canvas::new(CanvasDims { width: 4, height: 4 });
+        for v in 1..=v {
+            c.apply(&ev(v));
+        }
+        c
+    }
+
+    #[test]
+    fn a_canvas_with_a_gap_is_refused_then_heals_with_the_events_applied_meanwhile() {
+        let h = hub();
+        h.assign(&[0]);
+        // Versions 1-2, then 3-5 deleted from the log: the node skips to 6.
+        for (o, v) in [(0, 1), (1, 2), (5, 6), (6, 7)] {
+            h.apply(0, o, &ev(v));
+        }
+        assert!(h.is_incomplete(&id("c1")));
+        assert_eq!(h.incomplete(), vec![(id("c1"), 6, 0)]);
+        let (handle, rx) = SessionHandle::new(1, id("c1"), 0, 16);
+        h.subscribe(handle, 7).unwrap();
+        // A heal starts: the rebuilt canvas is the snapshot at version 5 and the log up to the
+        // position now (versions 6-7); version 8 is applied while it reads.
+        let positions = h.begin_heal(&[id("c1")]);
+        assert_eq!(positions[&0], 7);
+        h.apply(0, 7, &ev(8));
+        let mut rebuilt = truth(5);
+        for v in 6..=7 {
+            rebuilt.apply(&ev(v));
+        }
+        assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Ok(8));
+        assert!(!h.is_incomplete(&id("c1")));
+        assert_eq!(h.incomplete_canvases(10).1, 0);
+        let inner = h.lock();
+        assert_eq!(inner.canvases[&id("c1")].state.as_ref().unwrap().canvas().hash(), truth(8).hash(), "the healed canvas is the publisher's");
+        drop(inner);
+        h.fanout.settle();
+        let sent = rx.out.take_waiting();
+        assert_eq!(sent.len(), 2, "version 8, then the healed snapshot: {sent:?}");
+        assert!(String::from_utf8_lossy(&sent[1]).contains("\"snapshot\""), "the session got the snapshot frame");
+    }
+
+    #[test]
+    fn a_rebuilt_canvas_at_another_version_is_not_used() {
+        let h = hub();
+        h.assign(&[0]);
+        for (o, v) in [(0, 1), (4, 5)] {
+            h.apply(0, o, &ev(v));
+        }
+        h.begin_heal(&[id("c1")]);
+        assert_eq!(h.finish_heal(&id("c1"), Some((truth(4), 0))), Err(NotHealed::Version { rebuilt: 4, live: 5 }));
+        h.begin_heal(&[id("c1")]);
+        assert_eq!(h.finish_heal(&id("c1"), Some((truth(5), 1))), Err(NotHealed::Reset));
+        assert!(h.is_incomplete(&id("c1")), "still refused to new sessions");
+        assert!(h.lock().healing.is_empty(), "no events kept after a heal ends");
+    }
+
+    #[test]
+    fn heals_table() {
+        // (snapshot version, snapshot reset, gap found at, state's reset) → heals
+        let table = [
+            (9, 0, 10, 0, true),  // holds versions up to 9: the missing ones end at 9
+            (12, 0, 10, 0, true), // newer than the gap
+            (8, 0, 10, 0, false), // misses version 9
+            (0, 0, 1, 0, true),   // a gap at version 1 is nothing missing
+            (12, 1, 10, 0, false), // a later reset: a whole restore, not a heal
+            (12, 0, 10, 1, false), // an earlier reset's snapshot
+        ];
+        for (version, epoch, gap, resets, want) in table {
+            assert_eq!(heals(version, epoch, gap, resets), want, "snapshot v{version} reset {epoch}, gap at {gap}, state reset {resets}");
+        }
+    }
+}
