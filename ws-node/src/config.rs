@@ -92,11 +92,13 @@ pub struct Config {
     /// Grace period of the hand-over when Kafka revokes partitions from this node, ms.
     #[arg(long, env = "REVOKE_GRACE_MS", default_value_t = 3000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub revoke_grace_ms: u64,
-    /// How long this node keeps serving the sessions of partitions a cooperative rebalance moved
-    /// to another node (reading them from the log) while the new owner starts, ms. They are handed
-    /// over when a scoped drain asks (the gateway's failback) or when this runs out; 0 hands them
-    /// over at once, in the rebalance callback.
-    #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    /// The ceiling of how long this node keeps serving the sessions of partitions a cooperative
+    /// rebalance moved to another node (reading them from the log) while the new owner starts, ms.
+    /// They are handed over when a scoped drain asks (the gateway's failback, once the new owner
+    /// serves) or at this ceiling, which must stay well above a rebalance's rounds (about 5 s
+    /// apart on the embedded broker): a hold that runs out first leaves the clients with no owner.
+    /// 0 hands them over at once, in the rebalance callback.
+    #[arg(long, env = "REVOKE_HOLD_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=600_000))]
     pub revoke_hold_ms: u64,
     /// How often a serving node checks the events topic's ID (besides whenever a reader sees an
     /// offset out of range): a changed ID is a topic deleted and created again, whose history the
