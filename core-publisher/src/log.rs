@@ -465,6 +465,12 @@ fn header_values(msg: &impl Message, name: &str) -> Vec<Option<String>> {
 /// segment lets superseded snapshots go within about an hour.
 pub const SNAPSHOT_SEGMENT_MS: u64 = 3_600_000;
 
+/// The snapshot topic's `min.compaction.lag.ms`: a record stays at least this long before the
+/// cleaner may remove it, far above the longest load of the topic (seconds), so a cleaner pass
+/// during a load cannot remove a canvas's older snapshot and the old checkpoint before the reader
+/// reaches the newer ones.
+pub const SNAPSHOT_MIN_COMPACTION_LAG_MS: u64 = 600_000;
+
 /// Ensures the events topic exists (creating it with `partitions` × `replication` and
 /// `retention.ms` = `retention_ms` when it does not), then the snapshot topic with the events
 /// topic's real partition count (`cleanup.policy=compact`, [`SNAPSHOT_SEGMENT_MS`],
@@ -484,20 +490,55 @@ pub async fn ensure_topics(
     let retention = retention_ms.to_string();
     let events = [("retention.ms", retention.as_str()), ("retention.bytes", "-1")];
     let n = shared::kafka::ensure_topic(settings, "core-publisher", topic, partitions, replication, &events).await?;
-    let (segment, max_bytes) = (SNAPSHOT_SEGMENT_MS.to_string(), shared::snapshot::MAX_RECORD_BYTES.to_string());
+    let (segment, max_bytes, lag) =
+        (SNAPSHOT_SEGMENT_MS.to_string(), shared::snapshot::MAX_RECORD_BYTES.to_string(), SNAPSHOT_MIN_COMPACTION_LAG_MS.to_string());
     let snapshots = [
         ("cleanup.policy", "compact"),
         ("segment.ms", segment.as_str()),
         ("max.message.bytes", max_bytes.as_str()),
         ("min.cleanable.dirty.ratio", "0.1"),
+        ("min.compaction.lag.ms", lag.as_str()),
     ];
     let m = shared::kafka::ensure_topic(settings, "core-publisher", snapshot_topic, n, replication, &snapshots).await?;
+    // In the background: a broker that answers no DescribeConfigs must not delay the start.
+    let (settings_c, topic_c) = (settings.clone(), snapshot_topic.to_owned());
+    tokio::spawn(async move { check_compaction_lag(&settings_c, &topic_c).await });
     if m != n {
         return Err(format!(
             "snapshot topic {snapshot_topic} has {m} partitions and {topic} has {n}: they must have the same count (delete the snapshot topic, or set SNAPSHOT_TOPIC to a new one)"
         ));
     }
     Ok(n)
+}
+
+/// Whether a snapshot topic's `min.compaction.lag.ms` (`None`: not reported) keeps records long
+/// enough for a load ([`SNAPSHOT_MIN_COMPACTION_LAG_MS`]). Pure.
+pub fn compaction_lag_ok(value: Option<&str>) -> bool {
+    value.and_then(|v| v.trim().parse::<u64>().ok()).is_some_and(|ms| ms >= SNAPSHOT_MIN_COMPACTION_LAG_MS)
+}
+
+#[cfg(test)]
+mod compaction_lag_tests {
+    #[test]
+    fn compaction_lag_table() {
+        for (v, want) in [(None, false), (Some("0"), false), (Some("599999"), false), (Some("600000"), true), (Some("86400000"), true), (Some("x"), false)] {
+            assert_eq!(super::compaction_lag_ok(v), want, "{v:?}");
+        }
+    }
+}
+
+/// Checks that the snapshot topic (perhaps created before this setting, or by hand) has a
+/// `min.compaction.lag.ms` of at least [`SNAPSHOT_MIN_COMPACTION_LAG_MS`], and says how to set it
+/// when it does not. A broker that answers no DescribeConfigs (the embedded mock cluster) is
+/// warned about once.
+async fn check_compaction_lag(settings: &KafkaSettings, snapshot_topic: &str) {
+    match shared::kafka::topic_config(settings, "core-publisher", snapshot_topic, "min.compaction.lag.ms").await {
+        Ok(v) if compaction_lag_ok(v.as_deref()) => {}
+        Ok(v) => tracing::error!(topic = snapshot_topic, min_compaction_lag_ms = v.as_deref().unwrap_or("unset"), want = SNAPSHOT_MIN_COMPACTION_LAG_MS,
+            "the snapshot topic's min.compaction.lag.ms is too short: a cleaner pass during a node's load can remove snapshots it has not read yet; \
+             set it with kafka-configs.sh --alter --entity-type topics --entity-name <topic> --add-config min.compaction.lag.ms=600000"),
+        Err(e) => tracing::warn!(topic = snapshot_topic, error = %e, "cannot read the snapshot topic's min.compaction.lag.ms (the broker answers no DescribeConfigs); not checked"),
+    }
 }
 
 /// An in-memory [`EventLog`] for unit tests, whose transactions end on a schedule.

@@ -488,6 +488,21 @@ mod tests {
     }
 }
 
+/// The value of `key` in `topic`'s configuration (DescribeConfigs; `None` when the broker reports
+/// no such entry).
+///
+/// # Errors
+/// When the broker cannot be reached or does not answer DescribeConfigs.
+pub async fn topic_config(settings: &KafkaSettings, client_id: &str, topic: &str, key: &str) -> Result<Option<String>, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
+    let admin: AdminClient<FleetContext> =
+        settings.admin(&format!("{client_id}-admin")).create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let results = admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts).await.map_err(|e| e.to_string())?;
+    let resource = results.into_iter().next().ok_or("no answer")?.map_err(|e| e.to_string())?;
+    Ok(resource.get(key).and_then(|e| e.value.clone()))
+}
+
 /// Ensures `topic` exists (creating it with `partitions` × `replication` and `configs` when it
 /// does not) and returns its real partition count.
 ///

@@ -121,6 +121,10 @@ pub enum ReplayError {
     /// the snapshots, whose checkpoints cover what was deleted).
     #[error("records still to read were deleted while reading ({0}); start again from the snapshots")]
     LogStartMoved(String),
+    /// The snapshots cannot be used (a canvas of another size): replaying from their checkpoints
+    /// would skip that canvas's records, so the reader refuses to go on.
+    #[error("the snapshots cannot be used: {0}")]
+    Refused(String),
 }
 
 /// Number of partitions of `topic`.

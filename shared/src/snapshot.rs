@@ -251,7 +251,11 @@ impl Loaded {
     }
 }
 
-/// Reads the whole snapshot topic `topic` (its readable end when called: the last stable offset
+/// How many times a load reads on to the topic's new end (records written while it read).
+const MAX_LOAD_ROUNDS: usize = 5;
+
+/// Reads the whole snapshot topic `topic` (to its readable end when it finishes, within
+/// [`MAX_LOAD_ROUNDS`] reads past the end it planned: the last stable offset
 /// under `read_committed`) with `consumer` (manual assignment, blocking). A topic that does not
 /// exist yet reads as empty (a fleet that has not written snapshots yet).
 ///
@@ -287,22 +291,27 @@ pub fn load_partitions<C: ConsumerContext>(
         plan.targets.retain(|p, _| only.contains(p));
     }
     let mut loaded = Loaded::default();
-    replay::run(
-        consumer,
-        topic,
-        &plan,
-        stall_timeout,
-        cancelled,
-        |msg| match decode(msg.key(), msg.payload()) {
-            Ok(Some(entry)) => loaded.add(msg.partition(), entry),
-            Ok(None) => {}
-            Err(e) => {
-                loaded.skipped += 1;
-                tracing::warn!(topic, partition = msg.partition(), offset = msg.offset(), error = %e, "skipping an unreadable snapshot record");
-            }
-        },
-        |_| {},
-    )?;
+    let mut on_record = |msg: &rdkafka::message::BorrowedMessage<'_>| match decode(msg.key(), msg.payload()) {
+        Ok(Some(entry)) => loaded.add(msg.partition(), entry),
+        Ok(None) => {}
+        Err(e) => {
+            loaded.skipped += 1;
+            tracing::warn!(topic, partition = msg.partition(), offset = msg.offset(), error = %e, "skipping an unreadable snapshot record");
+        }
+    };
+    let mut progress = replay::run(consumer, topic, &plan, stall_timeout, cancelled, &mut on_record, |_| {})?;
+    // Then to the end as it is now, not only as it was planned: records written during the load
+    // are read too, so a cleaner pass meanwhile (which may remove an older snapshot the load has
+    // not reached yet, once a newer one exists) never leaves a canvas without both.
+    for _ in 0..MAX_LOAD_ROUNDS {
+        let (mut next, _) = replay::plan(consumer, topic, &progress.positions, Duration::from_secs(10))?;
+        next.starts.retain(|p, _| plan.starts.contains_key(p));
+        next.targets.retain(|p, _| plan.targets.contains_key(p));
+        if next.starts.iter().all(|(p, s)| next.targets.get(p).is_none_or(|t| s >= t)) {
+            break;
+        }
+        progress = replay::run(consumer, topic, &next, stall_timeout, cancelled, &mut on_record, |_| {})?;
+    }
     Ok(loaded)
 }
 

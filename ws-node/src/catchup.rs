@@ -98,7 +98,7 @@ pub fn run(
             s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
         }
     }
-    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
+    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s)).map_err(ReplayError::Refused)?;
     tracing::info!(
         "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
         snapshot_topic,

@@ -137,6 +137,13 @@ fn restore_partitions(
         }
     };
     let checkpoints = loaded.checkpoints.clone();
+    // A snapshot of another canvas size is refused before anything moves: raising the positions
+    // to the checkpoints would skip that canvas's records.
+    if let Some(s) = loaded.canvases.values().map(|(_, s)| s).find(|s| s.dims != hub.dims()) {
+        tracing::error!(partitions = ?picked, canvas = %s.canvas, width = s.dims.width, height = s.dims.height,
+            "[SNAPSHOT] a snapshot of another canvas size than CANVAS_WIDTH/CANVAS_HEIGHT: not used, and the positions stay where they are");
+        return (Offsets::new(), picked);
+    }
     let mut positions = positions;
     if !moved_back.is_empty() {
         // Start where the snapshots cover, or the log start where their checkpoint is past the
@@ -154,7 +161,7 @@ fn restore_partitions(
         }
         positions.extend(starts);
     }
-    let restored = hub.restore(loaded.canvases.into_values().map(|(_, s)| s));
+    let restored = hub.restore(loaded.canvases.into_values().map(|(_, s)| s)).unwrap_or(0);
     let mut raised = Offsets::new();
     for p in &picked {
         if moved_back.contains(p) {

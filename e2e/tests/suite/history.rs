@@ -125,6 +125,9 @@ async fn recreated_topics_under_a_running_fleet() {
     let truths_fresh = wait_for_heads(&fleet, &fresh, &canvases).await.expect("fresh clients at the heads");
     assert_new_history(&fresh, &truths_fresh, false, "(b) fresh since=0");
 
+    // The recreated snapshot topic keeps records past any load before the cleaner may remove them.
+    let lag = shared::kafka::topic_config(&KafkaSettings::new(&broker.bootstrap), "e2e-history", &shared::snapshot::topic_for(&fleet.topic), "min.compaction.lag.ms").await;
+    assert_eq!(lag, Ok(Some("600000".to_owned())), "the snapshot topic's min.compaction.lag.ms");
     for n in &fleet.nodes {
         let h = get_json(&fleet.http, &format!("{}/health", n.url())).await.unwrap();
         assert_eq!(h["state"], "HEALTHY", "{h}");

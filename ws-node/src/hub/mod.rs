@@ -756,16 +756,27 @@ mod tests {
             offset: 0,
             pixels: vec![7; dims.byte_len()],
         };
-        assert_eq!(h.restore([snap(4, 0)]), 0, "an older snapshot of the same reset is not used");
-        assert_eq!(h.restore([snap(2, 1)]), 1, "a snapshot of a later reset replaces the state, even at a lower version");
+        assert_eq!(h.restore([snap(4, 0)]), Ok(0), "an older snapshot of the same reset is not used");
+        assert_eq!(h.restore([snap(2, 1)]), Ok(1), "a snapshot of a later reset replaces the state, even at a lower version");
         assert_eq!((h.version_of(&id("c1")), h.epoch_of(&id("c1"))), (2, Epoch::of("T", 1)));
-        assert_eq!(h.restore([snap(9, 0)]), 0, "nothing of an earlier reset replaces it");
+        assert_eq!(h.restore([snap(9, 0)]), Ok(0), "nothing of an earlier reset replaces it");
         // A client still on reset 0 at version 5 gets the snapshot; one on reset 1 resumes.
         let (a, _ra) = SessionHandle::new(1, id("c1"), 0, 16);
         assert_eq!(served(&h.subscribe_at(a, 5, Some(&Epoch::of("T", 0))).unwrap().backlog), ("snapshot", vec![2]));
         h.apply(0, 5, &ev("c1", 3));
         let (b, _rb) = SessionHandle::new(2, id("c1"), 0, 16);
         assert_eq!(served(&h.subscribe_at(b, 2, Some(&Epoch::of("T", 1))).unwrap().backlog), ("events", vec![3]));
+    }
+
+    #[test]
+    fn a_snapshot_of_another_canvas_size_is_refused_and_nothing_is_restored() {
+        let h = hub();
+        let snap = |canvas: &str, dims: CanvasDims| shared::snapshot::Snapshot { canvas: id(canvas), version: 3, epoch: 0, dims, offset: 9, pixels: vec![7; dims.byte_len()] };
+        let ours = snap("a", CanvasDims { width: 4, height: 4 });
+        let other = snap("b", CanvasDims { width: 8, height: 4 });
+        let e = h.restore([ours, other]).unwrap_err();
+        assert!(e.contains("8x4") && e.contains("4x4"), "{e}");
+        assert_eq!((h.version_of(&id("a")), h.version_of(&id("b"))), (0, 0), "nothing restored: the caller keeps its positions");
     }
 
     #[test]

@@ -7,18 +7,25 @@ use shared::replay::Offsets;
 use std::sync::atomic::Ordering;
 
 impl Hub {
-    /// Restores canvases from their snapshots where a snapshot is newer than the state (a snapshot
-    /// of another canvas size is refused with an error). Sessions already on a restored canvas get
-    /// the snapshot frame, as after any resync. Returns how many canvases were restored.
-    pub fn restore(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> u64 {
+    /// Restores canvases from their snapshots where a snapshot is newer than the state. Sessions
+    /// already on a restored canvas get the snapshot frame, as after any resync. Returns how many
+    /// canvases were restored.
+    ///
+    /// # Errors
+    /// A snapshot of another canvas size than this node's (CANVAS_WIDTH/CANVAS_HEIGHT differ from
+    /// the publisher's), as the publisher refuses it: nothing is restored, and the caller must not
+    /// move its positions to the snapshots' checkpoints (that canvas's records would be skipped).
+    pub fn restore(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> Result<u64, String> {
+        let snapshots: Vec<shared::snapshot::Snapshot> = snapshots.into_iter().collect();
+        if let Some(s) = snapshots.iter().find(|s| s.dims != self.dims) {
+            return Err(format!(
+                "the snapshot of {} is {}x{}, not CANVAS_WIDTH x CANVAS_HEIGHT {}x{} (this node's size differs from the publisher's)",
+                s.canvas, s.dims.width, s.dims.height, self.dims.width, self.dims.height
+            ));
+        }
         let mut restored = 0;
         let mut inner = self.lock();
         for snap in snapshots {
-            if snap.dims != self.dims {
-                tracing::error!(canvas = %snap.canvas, width = snap.dims.width, height = snap.dims.height,
-                    "a snapshot's canvas size differs from CANVAS_WIDTH/CANVAS_HEIGHT; it is not used");
-                continue;
-            }
             let window = self.window;
             let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
             // A later reset is newer whatever its version; within one, the higher version.
@@ -36,7 +43,7 @@ impl Hub {
         }
         drop(inner);
         self.fanout.write_pending();
-        restored
+        Ok(restored)
     }
 
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
