@@ -294,15 +294,7 @@ async fn run_case(broker: &Broker, case: Case, tl: Arc<Timeline>) -> anyhow::Res
             st.fleet.publisher.kill9().await;
             tokio::time::sleep(Duration::from_secs(2)).await;
             st.fleet.publisher.start()?;
-            let (http, url) = (st.fleet.http.clone(), st.fleet.publisher.url());
-            eventually("the restarted publisher to accept writes", Duration::from_secs(60), || {
-                let (http, url) = (http.clone(), url.clone());
-                async move {
-                    let h = crate::procs::get_json(&http, &format!("{url}/health")).await?;
-                    Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
-                }
-            })
-            .await?;
+            crate::procs::wait_ready(&st.fleet.http, &st.fleet.publisher.url(), "the restarted publisher to accept writes", Duration::from_secs(60)).await?;
             tl.mark("the restarted publisher accepts writes");
             "kill -9 of the publisher with requests in flight; restarted 2 s later".into()
         }

@@ -1,7 +1,7 @@
 //! The whole fleet as processes: publisher, ws-1..ws-n, gateway, on loopback ports.
 
 use crate::broker::{free_port, Broker};
-use crate::procs::{eventually, get_json, Service, Timeline};
+use crate::procs::{eventually, get_json, wait_ready, Service, Timeline};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,15 +206,7 @@ impl Fleet {
         for g in &mut fleet.more_gateways {
             g.start()?;
         }
-        let (http, url) = (fleet.http.clone(), fleet.publisher.url());
-        eventually("the publisher to accept writes", Duration::from_secs(60), || {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let h = get_json(&http, &format!("{url}/health")).await?;
-                Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
-            }
-        })
-        .await?;
+        wait_ready(&fleet.http, &fleet.publisher.url(), "the publisher to accept writes", Duration::from_secs(60)).await?;
         fleet.timeline.mark("publisher is ready");
         let n = fleet.nodes.len();
         fleet
@@ -344,15 +336,8 @@ impl Fleet {
     pub async fn start_publisher(&mut self, n: usize) -> anyhow::Result<()> {
         let p = self.more_publishers.get_mut(n - 1).ok_or_else(|| anyhow::anyhow!("no publisher number {n}"))?;
         p.start()?;
-        let (http, url, name) = (self.http.clone(), p.url(), p.name.clone());
-        eventually(&format!("{name} to accept writes"), Duration::from_secs(60), || {
-            let (http, url) = (http.clone(), url.clone());
-            async move {
-                let h = get_json(&http, &format!("{url}/health")).await?;
-                Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
-            }
-        })
-        .await
+        let (url, name) = (p.url(), p.name.clone());
+        wait_ready(&self.http, &url, &format!("{name} to accept writes"), Duration::from_secs(60)).await
     }
 
     /// Stops every process (SIGTERM, then SIGKILL).

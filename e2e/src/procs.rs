@@ -279,6 +279,19 @@ pub fn die_with_parent_by(cmd: &mut std::process::Command, signal: nix::sys::sig
     let _ = (cmd, signal);
 }
 
+/// Waits up to `timeout` until the service at `url` says `"ready": true` in its `/health` (a
+/// publisher that accepts writes, a node that serves).
+///
+/// # Errors
+/// When the deadline passes.
+pub async fn wait_ready(http: &reqwest::Client, url: &str, what: &str, timeout: Duration) -> anyhow::Result<()> {
+    eventually(what, timeout, || async {
+        let h = get_json(http, &format!("{url}/health")).await?;
+        Ok(h["ready"].as_bool().unwrap_or(false).then_some(()))
+    })
+    .await
+}
+
 /// Waits until `check` returns `Some`, at most `timeout`, printing progress every 5 s.
 ///
 /// # Errors

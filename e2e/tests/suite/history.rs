@@ -14,7 +14,7 @@ use e2e::checker::check_history;
 use e2e::client::Client;
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::load::Load;
-use e2e::procs::{eventually, get_json, Timeline};
+use e2e::procs::{eventually, get_json, wait_ready, Timeline};
 use e2e::scenario::{pick_canvases, spawn_clients, wait_for_heads};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -56,13 +56,7 @@ async fn recreate(fleet: &mut Fleet, broker: &Broker, topics: &[String], canvase
     delete_topics(&broker.bootstrap, topics).await;
     fleet.timeline.mark(format!("{what}: deleted {topics:?} with the publisher down; starting it again"));
     fleet.publisher.start().expect("restart the publisher");
-    let (http, url) = (fleet.http.clone(), fleet.publisher.url());
-    eventually("the restarted publisher to accept writes", Duration::from_secs(60), || {
-        let (http, url) = (http.clone(), url.clone());
-        async move { Ok(get_json(&http, &format!("{url}/health")).await?["ready"].as_bool().unwrap_or(false).then_some(())) }
-    })
-    .await
-    .expect("publisher ready");
+    wait_ready(&fleet.http, &fleet.publisher.url(), "the restarted publisher to accept writes", Duration::from_secs(60)).await.expect("publisher ready");
     let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
     let load = Load::start(&format!("{}/api", fleet.gateway.url()), canvases.to_vec(), 50.0, dims.width, dims.height);
     tokio::time::sleep(Duration::from_secs(4)).await;

@@ -19,7 +19,7 @@ use crate::block_on;
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::load::Load;
-use e2e::procs::{eventually, get_json, Timeline};
+use e2e::procs::{eventually, get_json, wait_ready, Timeline};
 use e2e::scenario::{all_receiving, finish, pick_canvases, spawn_clients, wait_failback, wait_for_heads};
 use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
@@ -129,13 +129,7 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     fleet.publisher.kill9().await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     fleet.publisher.start().expect("restart the publisher");
-    let (http, url) = (fleet.http.clone(), fleet.publisher.url());
-    eventually("the restarted publisher to accept writes", Duration::from_secs(60), || {
-        let (http, url) = (http.clone(), url.clone());
-        async move { Ok(get_json(&http, &format!("{url}/health")).await?["ready"].as_bool().unwrap_or(false).then_some(())) }
-    })
-    .await
-    .expect("publisher ready");
+    wait_ready(&fleet.http, &fleet.publisher.url(), "the restarted publisher to accept writes", Duration::from_secs(60)).await.expect("publisher ready");
     let ph = get_json(&fleet.http, &format!("{}/health", fleet.publisher.url())).await.unwrap();
     assert_eq!(ph["snapshots"]["incomplete_canvases"], serde_json::json!([]), "{ph}");
     tokio::time::sleep(Duration::from_secs(3)).await;
