@@ -264,12 +264,25 @@ async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canv
     kill(ws2, Signal::SIGCONT).unwrap();
     fleet.timeline.mark(format!("deleted every record below {ends:?} (checkpoints {cps:?}); SIGCONT ws-2"));
     let url = fleet.nodes[1].url();
-    eventually("ws-2 to restore from the older snapshots", Duration::from_secs(60), || {
-        let (http, url, had) = (fleet.http.clone(), url.clone(), before["log_start_recoveries"].as_u64().unwrap_or(0));
+    // The publisher stays frozen until ws-2 reads the burst's partitions from their new log
+    // start: once it runs again it soon snapshots the burst, and a restore that read that
+    // snapshot would have no gap to flag.
+    let (burst_parts, had) = (partitions_of(canvases, fleet.spec.partitions), before["log_start_recoveries"].as_u64().unwrap_or(0));
+    eventually("ws-2 to restore from the older snapshots and read on from the new log start", Duration::from_secs(60), || {
+        let (http, url, ends, parts) = (fleet.http.clone(), url.clone(), ends.clone(), burst_parts.clone());
         async move {
             let h = get_json(&http, &format!("{url}/health")).await?;
             let n = h["log_start_recoveries"].as_u64().unwrap_or(0);
-            if n > had && h["ready"] == true { Ok(Some(())) } else { Err(format!("recoveries {n}, ready {}", h["ready"])) }
+            let positions: Offsets = h["partitions"]
+                .as_array()
+                .map(|a| a.iter().map(|p| (p["partition"].as_i64().unwrap_or(-1) as i32, p["position"].as_i64().unwrap_or(-1))).collect())
+                .unwrap_or_default();
+            let below: Vec<i32> = parts.iter().copied().filter(|p| positions.get(p).is_none_or(|pos| *pos < ends[p])).collect();
+            if n > had && below.is_empty() && h["ready"] == true {
+                Ok(Some(()))
+            } else {
+                Err(format!("recoveries {n}, below the new log start {below:?}, ready {}", h["ready"]))
+            }
         }
     })
     .await
