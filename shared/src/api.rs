@@ -208,7 +208,8 @@ pub enum PartitionRole {
 pub struct PartitionHealth {
     pub partition: i32,
     pub role: PartitionRole,
-    /// The offset after the last record the node's state applied.
+    /// The offset after the last record the node's state applied (or after the transaction
+    /// markers that end the partition, once a reader has gone through them).
     pub position: i64,
     /// The partition's readable end (under read_committed its last stable offset, which is the
     /// high watermark when no transaction is open), as last read (about once a second); absent

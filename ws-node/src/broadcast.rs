@@ -333,6 +333,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hu
                 let _ = reader.unassign();
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[RELEASE] reader error (librdkafka retries)"),
+            None if !reading.is_empty() => crate::readers::note_read_to_end(crate::ownership::Reader::Release, &reader, topic, &hub),
             None => {}
         }
     }
@@ -423,7 +424,7 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
             }
             Some(Err(e)) if shared::kafka::out_of_range(&e) => restart_below_log_start(&consumer, &hub, &e),
             Some(Err(e)) => tracing::warn!(error = %e, "[BROADCAST] consumer error (librdkafka retries)"),
-            None => {}
+            None => crate::readers::note_read_to_end(crate::ownership::Reader::Broadcast, &consumer, &consumer.context().topic, &hub),
         }
     }
     tracing::info!("[BROADCAST] leaving the broadcast group");

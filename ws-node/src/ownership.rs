@@ -91,6 +91,19 @@ pub fn transition(part: Part, event: Event) -> Part {
     }
 }
 
+/// The node's readers of the events topic, each applying the records of the partitions in its
+/// scope ([`Ownership::applies`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// The broadcast consumer: the owned partitions.
+    Broadcast,
+    /// The release reader: the held partitions, and the owned ones during a bridge.
+    Release,
+    /// The standby reader: the partitions neither owned nor held (it skips the records of a
+    /// partition that became owned).
+    Standby,
+}
+
 /// Owned partitions the release reader also reads until the rebalance's next round.
 #[derive(Debug, Default)]
 struct Bridge {
@@ -143,6 +156,16 @@ impl Ownership {
             return Err(Refusal::Paused { partition });
         }
         Ok(())
+    }
+
+    /// Whether `reader` applies every record of `p` it reads now.
+    pub fn applies(&self, reader: Reader, p: i32) -> bool {
+        let role = self.part(p).role;
+        match reader {
+            Reader::Broadcast => role == Role::Owned,
+            Reader::Release => role != Role::NotOwned,
+            Reader::Standby => role == Role::NotOwned,
+        }
     }
 
     /// Whether `p` is owned.
@@ -306,6 +329,28 @@ mod tests {
         ];
         for (from, event, to) in table {
             assert_eq!(transition(from, event), to, "{from:?} + {event:?}");
+        }
+    }
+
+    #[test]
+    fn which_reader_applies_a_partition() {
+        let mut o = Ownership::default();
+        o.assign(&[1, 2]);
+        o.hold(&[2]);
+        // (partition, reader) → applies: 1 owned, 2 held, 3 neither
+        let table = [
+            (1, Reader::Broadcast, true),
+            (1, Reader::Release, true), // bridged until the rebalance's next round
+            (1, Reader::Standby, false),
+            (2, Reader::Broadcast, false),
+            (2, Reader::Release, true),
+            (2, Reader::Standby, false),
+            (3, Reader::Broadcast, false),
+            (3, Reader::Release, false),
+            (3, Reader::Standby, true),
+        ];
+        for (p, reader, want) in table {
+            assert_eq!(o.applies(reader, p), want, "partition {p}, {reader:?}");
         }
     }
 

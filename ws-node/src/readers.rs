@@ -24,3 +24,26 @@ pub fn assign_from(
     reader.assign(&tpl)
 }
 
+
+/// Raises the node's positions past transaction markers at the end of the log: a partition whose
+/// last entry is a commit marker has no record at its end − 1, so the positions the node counts
+/// from applied records stand one short of the end while the reader has read everything (lag 1,
+/// which would read as a stalled partition). Call when a poll of `reader` came back empty: the
+/// positions librdkafka reports then are past every record and marker the reader went through
+/// ([`Hub::reached_ends`] keeps only those at the readable end).
+pub fn note_read_to_end<C: rdkafka::consumer::ConsumerContext>(which: crate::ownership::Reader, reader: &BaseConsumer<C>, topic: &str, hub: &crate::hub::Hub) {
+    // The node's positions first: one that moves before the reader's is read is left alone.
+    let seen = hub.positions();
+    let Ok(tpl) = reader.position() else { return };
+    let read: shared::replay::Offsets = tpl
+        .elements_for_topic(topic)
+        .iter()
+        .filter_map(|e| match e.offset() {
+            Offset::Offset(o) => Some((e.partition(), o)),
+            _ => None,
+        })
+        .collect();
+    if !read.is_empty() {
+        hub.reached_ends(which, &seen, &read);
+    }
+}

@@ -71,7 +71,7 @@ pub fn run(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, s
                 let _ = reader.unassign();
             }
             Some(Err(e)) => tracing::warn!(error = %e, "[STANDBY] reader error (librdkafka retries)"),
-            None => {}
+            None => crate::readers::note_read_to_end(crate::ownership::Reader::Standby, &reader, topic, &hub),
         }
     }
     let _ = reader.unassign();

@@ -8,6 +8,8 @@
 //! Needs `scripts/kafka/fetch.sh` (the README's test command runs it).
 
 use e2e::broker::{create_topic, Broker, BrokerKind};
+use e2e::fleet::{Fleet, FleetSpec};
+use e2e::load::Load;
 use e2e::procs::{eventually, get_json, Service, Timeline};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
@@ -160,5 +162,36 @@ fn readers_see_committed_records_only_and_complete_at_markers() {
             .expect("json");
         assert_eq!(r["version"], 6, "{r}");
         publisher.terminate(Duration::from_secs(5)).await;
+
+        idle_partitions_end_in_markers_and_are_not_stalled(&broker).await;
     });
+}
+
+/// A fleet on the same broker: once publishing stops, every partition ends in a commit marker
+/// (no record at its end − 1). A node reads past the marker: each owned partition's position
+/// reaches its readable end (lag 0) and the node stays HEALTHY, instead of calling the partition
+/// stalled after `STALL_AFTER_MS` (1 s here) and being ejected by the gateway.
+async fn idle_partitions_end_in_markers_and_are_not_stalled(broker: &Broker) {
+    let spec = FleetSpec { node_env: vec![("STALL_AFTER_MS".into(), "1000".into())], ..FleetSpec::default() };
+    let mut fleet = Fleet::start(broker, spec, Timeline::new(true)).await.expect("a fleet");
+    let canvases: Vec<String> = (0..12).map(|i| format!("idle-{i}")).collect();
+    let load = Load::start(&fleet.publisher.url(), canvases, 40.0, fleet.spec.width, fleet.spec.height);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stats = load.stop().await;
+    assert!(stats.accepted.load(std::sync::atomic::Ordering::Relaxed) > 0, "nothing published");
+    fleet.timeline.mark("publishing stopped: every partition ends in a commit marker");
+    // Past STALL_AFTER_MS, with the ends read (once a second) and the gateway's polls (500 ms).
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for node in &fleet.nodes {
+        let h = get_json(&fleet.http, &format!("{}/health", node.url())).await.expect("health");
+        let owned: Vec<&serde_json::Value> = h["partitions"].as_array().expect("partitions").iter().filter(|p| p["role"] == "owned").collect();
+        assert!(!owned.is_empty(), "{h}");
+        for p in owned {
+            assert_eq!(p["lag"], 0, "an idle partition ending in a commit marker shows lag: {p}");
+        }
+        assert_eq!(h["state"], "HEALTHY", "{h}");
+    }
+    let f = fleet.fleet_state().await.expect("the gateway's view");
+    assert!(f["nodes"].as_array().expect("nodes").iter().all(|n| n["state"] == "HEALTHY"), "the gateway sees every node HEALTHY: {f}");
+    fleet.stop().await;
 }

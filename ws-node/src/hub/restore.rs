@@ -6,6 +6,15 @@ use crate::state::CanvasState;
 use shared::replay::Offsets;
 use std::sync::atomic::Ordering;
 
+/// The position a partition's state may take when its reader stands at `read` (past records and
+/// markers): `read`, only when that is the partition's readable `end` exactly (nothing is left to
+/// read: what lies between is markers and aborted records, never delivered), above the
+/// `position`, and the position is still the one the reader's caller `seen` (one moved by
+/// another reader, or lowered for a log that moved backwards, is left alone). Pure.
+pub fn past_end_marker(position: i64, seen: i64, read: i64, end: i64) -> Option<i64> {
+    (position == seen && read == end && read > position).then_some(read)
+}
+
 impl Hub {
     /// Restores canvases from their snapshots where a snapshot is newer than the state. Sessions
     /// already on a restored canvas get the snapshot frame, as after any resync. Returns how many
@@ -53,6 +62,25 @@ impl Hub {
         for (p, o) in positions {
             let pos = inner.positions.entry(*p).or_insert(*o);
             *pos = (*pos).max(*o);
+        }
+    }
+
+    /// Raises positions past the transaction markers at their partition's end: for each partition
+    /// in `read` (where a reader's consumer stands, past records and markers), see
+    /// [`past_end_marker`], with the position the caller saw in `seen` and the readable end as
+    /// last sampled. Only the partitions `reader` applies every record of now are raised (the
+    /// standby reader skips the records of a partition the broadcast consumer owns).
+    pub fn reached_ends(&self, reader: crate::ownership::Reader, seen: &Offsets, read: &Offsets) {
+        let ends = self.sampler.ends();
+        let mut inner = self.lock();
+        for (p, to) in read {
+            let applies = inner.own.applies(reader, *p);
+            let (true, Some(seen), Some(end)) = (applies, seen.get(p), ends.get(p)) else { continue };
+            if let Some(pos) = inner.positions.get_mut(p) {
+                if let Some(raised) = past_end_marker(*pos, *seen, *to, *end) {
+                    *pos = raised;
+                }
+            }
         }
     }
 
@@ -129,5 +157,27 @@ impl Hub {
         inner.positions.clear();
         inner.incomplete.clear();
         inner.canvases.drain().flat_map(|(_, ch)| ch.sessions).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::past_end_marker;
+
+    #[test]
+    fn past_end_marker_table() {
+        // (position, seen, reader's position, readable end) → new position
+        let table = [
+            (13, 13, 14, 14, Some(14)), // a commit marker at 13 ends the partition
+            (10, 10, 14, 14, Some(14)), // an aborted transaction's records and marker
+            (13, 13, 14, 20, None),     // records left to read: they move the position
+            (13, 12, 14, 14, None),     // another reader moved it meanwhile
+            (14, 14, 14, 14, None),     // at the end already
+            (0, 0, 5000, 0, None),      // a reader of the old history, past the end of a new log
+            (0, 5000, 5000, 5000, None), // lowered for a log that moved back after it was seen
+        ];
+        for (position, seen, read, end, want) in table {
+            assert_eq!(past_end_marker(position, seen, read, end), want, "position {position}, seen {seen}, read {read}, end {end}");
+        }
     }
 }
