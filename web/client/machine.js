@@ -87,7 +87,8 @@ export const GATEWAY_OUTCOMES = Object.freeze(['failed', 'dropped', 'notice']);
  * @property {number} baseDelayMs backoff before jitter after the first failure (delay range [base·(1−jitter), base])
  * @property {number} maxDelayMs cap of the backoff before jitter
  * @property {number} jitter fraction of each backoff delay that is random, in [0, 1]: delay ∈ [d·(1−jitter), d]
- * @property {number} noticeJitterMs random extra on top of a server's retry_after_ms: + [0, noticeJitterMs)
+ * @property {number} noticeJitterMs random extra on top of a server's retry_after_ms: + [0, noticeJitterMs), at most
+ *   half of retry_after_ms
  * @property {number} stableMs how long a socket must stay open and current before the backoff resets
  * @property {number} connectTimeoutMs how long an attempt may stay in `connecting`
  * @property {number} closeWaitMs after a socket `error`, how long to wait for its `close` before giving up on it
@@ -308,14 +309,18 @@ export function backoffDelay(failures, rand, config) {
 }
 
 /**
- * The delay a server asked for plus jitter: `retryAfterMs + rand · noticeJitterMs`.
+ * The delay a server asked for plus jitter: `retryAfterMs + rand · min(noticeJitterMs,
+ * retryAfterMs / 2)`. The jitter is at most half the delay asked for, so a notice with
+ * `retry_after_ms` 0 (a node that spread its notices itself: each session kept its events until
+ * its own notice) is followed at once.
  * @param {number} retryAfterMs the frame's retry_after_ms (ms)
  * @param {number} rand in [0, 1)
  * @param {MachineConfig} config
- * @returns {number} delay in ms (an integer) in [retryAfterMs, retryAfterMs + noticeJitterMs]
+ * @returns {number} delay in ms (an integer) in [retryAfterMs, retryAfterMs + min(noticeJitterMs, retryAfterMs / 2)]
  */
 export function noticeDelay(retryAfterMs, rand, config) {
-  return Math.round(Math.max(0, retryAfterMs) + unit(rand) * config.noticeJitterMs);
+  const asked = Math.max(0, retryAfterMs);
+  return Math.round(asked + unit(rand) * Math.min(config.noticeJitterMs, asked / 2));
 }
 
 /**

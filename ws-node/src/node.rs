@@ -430,10 +430,11 @@ impl Node {
         let outcome: HandOverOutcome = match &scope {
             Some(scope) => {
                 tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), scope);
-                let sessions = self.hub.pause_and_take(Some(scope));
-                self.hub.counters.hold_ended(&partitions.clone().unwrap_or_default());
-                let out = drain::hand_over(sessions, reason, grace, self.notice_timing(grace), final_code).await;
+                // Each session keeps its events until its own notice (see drain::hand_over_paced).
+                let sessions = self.hub.pause(scope);
+                let out = drain::hand_over_paced(&self.hub, sessions, reason, grace, self.notice_timing(grace).1, final_code).await;
                 self.hub.resume(scope);
+                self.hub.counters.hold_ended(&partitions.clone().unwrap_or_default());
                 out
             }
             None => {
@@ -463,7 +464,7 @@ impl Node {
     /// while leaving the broadcast group, and ends `Up`.
     async fn leave_and_hand_over(self: &Arc<Self>, reason: DrainReason, grace: Duration, final_code: u16) -> HandOverOutcome {
         tracing::info!("[DRAIN] started reason={} grace={}ms scope=node", reason, grace.as_millis());
-        let sessions = self.hub.pause_and_take(None);
+        let sessions = self.hub.take_all();
         let broadcast = self.broadcast.lock().await.take();
         let leave = async {
             if let Some(b) = broadcast {
@@ -488,7 +489,7 @@ impl Node {
             Ok(_) => {}
             Err(_) => {
                 // Catching up or already draining: close whatever is open and leave the group.
-                for s in self.hub.pause_and_take(None) {
+                for s in self.hub.take_all() {
                     s.close(close::GOING_AWAY, "server shutting down");
                 }
                 if let Some(b) = self.broadcast.lock().await.take() {

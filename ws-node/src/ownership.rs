@@ -8,8 +8,10 @@
 //!   hands them over, the partition comes back, or the hold ends ([`Ownership::end_hold`]). Each
 //!   revocation is one hold, with a number: a later hold of the same partition is not ended by an
 //!   earlier hold's timer.
-//! - **Paused** (beside either role): a drain is handing its sessions over; no fan-out and no new
-//!   session until it resumes.
+//! - **Paused** (beside either role): a scoped drain is handing its sessions over, one at a time
+//!   over the notices' spread: no new session until it resumes, and the sessions not handed over
+//!   yet keep getting their events (a held partition stays held, so the release reader goes on
+//!   reading it). When the drain is over the hold ends.
 //! - **Bridged**: owned partitions the release reader also reads until the rebalance's next round,
 //!   because librdkafka hands the broadcast consumer nothing of them until then (see
 //!   [`Ownership::bridge`]).
@@ -51,9 +53,10 @@ pub struct Part {
 }
 
 impl Part {
-    /// Whether events of this partition are fanned out to its sessions here.
+    /// Whether events of this partition are fanned out to its sessions here (a paused one's
+    /// sessions are those a drain has not handed over yet).
     pub fn live(self) -> bool {
-        matches!(self.role, Role::Owned | Role::Held(_)) && !self.paused
+        matches!(self.role, Role::Owned | Role::Held(_))
     }
 }
 
@@ -67,9 +70,10 @@ pub enum Event {
     Held(u64),
     /// Revoked with its sessions taken out (lost, leaving the group, or no hold).
     Revoked,
-    /// A drain scoped to it takes its sessions: a held partition stops being held.
+    /// A drain scoped to it hands its sessions over: no new ones (a held partition stays held
+    /// until the drain is over: its sessions not handed over yet keep their events).
     Paused,
-    /// The scoped drain is over.
+    /// The scoped drain is over: its sessions were handed over, so a hold ends.
     Resumed,
     /// Hold number `.0` ran out: ends the hold if the partition is still in it.
     HoldEnded(u64),
@@ -83,8 +87,8 @@ pub fn transition(part: Part, event: Event) -> Part {
         Event::Assigned => Part { role: Role::Owned, ..part },
         Event::Held(n) => Part { role: Role::Held(n), ..part },
         Event::Revoked => Part { role: Role::NotOwned, ..part },
-        Event::Paused => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, paused: true },
-        Event::Resumed => Part { paused: false, ..part },
+        Event::Paused => Part { paused: true, ..part },
+        Event::Resumed => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, paused: false },
         Event::HoldEnded(n) if part.role == Role::Held(n) => Part { role: Role::NotOwned, ..part },
         Event::HoldEnded(_) => part,
         Event::DrainedAll => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, ..part },
@@ -277,19 +281,18 @@ impl Ownership {
         self.revoke(&all);
     }
 
-    /// A drain takes the sessions of `partitions` (all with `None`): pauses them (a whole-node
-    /// drain pauses nothing) and ends their holds.
-    pub fn pause(&mut self, partitions: Option<&BTreeSet<i32>>) {
-        match partitions {
-            Some(ps) => ps.iter().for_each(|p| self.apply(*p, Event::Paused)),
-            None => {
-                let all: Vec<i32> = self.parts.keys().copied().collect();
-                all.into_iter().for_each(|p| self.apply(p, Event::DrainedAll));
-            }
-        }
+    /// A scoped drain starts handing over the sessions of `partitions`: they admit nobody new.
+    pub fn pause(&mut self, partitions: &BTreeSet<i32>) {
+        partitions.iter().for_each(|p| self.apply(*p, Event::Paused));
     }
 
-    /// Ends a pause started by [`Ownership::pause`].
+    /// A drain of the whole node takes every session: the holds end, nothing is paused.
+    pub fn drain_all(&mut self) {
+        let all: Vec<i32> = self.parts.keys().copied().collect();
+        all.into_iter().for_each(|p| self.apply(p, Event::DrainedAll));
+    }
+
+    /// Ends a pause started by [`Ownership::pause`], and the holds of those partitions.
     pub fn resume(&mut self, partitions: &BTreeSet<i32>) {
         for p in partitions {
             self.apply(*p, Event::Resumed);
@@ -317,8 +320,9 @@ mod tests {
             (OWNED, Event::Revoked, FREE),
             (held(1), Event::Revoked, FREE),
             (OWNED, Event::Paused, paused(Role::Owned)),
-            (held(1), Event::Paused, paused(Role::NotOwned)),
+            (held(1), Event::Paused, paused(Role::Held(1))),
             (paused(Role::Owned), Event::Resumed, OWNED),
+            (paused(Role::Held(1)), Event::Resumed, FREE),
             (paused(Role::Owned), Event::Held(4), paused(Role::Held(4))),
             (held(1), Event::HoldEnded(1), FREE),
             (held(2), Event::HoldEnded(1), held(2)),
@@ -363,12 +367,19 @@ mod tests {
         o.hold(&[2]);
         assert!(o.live(2), "held sessions still get events");
         assert_eq!(o.admits(2), Err(Refusal::NotOwner { partition: 2 }));
-        o.pause(Some(&BTreeSet::from([1])));
-        assert!(!o.live(1));
+        o.pause(&BTreeSet::from([1]));
+        assert!(o.live(1), "the sessions a drain has not handed over yet keep their events");
         assert_eq!(o.admits(1), Err(Refusal::Paused { partition: 1 }));
         o.resume(&BTreeSet::from([1]));
         assert_eq!((o.owned(), o.held()), (vec![1], vec![2]));
-        o.pause(None);
+        o.pause(&BTreeSet::from([2]));
+        assert_eq!((o.held(), o.live(2)), (vec![2], true), "a held partition stays held while its drain runs");
+        o.resume(&BTreeSet::from([2]));
+        assert!(o.held().is_empty(), "the drain's end ends the hold");
+        o.hold(&[1]);
+        o.assign(&[1]);
+        o.hold(&[2]);
+        o.drain_all();
         assert_eq!((o.owned(), o.held()), (vec![1], vec![]), "a whole-node drain ends the holds");
     }
 }

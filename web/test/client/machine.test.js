@@ -295,10 +295,13 @@ test('jitter stays within its bounds, for edge and random values', () => {
     const delay = backoffDelay(2, r, cfg);
     assert.ok(delay >= 1000 && delay <= 2000, `r=${r}: ${delay}`);
   }
-  // A server's retry_after_ms plus jitter: within [retry_after, retry_after + noticeJitterMs].
-  for (const r of rands) {
-    const delay = noticeDelay(250, r, cfg);
-    assert.ok(delay >= 250 && delay <= 250 + cfg.noticeJitterMs, `notice r=${r}: ${delay}`);
+  // A server's retry_after_ms plus jitter: at most noticeJitterMs and at most half the delay.
+  // (retry_after_ms, greatest delay): 0 is a paced notice, followed at once.
+  for (const [asked, most] of [[250, 375], [0, 0], [5000, 5000 + cfg.noticeJitterMs]]) {
+    for (const r of rands) {
+      const delay = noticeDelay(asked, r, cfg);
+      assert.ok(delay >= asked && delay <= most, `notice ${asked} r=${r}: ${delay}`);
+    }
   }
 });
 

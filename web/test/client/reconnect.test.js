@@ -229,7 +229,7 @@ test('a reconnect notice reconnects after retry_after_ms + jitter without growin
   second.send({ type: 'reconnect', reason: 'FAILBACK_TO_RECOVERED_SERVER', retry_after_ms: 250 });
   assert.equal(h.client.state, 'backoff');
   assert.deepEqual(second.closeCalls, [{ code: 1000, reason: 'reconnect notice' }], 'closed normally');
-  assert.equal(untilNextSocket(h), 250 + 0.5 * 500, 'retry_after_ms + jitter');
+  assert.equal(untilNextSocket(h), Math.round(250 + 0.5 * 125), 'retry_after_ms + jitter (at most half of it)');
   assert.equal(h.last().since, 5);
   assert.equal(h.client.failures, 1, 'the notice did not count as a failure');
 
@@ -247,15 +247,23 @@ test('a reconnect notice reconnects after retry_after_ms + jitter without growin
   assert.equal(untilNextSocket(h), 1500, 'the backoff continues from failure 1, not from 32');
 });
 
-test('notice jitter stays within [retry_after_ms, retry_after_ms + noticeJitterMs]', () => {
+test('notice jitter stays within [retry_after_ms, retry_after_ms + min(noticeJitterMs, retry_after_ms / 2)]', () => {
   for (const r of [0, 0.3, 0.999999]) {
     const h = harness({ random: r });
     h.client.connect();
     h.last().open();
     h.last().send({ type: 'reconnect', reason: 'MAINTENANCE', retry_after_ms: 250 });
     const d = untilNextSocket(h);
-    assert.ok(d >= 250 && d <= 750, `r=${r}: ${d}`);
+    assert.ok(d >= 250 && d <= 375, `r=${r}: ${d}`);
   }
+});
+
+test('a paced notice (retry_after_ms 0: the node spread the notices) is followed at once', () => {
+  const h = harness({ random: 0.999999 });
+  h.client.connect();
+  h.last().open();
+  h.last().send({ type: 'reconnect', reason: 'FAILBACK_TO_RECOVERED_SERVER', retry_after_ms: 0 });
+  assert.equal(untilNextSocket(h), 0);
 });
 
 test('an error frame with retry_after_ms then close 1013 waits at least that long, as a failure', () => {

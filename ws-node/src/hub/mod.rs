@@ -317,7 +317,7 @@ impl Hub {
 
     /// Marks `partitions` as moved to another node but *held*: no new sessions here, and the open
     /// ones keep their events (read by the release reader) until [`Hub::end_hold`] or a scoped
-    /// drain ([`Hub::pause_and_take`]) takes them. Returns the hold's number (for
+    /// drain ([`Hub::pause`]) takes them. Returns the hold's number (for
     /// [`Hub::end_hold`]) and how many sessions are held.
     pub fn hold(&self, partitions: &[i32]) -> (u64, usize) {
         let mut inner = self.lock();
@@ -392,16 +392,39 @@ impl Hub {
         self.lock().own.owned()
     }
 
-    /// Stops fan-out and new sessions on `partitions` (or everywhere with `None`) and takes their
-    /// sessions out, for a drain. [`Hub::resume`] undoes the pause. Held partitions in scope stop
-    /// being held (their sessions are the drain's now).
-    pub fn pause_and_take(&self, partitions: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
+    /// Takes every session out of the hub for a drain of the whole node (they get no more events
+    /// from here); the holds end ([`Ownership::drain_all`]).
+    pub fn take_all(&self) -> Vec<SessionHandle> {
         let mut inner = self.lock();
-        inner.own.pause(partitions);
-        take_sessions(&mut inner, partitions)
+        inner.own.drain_all();
+        take_sessions(&mut inner, None)
     }
 
-    /// Ends a pause started by [`Hub::pause_and_take`].
+    /// Starts a scoped drain of `partitions`: they admit no new session, and the sessions on them
+    /// stay (they keep their events) until the drain takes them one by one
+    /// ([`Hub::take_session`]). Returns those sessions' canvases and ids.
+    /// [`Hub::resume`] ends the pause.
+    pub fn pause(&self, partitions: &BTreeSet<i32>) -> Vec<(CanvasId, u64)> {
+        let mut inner = self.lock();
+        inner.own.pause(partitions);
+        inner
+            .canvases
+            .iter()
+            .flat_map(|(c, ch)| ch.sessions.iter().filter(|s| partitions.contains(&s.partition)).map(move |s| (c.clone(), s.id)))
+            .collect()
+    }
+
+    /// Takes session `id` of `canvas` out of the hub: no event reaches it after this (`None`
+    /// when it is gone already: ended, or taken by a revocation or a hold's end).
+    pub fn take_session(&self, canvas: &CanvasId, id: u64) -> Option<SessionHandle> {
+        let mut inner = self.lock();
+        let channel = inner.canvases.get_mut(canvas)?;
+        let at = channel.sessions.iter().position(|s| s.id == id)?;
+        Some(channel.sessions.remove(at))
+    }
+
+    /// Ends a pause started by [`Hub::pause`]: the partitions admit sessions again where they
+    /// are owned, and their holds end (the drain handed the held sessions over).
     pub fn resume(&self, partitions: &BTreeSet<i32>) {
         self.lock().own.resume(partitions);
     }
@@ -649,22 +672,30 @@ mod tests {
     }
 
     #[test]
-    fn only_owned_unpaused_partitions_admit_and_fan_out() {
+    fn a_scoped_drain_admits_nobody_and_its_sessions_keep_their_events_until_taken() {
         let h = hub();
         let (handle, _rx) = SessionHandle::new(1, id("c1"), 2, 16);
         assert_eq!(h.subscribe(handle, 0).unwrap_err(), Refusal::NotOwner { partition: 2 });
         h.assign(&[2]);
-        let (handle, rx) = SessionHandle::new(2, id("c1"), 2, 16);
-        assert!(matches!(h.subscribe(handle, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
-        let taken = h.pause_and_take(Some(&BTreeSet::from([2])));
-        assert_eq!(taken.len(), 1);
+        let (a, ra) = SessionHandle::new(2, id("c1"), 2, 16);
+        let (b, rb) = SessionHandle::new(3, id("c1"), 2, 16);
+        assert!(matches!(h.subscribe(a, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
+        h.subscribe(b, 0).unwrap();
+        let scope = BTreeSet::from([2]);
+        assert_eq!(h.pause(&scope), vec![(id("c1"), 2), (id("c1"), 3)]);
         assert_eq!(h.admits(2), Err(Refusal::Paused { partition: 2 }));
         h.apply(2, 0, &ev("c1", 1));
+        let taken = h.take_session(&id("c1"), 2).expect("session 2 is in the hub");
+        assert!(h.take_session(&id("c1"), 2).is_none(), "taken once");
+        h.apply(2, 1, &ev("c1", 2));
         h.fanout.settle();
-        assert!(rx.out.take_waiting().is_empty(), "a taken session got an event");
-        h.resume(&BTreeSet::from([2]));
+        let versions = |rx: &SessionRx| rx.out.take_waiting().iter().skip_while(|w| w[0] != 0x81).map(version_of_wire).collect::<Vec<u64>>();
+        assert_eq!(versions(&ra), vec![1], "events until it was taken, none after");
+        assert_eq!(versions(&rb), vec![1, 2], "a session not taken yet keeps its events");
+        h.resume(&scope);
         assert_eq!(h.admits(2), Ok(()));
-        assert_eq!(h.version_of(&id("c1")), 1, "events are applied while paused");
+        assert_eq!(h.version_of(&id("c1")), 2, "events are applied while paused");
+        drop(taken);
     }
 
     #[test]
@@ -837,8 +868,13 @@ mod tests {
         h.apply(0, 0, &ev("a", 1));
         h.fanout.settle();
         assert_eq!((ra.out.take_waiting().len(), rb.out.take_waiting().len()), (1, 1), "held sessions still get events");
-        // A scoped drain takes the held sessions and ends the hold; ending it later finds nothing.
-        assert_eq!(h.pause_and_take(Some(&BTreeSet::from([1]))).len(), 1);
+        // A scoped drain keeps the hold while it hands the sessions over, and its end ends the
+        // hold; ending it later finds nothing.
+        let sessions = h.pause(&BTreeSet::from([1]));
+        assert_eq!(sessions, vec![(id("b"), 2)]);
+        assert_eq!(h.held(), vec![1], "the release reader goes on reading it during the drain");
+        assert!(h.take_session(&sessions[0].0, sessions[0].1).is_some());
+        h.resume(&BTreeSet::from([1]));
         assert!(h.held().is_empty());
         assert!(h.end_hold(hold, &[1]).is_empty());
     }
