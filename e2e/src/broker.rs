@@ -563,13 +563,22 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e is one level below the root").to_path_buf()
 }
 
-/// A TCP port free on loopback right now.
+/// A TCP port free on loopback right now, and not handed out before by this process: the kernel
+/// may give a port back as soon as its listener here closes, and two services of one fleet
+/// started on the same port is a start that fails (seen: a gateway on the port of a node that
+/// had not bound it yet).
 ///
 /// # Errors
 /// When no port can be bound.
 pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-    Ok(l.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> = std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for _ in 0..100 {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        if GIVEN.lock().expect("port set lock").insert(port) {
+            return Ok(port);
+        }
+    }
+    bail!("100 free ports in a row were ports this process had handed out already")
 }
 /// Creates `topic` with `partitions` × `replication` through the admin API (an existing topic
 /// counts as created).
