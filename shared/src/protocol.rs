@@ -71,6 +71,19 @@ impl ServerMessage {
     }
 }
 
+/// [`ServerMessage::Event`] of a borrowed event: the same JSON without cloning the event.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum BorrowedMessage<'a> {
+    Event(&'a PixelEvent),
+}
+
+/// Appends the JSON text of `ServerMessage::Event(ev)` to `out` (the bytes
+/// [`ServerMessage::to_json`] gives, without a copy of the event or of the text).
+pub fn write_event_json(ev: &PixelEvent, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, &BorrowedMessage::Event(ev)).expect("an event always serialises");
+}
+
 /// Why sessions are being handed over. Written in `SCREAMING_SNAKE_CASE` on the wire and in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -194,6 +207,19 @@ pub mod close {
     /// Close codes that mean the peer broke the protocol (reconnecting the same way will fail again).
     pub fn is_protocol_error(code: u16) -> bool {
         matches!(code, PROTOCOL_ERROR | UNSUPPORTED_DATA | INVALID_PAYLOAD | MESSAGE_TOO_BIG)
+    }
+}
+
+#[cfg(test)]
+mod borrowed_tests {
+    use super::*;
+
+    #[test]
+    fn a_borrowed_event_writes_the_same_json_as_the_owned_message() {
+        let ev: PixelEvent = serde_json::from_str(r##"{"canvas":"c-1","version":7,"x":3,"y":4,"color":"#0a0b0c","published_at_ms":1733}"##).unwrap();
+        let mut out = b"xy".to_vec();
+        write_event_json(&ev, &mut out);
+        assert_eq!(&out[2..], ServerMessage::Event(ev).to_json().as_bytes());
     }
 }
 

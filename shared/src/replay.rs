@@ -267,6 +267,9 @@ pub fn start_of(needed: Option<i64>, wanted: Option<i64>, low: i64, high: i64) -
     (from.max(low), if need < low { Gap::Deleted } else { Gap::None })
 }
 
+/// How many records a replay applies between two readings of the clock while records keep coming.
+const CLOCK_EVERY: u32 = 256;
+
 /// Runs `plan` on `consumer` (manual assignment, blocking: call it from a blocking thread).
 ///
 /// `on_record(message)` is called for every record in log order per partition (partition, offset,
@@ -302,6 +305,10 @@ pub fn run<C: ConsumerContext>(
         let mut last_progress_report = Instant::now();
         let mut last_record = Instant::now();
         let mut last_position_check = Instant::now();
+        // Records applied since the clock was last read: while records keep coming the timers
+        // below are checked every [`CLOCK_EVERY`] records, not for each one (reading the clock
+        // for every record took 7 % of a catch-up's thread).
+        let mut unclocked = 0u32;
         loop {
             if cancelled() {
                 return Err(ReplayError::Cancelled);
@@ -318,8 +325,8 @@ pub fn run<C: ConsumerContext>(
                     }
                     on_record(&msg);
                     progress.record(p, off);
-                    last_record = Instant::now();
-                    if progress.is_complete() {
+                    unclocked += 1;
+                    if progress.partition_complete(p) && progress.is_complete() {
                         return Ok(());
                     }
                 }
@@ -329,22 +336,30 @@ pub fn run<C: ConsumerContext>(
                 }
                 None => {}
             }
+            if !idle && unclocked < CLOCK_EVERY {
+                continue;
+            }
+            let now = Instant::now();
+            if unclocked > 0 {
+                last_record = now;
+                unclocked = 0;
+            }
             // Markers and aborted records move the position without a delivery: read it when the
             // poll came back empty, and at least every 100 ms while records keep coming.
-            if idle || last_position_check.elapsed() >= Duration::from_millis(100) {
-                last_position_check = Instant::now();
+            if idle || now - last_position_check >= Duration::from_millis(100) {
+                last_position_check = now;
                 if sync_positions(consumer, topic, &mut progress) {
-                    last_record = Instant::now();
+                    last_record = now;
                 }
                 if progress.is_complete() {
                     return Ok(());
                 }
             }
-            if last_progress_report.elapsed() >= Duration::from_secs(1) {
+            if now - last_progress_report >= Duration::from_secs(1) {
                 on_progress(&progress);
-                last_progress_report = Instant::now();
+                last_progress_report = now;
             }
-            if last_record.elapsed() >= stall_timeout {
+            if now - last_record >= stall_timeout {
                 return Err(ReplayError::Stalled { idle: stall_timeout, remaining: progress.remaining() });
             }
         }

@@ -59,6 +59,31 @@ pub fn encode_text(text: &[u8]) -> bytes::Bytes {
     out.into()
 }
 
+/// [`encode_text`] of the text `write` appends to an empty buffer, with one allocation and no
+/// copy when it fits in one frame ([`FRAGMENT`] bytes): the text is written after room for the
+/// largest header it can need, and the header goes right before it.
+pub fn encode_text_with(write: impl FnOnce(&mut Vec<u8>)) -> bytes::Bytes {
+    use bytes::Buf;
+    const ROOM: usize = 4; // a header for up to 65,535 payload bytes
+    let mut out = Vec::with_capacity(160);
+    out.resize(ROOM, 0);
+    write(&mut out);
+    let n = out.len() - ROOM;
+    if n > FRAGMENT {
+        return encode_text(&out[ROOM..]);
+    }
+    let start = if n < 126 {
+        out[ROOM - 2..ROOM].copy_from_slice(&[0x81, n as u8]);
+        ROOM - 2
+    } else {
+        out[..ROOM].copy_from_slice(&[0x81, 126, (n >> 8) as u8, n as u8]);
+        0
+    };
+    let mut b = bytes::Bytes::from(out);
+    b.advance(start);
+    b
+}
+
 /// The bytes of a close frame with `code` and `reason` (cut to fit a control frame).
 pub fn encode_close(code: u16, reason: &str) -> bytes::Bytes {
     let reason = bounded(reason).as_bytes();
@@ -161,6 +186,14 @@ pub fn log_protocol_error(code: u16, reason: &str, origin: &str, user_agent: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_written_in_place_is_framed_as_encode_text_frames_it() {
+        for len in [0, 1, 125, 126, 127, 2047, 2048, 2049, 70_000] {
+            let text: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            assert_eq!(encode_text_with(|out| out.extend_from_slice(&text)), encode_text(&text), "{len} bytes");
+        }
+    }
 
     #[test]
     fn long_texts_leave_as_fragments_of_at_most_fragment_bytes() {

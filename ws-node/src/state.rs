@@ -151,7 +151,8 @@ impl CanvasState {
                     self.recent.clear();
                     self.recent_bytes = 0;
                 }
-                let frame: Frame = ServerMessage::Event(ev.clone()).to_json().into();
+                // The frame is written in place: no copy of the event, nor of its text.
+                let frame = Frame { wire: shared::ws::encode_text_with(|out| shared::protocol::write_event_json(ev, out)) };
                 self.recent_bytes += frame.byte_len();
                 self.recent.push_back((ev.version, frame.clone()));
                 while self.recent.len() > 1 && (self.recent.len() > self.window.events || self.recent_bytes > self.window.bytes) {

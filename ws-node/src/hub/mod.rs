@@ -220,7 +220,11 @@ impl Hub {
         *pos = (*pos).max(offset + 1);
         let live = inner.own.live(partition);
         let (dims, window) = (self.dims, self.window);
-        let channel = inner.canvases.entry(ev.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+        // Looked up before inserting: the id is cloned only for a canvas new to the node.
+        if !inner.canvases.contains_key(&ev.canvas) {
+            inner.canvases.insert(ev.canvas.clone(), Channel { state: None, sessions: Vec::new() });
+        }
+        let channel = inner.canvases.get_mut(&ev.canvas).expect("present or just inserted");
         let state = channel.state.get_or_insert_with(|| CanvasState::new(ev.canvas.as_str(), dims, window));
         let before = state.version();
         let Some(frame) = state.apply(ev) else { return };
