@@ -24,6 +24,7 @@ mod operations;
 mod peers;
 mod retention;
 mod scenario;
+mod snapshot_loads;
 mod transactions;
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
