@@ -25,90 +25,26 @@
 //! before it serves ([`Hub::set_topic_id`]), and the canvas's reset counter from its state; a
 //! session whose client names another epoch gets a snapshot ([`Hub::subscribe_at`]).
 
+mod handle;
 mod heal;
 mod restore;
 
+pub use crate::outbox::CloseOrder;
+pub use handle::{SessionHandle, SessionRx};
 pub use heal::{heals, NotHealed};
 
 use crate::fanout::Fanout;
-pub use crate::outbox::CloseOrder;
-use crate::outbox::{Offer, Outbox};
 use crate::ownership::Ownership;
 use crate::progress::Sampler;
-use crate::state::{Backlog, CanvasState, Frame, Window};
+use crate::state::{Backlog, CanvasState, Window};
 use shared::epoch::{self, Epoch};
 use shared::replay::Offsets;
 use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, Notify};
-
-/// The hub's end of a session: its writer (see [`Outbox`]) and its close switch.
-#[derive(Debug)]
-pub struct SessionHandle {
-    pub id: u64,
-    pub canvas: CanvasId,
-    pub partition: i32,
-    out: Arc<Outbox>,
-}
-
-/// The session task's end: the same writer, with the close orders. Dropping it marks the session
-/// ended (and releases its socket).
-#[derive(Debug)]
-pub struct SessionRx {
-    pub out: Arc<Outbox>,
-}
-
-impl Drop for SessionRx {
-    fn drop(&mut self) {
-        self.out.finish();
-    }
-}
-
-impl Drop for SessionHandle {
-    fn drop(&mut self) {
-        self.out.handle_dropped();
-    }
-}
-
-impl SessionHandle {
-    /// A handle that lets at most `queue` frames wait, and the session task's end of it.
-    pub fn new(id: u64, canvas: CanvasId, partition: i32, queue: usize) -> (Self, SessionRx) {
-        let out = Arc::new(Outbox::new(queue));
-        (Self { id, canvas, partition, out: out.clone() }, SessionRx { out })
-    }
-
-    /// Sends `frame` without waiting: written to the socket at once when it takes it, else queued.
-    ///
-    /// # Errors
-    /// When the queue is full or the session ended.
-    pub fn try_send(&self, frame: impl Into<Frame>) -> Result<(), mpsc::error::TrySendError<Frame>> {
-        let frame = frame.into();
-        match self.out.offer(&frame) {
-            Offer::Taken => Ok(()),
-            Offer::Full => Err(mpsc::error::TrySendError::Full(frame)),
-            Offer::Closed => Err(mpsc::error::TrySendError::Closed(frame)),
-        }
-    }
-
-    /// Tells the session task to close with `code` and `reason` (frames that did not start
-    /// leaving are dropped; the client resumes by version either way).
-    pub fn close(&self, code: u16, reason: impl Into<String>) {
-        self.out.order_close(CloseOrder { code, reason: reason.into() });
-    }
-
-    /// Whether the session task has ended.
-    pub fn is_closed(&self) -> bool {
-        self.out.is_closed()
-    }
-
-    /// Resolves when the session task has ended.
-    pub async fn closed(&self) {
-        self.out.closed().await
-    }
-}
+use tokio::sync::Notify;
 
 pub use crate::ownership::Refusal;
 
@@ -601,6 +537,7 @@ fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<Sessio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::Frame;
     use shared::protocol::{close, ServerMessage};
     use shared::Color;
 
