@@ -251,13 +251,16 @@ impl Loaded {
     }
 }
 
-/// How many times a load reads on to the topic's new end (records written while it read).
-const MAX_LOAD_ROUNDS: usize = 5;
+/// How many times at most a load reads on to the topic's new end (records written while it read);
+/// each round reads only what came during the one before, so a load normally ends after one or
+/// two.
+const MAX_LOAD_ROUNDS: usize = 50;
 
-/// Reads the whole snapshot topic `topic` (to its readable end when it finishes, within
-/// [`MAX_LOAD_ROUNDS`] reads past the end it planned: the last stable offset
-/// under `read_committed`) with `consumer` (manual assignment, blocking). A topic that does not
-/// exist yet reads as empty (a fleet that has not written snapshots yet).
+/// Reads the whole snapshot topic `topic` with `consumer` (manual assignment, blocking), to its
+/// readable end (the last stable offset under `read_committed`) as it is when the load ends: a
+/// round that finds nothing past the end it reached ends it. So a record the cleaner removed
+/// before the load reached it was superseded by a newer one of its key, which the load read. A
+/// topic that does not exist yet reads as empty (a fleet that has not written snapshots yet).
 ///
 /// # Errors
 /// [`ReplayError`] when the broker cannot be read or the read stalls for `stall_timeout`.
@@ -303,12 +306,16 @@ pub fn load_partitions<C: ConsumerContext>(
     // Then to the end as it is now, not only as it was planned: records written during the load
     // are read too, so a cleaner pass meanwhile (which may remove an older snapshot the load has
     // not reached yet, once a newer one exists) never leaves a canvas without both.
-    for _ in 0..MAX_LOAD_ROUNDS {
+    for round in 1..=MAX_LOAD_ROUNDS {
         let (mut next, _) = replay::plan(consumer, topic, &progress.positions, Duration::from_secs(10))?;
         next.starts.retain(|p, _| plan.starts.contains_key(p));
         next.targets.retain(|p, _| plan.targets.contains_key(p));
         if next.starts.iter().all(|(p, s)| next.targets.get(p).is_none_or(|t| s >= t)) {
             break;
+        }
+        if round == MAX_LOAD_ROUNDS {
+            tracing::warn!(topic, rounds = MAX_LOAD_ROUNDS,
+                "snapshots keep coming faster than this load reads them: it ends after this round, and a cleaner pass meanwhile may have removed a snapshot it did not reach");
         }
         progress = replay::run(consumer, topic, &next, stall_timeout, cancelled, &mut on_record, |_| {})?;
     }
