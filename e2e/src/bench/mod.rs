@@ -44,6 +44,9 @@ pub struct Size {
     pub latency_warmup: Duration,
     pub replay_events: u64,
     pub replay_canvases: usize,
+    /// Rounds of the replay measure, each a bare read then a node's replay of the same log: the
+    /// rows are the medians (one read of each swings by up to a third on two cores).
+    pub replay_rounds: usize,
     /// Idle connection counts of the memory measure, ascending.
     pub memory_levels: Vec<usize>,
     pub failover_clients: usize,
@@ -75,6 +78,7 @@ impl Size {
             latency_warmup: Duration::from_secs(3),
             replay_events: 1_000_000,
             replay_canvases: 1000,
+            replay_rounds: 3,
             memory_levels: vec![1000, 5000, 10_000],
             failover_clients: 1000,
             failover_canvases: 10,
@@ -97,6 +101,7 @@ impl Size {
             latency_warmup: Duration::from_millis(500),
             replay_events: 20_000,
             replay_canvases: 50,
+            replay_rounds: 1,
             memory_levels: vec![50, 100],
             failover_clients: 20,
             failover_canvases: 4,

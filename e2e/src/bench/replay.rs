@@ -11,7 +11,7 @@ use anyhow::Context;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-/// What one replay measure found.
+/// What one replay measure found: the medians of its rounds, and each round.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Outcome {
     pub events: u64,
@@ -22,6 +22,15 @@ pub struct Outcome {
     pub node_took_ms: u64,
     /// From `POST /admin/start-recovery` to `/health` ready, ms.
     pub node_ready_ms: u64,
+    /// Each round's bare rate and node rate, events/s, in the order they ran.
+    pub rounds: Vec<(f64, f64)>,
+}
+
+/// The median of `xs` (the upper middle of an even count).
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
@@ -35,19 +44,41 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
     p.send_round_robin(events, "replay log").await?;
     println!("[bench]   written in {:.1} s", started.elapsed().as_secs_f64());
 
-    println!("[bench]   bare librdkafka consumer reading them from the log start");
-    let (bs, topic2) = (ctx.broker.bootstrap.clone(), topic.clone());
-    let (n, secs) = tokio::task::spawn_blocking(move || bare_read_all(&bs, &topic2, PARTITIONS)).await??;
-    anyhow::ensure!(n == events, "the bare consumer read {n} records, {events} were written");
-    let bare = n as f64 / secs;
-    println!("[bench]   bare consumer: {n} records in {secs:.2} s = {bare:.0}/s");
+    // Bare read and node replay alternate, so that both see the machine in the same states.
+    let rounds_n = ctx.size.replay_rounds.max(1);
+    let mut rounds = Vec::new();
+    let mut nodes = Vec::new();
+    for round in 1..=rounds_n {
+        println!("[bench]   round {round} of {rounds_n}: bare librdkafka consumer reading them from the log start");
+        let (bs, topic2) = (ctx.broker.bootstrap.clone(), topic.clone());
+        let (n, secs) = tokio::task::spawn_blocking(move || bare_read_all(&bs, &topic2, PARTITIONS)).await??;
+        anyhow::ensure!(n == events, "the bare consumer read {n} records, {events} were written");
+        let bare = n as f64 / secs;
+        println!("[bench]   bare consumer: {n} records in {secs:.2} s = {bare:.0}/s");
+        let (count, took, ready_ms) = node_replay(ctx, &topic).await?;
+        anyhow::ensure!(count == events, "the node replayed {count} events, {events} were written");
+        let rate = count as f64 / (took.max(1) as f64 / 1000.0);
+        println!("[bench]   ws-node: {count} events replayed and applied in {took} ms = {rate:.0}/s ({:.0}% of this round's bare consumer); ready {ready_ms} ms after start-recovery", 100.0 * rate / bare);
+        rounds.push((bare, rate));
+        nodes.push((rate, took, ready_ms));
+    }
+    let bare = median(&rounds.iter().map(|r| r.0).collect::<Vec<_>>());
+    let rate = median(&rounds.iter().map(|r| r.1).collect::<Vec<_>>());
+    let (_, took, ready_ms) = nodes.iter().copied().find(|n| n.0 == rate).expect("the median is one of the rounds");
+    if rounds_n > 1 {
+        println!("[bench]   medians of {rounds_n} rounds: bare {bare:.0}/s, ws-node {rate:.0}/s ({:.0}%)", 100.0 * rate / bare);
+    }
+    Ok(Outcome { events, canvases: canvases.len(), bare_events_per_s: bare, node_events_per_s: rate, node_took_ms: took, node_ready_ms: ready_ms, rounds })
+}
 
-    // A ws-node that starts UP with no state and recovers by replaying the whole topic.
+/// A ws-node that starts UP with no state and recovers by replaying the whole of `topic`, in
+/// groups of its own: (events replayed, its catch-up's tookMs, start-recovery → ready ms).
+async fn node_replay(ctx: &Ctx, topic: &str) -> anyhow::Result<(u64, u64, u64)> {
     let port = free_port()?;
     let tag = format!("{:08x}", rand::random::<u32>());
     let env: BTreeMap<String, String> = [
         ("KAFKA_BOOTSTRAP", ctx.broker.bootstrap.clone()),
-        ("KAFKA_TOPIC", topic.clone()),
+        ("KAFKA_TOPIC", topic.to_owned()),
         ("TOPIC_PARTITIONS", PARTITIONS.to_string()),
         ("NODE_ID", "ws-replay".into()),
         ("CANVAS_WIDTH", ctx.canvas_side.to_string()),
@@ -86,15 +117,11 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
         let ready_ms = t0.elapsed().as_millis() as u64;
         let count = catchup["replay_count"].as_u64().context("replay_count in the catch-up report")?;
         let took = catchup["took_ms"].as_u64().context("took_ms in the catch-up report")?;
-        anyhow::ensure!(count == events, "the node replayed {count} events, {events} were written");
         Ok((count, took, ready_ms))
     }
     .await;
     node.terminate(Duration::from_secs(10)).await;
-    let (count, took, ready_ms) = result?;
-    let rate = count as f64 / (took.max(1) as f64 / 1000.0);
-    println!("[bench]   ws-node: {count} events replayed and applied in {took} ms = {rate:.0}/s ({:.0}% of the bare consumer); ready {ready_ms} ms after start-recovery", 100.0 * rate / bare);
-    Ok(Outcome { events, canvases: canvases.len(), bare_events_per_s: bare, node_events_per_s: rate, node_took_ms: took, node_ready_ms: ready_ms })
+    result
 }
 
 /// Runs the replay measure; returns the rows.
@@ -110,15 +137,27 @@ pub async fn run(ctx: &Ctx) -> Vec<Row> {
     let setup = format!(
         "{} events ({} B JSON values) over {} canvases and {PARTITIONS} partitions, written before the reader starts; the ws-node starts with no state \
          and replays from the log start to the high watermarks (rate = replayCount / its tookMs: decode, apply to the canvas, keep recent events); \
-         the ceiling is a bare librdkafka BaseConsumer with the node's catch-up fetch settings, reading the same records without decoding; {}",
-        o.events, super::kafka::event("canvas-1", 1, ctx.canvas_side).to_json().len(), o.canvases, ctx.broker_label
+         the ceiling is a bare librdkafka BaseConsumer with the node's catch-up fetch settings, reading the same records without decoding; \
+         {} round(s) of a bare read then a node's replay, medians (rounds, bare/node events/s: {}); {}",
+        o.events, super::kafka::event("canvas-1", 1, ctx.canvas_side).to_json().len(), o.canvases, o.rounds.len(),
+        o.rounds.iter().map(|(b, n)| format!("{b:.0}/{n:.0}")).collect::<Vec<_>>().join(", "), ctx.broker_label
     );
     let why = "no replay from the log: its consumer starts at the committed offset, history lives in memory";
     let ratio = o.node_events_per_s / o.bare_events_per_s;
     vec![
         Row::ours_only("replay", "bare librdkafka consumer, events/s (the ceiling)", setup.clone(), Better::Higher, o.bare_events_per_s, why),
         Row::ours_only("replay", "ws-node catch-up, events/s replayed and applied", setup.clone(), Better::Higher, o.node_events_per_s, why),
-        Row::ours_only("replay", "ws-node catch-up ÷ bare consumer, %", setup.clone(), Better::Higher, 100.0 * ratio, why).with_target("≥ 70%", ratio >= 0.7),
+        Row::ours_only("replay", "ws-node catch-up ÷ bare consumer, %", setup.clone(), Better::Higher, 100.0 * ratio, why).with_target("≥ 85%", ratio >= 0.85),
         Row::ours_only("replay", "start-recovery → ready, ms", setup, Better::Lower, o.node_ready_ms as f64, why),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_median_of_the_rounds() {
+        for (xs, want) in [(vec![], 0.0), (vec![3.0], 3.0), (vec![5.0, 1.0, 3.0], 3.0), (vec![4.0, 1.0], 4.0)] {
+            assert_eq!(super::median(&xs), want, "{xs:?}");
+        }
+    }
 }
