@@ -23,6 +23,12 @@ pub enum NotHealed {
     Reset,
     /// The rebuilt canvas ends at another version than the live one (records were missing).
     Version { rebuilt: u64, live: u64 },
+    /// Versions skipped again while the heal read (more records deleted): the canvas stays
+    /// incomplete, from that newer gap.
+    GapDuringHeal { expected: u64, got: u64 },
+    /// The canvas's state was replaced while the heal read (a restore from a snapshot, or the
+    /// canvas forgotten): what the heal rebuilt is older than it.
+    Superseded,
 }
 
 impl Hub {
@@ -66,13 +72,15 @@ impl Hub {
 
     /// Ends the heal of `canvas` (begun with [`Hub::begin_heal`]) with `rebuilt`, its snapshot of
     /// reset `resets` with the log's events up to the positions `begin_heal` returned (`None`:
-    /// the heal could not rebuild it). The events applied since are applied to it; when it then
+    /// the heal could not rebuild it). The events applied since are applied to it (one that skips
+    /// versions, or a state replaced meanwhile, ends the heal: [`NotHealed`]); when it then
     /// reaches the live state's version it replaces the live canvas (the recent events stay: they
     /// are the same versions), the canvas is complete again, and its sessions get the snapshot
     /// frame, as after any resync.
     pub fn finish_heal(&self, canvas: &CanvasId, rebuilt: Option<(Canvas, u64)>) -> Result<u64, NotHealed> {
         let mut inner = self.lock();
-        let since = inner.healing.remove(canvas).unwrap_or_default();
+        // Gone from `healing`: a restore or a forget replaced the state the heal started from.
+        let Some(since) = inner.healing.remove(canvas) else { return Err(NotHealed::Superseded) };
         let Some((mut rebuilt, resets)) = rebuilt else { return Err(NotHealed::Gone) };
         let Some(channel) = inner.canvases.get_mut(canvas) else { return Err(NotHealed::Gone) };
         let Some(state) = channel.state.as_mut() else { return Err(NotHealed::Gone) };
@@ -80,7 +88,9 @@ impl Hub {
             return Err(NotHealed::Reset);
         }
         for ev in &since {
-            rebuilt.apply(ev);
+            if let shared::canvas::Applied::Gap { expected } = rebuilt.apply(ev) {
+                return Err(NotHealed::GapDuringHeal { expected, got: ev.version });
+            }
         }
         if rebuilt.version() != state.version() {
             return Err(NotHealed::Version { rebuilt: rebuilt.version(), live: state.version() });
@@ -172,6 +182,47 @@ mod tests {
         h.begin_heal(&[id("c1")]);
         assert_eq!(h.finish_heal(&id("c1"), Some((truth(5), 1))), Err(NotHealed::Reset));
         assert!(h.is_incomplete(&id("c1")), "still refused to new sessions");
+        assert!(h.lock().healing.is_empty(), "no events kept after a heal ends");
+    }
+
+    #[test]
+    fn a_second_gap_during_the_heal_keeps_the_canvas_incomplete() {
+        let h = hub();
+        h.assign(&[0]);
+        for (o, v) in [(0, 1), (1, 2), (5, 6), (6, 7)] {
+            h.apply(0, o, &ev(v));
+        }
+        h.begin_heal(&[id("c1")]);
+        // Versions 8-10 deleted too: the node skips to 11 while the heal reads.
+        h.apply(0, 10, &ev(11));
+        let mut rebuilt = truth(5);
+        for v in 6..=7 {
+            rebuilt.apply(&ev(v));
+        }
+        assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Err(NotHealed::GapDuringHeal { expected: 8, got: 11 }));
+        assert_eq!(h.incomplete(), vec![(id("c1"), 11, 0)], "still incomplete, from the newer gap");
+    }
+
+    #[test]
+    fn a_restore_during_the_heal_is_not_undone() {
+        let h = hub();
+        h.assign(&[0]);
+        for (o, v) in [(0, 1), (1, 2), (5, 6), (6, 7)] {
+            h.apply(0, o, &ev(v));
+        }
+        h.begin_heal(&[id("c1")]);
+        // A reader restores the canvas from a snapshot at version 9 meanwhile, then applies 10.
+        let t9 = truth(9);
+        let snap = shared::snapshot::Snapshot { canvas: id("c1"), version: 9, epoch: 0, dims: t9.dims(), offset: 9, pixels: t9.bytes().to_vec() };
+        assert_eq!(h.restore([snap]), Ok(1));
+        h.apply(0, 9, &ev(10));
+        let mut rebuilt = truth(5);
+        for v in 6..=7 {
+            rebuilt.apply(&ev(v));
+        }
+        assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Err(NotHealed::Superseded));
+        let hash = h.lock().canvases[&id("c1")].state.as_ref().unwrap().canvas().hash();
+        assert_eq!(hash, truth(10).hash(), "the restored canvas stays");
         assert!(h.lock().healing.is_empty(), "no events kept after a heal ends");
     }
 

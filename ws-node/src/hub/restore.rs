@@ -49,6 +49,7 @@ impl Hub {
                 self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
             }
             inner.incomplete.remove(&canvas);
+            inner.healing.remove(&canvas);
         }
         drop(inner);
         self.fanout.write_pending();
@@ -140,6 +141,7 @@ impl Hub {
                 sessions.extend(ch.sessions);
             }
             inner.incomplete.remove(c);
+            inner.healing.remove(c);
         }
         for p in partitions {
             match positions.get(p) {
@@ -156,6 +158,7 @@ impl Hub {
         let mut inner = self.lock();
         inner.positions.clear();
         inner.incomplete.clear();
+        inner.healing.clear();
         inner.canvases.drain().flat_map(|(_, ch)| ch.sessions).collect()
     }
 }
