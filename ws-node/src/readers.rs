@@ -24,7 +24,6 @@ pub fn assign_from(
     reader.assign(&tpl)
 }
 
-
 /// Raises the node's positions past transaction markers at the end of the log: a partition whose
 /// last entry is a commit marker has no record at its end − 1, so the positions the node counts
 /// from applied records stand one short of the end while the reader has read everything (lag 1,
