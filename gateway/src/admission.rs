@@ -20,19 +20,13 @@
 //! The decisions are the pure function [`step`]; [`pace_failback`] is the failback's share of
 //! the recovered node's room, also pure.
 
-use crate::fleet::{Fleet, Target};
-use crate::proxy::{self, Refused};
-use axum::http::HeaderMap;
-use shared::protocol::WsQuery;
+use crate::refusal::{Refused, FULL};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
-
-/// The refusal code of a full node (the node's and the gateway's).
-pub const FULL: &str = "full";
 
 /// The admission settings (from the gateway's [`crate::config::Config`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -221,68 +215,69 @@ impl Admission {
     }
 }
 
-/// The node that would serve `q`'s canvas now (the first routed owner), if any.
-fn owner(fleet: &Fleet, q: &WsQuery) -> Option<String> {
-    fleet.route(q.canvas.as_str()).1.into_iter().next().map(|t| t.id)
-}
-
-/// Opens the upstream for `q` through the admission queue of the canvas's node: as
-/// [`proxy::connect_upstream`], but a node's `full` answer makes the handshake wait for a place
-/// (see the module doc) instead of failing at once.
-///
-/// # Errors
-/// [`Refused`]: the node's own refusal other than `full`, or `full` when the handshake could not
-/// wait or its wait ran out.
-pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(proxy::Upstream, Target), Refused> {
-    let adm = &fleet.admission;
-    let deadline = Instant::now() + adm.settings.wait;
-    let seq = adm.next.fetch_add(1, Ordering::Relaxed);
-    let (mut refused_full, mut has_place) = (false, false);
-    let mut waited = false;
-    // Set while this handshake, woken, asks the node.
-    let mut trying = None;
-    loop {
-        let node = owner(fleet, q);
-        let ahead = node.as_deref().map_or(0, |n| adm.ahead(n, has_place.then_some(seq)));
-        let ask = Ask { ahead, refused_full, has_place, left: deadline.saturating_duration_since(Instant::now()) };
-        match (step(ask, &adm.settings), node) {
-            (Step::Wait, Some(node)) => {
-                has_place = true;
-                waited = true;
-                trying = adm.wait(&node, seq, deadline).await;
-                // Woken: a place freed; the node decides again.
-                refused_full = false;
-                if trying.is_none() {
-                    tracing::info!(node = %node, canvas = %q.canvas, "admission wait ran out");
-                    return Err(adm.refuse(Some(&node), &format!("no place freed within {}ms", adm.settings.wait.as_millis())));
+impl Admission {
+    /// Opens the upstream of one handshake through the admission queue of its canvas's node:
+    /// `owner` names the node that would serve it now, `attempt` asks that node (the proxy's
+    /// upstream handshake), `refresh` asks for a fresh poll. A node's `full` answer makes the
+    /// handshake wait for a place (see the module doc) instead of failing at once.
+    ///
+    /// # Errors
+    /// [`Refused`]: the node's own refusal other than `full`, or `full` when the handshake could not
+    /// wait or its wait ran out.
+    pub async fn admit<T, A, F>(&self, canvas: &str, owner: impl Fn() -> Option<String>, mut attempt: A, refresh: impl Fn()) -> Result<T, Refused>
+    where
+        A: FnMut() -> F,
+        F: std::future::Future<Output = Result<T, Refused>>,
+    {
+        let deadline = Instant::now() + self.settings.wait;
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        let (mut refused_full, mut has_place) = (false, false);
+        let mut waited = false;
+        // Set while this handshake, woken, asks the node.
+        let mut trying = None;
+        loop {
+            let node = owner();
+            let ahead = node.as_deref().map_or(0, |n| self.ahead(n, has_place.then_some(seq)));
+            let ask = Ask { ahead, refused_full, has_place, left: deadline.saturating_duration_since(Instant::now()) };
+            match (step(ask, &self.settings), node) {
+                (Step::Wait, Some(node)) => {
+                    has_place = true;
+                    waited = true;
+                    trying = self.wait(&node, seq, deadline).await;
+                    // Woken: a place freed; the node decides again.
+                    refused_full = false;
+                    if trying.is_none() {
+                        tracing::info!(node = %node, canvas, "admission wait ran out");
+                        return Err(self.refuse(Some(&node), &format!("no place freed within {}ms", self.settings.wait.as_millis())));
+                    }
                 }
+                (Step::Refuse, node) => {
+                    let why = if has_place { "no place freed in time" } else { "its wait queue is full" };
+                    return Err(self.refuse(node.as_deref(), why));
+                }
+                // Try, or nobody to wait for (the canvas has no routed owner now): the node decides.
+                (_, node) => match attempt().await {
+                    Ok(open) => {
+                        if let (true, Some(node)) = (waited, &node) {
+                            tracing::info!(node = %node, canvas, seq, "admitted after waiting for a place");
+                        }
+                        return Ok(open);
+                    }
+                    Err(r) if r.code == FULL => {
+                        // No longer asking: the poll's free seats are for the others again.
+                        drop(trying.take());
+                        if has_place {
+                            // Woken, but the place was not there yet: a fresh poll shows the seats.
+                            refresh();
+                        }
+                        refused_full = true;
+                        if node.is_none() {
+                            return Err(self.refuse(None, "the node answered full"));
+                        }
+                    }
+                    Err(r) => return Err(r),
+                },
             }
-            (Step::Refuse, node) => {
-                let why = if has_place { "no place freed in time" } else { "its wait queue is full" };
-                return Err(adm.refuse(node.as_deref(), why));
-            }
-            // Try, or nobody to wait for (the canvas has no routed owner now): the proxy decides.
-            (_, node) => match proxy::connect_upstream(fleet, q, headers).await {
-                Ok(open) => {
-                    if waited {
-                        tracing::info!(node = %open.1.id, canvas = %q.canvas, seq, "admitted after waiting for a place");
-                    }
-                    return Ok(open);
-                }
-                Err(r) if r.code == FULL => {
-                    // No longer asking: the poll's free seats are for the others again.
-                    drop(trying.take());
-                    if has_place {
-                        // Woken, but the place was not there yet: a fresh poll shows the seats.
-                        fleet.request_refresh();
-                    }
-                    refused_full = true;
-                    if node.is_none() {
-                        return Err(adm.refuse(None, "the node answered full"));
-                    }
-                }
-                Err(r) => return Err(r),
-            },
         }
     }
 }
@@ -290,6 +285,7 @@ pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     const S: Settings = Settings { queue: 3, wait: Duration::from_secs(5), retry_after_s: 2, retry_jitter_s: 3 };
 

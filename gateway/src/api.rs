@@ -157,7 +157,7 @@ fn with_body(e: ApiError, view: serde_json::Value) -> Response {
 }
 
 async fn metrics(State(fleet): State<Arc<Fleet>>, headers: HeaderMap) -> Response {
-    fleet.metrics.render(&fleet, headers.get(axum::http::header::ACCEPT))
+    fleet.metrics.render(&fleet.figures(), headers.get(axum::http::header::ACCEPT))
 }
 
 /// `GET /api/fleet`: in full with the admin token, else without addresses and error texts.
@@ -297,7 +297,7 @@ async fn ws(
             return if q.refusal == Refusal::Frame { Ok(proxy::refuse_token_with_frame(upgrade, e)) } else { Err(e.api_error()) };
         }
     }
-    let (upstream, target) = match crate::admission::connect(&fleet, &q, &headers).await {
+    let (upstream, target) = match proxy::connect(&fleet, &q, &headers).await {
         Ok(open) => open,
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
         Err(refused) => return Err(refused.into()),

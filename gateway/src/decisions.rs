@@ -7,11 +7,173 @@
 //!   moved, its circuit breakers), and, on a gateway without Kafka, every decision.
 //!
 //! It also tracks the failbacks that were started and not finished, so a new leader finishes
-//! them ([`Decisions::open_failbacks`]).
+//! them ([`Decisions::open_failbacks`]), and holds the control topic's writer ([`ControlWriter`])
+//! and the reading of its records ([`read`]).
 
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
+
+/// What a decision-log entry is about. Written as its snake-case name (`action` in the control
+/// topic and in `/api/fleet`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Transition,
+    StartRecovery,
+    StartRecoverySent,
+    StartRecoveryFailed,
+    FailbackStarted,
+    FailbackResumed,
+    FailbackPaced,
+    FailbackCompleted,
+    FailbackFailed,
+    Drain,
+    DrainCompleted,
+    DrainFailed,
+    Eject,
+    EjectCompleted,
+    EjectFailed,
+    SessionsMoved,
+    CircuitOpened,
+    CircuitClosed,
+}
+
+impl Action {
+    /// Every action, for the tests and the docs.
+    pub const ALL: [Action; 18] = [
+        Action::Transition,
+        Action::StartRecovery,
+        Action::StartRecoverySent,
+        Action::StartRecoveryFailed,
+        Action::FailbackStarted,
+        Action::FailbackResumed,
+        Action::FailbackPaced,
+        Action::FailbackCompleted,
+        Action::FailbackFailed,
+        Action::Drain,
+        Action::DrainCompleted,
+        Action::DrainFailed,
+        Action::Eject,
+        Action::EjectCompleted,
+        Action::EjectFailed,
+        Action::SessionsMoved,
+        Action::CircuitOpened,
+        Action::CircuitClosed,
+    ];
+
+    /// Its name in records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Transition => "transition",
+            Action::StartRecovery => "start_recovery",
+            Action::StartRecoverySent => "start_recovery_sent",
+            Action::StartRecoveryFailed => "start_recovery_failed",
+            Action::FailbackStarted => "failback_started",
+            Action::FailbackResumed => "failback_resumed",
+            Action::FailbackPaced => "failback_paced",
+            Action::FailbackCompleted => "failback_completed",
+            Action::FailbackFailed => "failback_failed",
+            Action::Drain => "drain",
+            Action::DrainCompleted => "drain_completed",
+            Action::DrainFailed => "drain_failed",
+            Action::Eject => "eject",
+            Action::EjectCompleted => "eject_completed",
+            Action::EjectFailed => "eject_failed",
+            Action::SessionsMoved => "sessions_moved",
+            Action::CircuitOpened => "circuit_opened",
+            Action::CircuitClosed => "circuit_closed",
+        }
+    }
+
+    /// The action named `name` (`None`: one this version does not know, e.g. a newer replica's).
+    pub fn parse(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a decision was not written, so nothing may be carried out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecideError {
+    /// This replica may not act (a follower; leadership not confirmed).
+    #[error("{0}")]
+    NoAuthority(String),
+    /// The control topic did not take the record.
+    #[error("control topic {topic}: {cause}")]
+    NotWritten { topic: String, cause: String },
+    /// The record could not be encoded.
+    #[error("cannot encode the decision: {0}")]
+    Encode(String),
+}
+
+/// Where decisions are written before they are carried out: partition 0 of the control topic.
+pub struct ControlWriter {
+    producer: rdkafka::producer::FutureProducer<shared::kafka::FleetContext>,
+    topic: String,
+}
+
+impl ControlWriter {
+    /// A writer to `topic` through `producer`.
+    pub fn new(producer: rdkafka::producer::FutureProducer<shared::kafka::FleetContext>, topic: String) -> Self {
+        Self { producer, topic }
+    }
+
+    /// Writes `record` and waits until the broker has it (at most 10 s).
+    ///
+    /// # Errors
+    /// [`DecideError::Encode`] or [`DecideError::NotWritten`].
+    pub async fn write(&self, record: &shared::control::ControlRecord) -> Result<(), DecideError> {
+        let value = serde_json::to_vec(record).map_err(|e| DecideError::Encode(e.to_string()))?;
+        let sent = self
+            .producer
+            .send(rdkafka::producer::FutureRecord::<(), _>::to(&self.topic).partition(0).payload(&value), std::time::Duration::from_secs(10))
+            .await;
+        sent.map(|_| ()).map_err(|(e, _)| DecideError::NotWritten { topic: self.topic.clone(), cause: e.to_string() })
+    }
+}
+
+/// A control record as this replica reads it.
+#[derive(Debug, Clone)]
+pub enum Read {
+    /// A gateway claimed leadership: the claim's offset is its fencing token.
+    Claim { gateway: String },
+    /// A decision or an outcome, as a log entry.
+    Decision(Box<DecisionRecord>),
+}
+
+/// The entry of control record `record` read at `offset`.
+pub fn read(offset: i64, record: shared::control::ControlRecord) -> Read {
+    use shared::control::ControlRecord;
+    match record {
+        ControlRecord::Claim { gateway, .. } => Read::Claim { gateway },
+        ControlRecord::Decision { id, token, gateway, at_ms, node, action, reason, detail, of } => Read::Decision(Box::new(DecisionRecord {
+            at_ms,
+            node,
+            action,
+            reason,
+            detail,
+            source: "control_topic",
+            id: Some(id),
+            gateway: Some(gateway),
+            token,
+            of,
+            offset: Some(offset),
+        })),
+    }
+}
+
+/// A decision written (or, standalone, recorded): what the node calls that carry it out send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
+    pub id: String,
+    /// The fencing token it was decided under (`None`: standalone, or an operator's request).
+    pub token: Option<u64>,
+}
 
 /// One entry of the decision log.
 #[derive(Debug, Clone, Serialize)]
@@ -48,11 +210,11 @@ pub struct DecisionRecord {
 
 impl DecisionRecord {
     /// A local entry.
-    pub fn local(node: &str, action: &str, reason: String, detail: serde_json::Value) -> Self {
+    pub fn local(node: &str, action: Action, reason: String, detail: serde_json::Value) -> Self {
         Self {
             at_ms: shared::event::now_ms(),
             node: node.to_owned(),
-            action: action.to_owned(),
+            action: action.as_str().to_owned(),
             reason,
             detail,
             source: "local",
@@ -76,8 +238,8 @@ pub struct OpenFailback {
 
 /// How a decision read from the control topic changes the failbacks in flight: a pure rule.
 pub fn track_failbacks(open: &mut BTreeMap<String, OpenFailback>, rec: &DecisionRecord) {
-    match rec.action.as_str() {
-        "failback_started" => {
+    match Action::parse(&rec.action) {
+        Some(Action::FailbackStarted) => {
             if let Some(id) = &rec.id {
                 // A newer failback to a node supersedes an older one still open.
                 open.retain(|_, f| f.node != rec.node);
@@ -88,7 +250,7 @@ pub fn track_failbacks(open: &mut BTreeMap<String, OpenFailback>, rec: &Decision
                 );
             }
         }
-        "failback_completed" | "failback_failed" => {
+        Some(Action::FailbackCompleted | Action::FailbackFailed) => {
             if let Some(of) = &rec.of {
                 open.remove(of);
             }
@@ -136,7 +298,7 @@ impl Decisions {
 mod tests {
     use super::*;
 
-    fn rec(action: &str, id: Option<&str>, of: Option<&str>, partitions: &[i32]) -> DecisionRecord {
+    fn rec(action: Action, id: Option<&str>, of: Option<&str>, partitions: &[i32]) -> DecisionRecord {
         DecisionRecord {
             id: id.map(str::to_owned),
             of: of.map(str::to_owned),
@@ -149,34 +311,44 @@ mod tests {
     #[test]
     fn failbacks_open_and_close() {
         let d = Decisions::new(10);
-        d.push(rec("failback_started", Some("a/1/1"), None, &[0, 2]));
+        d.push(rec(Action::FailbackStarted, Some("a/1/1"), None, &[0, 2]));
         assert_eq!(d.open_failbacks(), vec![OpenFailback { id: "a/1/1".into(), node: "ws-1".into(), partitions: vec![0, 2], gateway: "gw-a".into() }]);
-        d.push(rec("failback_resumed", Some("b/4/1"), Some("a/1/1"), &[]));
-        d.push(rec("failback_paced", Some("b/4/2"), Some("a/1/1"), &[]));
+        d.push(rec(Action::FailbackResumed, Some("b/4/1"), Some("a/1/1"), &[]));
+        d.push(rec(Action::FailbackPaced, Some("b/4/2"), Some("a/1/1"), &[]));
         assert_eq!(d.open_failbacks().len(), 1, "resumed and paced do not finish it");
-        d.push(rec("failback_completed", Some("b/4/3"), Some("a/1/1"), &[]));
+        d.push(rec(Action::FailbackCompleted, Some("b/4/3"), Some("a/1/1"), &[]));
         assert!(d.open_failbacks().is_empty());
-        d.push(rec("failback_started", Some("b/4/4"), None, &[1]));
-        d.push(rec("failback_failed", Some("b/4/5"), Some("b/4/4"), &[]));
+        d.push(rec(Action::FailbackStarted, Some("b/4/4"), None, &[1]));
+        d.push(rec(Action::FailbackFailed, Some("b/4/5"), Some("b/4/4"), &[]));
         assert!(d.open_failbacks().is_empty(), "a failed failback is finished too");
     }
 
     #[test]
     fn the_newest_open_failback_of_a_node_counts() {
         let d = Decisions::new(10);
-        d.push(rec("failback_started", Some("a/1/1"), None, &[0]));
-        d.push(rec("failback_started", Some("a/1/2"), None, &[0, 1]));
+        d.push(rec(Action::FailbackStarted, Some("a/1/1"), None, &[0]));
+        d.push(rec(Action::FailbackStarted, Some("a/1/2"), None, &[0, 1]));
         assert_eq!(d.open_failbacks().iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["a/1/2"]);
-        d.push(rec("failback_completed", Some("a/1/3"), Some("a/1/2"), &[]));
+        d.push(rec(Action::FailbackCompleted, Some("a/1/3"), Some("a/1/2"), &[]));
         assert!(d.open_failbacks().is_empty(), "the superseded one does not come back");
     }
 
     #[test]
     fn the_log_keeps_its_cap() {
         let d = Decisions::new(2);
-        for a in ["x", "y", "z"] {
+        for a in [Action::Drain, Action::Eject, Action::Transition] {
             d.push(DecisionRecord::local("ws-1", a, String::new(), serde_json::Value::Null));
         }
-        assert_eq!(d.list().iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), ["y", "z"]);
+        assert_eq!(d.list().iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), ["eject", "transition"]);
+    }
+
+    #[test]
+    fn every_action_reads_back_by_its_name() {
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.as_str()), Some(a));
+        }
+        assert_eq!(Action::parse("a_newer_action"), None);
+        let names: std::collections::BTreeSet<_> = Action::ALL.iter().map(|a| a.as_str()).collect();
+        assert_eq!(names.len(), Action::ALL.len(), "names are distinct");
     }
 }

@@ -8,12 +8,15 @@
 //! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`breaker`] (a circuit breaker per node
-//! on the proxy path, pure), [`admission`] (wait queues for full
-//! nodes, failback pacing), [`fleet`] (views, polling, actions, routing), [`health`] (whether the
-//! gateway's view of the fleet is fresh), [`history`] (the last minutes, for the charts),
-//! [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded request),
-//! [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes), [`assets`] (the pages and the browser client, built in), [`metrics`]
-//! (`GET /metrics`).
+//! on the proxy path, pure) under [`handshakes`] (the handshake rate bound and breaker of every
+//! node), [`admission`] (wait queues for full nodes, failback pacing), [`refusal`] (why a
+//! handshake got no upstream), [`sessions`] (the proxied sessions), [`fleet`] (views, polling,
+//! actions, routing), [`decisions`] (the decision log, the control topic's writer and reader),
+//! [`leader`] (the election), [`node_admin`] (calls to the nodes' admin routes), [`health`]
+//! (whether the gateway's view of the fleet is fresh), [`history`] (the last minutes, for the
+//! charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
+//! request), [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes),
+//! [`assets`] (the pages and the browser client, built in), [`metrics`] (`GET /metrics`).
 
 pub mod admission;
 pub mod api;
@@ -23,14 +26,18 @@ pub mod config;
 pub mod decisions;
 pub mod fleet;
 pub mod fuzzing;
+pub mod handshakes;
 pub mod health;
 pub mod history;
 pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
+pub mod node_admin;
 pub mod proxy;
 pub mod publishers;
 pub mod redaction;
+pub mod refusal;
+pub mod sessions;
 
 use crate::config::Config;
 use crate::fleet::Fleet;

@@ -2,10 +2,10 @@
 //!
 //! Counters (handshake refusals by code, decisions by kind, the proxy's upstream handshake time)
 //! are bumped where they happen; the nodes' states, UP streaks, partitions and the proxied
-//! sessions are set from the fleet's own view ([`Fleet::snapshot`]) at each scrape, so they say
-//! what `/api/fleet` says.
+//! sessions are set at each scrape from plain [`Figures`] that the fleet reads from the same view
+//! as `/api/fleet`, so they say what it says.
 
-use crate::fleet::Fleet;
+use crate::lifecycle::Status;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -16,7 +16,32 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 /// The states a node can be in, in the gateway's view (`gateway_node_state{state}`).
-const STATES: [&str; 5] = ["DOWN", "UP", "HEALTHY", "DRAINING", "DEGRADED"];
+const STATES: [Status; 5] = [Status::Down, Status::Up, Status::Healthy, Status::Draining, Status::Degraded];
+
+/// One node's figures at a scrape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFigures {
+    pub id: String,
+    pub state: Status,
+    pub up_streak: u32,
+    /// Its last health answer said ready.
+    pub ready: bool,
+    /// Its last health answer said draining.
+    pub draining: bool,
+    /// The partitions its last health answer said it owns.
+    pub assigned: Vec<i32>,
+    /// The sessions its last health answer counted.
+    pub sessions: usize,
+}
+
+/// What a scrape sets the gauges from.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Figures {
+    pub nodes: Vec<NodeFigures>,
+    /// Sessions this gateway proxies now, per node.
+    pub proxied: BTreeMap<String, usize>,
+    pub partition_count: u32,
+}
 
 /// The gateway's registry, counters and scrape-time gauges.
 pub struct Metrics {
@@ -96,37 +121,33 @@ impl Metrics {
         self.decisions.get_or_create(&vec![("kind", kind.to_owned()), ("node", node.to_owned())]).inc();
     }
 
-    /// Sets the gauges from `fleet`'s view and encodes the registry.
-    pub fn render(&self, fleet: &Fleet, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
+    /// Sets the gauges from `figures` and encodes the registry.
+    pub fn render(&self, figures: &Figures, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
         let _one = self.scrape.lock().expect("scrape lock");
-        self.set(&fleet.snapshot(), &fleet.proxied_by_node(), fleet.partition_count());
+        self.set(figures);
         shared::metrics::respond(&self.registry, accept)
     }
 
-    /// Sets the gauges from an `/api/fleet` body, the proxied sessions per node and the
-    /// partition count.
-    fn set(&self, snap: &serde_json::Value, proxied: &BTreeMap<String, usize>, partition_count: u32) {
+    /// Sets the gauges from `figures`.
+    fn set(&self, figures: &Figures) {
         for f in [&self.state, &self.up_streak, &self.ready, &self.partitions, &self.node_sessions, &self.proxied, &self.owners] {
             f.clear();
         }
-        let mut owners: BTreeMap<i64, i64> = (0..i64::from(partition_count)).map(|p| (p, 0)).collect();
-        for n in snap["nodes"].as_array().into_iter().flatten() {
-            let id = n["id"].as_str().unwrap_or_default();
-            let node = label("node", id);
-            let state = n["state"].as_str().unwrap_or_default();
+        let Figures { nodes, proxied, partition_count } = figures;
+        let mut owners: BTreeMap<i64, i64> = (0..i64::from(*partition_count)).map(|p| (p, 0)).collect();
+        for n in nodes {
+            let node = label("node", &n.id);
             for s in STATES {
-                self.state.get_or_create(&vec![("node", id.to_owned()), ("state", s.to_owned())]).set(i64::from(s == state));
+                self.state.get_or_create(&vec![("node", n.id.clone()), ("state", s.to_string())]).set(i64::from(s == n.state));
             }
-            self.up_streak.get_or_create(&node).set(n["up_streak"].as_i64().unwrap_or(0));
-            let ready = n["ready"].as_bool().unwrap_or(false);
-            self.ready.get_or_create(&node).set(i64::from(ready));
-            let assigned: Vec<i64> = n["assigned_partitions"].as_array().into_iter().flatten().filter_map(|p| p.as_i64()).collect();
-            self.partitions.get_or_create(&node).set(assigned.len() as i64);
-            self.node_sessions.get_or_create(&node).set(n["sessions"].as_i64().unwrap_or(0));
-            self.proxied.get_or_create(&node).set(proxied.get(id).copied().unwrap_or(0) as i64);
-            if ready && !n["draining"].as_bool().unwrap_or(false) {
-                for p in assigned {
-                    *owners.entry(p).or_insert(0) += 1;
+            self.up_streak.get_or_create(&node).set(i64::from(n.up_streak));
+            self.ready.get_or_create(&node).set(i64::from(n.ready));
+            self.partitions.get_or_create(&node).set(n.assigned.len() as i64);
+            self.node_sessions.get_or_create(&node).set(n.sessions as i64);
+            self.proxied.get_or_create(&node).set(proxied.get(&n.id).copied().unwrap_or(0) as i64);
+            if n.ready && !n.draining {
+                for p in &n.assigned {
+                    *owners.entry(i64::from(*p)).or_insert(0) += 1;
                 }
             }
         }
@@ -134,7 +155,7 @@ impl Metrics {
         for (p, n) in owners {
             self.owners.get_or_create(&label("partition", p)).set(n);
         }
-        self.partition_count.set(i64::from(partition_count));
+        self.partition_count.set(i64::from(*partition_count));
     }
 }
 
@@ -143,13 +164,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn scrape_reads_states_streaks_and_owners_from_the_fleet_view() {
+    fn scrape_reads_states_streaks_and_owners_from_the_figures() {
         let m = Metrics::new();
-        let snap = serde_json::json!({"nodes": [
-            {"id": "ws-1", "state": "UP", "up_streak": 3, "ready": false, "draining": false, "assigned_partitions": [], "sessions": 0},
-            {"id": "ws-2", "state": "HEALTHY", "up_streak": 9, "ready": true, "draining": false, "assigned_partitions": [0, 1], "sessions": 4},
-        ]});
-        m.set(&snap, &BTreeMap::from([("ws-2".to_owned(), 4)]), 3);
+        let node = |id: &str, state, up_streak, ready, assigned: Vec<i32>, sessions| NodeFigures { id: id.into(), state, up_streak, ready, draining: false, assigned, sessions };
+        m.set(&Figures {
+            nodes: vec![node("ws-1", Status::Up, 3, false, vec![], 0), node("ws-2", Status::Healthy, 9, true, vec![0, 1], 4)],
+            proxied: BTreeMap::from([("ws-2".to_owned(), 4)]),
+            partition_count: 3,
+        });
         let t = shared::metrics::text(&m.registry);
         for line in [
             "gateway_node_state{node=\"ws-1\",state=\"UP\"} 1",

@@ -17,25 +17,29 @@
 //! 1012 Service Restart, and reconnects; when the gateway shuts down, 1001 Going Away.
 
 use crate::fleet::{Fleet, Target};
+use crate::refusal::{Refused, FULL, TIMEOUT, UNREACHABLE};
 use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use futures::{SinkExt, StreamExt};
-use shared::http::ApiError;
 use shared::protocol::{close, WsQuery};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
 
-/// Why no upstream could be opened.
-#[derive(Debug)]
-pub struct Refused {
-    pub code: String,
-    pub message: String,
-    pub retry_after_secs: u64,
-}
-
 /// The upstream side of a proxied session.
 pub type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens the upstream for `q` through the admission queue of the canvas's node
+/// ([`crate::admission`]): as [`connect_upstream`], but a node's `full` answer makes the handshake
+/// wait for a place instead of failing at once.
+///
+/// # Errors
+/// [`Refused`]: the node's own refusal other than `full`, or `full` when the handshake could not
+/// wait or its wait ran out.
+pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(Upstream, Target), Refused> {
+    let owner = || fleet.route(q.canvas.as_str()).1.into_iter().next().map(|t| t.id);
+    fleet.admission.admit(q.canvas.as_str(), owner, || connect_upstream(fleet, q, headers), || fleet.request_refresh()).await
+}
 
 /// Opens the upstream WebSocket for the client's query `q` (its canvas, `since` and `epoch`),
 /// trying at most two owners.
@@ -90,7 +94,7 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
                 }
             }
         }
-        if last.as_ref().is_some_and(|r| r.code == crate::admission::FULL) {
+        if last.as_ref().is_some_and(|r| r.code == FULL) {
             // A full node stays full after a re-poll: admission (the caller) waits for a place.
             break;
         }
@@ -107,10 +111,6 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
 /// How long the proxy may hold a handshake waiting for the partition's owner (fresh polls come at
 /// most every 200 ms; a cooperative rebalance's hand-over takes about a second).
 const REROUTE_WAIT: Duration = Duration::from_millis(2000);
-
-/// The refusal codes of a handshake the node did not answer (what opens its circuit breaker).
-const UNREACHABLE: &str = "upstream_unreachable";
-const TIMEOUT: &str = "upstream_timeout";
 
 /// An upstream handshake slower than this is logged.
 const SLOW_UPSTREAM: Duration = Duration::from_millis(250);
@@ -159,7 +159,7 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
                 .unwrap_or(1);
             let body = resp.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
             // The node's own refusal (not_ready, draining, not_owner, behind), naming the node.
-            let e = crate::fleet::relay_error(resp.status().as_u16(), &body);
+            let e = crate::refusal::relay_error(resp.status().as_u16(), &body);
             Err(Refused { code: e.body.error, message: format!("node {}: {}", target.id, e.body.message), retry_after_secs: retry })
         }
         Ok(Err(e)) => Err(Refused { code: UNREACHABLE.into(), message: format!("node {}: {e}", target.id), retry_after_secs: 1 }),
@@ -168,12 +168,6 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
             message: format!("node {} did not accept within {}ms", target.id, fleet.config.upstream_connect_timeout_ms),
             retry_after_secs: 1,
         }),
-    }
-}
-
-impl From<Refused> for ApiError {
-    fn from(r: Refused) -> Self {
-        ApiError::unavailable(&r.code, r.message, r.retry_after_secs)
     }
 }
 

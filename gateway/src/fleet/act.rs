@@ -1,0 +1,333 @@
+//! The fleet's actions: start-recovery, the paced failback, ejection and the operator's
+//! maintenance drain, each decided ([`Fleet::decide`]) before it is carried out.
+
+use super::{Fleet, NodeEntry};
+use crate::decisions::{Action, Decided};
+use crate::lifecycle::{self, Decision};
+use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest};
+use shared::protocol::DrainReason;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Margin of a hold extension over the longest wait of a paced failback round (the drained
+/// sessions' arrival, then a fresh poll): the next round extends it again before it runs out.
+const HOLD_EXTENSION_MARGIN: Duration = Duration::from_secs(10);
+
+/// Removes a failback from [`Fleet::running_failbacks`] when it ends, however it ends.
+struct Running<'a> {
+    fleet: &'a Fleet,
+    id: String,
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.fleet.running_failbacks.lock().expect("failbacks lock").remove(&self.id);
+    }
+}
+
+impl Fleet {
+    /// This replica just became the leader: finishes the failbacks its predecessors started.
+    pub fn resume_open_failbacks(self: &Arc<Self>) {
+        for f in self.decisions.open_failbacks() {
+            if self.running_failbacks.lock().expect("failbacks lock").contains(&f.id) {
+                continue;
+            }
+            let fleet = self.clone();
+            tracing::info!("[GATEWAY] resuming failback {} to {} (started by {}) partitions={:?}", f.id, f.node, f.gateway, f.partitions);
+            tokio::spawn(async move {
+                let reason = format!("resuming failback {} that {} started and did not finish", f.id, f.gateway);
+                fleet.failback(&f.node, f.partitions, reason, Some(f.id)).await;
+            });
+        }
+    }
+
+    pub(super) fn act(self: &Arc<Self>, node: &NodeEntry, decision: Decision) {
+        let id = node.addr.id.clone();
+        match decision {
+            Decision::Transition { from, to, reason } => {
+                tracing::info!("[GATEWAY] {} {} -> {} reason=\"{}\"", id, from, to, reason);
+                self.record(&id, Action::Transition, reason, serde_json::json!({"from": from, "to": to}));
+            }
+            Decision::StartRecovery { reason } => {
+                if let Err(why) = self.leadership.authority() {
+                    // The leader sends it; this replica asks again on a later UP poll, when it leads.
+                    tracing::debug!("[GATEWAY] {} due for start-recovery; not sent here: {}", id, why);
+                    let mut slot = node.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::recovery_call_failed(&slot.view);
+                    return;
+                }
+                let fleet = self.clone();
+                tokio::spawn(async move { fleet.start_recovery(&id, reason).await });
+            }
+            Decision::Failback { partitions, reason } => {
+                if let Err(why) = self.leadership.authority() {
+                    // The leader fails back (its failback_started clears this); until then this
+                    // replica keeps it due, for when it leads.
+                    tracing::debug!("[GATEWAY] {} due for failback; not started here: {}", id, why);
+                    node.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                    return;
+                }
+                let fleet = self.clone();
+                tokio::spawn(async move { fleet.failback(&id, partitions, reason, None).await });
+            }
+            Decision::Eject { reason } => {
+                let fleet = self.clone();
+                tokio::spawn(async move { fleet.eject(&id, reason).await });
+            }
+        }
+    }
+
+    /// Node `target` as the admin client addresses it.
+    pub(super) fn admin_node<'a>(&'a self, target: &'a NodeEntry) -> crate::node_admin::Node<'a> {
+        crate::node_admin::Node { id: &target.addr.id, admin_url: self.config.admin_url_of(&target.addr) }
+    }
+
+    pub(super) async fn start_recovery(&self, id: &str, reason: String) {
+        let Some(node) = self.entry(id) else { return };
+        let decided = match self.decide(id, Action::StartRecovery, &reason, serde_json::Value::Null, None).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("[GATEWAY] {} start-recovery not sent: {}; will retry on the next UP poll", id, e);
+                let mut slot = node.slot.lock().expect("slot lock");
+                slot.view = lifecycle::recovery_call_failed(&slot.view);
+                return;
+            }
+        };
+        let result = self.admin.start_recovery(self.admin_node(node), &decided).await;
+        match result {
+            Ok(body) => {
+                tracing::info!("[GATEWAY] {} start-recovery sent reason=\"{}\" outcome={}", id, reason, body["outcome"]);
+                self.report(id, Action::StartRecoverySent, "the node accepted it", body, &decided).await;
+            }
+            Err(e) => {
+                tracing::warn!("[GATEWAY] {} start-recovery failed error=\"{}\"; will retry on the next UP poll", id, e);
+                {
+                    let mut slot = node.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::recovery_call_failed(&slot.view);
+                }
+                self.report(id, Action::StartRecoveryFailed, &e, serde_json::Value::Null, &decided).await;
+            }
+        }
+    }
+
+    pub(super) async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest, decided: Option<&Decided>) -> Result<DrainReport, shared::http::ApiError> {
+        self.admin.drain(self.admin_node(target), req, decided).await
+    }
+
+    /// `POST /admin/hold` on `target`, waiting at most a poll interval and a margin.
+    pub(super) async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest, token: Option<u64>) -> Result<HoldReport, shared::http::ApiError> {
+        let timeout = self.config.poll_interval() + Duration::from_secs(2);
+        self.admin.hold(self.admin_node(target), req, token, timeout).await
+    }
+
+    /// Drains the sessions of `partitions` from the nodes that stood in for `id`. `resume`: the id
+    /// of a failback a previous leader started and did not finish, which this one finishes (its
+    /// drains carry the same decision ids, so a node does each once).
+    pub(super) async fn failback(&self, id: &str, partitions: Vec<i32>, reason: String, resume: Option<String>) {
+        let Some(node) = self.entry(id) else { return };
+        let stand_ins: Vec<&NodeEntry> = {
+            let mut slot = node.slot.lock().expect("slot lock");
+            let named = std::mem::take(&mut slot.stand_ins);
+            slot.lost.clear();
+            drop(slot);
+            let mut v: Vec<&NodeEntry> = self.nodes.iter().filter(|n| named.contains(&n.addr.id)).collect();
+            if v.is_empty() {
+                // Nobody was seen standing in (it happened between polls): ask every other node
+                // that answers; the drain is scoped, so a node without such sessions does nothing.
+                v = self.nodes.iter().filter(|n| n.addr.id != id && n.slot.lock().expect("slot lock").health.is_some()).collect();
+            }
+            v
+        };
+        let names: Vec<&str> = stand_ins.iter().map(|n| n.addr.id.as_str()).collect();
+        let drain_reason = DrainReason::FailbackToRecoveredServer;
+        // The input the decision rests on: the recovered node's assignment, and when it got it.
+        let assignment_at_ms = node.slot.lock().expect("slot lock").health.as_ref().and_then(|(_, h)| h.progress.assignment_at_ms);
+        let inputs = serde_json::json!({"from": names, "partitions": partitions, "assignment_at_ms": assignment_at_ms});
+        let decided = match &resume {
+            None => self.decide(id, Action::FailbackStarted, &reason, inputs, None).await,
+            Some(of) => self.decide(id, Action::FailbackResumed, &reason, inputs, Some(of)).await,
+        };
+        let fid = match (decided, resume) {
+            (Ok(d), None) => d,
+            (Ok(d), Some(of)) => Decided { id: of, token: d.token },
+            (Err(e), _) => {
+                tracing::warn!("[GATEWAY] failback to {} not started: {}", id, e);
+                if let Some(n) = self.entry(id) {
+                    n.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                }
+                return;
+            }
+        };
+        tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?} decision={}", id, names, drain_reason, partitions, fid.id);
+        self.running_failbacks.lock().expect("failbacks lock").insert(fid.id.clone());
+        let _running = Running { fleet: self, id: fid.id.clone() };
+        let started = Instant::now();
+        let mut detail = BTreeMap::new();
+        let mut failed = false;
+        // Paced to the recovered node's room: each round drains the partitions whose proxied
+        // sessions fit in its room (`failback_room`), waits until those sessions arrived there,
+        // then for a fresh poll; the sessions of the others stay where they are (the stand-in
+        // holds those partitions: its REVOKE_HOLD_MS, extended each round by `POST /admin/hold`
+        // up to FAILBACK_PACE_LIMIT_MS) until room frees. A round that finds them gone (a hold
+        // ran out and they moved by themselves) drains nothing for them.
+        let mut left = partitions;
+        let mut round = 0u32;
+        loop {
+            if let Err(e) = self.leadership.authority() {
+                tracing::warn!("[GATEWAY] failback {} to {} stops here: {} (the next leader finishes it)", fid.id, id, e);
+                return;
+            }
+            let by_partition = self.sessions.by_partition(&names);
+            let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
+            let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
+            let arrived_before = self.sessions.on(id);
+            let limit = Duration::from_millis(self.config.failback_pace_limit_ms);
+            let out_of_time = started.elapsed() > limit;
+            if !later.is_empty() && !out_of_time {
+                // The waiting partitions' sessions stay on the stand-ins: keep their holds for
+                // this round (its drain, the drained sessions' arrival, a fresh poll) and a
+                // margin. Each round renews them; if this gateway dies they run out by themselves.
+                let round_wait = 2 * Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5) + 2 * self.config.poll_interval();
+                let for_ms = (round_wait + HOLD_EXTENSION_MARGIN).as_millis().min(u128::from(shared::api::MAX_HOLD_EXTENSION_MS)) as u64;
+                let hold = HoldRequest { partitions: later.clone(), for_ms };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.hold_on_node(n, &hold, fid.token))).await;
+                for (n, r) in stand_ins.iter().zip(results) {
+                    match r {
+                        Ok(rep) if !rep.held.is_empty() => tracing::debug!("[GATEWAY] {} keeps holding partitions={:?} for {}ms", n.addr.id, rep.held, for_ms),
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(
+                            "[GATEWAY] could not extend {}'s hold of partitions={:?}: {} (its sessions are handed over when its REVOKE_HOLD_MS runs out)",
+                            n.addr.id, later, e.body.message
+                        ),
+                    }
+                }
+            }
+            if !now.is_empty() {
+                let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
+                let step = Decided { id: format!("{}/drain/{}", fid.id, round + 1), token: fid.token };
+                let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req, Some(&step)))).await;
+                for (n, r) in stand_ins.iter().zip(results) {
+                    let key = if round == 0 { n.addr.id.clone() } else { format!("{} round {}", n.addr.id, round + 1) };
+                    match r {
+                        Ok(rep) => {
+                            tracing::info!("[GATEWAY] failback drain of {} done partitions={:?} notified={} forceClosed={} tookMs={}", n.addr.id, now, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                            detail.insert(key, serde_json::to_value(rep).unwrap_or_default());
+                        }
+                        Err(e) => {
+                            failed = true;
+                            tracing::warn!("[GATEWAY] failback drain of {} failed error=\"{}\"", n.addr.id, e.body.message);
+                            detail.insert(key, serde_json::json!({"error": e.body}));
+                        }
+                    }
+                }
+            }
+            if later.is_empty() {
+                // The failback is complete when the drained sessions are on the recovered node
+                // (their notices are spread over RECONNECT_SPREAD_MS), not when the drain call
+                // returns: until then a new leader resumes it.
+                self.await_arrivals(id, arrived_before, moving).await;
+                break;
+            }
+            if out_of_time {
+                tracing::warn!("[GATEWAY] failback to {}: no room for partitions={:?} within {}s (FAILBACK_PACE_LIMIT_MS); their holds run out and their sessions wait for room in the admission queue", id, later, limit.as_secs());
+                detail.insert("left".into(), serde_json::json!({"partitions": later}));
+                break;
+            }
+            if round == 0 || !now.is_empty() {
+                tracing::info!("[GATEWAY] failback to {} paced: partitions={:?} wait for room (moving {} sessions now)", id, later, moving);
+                self.report(id, Action::FailbackPaced, "the recovered node has no room for these partitions' sessions yet", serde_json::json!({"waiting": later, "moving": moving}), &fid).await;
+            }
+            left = later;
+            round += 1;
+            // The drained sessions reconnect to the recovered node: wait until they are there
+            // before the room is measured again.
+            self.await_arrivals(id, arrived_before, moving).await;
+            self.refreshed(self.config.poll_interval()).await;
+        }
+        if let Err(e) = self.leadership.authority() {
+            tracing::warn!("[GATEWAY] failback {} to {} stops here: {} (the next leader finishes it)", fid.id, id, e);
+            return;
+        }
+        let action = if failed { Action::FailbackFailed } else { Action::FailbackCompleted };
+        self.report(id, action, &format!("took {}ms", started.elapsed().as_millis()), serde_json::to_value(detail).unwrap_or_default(), &fid).await;
+        tracing::info!("[GATEWAY] failback to {} {} tookMs={}", id, if failed { "finished with errors" } else { "completed" }, started.elapsed().as_millis());
+    }
+
+    /// The recovered node's room for a failback round: free seats by its last poll, counting the
+    /// sessions this gateway proxies to it now if that is more (the poll may be older than their
+    /// arrival), less the handshakes already waiting for it (they go first).
+    pub(super) fn failback_room(&self, id: &str) -> Option<usize> {
+        let max = {
+            let slot = self.entry(id)?.slot.lock().expect("slot lock");
+            slot.health.as_ref().map(|(_, h)| (h.max_sessions, h.session_seats))
+        };
+        let (max, seats) = max.filter(|(m, _)| *m > 0)?;
+        let waiting = self.admission.waiting().get(id).copied().unwrap_or(0);
+        Some(max.saturating_sub(seats.max(self.sessions.on(id))).saturating_sub(waiting))
+    }
+
+    /// Waits until this gateway proxies `moving` more sessions to `id` than `before` (drained
+    /// sessions arrived at the recovered node), or the grace period and a little more passed
+    /// (some reconnect through another replica, or went away).
+    pub(super) async fn await_arrivals(&self, id: &str, before: usize, moving: usize) {
+        let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
+        while moving > 0 && self.sessions.on(id) < before + moving && Instant::now() < settle {
+            if self.leadership.authority().is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Drains DEGRADED node `id` out of the broadcast group (reason NODE_DEGRADED): its
+    /// partitions move to the nodes that serve, its sessions reconnect to them. Afterwards it is
+    /// UP and recovers like any node (hysteresis counts the ejection as a flap).
+    pub(super) async fn eject(&self, id: &str, reason: String) {
+        let Some(node) = self.entry(id) else { return };
+        let req = DrainRequest { reason: DrainReason::NodeDegraded, grace_ms: self.config.failback_grace_ms, partitions: None };
+        let decided = match self.decide(id, Action::Eject, &reason, serde_json::json!({"grace_ms": req.grace_ms}), None).await {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!("[GATEWAY] {} not ejected: {}", id, e);
+                return;
+            }
+        };
+        tracing::warn!("[GATEWAY] ejecting {}: drain it out of the broadcast group reason=\"{}\"", id, reason);
+        match self.drain_node(node, &req, Some(&decided)).await {
+            Ok(rep) => {
+                tracing::info!("[GATEWAY] ejected {} notified={} forceClosed={} tookMs={}", id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                self.report(id, Action::EjectCompleted, "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default(), &decided).await;
+            }
+            Err(e) => {
+                tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"", id, e.body.message);
+                self.report(id, Action::EjectFailed, &e.body.message, serde_json::to_value(&e.body).unwrap_or_default(), &decided).await;
+            }
+        }
+        self.request_refresh();
+    }
+
+    /// `POST /api/fleet/nodes/{id}/drain`: drains a whole node for maintenance.
+    ///
+    /// # Errors
+    /// `None` when the node is unknown; `Err` with the node's answer when the drain failed.
+    pub async fn maintenance_drain(&self, id: &str, grace_ms: u64) -> Option<Result<DrainReport, shared::http::ApiError>> {
+        let node = self.entry(id)?;
+        let req = DrainRequest { reason: DrainReason::Maintenance, grace_ms, partitions: None };
+        tracing::info!("[GATEWAY] drain {} reason={} grace={}ms (operator request)", id, req.reason, grace_ms);
+        // An operator's request, carried out by whichever replica received it: written with no
+        // fencing token (the leader's authority is not what it rests on).
+        let inputs = serde_json::json!({"reason": req.reason, "grace_ms": grace_ms});
+        let decided = match self.write(id, Action::Drain, "operator request", inputs, None, None).await {
+            Ok(d) => d,
+            Err(e) => return Some(Err(shared::http::ApiError::unavailable("control_topic_unavailable", format!("the drain was not recorded, so not carried out: {e}"), 1))),
+        };
+        let r = self.drain_node(node, &req, Some(&decided)).await;
+        match &r {
+            Ok(rep) => self.report(id, Action::DrainCompleted, "operator request", serde_json::to_value(rep).unwrap_or_default(), &decided).await,
+            Err(e) => self.report(id, Action::DrainFailed, &e.body.message, serde_json::to_value(&e.body).unwrap_or_default(), &decided).await,
+        }
+        self.request_refresh();
+        Some(r)
+    }
+}
