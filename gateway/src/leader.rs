@@ -10,7 +10,7 @@
 //! longer in the current generation; with no confirmation for two thirds of the session timeout
 //! it stops acting by itself, before the group can have chosen another leader.
 //!
-//! The rules are pure ([`step`], [`authority`]); [`spawn_election`] is the I/O around them.
+//! The rules are pure ([`step`], [`authority`]); [`run_until`] is the I/O around them.
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -18,7 +18,8 @@ use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::Serialize;
 use shared::control::ControlRecord;
 use shared::kafka::{FleetContext, KafkaSettings};
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
+use tokio_util::sync::CancellationToken;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -271,21 +272,16 @@ pub struct Election {
     pub heartbeat: Duration,
 }
 
-/// Runs the election on a thread of its own until `stop` is set; the consumer leaves the group
-/// then, so a replica that shuts down hands leadership over at once.
-pub fn spawn_election(leadership: Arc<Leadership>, election: Election, producer: FutureProducer<FleetContext>, stop: Arc<AtomicBool>) {
-    std::thread::Builder::new()
-        .name("leader-election".into())
-        .spawn(move || {
-            if let Err(e) = run_election(&leadership, &election, &producer, &stop) {
-                tracing::error!(error = %e, "[GATEWAY] the leader election stopped: this replica stays a follower");
-                leadership.set_role(Role::Follower);
-            }
-        })
-        .expect("spawn the election thread");
+/// Runs the election on this (blocking) thread until `stop` is cancelled; the consumer leaves the
+/// group then, so a replica that shuts down hands leadership over at once.
+pub fn run_until(leadership: &Arc<Leadership>, election: &Election, producer: &FutureProducer<FleetContext>, stop: &CancellationToken) {
+    if let Err(e) = run_election(leadership, election, producer, stop) {
+        tracing::error!(error = %e, "[GATEWAY] the leader election stopped: this replica stays a follower");
+        leadership.set_role(Role::Follower);
+    }
 }
 
-fn run_election(leadership: &Arc<Leadership>, e: &Election, producer: &FutureProducer<FleetContext>, stop: &AtomicBool) -> Result<(), String> {
+fn run_election(leadership: &Arc<Leadership>, e: &Election, producer: &FutureProducer<FleetContext>, stop: &CancellationToken) -> Result<(), String> {
     let mut config = e.kafka.reader(&leadership.gateway);
     config
         .set("group.id", &e.group)
@@ -301,7 +297,7 @@ fn run_election(leadership: &Arc<Leadership>, e: &Election, producer: &FuturePro
     let mut last_commit = Instant::now() - e.heartbeat;
     let mut last_claim_try: Option<Instant> = None;
     let mut commit_warned = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_cancelled() {
         // Serves the rebalance callbacks; the records themselves are the reader's business.
         let _ = consumer.poll(Duration::from_millis(100));
         let (role, assigned, latest) = {

@@ -44,7 +44,13 @@ use crate::fleet::Fleet;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-/// Runs the gateway on `listener` until `shutdown` is cancelled.
+/// How long shutdown waits for the gateway's tasks (proxied sessions' closing handshakes, requests
+/// in flight, the election leaving its group) before the process exits anyway.
+const SHUTDOWN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs the gateway on `listener` until `shutdown` is cancelled. Every task it starts is tracked
+/// by the fleet's [`tokio_util::task::TaskTracker`] and ends on that one signal; shutdown waits for
+/// them, at most [`SHUTDOWN_WAIT`].
 ///
 /// # Errors
 /// When the HTTP server fails.
@@ -58,108 +64,113 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         publishers = ?fleet.publishers.urls(),
         "[GATEWAY] listening; polling nodes"
     );
-    let election_stop = start_election(&fleet, &shutdown);
-    tokio::spawn(fleet.clone().run_poller(shutdown.clone()));
+    let tasks = fleet.tasks.clone();
+    start_election(&fleet, &shutdown);
+    tasks.spawn(fleet.clone().run_poller(shutdown.clone()));
     let probed = fleet.clone();
     let probe_shutdown = shutdown.clone();
-    tokio::spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
-    tokio::spawn(fleet.limiter.clone().run_cleanup(shutdown.clone()));
+    tasks.spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
+    tasks.spawn(fleet.limiter.clone().run_cleanup(shutdown.clone()));
     let limits = fleet.config.serve.limits();
     if fleet.admin_token.is_none() {
         // No credential: the drain and the full `/api/fleet` are served on loopback only.
         let admin = shared::shutdown::listen(fleet.config.admin_listen)?;
         tracing::info!(addr = %admin.local_addr()?, "admin routes on the loopback listener (no ADMIN_TOKEN)");
         let (routes, stop) = (api::admin_router(fleet.clone()), shutdown.clone());
-        tokio::spawn(async move {
+        tasks.spawn(async move {
             // The same server as the public one: header-read timeout and connection cap.
             if let Err(e) = shared::serve::serve(admin, routes, limits, stop.cancelled_owned()).await {
                 tracing::error!(error = %e, "admin listener failed");
             }
         });
     }
-    let serve = shared::serve::serve(listener, api::router(fleet), limits, shutdown.clone().cancelled_owned());
-    // Proxied sessions close with 1001 on shutdown; do not wait for stragglers forever.
-    let deadline = async {
-        shutdown.cancelled().await;
-        tokio::time::sleep(std::time::Duration::from_secs(5)).await;
-    };
+    let mut served = tasks.spawn(shared::serve::serve(listener, api::router(fleet.clone()), limits, shutdown.clone().cancelled_owned()));
     tokio::select! {
-        r = serve => r?,
-        _ = deadline => tracing::warn!("[GATEWAY] connections still open 5 s after shutdown; exiting anyway"),
+        r = &mut served => {
+            // The server ended by itself: a failure (it ends on the signal otherwise).
+            r??;
+        }
+        _ = shutdown.cancelled() => {}
     }
-    if let Some(stop) = election_stop {
-        // Leave the gateways' group now: another replica leads at once, not after a timeout.
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    tracing::info!("[GATEWAY] shutting down: proxied sessions close with 1001, the election leaves the gateways' group");
+    tasks.close();
+    if tokio::time::timeout(SHUTDOWN_WAIT, tasks.wait()).await.is_err() {
+        tracing::warn!(
+            tasks = tasks.len(),
+            proxied_sessions = fleet.sessions.count(),
+            "[GATEWAY] tasks still running {} s after shutdown; exiting anyway",
+            SHUTDOWN_WAIT.as_secs()
+        );
     }
     tracing::info!("[GATEWAY] stopped");
     Ok(())
 }
 
 /// With Kafka configured: creates the control topic when missing, reads it into the fleet, joins
-/// the election, and resumes open failbacks whenever this replica becomes the leader. Returns the
-/// flags that stop the election and the reader.
-fn start_election(fleet: &std::sync::Arc<Fleet>, shutdown: &CancellationToken) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+/// the election, and resumes open failbacks whenever this replica becomes the leader; all of it
+/// tracked by the fleet's tasks, until `shutdown`.
+fn start_election(fleet: &std::sync::Arc<Fleet>, shutdown: &CancellationToken) {
     let c = &fleet.config;
-    let bootstrap = c.kafka_bootstrap.clone()?;
+    let Some(bootstrap) = c.kafka_bootstrap.clone() else { return };
     let settings = c.kafka_settings(&bootstrap);
     let topic = c.control_topic.clone();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let (fleet, settings, topic, stop, shutdown) = (fleet.clone(), settings.clone(), topic.clone(), stop.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            let retention = shared::control::RETENTION_MS.to_string();
-            let configs = [("cleanup.policy", "delete"), ("retention.ms", retention.as_str())];
-            match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &configs).await {
-                Ok(1) => {}
-                Ok(n) => tracing::warn!(topic, partitions = n, "[GATEWAY] the control topic has {n} partitions; only partition 0 is used"),
-                Err(e) => tracing::warn!(topic, error = %e, "[GATEWAY] could not check or create the control topic; the election waits for it"),
-            }
-            if shutdown.is_cancelled() {
-                return;
-            }
-            let reader = fleet.clone();
-            let caught_up = fleet.clone();
-            let reader_stop = shared::control::spawn_follower(
-                settings.clone(),
-                format!("{}-control", fleet.config.id()),
-                topic.clone(),
-                move |offset, record| {
+    let tasks = fleet.tasks.clone();
+    let (fleet, shutdown) = (fleet.clone(), shutdown.clone());
+    tasks.clone().spawn(async move {
+        let retention = shared::control::RETENTION_MS.to_string();
+        let configs = [("cleanup.policy", "delete"), ("retention.ms", retention.as_str())];
+        match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &configs).await {
+            Ok(1) => {}
+            Ok(n) => tracing::warn!(topic, partitions = n, "[GATEWAY] the control topic has {n} partitions; only partition 0 is used"),
+            Err(e) => tracing::warn!(topic, error = %e, "[GATEWAY] could not check or create the control topic; the election waits for it"),
+        }
+        if shutdown.is_cancelled() {
+            return;
+        }
+        {
+            let (reader, caught_up) = (fleet.clone(), fleet.clone());
+            let (settings, topic, stop) = (settings.clone(), topic.clone(), shutdown.clone());
+            let client_id = format!("{}-control", fleet.config.id());
+            tasks.spawn_blocking(move || {
+                let on = move |offset, record| {
                     reader.read_control(offset, record);
                     reader.leadership.read_to(offset + 1);
-                },
-                move |next| caught_up.leadership.read_to(next),
-            );
-            let producer = match settings
-                .producer(&format!("{}-claims", fleet.config.id()), std::time::Duration::from_secs(10))
-                .create_with_context(shared::kafka::FleetContext::default())
-            {
-                Ok(p) => p,
-                Err(e) => {
-                    tracing::error!(error = %e, "[GATEWAY] cannot build the claim producer: this replica stays a follower");
-                    return;
+                };
+                if let Err(e) = shared::control::follow(&settings, &client_id, &topic, &stop, on, move |next| caught_up.leadership.read_to(next)) {
+                    tracing::error!(topic, error = %e, "cannot read the control topic");
                 }
-            };
-            let election = leader::Election {
-                kafka: settings,
-                topic,
-                group: fleet.config.gateway_group.clone(),
-                session_timeout: std::time::Duration::from_millis(fleet.config.leader_session_timeout_ms),
-                heartbeat: std::time::Duration::from_millis(fleet.config.leader_heartbeat_ms),
-            };
-            leader::spawn_election(fleet.leadership.clone(), election, producer, stop.clone());
-            let mut became = fleet.leadership.became_leader.subscribe();
-            loop {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    r = became.changed() => {
-                        if r.is_err() { break; }
-                        fleet.resume_open_failbacks();
-                    }
+            });
+        }
+        let producer = match settings
+            .producer(&format!("{}-claims", fleet.config.id()), std::time::Duration::from_secs(10))
+            .create_with_context(shared::kafka::FleetContext::default())
+        {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "[GATEWAY] cannot build the claim producer: this replica stays a follower");
+                return;
+            }
+        };
+        let election = leader::Election {
+            kafka: settings,
+            topic,
+            group: fleet.config.gateway_group.clone(),
+            session_timeout: std::time::Duration::from_millis(fleet.config.leader_session_timeout_ms),
+            heartbeat: std::time::Duration::from_millis(fleet.config.leader_heartbeat_ms),
+        };
+        {
+            let (leadership, stop) = (fleet.leadership.clone(), shutdown.clone());
+            tasks.spawn_blocking(move || leader::run_until(&leadership, &election, &producer, &stop));
+        }
+        let mut became = fleet.leadership.became_leader.subscribe();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = became.changed() => {
+                    if r.is_err() { break; }
+                    fleet.resume_open_failbacks();
                 }
             }
-            reader_stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-    }
-    Some(stop)
+        }
+    });
 }

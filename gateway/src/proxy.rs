@@ -228,7 +228,11 @@ pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream,
         // A frame a little over the message limit is read whole and refused with 1009 (a clean
         // close), as a node does; only a much larger one is cut off at its header.
         .max_frame_size((c.ws_max_message as usize * 16).max(64 * 1024))
-        .on_upgrade(move |client| pipe(fleet, client, upstream, target, peer))
+        .on_upgrade(move |client| {
+            // Tracked: the gateway's shutdown waits for its sessions' closing handshakes.
+            let tasks = fleet.tasks.clone();
+            tasks.track_future(pipe(fleet, client, upstream, target, peer))
+        })
 }
 
 /// Who is on the client side, for logs.

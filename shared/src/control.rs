@@ -13,8 +13,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default name of the control topic.
@@ -117,14 +116,14 @@ impl Fence {
     }
 }
 
-/// Reads partition 0 of `topic` from its beginning on this thread until `stop` is set, calling
+/// Reads partition 0 of `topic` from its beginning on this thread until `stop` is cancelled, calling
 /// `on` with each record's offset and parsed value, and `at_end` with the next offset to read
 /// whenever the reader has nothing more for now (it has read the partition to its end).
 pub fn follow(
     settings: &KafkaSettings,
     client_id: &str,
     topic: &str,
-    stop: &AtomicBool,
+    stop: &tokio_util::sync::CancellationToken,
     mut on: impl FnMut(i64, Result<ControlRecord, String>),
     mut at_end: impl FnMut(i64),
 ) -> Result<(), String> {
@@ -136,7 +135,7 @@ pub fn follow(
     consumer.assign(&tpl).map_err(|e| e.to_string())?;
     let mut next = 0i64;
     let mut warned = false;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_cancelled() {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
                 next = m.offset() + 1;
@@ -156,25 +155,23 @@ pub fn follow(
     Ok(())
 }
 
-/// Starts [`follow`] on a thread of its own; it stops when the returned flag is set.
+/// Starts [`follow`] on a thread of its own, until `stop` is cancelled.
 pub fn spawn_follower(
     settings: KafkaSettings,
     client_id: String,
     topic: String,
+    stop: tokio_util::sync::CancellationToken,
     on: impl FnMut(i64, Result<ControlRecord, String>) + Send + 'static,
     at_end: impl FnMut(i64) + Send + 'static,
-) -> Arc<AtomicBool> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
+) {
     std::thread::Builder::new()
         .name("control-reader".into())
         .spawn(move || {
-            if let Err(e) = follow(&settings, &client_id, &topic, &flag, on, at_end) {
+            if let Err(e) = follow(&settings, &client_id, &topic, &stop, on, at_end) {
                 tracing::error!(topic, error = %e, "cannot read the control topic");
             }
         })
         .expect("spawn the control topic reader");
-    stop
 }
 
 #[cfg(test)]

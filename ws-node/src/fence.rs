@@ -104,13 +104,14 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
     resp
 }
 
-/// Reads the leaders' claims from the control topic into `fence` (a thread of its own, until the
-/// returned flag is set): a deposed leader is refused even by a node the new one has not called yet.
-pub fn spawn_claim_reader(settings: shared::kafka::KafkaSettings, node_id: &str, topic: String, fence: Arc<Fence>) -> Arc<std::sync::atomic::AtomicBool> {
+/// Reads the leaders' claims from the control topic into `fence` (a thread of its own, until
+/// `stop` is cancelled): a deposed leader is refused even by a node the new one has not called yet.
+pub fn spawn_claim_reader(settings: shared::kafka::KafkaSettings, node_id: &str, topic: String, fence: Arc<Fence>, stop: tokio_util::sync::CancellationToken) {
     shared::control::spawn_follower(
         settings,
         format!("{node_id}-claims"),
         topic,
+        stop,
         move |offset, record| {
             if let Ok(shared::control::ControlRecord::Claim { gateway, .. }) = record {
                 tracing::info!("[NODE] gateway {} is the leader now (fencing token {})", gateway, offset);

@@ -62,9 +62,11 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         "[NODE] {} is UP (not ready): waiting for start-recovery",
         node.config.node_id
     );
-    let claims = (!node.config.control_topic.is_empty()).then(|| {
-        fence::spawn_claim_reader(node.config.kafka(), &node.config.node_id, node.config.control_topic.clone(), node.guard.fence.clone())
-    });
+    // The claim reader runs until the HTTP server has stopped (admin routes check its fence).
+    let claims = CancellationToken::new();
+    if !node.config.control_topic.is_empty() {
+        fence::spawn_claim_reader(node.config.kafka(), &node.config.node_id, node.config.control_topic.clone(), node.guard.fence.clone(), claims.clone());
+    }
     let app = http::router(node.clone());
     let limits = node.config.serve.limits();
     if node.config.admin_token().is_none() {
@@ -86,9 +88,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         n.shut_down().await;
     })
     .await?;
-    if let Some(stop) = claims {
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
+    claims.cancel();
     tracing::info!("[NODE] {} stopped", node.config.node_id);
     Ok(())
 }

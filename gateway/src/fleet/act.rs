@@ -35,7 +35,7 @@ impl Fleet {
             }
             let fleet = self.clone();
             tracing::info!("[GATEWAY] resuming failback {} to {} (started by {}) partitions={:?}", f.id, f.node, f.gateway, f.partitions);
-            tokio::spawn(async move {
+            self.tasks.spawn(async move {
                 let reason = format!("resuming failback {} that {} started and did not finish", f.id, f.gateway);
                 fleet.failback(&f.node, f.partitions, reason, Some(f.id)).await;
             });
@@ -58,7 +58,7 @@ impl Fleet {
                     return;
                 }
                 let fleet = self.clone();
-                tokio::spawn(async move { fleet.start_recovery(&id, reason).await });
+                self.tasks.spawn(async move { fleet.start_recovery(&id, reason).await });
             }
             Decision::Failback { partitions, reason } => {
                 if let Err(why) = self.leadership.authority() {
@@ -69,11 +69,11 @@ impl Fleet {
                     return;
                 }
                 let fleet = self.clone();
-                tokio::spawn(async move { fleet.failback(&id, partitions, reason, None).await });
+                self.tasks.spawn(async move { fleet.failback(&id, partitions, reason, None).await });
             }
             Decision::Eject { reason } => {
                 let fleet = self.clone();
-                tokio::spawn(async move { fleet.eject(&id, reason).await });
+                self.tasks.spawn(async move { fleet.eject(&id, reason).await });
             }
         }
     }

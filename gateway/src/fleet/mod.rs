@@ -86,8 +86,12 @@ pub struct Fleet {
     pub publishers: Publishers,
     /// The publish rate limit on the forwarded publish routes.
     pub limiter: Arc<shared::rate_limit::PublishLimiter>,
-    /// Cancelled when the gateway shuts down: proxied sessions close with 1001.
+    /// Cancelled when the gateway shuts down: proxied sessions close with 1001, every background
+    /// task ends.
     pub shutdown: tokio_util::sync::CancellationToken,
+    /// The gateway's tasks (polls, actions, proxied sessions, the election): shutdown waits for
+    /// them.
+    pub tasks: tokio_util::task::TaskTracker,
     /// Proxied sessions: which node and partition each is on, and its close switch.
     pub sessions: crate::sessions::Sessions,
     /// The last minutes of scheduled polls, for the `/fleet` charts.
@@ -163,6 +167,7 @@ impl Fleet {
             partition_count: AtomicU32::new(partitions),
             publishers,
             shutdown,
+            tasks: tokio_util::task::TaskTracker::new(),
             sessions: crate::sessions::Sessions::default(),
             history: Mutex::new(crate::history::History::default()),
             metrics: crate::metrics::Metrics::new(),
