@@ -185,6 +185,11 @@ impl Leadership {
         }
     }
 
+    /// The offset of the latest claim read from the control topic (the newest leader's token).
+    pub fn latest_claim(&self) -> Option<u64> {
+        self.lock().latest_claim.as_ref().map(|(o, _)| *o)
+    }
+
     /// The control reader will read `next` next.
     pub fn read_to(&self, next: i64) {
         self.read_to.fetch_max(next, Ordering::Relaxed);
@@ -315,7 +320,8 @@ fn run_election(leadership: &Arc<Leadership>, e: &Election, producer: &FuturePro
                 leadership.set_role(Role::Claiming { token: None });
                 let record = ControlRecord::Claim { gateway: leadership.gateway.clone(), at_ms: shared::event::now_ms() };
                 let value = serde_json::to_vec(&record).expect("a claim serializes");
-                let sent = futures::executor::block_on(producer.send(FutureRecord::<(), _>::to(&e.topic).partition(0).payload(&value), Duration::from_secs(10)));
+                let key = shared::control::record_key(&record);
+                let sent = futures::executor::block_on(producer.send(FutureRecord::to(&e.topic).partition(0).key(&key).payload(&value), Duration::from_secs(10)));
                 match sent {
                     Ok(d) => {
                         let token = d.offset.max(0) as u64;

@@ -65,6 +65,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         "[GATEWAY] listening; polling nodes"
     );
     let tasks = fleet.tasks.clone();
+    if fleet.config.kafka_bootstrap.is_none() {
+        tracing::warn!(
+            "[GATEWAY] standalone (no KAFKA_BOOTSTRAP): no control topic and no leader election; this gateway decides alone and sends no fencing token. \
+             Run exactly one gateway this way; for replicas, set KAFKA_BOOTSTRAP on each"
+        );
+    }
     start_election(&fleet, &shutdown);
     tasks.spawn(fleet.clone().run_poller(shutdown.clone()));
     let probed = fleet.clone();
@@ -117,10 +123,8 @@ fn start_election(fleet: &std::sync::Arc<Fleet>, shutdown: &CancellationToken) {
     let tasks = fleet.tasks.clone();
     let (fleet, shutdown) = (fleet.clone(), shutdown.clone());
     tasks.clone().spawn(async move {
-        let retention = shared::control::RETENTION_MS.to_string();
-        let configs = [("cleanup.policy", "delete"), ("retention.ms", retention.as_str())];
-        match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &configs).await {
-            Ok(1) => {}
+        match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &shared::control::TOPIC_CONFIGS).await {
+            Ok(1) => shared::control::check_topic(&settings, &fleet.config.id(), &topic).await,
             Ok(n) => tracing::warn!(topic, partitions = n, "[GATEWAY] the control topic has {n} partitions; only partition 0 is used"),
             Err(e) => tracing::warn!(topic, error = %e, "[GATEWAY] could not check or create the control topic; the election waits for it"),
         }

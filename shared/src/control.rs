@@ -5,15 +5,14 @@
 //! the claim's offset is the leader's *fencing token*: it grows with every new leader (offsets
 //! only grow), unlike a member's group generation, which the new consumer protocol (KIP-848)
 //! counts per member. Admin requests from a leader carry the token ([`FENCING_HEADER`]) and the
-//! decision's id ([`DECISION_HEADER`]); a node refuses a token lower than the latest claim it has
-//! seen in a request or read from this topic, and does a decision's action once per id.
+//! decision's id ([`DECISION_HEADER`]); a node accepts only the latest claim it has read from this
+//! topic itself ([`fencing`]), and does a decision's action once per id.
 
 use crate::kafka::{FleetContext, KafkaSettings};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// Default name of the control topic.
@@ -24,8 +23,43 @@ pub const FENCING_HEADER: &str = "x-fencing-token";
 pub const DECISION_HEADER: &str = "x-decision-id";
 /// Largest control record accepted (a decision's detail is small; anything bigger is not ours).
 pub const MAX_RECORD_BYTES: usize = 64 * 1024;
-/// How long the control topic keeps its records (`retention.ms` when a gateway creates it).
-pub const RETENTION_MS: u64 = 7 * 24 * 3600 * 1000;
+/// The control topic's settings when a gateway creates it: compacted, so the latest claim (key
+/// `claim`) stays however long its leader leads, and a node that starts a year later still
+/// rebuilds its fence from it, as Kafka Connect keeps its config topic.
+pub const TOPIC_CONFIGS: [(&str, &str); 1] = [("cleanup.policy", "compact")];
+
+/// The key of a control record: `claim` for every claim (compaction keeps the latest), and
+/// `decision/<id>` for a decision or an outcome (each kept).
+pub fn record_key(record: &ControlRecord) -> String {
+    match record {
+        ControlRecord::Claim { .. } => "claim".to_owned(),
+        ControlRecord::Decision { id, .. } => format!("decision/{id}"),
+    }
+}
+
+/// Whether a control topic with `cleanup.policy` `policy` and `retention.ms` `retention_ms` (as the
+/// broker reports them; `None`: not reported) keeps the latest claim for good: compacted, or never
+/// deleting. Pure.
+pub fn keeps_claims(policy: Option<&str>, retention_ms: Option<&str>) -> bool {
+    let compacted = policy.is_some_and(|p| p.split(',').any(|x| x.trim() == "compact"));
+    let deletes = policy.is_none_or(|p| p.split(',').any(|x| x.trim() == "delete"));
+    retention_ms.is_some_and(|r| r.trim() == "-1") || (compacted && !deletes)
+}
+
+/// Checks at start that `topic` keeps the latest claim ([`keeps_claims`]): an error line with the
+/// fix when it does not (a node restarted after the claim was deleted would take any token for
+/// unknown and refuse the leader), a warning where the broker answers no DescribeConfigs.
+pub async fn check_topic(settings: &KafkaSettings, client_id: &str, topic: &str) {
+    let policy = crate::kafka::topic_config(settings, client_id, topic, "cleanup.policy").await;
+    let retention = crate::kafka::topic_config(settings, client_id, topic, "retention.ms").await;
+    match (policy, retention) {
+        (Ok(p), Ok(r)) if keeps_claims(p.as_deref(), r.as_deref()) => {}
+        (Ok(p), Ok(r)) => tracing::error!(topic, cleanup_policy = p.as_deref().unwrap_or("unset"), retention_ms = r.as_deref().unwrap_or("unset"),
+            "the control topic deletes old records, so the leader's claim goes away while it leads and a node restarted then refuses its token; \
+             make it compacted: kafka-configs.sh --alter --entity-type topics --entity-name <topic> --add-config cleanup.policy=compact"),
+        (Err(e), _) | (_, Err(e)) => tracing::warn!(topic, error = %e, "cannot read the control topic's cleanup.policy (the broker answers no DescribeConfigs); not checked"),
+    }
+}
 
 /// One record of the control topic (JSON, tagged by `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,48 +105,126 @@ pub fn parse(value: &[u8]) -> Result<ControlRecord, String> {
     serde_json::from_slice(value).map_err(|e| format!("not a control record: {e}"))
 }
 
-/// Whether a request's fencing token may act, given the latest claim seen: a pure rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fencing {
-    /// Accepted; the token becomes the latest seen when it is higher.
-    Accept,
-    /// A newer leader claimed since: 409.
-    Stale { latest: u64 },
+/// What a process has read of the control topic, as its fencing rule sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FenceView {
+    /// The process reads a control topic (a node with none configured cannot check a token).
+    pub reading: bool,
+    /// The reader reached the topic's end at least once (or found no topic: no claim exists).
+    pub caught_up: bool,
+    /// The offset the reader reads next: every claim below it has been read.
+    pub read_to: u64,
+    /// The latest claim read: its offset, the leader's token.
+    pub latest: Option<u64>,
 }
 
-/// The rule: a token at least as high as the latest claim seen acts; a lower one is stale.
-pub fn fencing(latest_seen: Option<u64>, token: u64) -> Fencing {
-    match latest_seen {
-        Some(latest) if token < latest => Fencing::Stale { latest },
-        _ => Fencing::Accept,
+/// Whether an admin request may act: a pure rule over a [`FenceView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// It may act.
+    Accept,
+    /// A newer leader claimed since: 409 `stale_leader`.
+    Stale { latest: u64 },
+    /// The reader has not reached the token's offset yet: wait for it (briefly).
+    NotYet,
+    /// No claim was read at that offset (the reader is past it): 409 `unknown_claim`.
+    UnknownClaim,
+    /// The reader has not reached the topic's end yet: 503, try again shortly.
+    CatchingUp,
+}
+
+/// The rule. A token acts only when it is the latest claim the process has read from the topic
+/// itself: a token in a request is never taken on trust, so a forged one cannot lock the real
+/// leader out. A request without a token acts (a standalone gateway, an operator on loopback).
+pub fn fencing(v: &FenceView, token: Option<u64>) -> Fencing {
+    if v.reading && !v.caught_up {
+        return Fencing::CatchingUp;
+    }
+    let Some(t) = token else { return Fencing::Accept };
+    match v.latest {
+        Some(latest) if t < latest => Fencing::Stale { latest },
+        Some(latest) if t == latest => Fencing::Accept,
+        _ if v.reading && t >= v.read_to => Fencing::NotYet,
+        _ => Fencing::UnknownClaim,
     }
 }
 
-/// The latest claim a process has seen (from requests or from the topic), shared between them.
-#[derive(Debug, Default)]
+/// The claims a process has read from the control topic, shared between its reader and its
+/// request handlers.
+#[derive(Debug)]
 pub struct Fence {
-    /// Latest token + 1; 0 when none was seen.
-    latest_plus_one: AtomicU64,
+    view: std::sync::Mutex<FenceView>,
+    moved: tokio::sync::Notify,
 }
 
 impl Fence {
-    /// The latest token seen.
+    /// A fence fed by a reader of the control topic.
+    pub fn reading() -> Self {
+        Self { view: std::sync::Mutex::new(FenceView { reading: true, ..FenceView::default() }), moved: tokio::sync::Notify::new() }
+    }
+
+    /// A fence with no control topic to read: requests without a token act, tokens are unknown.
+    pub fn without_topic() -> Self {
+        Self { view: std::sync::Mutex::new(FenceView { caught_up: true, ..FenceView::default() }), moved: tokio::sync::Notify::new() }
+    }
+
+    /// What it has read.
+    pub fn view(&self) -> FenceView {
+        *self.view.lock().expect("fence lock")
+    }
+
+    /// The latest claim read.
     pub fn latest(&self) -> Option<u64> {
-        self.latest_plus_one.load(Ordering::Relaxed).checked_sub(1)
+        self.view().latest
     }
 
-    /// Records that `token` was claimed (seen in a request or read from the topic).
-    pub fn saw(&self, token: u64) {
-        self.latest_plus_one.fetch_max(token.saturating_add(1), Ordering::Relaxed);
+    fn update(&self, f: impl FnOnce(&mut FenceView)) {
+        f(&mut self.view.lock().expect("fence lock"));
+        self.moved.notify_waiters();
     }
 
-    /// Applies [`fencing`] to a request's token, recording it when accepted.
-    pub fn admit(&self, token: u64) -> Fencing {
-        let verdict = fencing(self.latest(), token);
-        if verdict == Fencing::Accept {
-            self.saw(token);
+    /// The reader read a claim at `offset`.
+    pub fn claimed(&self, offset: u64) {
+        self.update(|v| {
+            v.latest = Some(v.latest.map_or(offset, |l| l.max(offset)));
+            v.read_to = v.read_to.max(offset + 1);
+        });
+    }
+
+    /// The reader reads `next` next.
+    pub fn read_to(&self, next: u64) {
+        self.update(|v| v.read_to = v.read_to.max(next));
+    }
+
+    /// The reader reached the topic's end (`next` is the end), or found that the topic does not
+    /// exist (`next` 0: no claim exists).
+    pub fn reached_end(&self, next: u64) {
+        self.update(|v| {
+            v.read_to = v.read_to.max(next);
+            v.caught_up = true;
+        });
+    }
+
+    /// Applies [`fencing`] to a request's `token`, waiting up to `wait` while the reader has not
+    /// reached the token's offset or the topic's end. A token still not read then is
+    /// [`Fencing::UnknownClaim`].
+    pub async fn admit(&self, token: Option<u64>, wait: Duration) -> Fencing {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let moved = self.moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            let verdict = fencing(&self.view(), token);
+            if !matches!(verdict, Fencing::NotYet | Fencing::CatchingUp) {
+                return verdict;
+            }
+            if tokio::time::timeout_at(deadline, moved).await.is_err() {
+                return match fencing(&self.view(), token) {
+                    Fencing::NotYet => Fencing::UnknownClaim,
+                    v => v,
+                };
+            }
         }
-        verdict
     }
 }
 
@@ -130,6 +242,22 @@ pub fn follow(
     let mut config = settings.reader(client_id);
     config.set("enable.partition.eof", "true").set("fetch.wait.max.ms", "100");
     let consumer: BaseConsumer<FleetContext> = config.create_with_context(FleetContext::default()).map_err(|e| e.to_string())?;
+    // A topic that does not exist holds no claim: the reader is at its end (0) until it exists.
+    let mut absent_said = false;
+    while !stop.is_cancelled() {
+        match topic_exists(&consumer, topic) {
+            Ok(true) => break,
+            Ok(false) => {
+                if !absent_said {
+                    tracing::info!(topic, "the control topic does not exist (yet): no leader has claimed; reading it once it exists");
+                    absent_said = true;
+                }
+                at_end(0);
+            }
+            Err(e) => tracing::debug!(topic, error = %e, "cannot read the control topic's metadata yet"),
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning).map_err(|e| e.to_string())?;
     consumer.assign(&tpl).map_err(|e| e.to_string())?;
@@ -153,6 +281,12 @@ pub fn follow(
         }
     }
     Ok(())
+}
+
+/// Whether `topic` exists, by the cluster's metadata.
+fn topic_exists(consumer: &BaseConsumer<FleetContext>, topic: &str) -> Result<bool, String> {
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).map_err(|e| e.to_string())?;
+    Ok(md.topics().iter().any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty()))
 }
 
 /// Starts [`follow`] on a thread of its own, until `stop` is cancelled.
@@ -180,31 +314,61 @@ mod tests {
 
     #[test]
     fn fencing_table() {
-        // (latest seen, token) → verdict
-        let cases = [
-            (None, 0, Fencing::Accept),
-            (None, 7, Fencing::Accept),
-            (Some(7), 7, Fencing::Accept),
-            (Some(7), 9, Fencing::Accept),
-            (Some(7), 6, Fencing::Stale { latest: 7 }),
-            (Some(0), 0, Fencing::Accept),
+        let view = |reading, caught_up, read_to, latest| FenceView { reading, caught_up, read_to, latest };
+        let reader_at_end = view(true, true, 8, Some(7));
+        let cases: Vec<(&str, FenceView, Option<u64>, Fencing)> = vec![
+            ("the latest claim read", reader_at_end, Some(7), Fencing::Accept),
+            ("an older claim", reader_at_end, Some(6), Fencing::Stale { latest: 7 }),
+            ("a forged token past the reader", reader_at_end, Some(u64::MAX), Fencing::NotYet),
+            ("a token the reader read past: no claim there", view(true, true, 9, Some(7)), Some(8), Fencing::UnknownClaim),
+            ("no token: acts", reader_at_end, None, Fencing::Accept),
+            ("reader not at the end yet: not now", view(true, false, 3, Some(2)), Some(2), Fencing::CatchingUp),
+            ("reader not at the end yet, no token: not now", view(true, false, 0, None), None, Fencing::CatchingUp),
+            ("no claim at all, a token", view(true, true, 0, None), Some(0), Fencing::NotYet),
+            ("no control topic: a token cannot be checked", view(false, true, 0, None), Some(0), Fencing::UnknownClaim),
+            ("no control topic, no token: acts", view(false, true, 0, None), None, Fencing::Accept),
         ];
-        for (latest, token, want) in cases {
-            assert_eq!(fencing(latest, token), want, "latest {latest:?}, token {token}");
+        for (name, v, token, want) in cases {
+            assert_eq!(fencing(&v, token), want, "{name}");
         }
     }
 
+    #[tokio::test]
+    async fn a_token_is_admitted_once_its_claim_is_read() {
+        let f = std::sync::Arc::new(Fence::reading());
+        assert_eq!(f.admit(None, Duration::ZERO).await, Fencing::CatchingUp);
+        f.reached_end(0);
+        assert_eq!(f.admit(Some(u64::MAX), Duration::from_millis(50)).await, Fencing::UnknownClaim, "a forged token");
+        // The claim at 4 arrives while a request with token 4 waits for it.
+        let reader = f.clone();
+        let late = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            reader.read_to(3);
+            reader.claimed(4);
+        });
+        assert_eq!(f.admit(Some(4), Duration::from_secs(5)).await, Fencing::Accept);
+        late.await.unwrap();
+        assert_eq!(f.admit(Some(3), Duration::ZERO).await, Fencing::Stale { latest: 4 });
+        assert_eq!(f.latest(), Some(4));
+        let none = Fence::without_topic();
+        assert_eq!(none.admit(Some(0), Duration::ZERO).await, Fencing::UnknownClaim);
+        assert_eq!(none.admit(None, Duration::ZERO).await, Fencing::Accept);
+    }
+
     #[test]
-    fn fence_keeps_the_highest() {
-        let f = Fence::default();
-        assert_eq!(f.latest(), None);
-        assert_eq!(f.admit(0), Fencing::Accept);
-        assert_eq!(f.latest(), Some(0));
-        f.saw(12);
-        assert_eq!(f.admit(5), Fencing::Stale { latest: 12 });
-        assert_eq!(f.admit(12), Fencing::Accept);
-        f.saw(3);
-        assert_eq!(f.latest(), Some(12));
+    fn the_topic_must_keep_the_latest_claim() {
+        let cases = [
+            (Some("compact"), Some("604800000"), true),
+            (Some("compact,delete"), Some("604800000"), false),
+            (Some("compact,delete"), Some("-1"), true),
+            (Some("delete"), Some("604800000"), false),
+            (Some("delete"), Some("-1"), true),
+            (None, None, false),
+        ];
+        for (policy, retention, want) in cases {
+            assert_eq!(keeps_claims(policy, retention), want, "{policy:?} {retention:?}");
+        }
+        assert_eq!(record_key(&ControlRecord::Claim { gateway: "g".into(), at_ms: 1 }), "claim");
     }
 
     #[test]

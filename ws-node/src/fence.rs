@@ -1,9 +1,12 @@
 //! The admin routes' guard against a deposed gateway leader, and their once-per-decision rule.
 //!
 //! A leader's admin request carries its fencing token and the id of the decision it carries out
-//! ([`shared::control`]). The node refuses a token lower than the latest claim it has seen, in a
-//! request or read from the control topic ([`spawn_claim_reader`]): 409 `stale_leader`. A
-//! request whose decision id was seen before gets the first one's answer, without doing the
+//! ([`shared::control`]). The node accepts a token only when it is the latest claim its own reader
+//! has read from the control topic ([`spawn_claim_reader`]): an older one is 409 `stale_leader`,
+//! one that no claim backs (the reader is past its offset, or does not reach it within
+//! [`FENCE_WAIT`]) is 409 `unknown_claim`, so a forged token locks nobody out. Until the reader
+//! has reached the topic's end (after a start) the admin routes answer 503
+//! `control_topic_catching_up`. A request whose decision id was seen before gets the first one's answer, without doing the
 //! action again; a repeat that arrives while the first is still running waits for its answer.
 //! The action itself runs to its end even when the caller goes away (a leader killed in the
 //! middle of a drain does not leave it half done).
@@ -17,6 +20,10 @@ use shared::control::{Fence, Fencing, DECISION_HEADER, FENCING_HEADER};
 use shared::http::ApiError;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
+
+/// How long a request waits for the claim reader to reach its token's offset, or the topic's
+/// end after a start, before it is refused.
+pub const FENCE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Decisions remembered for their answers.
 const REMEMBERED: usize = 1024;
@@ -32,9 +39,11 @@ pub struct Guard {
     answers: Mutex<lru::LruCache<String, Arc<tokio::sync::OnceCell<Answer>>>>,
 }
 
-impl Default for Guard {
-    fn default() -> Self {
-        Self { fence: Arc::new(Fence::default()), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))) }
+impl Guard {
+    /// A guard whose fence a claim reader feeds (`reading`), or one with no control topic to read.
+    pub fn new(reading: bool) -> Self {
+        let fence = if reading { Fence::reading() } else { Fence::without_topic() };
+        Self { fence: Arc::new(fence), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))) }
     }
 }
 
@@ -68,12 +77,33 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    if let Some(t) = token {
-        if let Fencing::Stale { latest } = guard.fence.admit(t) {
+    match (guard.fence.admit(token, FENCE_WAIT).await, token) {
+        (Fencing::Accept, _) => {}
+        (Fencing::Stale { latest }, t) => {
+            let t = t.unwrap_or_default();
             tracing::warn!("[NODE] refused an admin request with fencing token {} (a newer leader claimed at {})", t, latest);
             return ApiError::conflict(
                 "stale_leader",
                 format!("fencing token {t} is older than the latest leader's claim ({latest}): this gateway is no longer the leader"),
+            )
+            .into_response();
+        }
+        (Fencing::UnknownClaim | Fencing::NotYet, t) => {
+            let t = t.unwrap_or_default();
+            let view = guard.fence.view();
+            tracing::warn!("[NODE] refused an admin request with fencing token {} that no leader's claim backs (claims read up to offset {})", t, view.read_to);
+            let why = if view.reading {
+                format!("fencing token {t} is not a leader's claim this node has read from the control topic (read up to offset {})", view.read_to)
+            } else {
+                format!("fencing token {t} cannot be checked: this node reads no control topic (CONTROL_TOPIC is empty)")
+            };
+            return ApiError::conflict("unknown_claim", why).into_response();
+        }
+        (Fencing::CatchingUp, _) => {
+            return ApiError::unavailable(
+                "control_topic_catching_up",
+                "this node has not read the control topic (the leaders' claims) to its end yet; try again shortly",
+                1,
             )
             .into_response();
         }
@@ -105,20 +135,24 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
 }
 
 /// Reads the leaders' claims from the control topic into `fence` (a thread of its own, until
-/// `stop` is cancelled): a deposed leader is refused even by a node the new one has not called yet.
+/// `stop` is cancelled): the claims it reads are the only tokens the node accepts, and a deposed
+/// leader is refused even by a node the new one has not called yet.
 pub fn spawn_claim_reader(settings: shared::kafka::KafkaSettings, node_id: &str, topic: String, fence: Arc<Fence>, stop: tokio_util::sync::CancellationToken) {
+    let reader = fence.clone();
     shared::control::spawn_follower(
         settings,
         format!("{node_id}-claims"),
         topic,
         stop,
         move |offset, record| {
+            let offset = offset.max(0) as u64;
             if let Ok(shared::control::ControlRecord::Claim { gateway, .. }) = record {
                 tracing::info!("[NODE] gateway {} is the leader now (fencing token {})", gateway, offset);
-                fence.saw(offset.max(0) as u64);
+                reader.claimed(offset);
             }
+            reader.read_to(offset + 1);
         },
-        |_| {},
+        move |next| fence.reached_end(next.max(0) as u64),
     )
 }
 
@@ -174,8 +208,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_decision_is_done_once_and_a_stale_token_is_refused() {
-        let (guard, n) = (Arc::new(Guard::default()), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let (guard, n) = (Arc::new(Guard::new(true)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
         let app = app(guard.clone(), n.clone());
+        // Not read to the end yet: not now.
+        assert_eq!(call(&app, &[]).await.0, StatusCode::SERVICE_UNAVAILABLE);
+        guard.fence.claimed(5);
+        guard.fence.reached_end(6);
         // Two concurrent requests of one decision: one action, the same answer.
         let d = [(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/1")];
         let (a, b) = tokio::join!(call(&app, &d), call(&app, &d));
@@ -183,7 +221,7 @@ mod tests {
         assert_eq!(b, a);
         assert_eq!(call(&app, &[(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/2")]).await.1, "call 2");
         // A newer leader's claim read from the topic: the old token is refused, the new one acts.
-        guard.fence.saw(9);
+        guard.fence.claimed(9);
         let (status, body) = call(&app, &[(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/3")]).await;
         assert_eq!(status, StatusCode::CONFLICT);
         assert!(body.contains("stale_leader"), "{body}");

@@ -56,6 +56,7 @@ impl Node {
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let seats = crate::admission::Seats::new(usize::try_from(config.max_sessions).unwrap_or(usize::MAX));
         let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
+        let reads_control = !config.control_topic.is_empty();
         let node = Arc::new(Self {
             client_tokens,
             config,
@@ -69,7 +70,7 @@ impl Node {
             seats,
             shutdown,
             watch: crate::progress::Watch::start(),
-            guard: Arc::new(crate::fence::Guard::default()),
+            guard: Arc::new(crate::fence::Guard::new(reads_control)),
         });
         tokio::spawn(Self::watch_history(Arc::downgrade(&node), Duration::from_millis(node.config.history_check_ms), node.shutdown.clone()));
         tokio::spawn(Self::heal_incomplete(Arc::downgrade(&node), Duration::from_millis(node.config.heal_every_ms), node.shutdown.clone()));

@@ -502,3 +502,48 @@ async fn subscribing_needs_a_client_token_for_the_canvas_and_ends_when_it_expire
     assert_eq!(version(&next(&mut ws).await.unwrap()), 2);
     h.stop().await;
 }
+
+/// Writes a leader's claim to `topic` on the harness's cluster; returns its offset (the token).
+async fn write_claim(h: &Harness, topic: &str, gateway: &str) -> u64 {
+    let claim = shared::control::ControlRecord::Claim { gateway: gateway.into(), at_ms: shared::event::now_ms() };
+    let value = serde_json::to_vec(&claim).unwrap();
+    let key = shared::control::record_key(&claim);
+    let delivery = h.producer.send(FutureRecord::to(topic).partition(0).key(&key).payload(&value), Duration::from_secs(5)).await.expect("produce the claim");
+    delivery.offset as u64
+}
+
+/// A hold request (harmless: the node holds nothing) under fencing `token`.
+async fn hold_with_token(h: &Harness, token: &str) -> (u16, serde_json::Value) {
+    let r = h
+        .http
+        .post(format!("{}/admin/hold", h.url))
+        .header(shared::control::FENCING_HEADER, token)
+        .json(&serde_json::json!({"partitions": [0], "for_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or_default())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_that_no_claim_backs_is_refused_and_locks_nobody_out() {
+    let control = format!("control-{:08x}", rand_u32());
+    let c2 = control.clone();
+    let h = Harness::start(move |c| c.control_topic = c2).await;
+    h._cluster.create_topic(&control, 1, 1).expect("control topic");
+    let real = write_claim(&h, &control, "gw-real").await;
+    // Anyone with the admin secret forging the highest token there is.
+    let (status, body) = hold_with_token(&h, &u64::MAX.to_string()).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("unknown_claim")), "a token no claim backs: {body}");
+    // The real leader is not locked out.
+    let (status, body) = hold_with_token(&h, &real.to_string()).await;
+    assert_eq!(status, 200, "the real leader's token after a forged one: {body}");
+    // A newer leader's claim: its token acts once the node's reader has read it (the request
+    // waits for that), and the older token is stale from then on.
+    let newer = write_claim(&h, &control, "gw-next").await;
+    let (status, body) = hold_with_token(&h, &newer.to_string()).await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = hold_with_token(&h, &real.to_string()).await;
+    assert_eq!((status, body["error"].as_str()), (409, Some("stale_leader")), "{body}");
+    h.stop().await;
+}

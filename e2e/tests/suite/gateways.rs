@@ -6,7 +6,8 @@
 //!    is in progress, the leader gets kill -9;
 //! 3. the other replica becomes the leader after the group's session timeout and a rebalance,
 //!    with a higher fencing token, and finishes the failback (once);
-//! 4. a node refuses the dead leader's token (409 `stale_leader`);
+//! 4. a node refuses the dead leader's token (409 `stale_leader`) and a forged one (409
+//!    `unknown_claim`), and the new leader's token still acts;
 //! 5. every client, connected through HAProxy (so some through the dead gateway), ends with every
 //!    version of its canvas, once, in order, and the publisher's hash; and so does every client
 //!    given both gateways' URLs (no HAProxy), the leader's first: each moves to the survivor.
@@ -195,6 +196,21 @@ async fn run() {
     assert_eq!(resp.status(), 409, "a deposed leader's token is refused");
     let body: serde_json::Value = resp.json().await.unwrap();
     assert_eq!(body["error"], "stale_leader", "{body}");
+    // A token no claim backs (anyone with the admin secret could send one) is refused, and does
+    // not lock the real leader out.
+    let hold = |token: u64| {
+        fleet
+            .admin(fleet.http.post(format!("{}/admin/hold", fleet.admin_base(ws2))))
+            .header(shared::control::FENCING_HEADER, token.to_string())
+            .json(&serde_json::json!({"partitions": [0], "for_ms": 1000}))
+            .send()
+    };
+    let resp = hold(u64::MAX).await.unwrap();
+    assert_eq!(resp.status(), 409, "a forged token is refused");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "unknown_claim", "{body}");
+    let resp = hold(new_token).await.unwrap();
+    assert_eq!(resp.status(), 200, "the leader's own token still acts after a forged one");
 
     // 5. Every client: every version once, in order, the publisher's hash.
     let stats = writer.stop().await;
