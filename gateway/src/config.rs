@@ -174,7 +174,8 @@ pub struct Config {
     #[arg(long, env = "DECISION_LOG", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub decision_log: u64,
     /// This replica's name in the gateways' group and in the decisions it writes (default:
-    /// `gateway-<listen port>`).
+    /// `gateway-<host name>-<listen port>-<6 random hex digits>`, unique to the process, so two
+    /// replicas never take each other's decisions for their own).
     #[arg(long, env = "GATEWAY_ID")]
     pub gateway_id: Option<String>,
     /// Kafka bootstrap servers. When set, the gateways elect their leader through Kafka (a
@@ -296,9 +297,9 @@ impl Config {
         k
     }
 
-    /// This replica's name: `GATEWAY_ID`, else `gateway-<listen port>`.
+    /// This replica's name: `GATEWAY_ID`, else [`default_id`].
     pub fn id(&self) -> String {
-        self.gateway_id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| format!("gateway-{}", self.listen.port()))
+        self.gateway_id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default_id(self.listen.port()))
     }
 
     /// The admin token, when one is set (non-empty).
@@ -409,6 +410,15 @@ impl shared::shutdown::ServiceConfig for Config {
     fn listen(&self) -> std::net::SocketAddr {
         self.listen
     }
+}
+
+/// A name unique to this process: `gateway-<host name>-<port>-<6 random hex digits>`, the same
+/// for the process's life.
+pub fn default_id(port: u16) -> String {
+    static SUFFIX: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let suffix = SUFFIX.get_or_init(|| format!("{:06x}", rand::random::<u32>() & 0x00ff_ffff));
+    let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).filter(|h| !h.is_empty()).unwrap_or_else(|| "host".into());
+    format!("gateway-{host}-{port}-{suffix}")
 }
 
 #[cfg(test)]

@@ -129,9 +129,10 @@ impl ControlWriter {
     /// [`DecideError::Encode`] or [`DecideError::NotWritten`].
     pub async fn write(&self, record: &shared::control::ControlRecord) -> Result<(), DecideError> {
         let value = serde_json::to_vec(record).map_err(|e| DecideError::Encode(e.to_string()))?;
+        let key = shared::control::record_key(record);
         let sent = self
             .producer
-            .send(rdkafka::producer::FutureRecord::<(), _>::to(&self.topic).partition(0).payload(&value), std::time::Duration::from_secs(10))
+            .send(rdkafka::producer::FutureRecord::to(&self.topic).partition(0).key(&key).payload(&value), std::time::Duration::from_secs(10))
             .await;
         sent.map(|_| ()).map_err(|(e, _)| DecideError::NotWritten { topic: self.topic.clone(), cause: e.to_string() })
     }
@@ -163,7 +164,17 @@ pub fn read(offset: i64, record: shared::control::ControlRecord) -> Read {
             token,
             of,
             offset: Some(offset),
+            superseded: false,
         })),
+    }
+}
+
+/// A decision's id: `<gateway>/<token>/<seq>` under a leader's token (unique: every new leader has
+/// a new token), `<gateway>/-<start nonce>/<seq>` without one (unique across restarts).
+pub fn decision_id(gateway: &str, token: Option<u64>, start_nonce: &str, seq: u64) -> String {
+    match token {
+        Some(t) => format!("{gateway}/{t}/{seq}"),
+        None => format!("{gateway}/-{start_nonce}/{seq}"),
     }
 }
 
@@ -206,6 +217,16 @@ pub struct DecisionRecord {
     /// The record's offset in the control topic.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub offset: Option<i64>,
+    /// A decision written under a token older than a claim read before it (a deposed leader's
+    /// late write): shown, but no replica takes it in ([`superseded`]).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub superseded: bool,
+}
+
+/// Whether `rec`, read after the claim at `latest_claim`, is a deposed leader's late decision: a
+/// decision (not an outcome, which records what was done) under an older token. Pure.
+pub fn superseded(rec: &DecisionRecord, latest_claim: Option<u64>) -> bool {
+    rec.of.is_none() && matches!((rec.token, latest_claim), (Some(t), Some(c)) if t < c)
 }
 
 impl DecisionRecord {
@@ -223,6 +244,7 @@ impl DecisionRecord {
             token: None,
             of: None,
             offset: None,
+            superseded: false,
         }
     }
 }
@@ -238,6 +260,9 @@ pub struct OpenFailback {
 
 /// How a decision read from the control topic changes the failbacks in flight: a pure rule.
 pub fn track_failbacks(open: &mut BTreeMap<String, OpenFailback>, rec: &DecisionRecord) {
+    if rec.superseded {
+        return;
+    }
     match Action::parse(&rec.action) {
         Some(Action::FailbackStarted) => {
             if let Some(id) = &rec.id {
@@ -331,6 +356,26 @@ mod tests {
         assert_eq!(d.open_failbacks().iter().map(|f| f.id.as_str()).collect::<Vec<_>>(), ["a/1/2"]);
         d.push(rec(Action::FailbackCompleted, Some("a/1/3"), Some("a/1/2"), &[]));
         assert!(d.open_failbacks().is_empty(), "the superseded one does not come back");
+    }
+
+    #[test]
+    fn a_deposed_leaders_late_decision_is_superseded_and_not_tracked() {
+        let at = |token: Option<u64>, of: Option<&str>| DecisionRecord { token, ..rec(Action::FailbackStarted, Some("a/3/1"), of, &[0]) };
+        // (record's token, an outcome?, latest claim read) -> superseded
+        let cases = [
+            (Some(3), None, Some(3), false),
+            (Some(3), None, Some(7), true),
+            (Some(3), Some("a/3/0"), Some(7), false),
+            (None, None, Some(7), false),
+            (Some(3), None, None, false),
+        ];
+        for (token, of, latest, want) in cases {
+            assert_eq!(superseded(&at(token, of), latest), want, "{token:?} {of:?} {latest:?}");
+        }
+        let d = Decisions::new(10);
+        d.push(DecisionRecord { superseded: true, ..at(Some(3), None) });
+        assert!(d.open_failbacks().is_empty(), "a superseded failback is not resumed");
+        assert_eq!(d.list().len(), 1, "but it is shown");
     }
 
     #[test]

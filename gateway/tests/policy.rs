@@ -30,6 +30,8 @@ struct FakeNode {
     ws: Arc<Mutex<WsAct>>,
     /// Bodies of the `POST /admin/drain` calls received.
     drains: Arc<Mutex<Vec<serde_json::Value>>>,
+    /// The `X-Decision-Id` of each `POST /admin/drain` call.
+    decision_ids: Arc<Mutex<Vec<String>>>,
     /// `GET /ws` requests received.
     handshakes: Arc<Mutex<usize>>,
 }
@@ -52,8 +54,10 @@ async fn node_health(State(n): State<FakeNode>) -> Response {
     }
 }
 
-async fn node_drain(State(n): State<FakeNode>, Json(body): Json<serde_json::Value>) -> Response {
+async fn node_drain(State(n): State<FakeNode>, headers: axum::http::HeaderMap, Json(body): Json<serde_json::Value>) -> Response {
     n.drains.lock().unwrap().push(body);
+    let id = headers.get(shared::control::DECISION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
+    n.decision_ids.lock().unwrap().push(id);
     Json(serde_json::json!({"reason": "NODE_DEGRADED", "notified_sessions": 0, "force_closed_sessions": 0, "duration_ms": 1})).into_response()
 }
 
@@ -80,6 +84,7 @@ async fn fake(id: &'static str, h: serde_json::Value) -> (FakeNode, String, toki
         health: Arc::new(Mutex::new(Some(h))),
         ws: Arc::new(Mutex::new(WsAct::Hang)),
         drains: Arc::new(Mutex::new(Vec::new())),
+        decision_ids: Arc::new(Mutex::new(Vec::new())),
         handshakes: Arc::new(Mutex::new(0)),
     };
     let app = Router::new()
@@ -228,3 +233,33 @@ async fn a_node_that_stops_answering_handshakes_gets_none_until_trials_succeed()
     let f = until(&gw, "the circuit to close", Duration::from_secs(5), |f| node(f, "ws-1")["circuit"] == "closed").await;
     assert_eq!(decisions(&f, "circuit_closed"), 1);
 }
+
+/// A maintenance drain through a gateway named `id`, started afresh over `url`; the drain's
+/// answer status.
+async fn drain_through_a_new_gateway(url: &str, id: &str) -> u16 {
+    let (gw, _stop) = gateway(&[("ws-1", url)], &["--gateway-id", id]).await;
+    until(&gw, "ws-1 polled", Duration::from_secs(5), |f| node(f, "ws-1")["last_answer_ms_ago"].is_u64()).await;
+    let r = reqwest::Client::new()
+        .post(format!("{gw}/api/fleet/nodes/ws-1/drain"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"grace_ms": 0}))
+        .send()
+        .await
+        .unwrap();
+    r.status().as_u16()
+}
+
+#[tokio::test]
+async fn a_restarted_gateway_never_reuses_a_decision_id() {
+    // Nodes answer a known decision id with its first answer, without acting: an id that a
+    // restarted gateway (same GATEWAY_ID, its sequence back at 1) used before would get the old
+    // answer for a new request.
+    let (n, url, _n) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2, 3, 4, 5], None)).await;
+    assert_eq!(drain_through_a_new_gateway(&url, "gw-a").await, 200);
+    assert_eq!(drain_through_a_new_gateway(&url, "gw-a").await, 200);
+    let ids = n.decision_ids.lock().unwrap().clone();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.iter().all(|i| i.starts_with("gw-a/")), "{ids:?}");
+    assert_ne!(ids[0], ids[1], "the restarted gateway reused a decision id");
+}
+

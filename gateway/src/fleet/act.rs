@@ -94,7 +94,10 @@ impl Fleet {
                 return;
             }
         };
-        let result = self.admin.start_recovery(self.admin_node(node), &decided).await;
+        let result = match self.still_acting(decided.token) {
+            Ok(()) => self.admin.start_recovery(self.admin_node(node), &decided).await,
+            Err(e) => Err(e),
+        };
         match result {
             Ok(body) => {
                 tracing::info!("[GATEWAY] {} start-recovery sent reason=\"{}\" outcome={}", id, reason, body["outcome"]);
@@ -111,12 +114,28 @@ impl Fleet {
         }
     }
 
+    /// Whether this replica still acts under fencing `token` (the one its decision was written
+    /// with), checked before each node request: a decision write can take seconds, and a leader
+    /// deposed meanwhile must not go on. `None` (standalone, an operator's request): yes.
+    ///
+    /// # Errors
+    /// Why not, in words for the decision log.
+    pub(super) fn still_acting(&self, token: Option<u64>) -> Result<(), String> {
+        let Some(t) = token else { return Ok(()) };
+        match self.leadership.authority()? {
+            Some(now) if now == t => Ok(()),
+            now => Err(format!("no longer acting under fencing token {t} (now {now:?})")),
+        }
+    }
+
     pub(super) async fn drain_node(&self, target: &NodeEntry, req: &DrainRequest, decided: Option<&Decided>) -> Result<DrainReport, shared::http::ApiError> {
+        self.still_acting(decided.and_then(|d| d.token)).map_err(|e| shared::http::ApiError::conflict("not_leader", e))?;
         self.admin.drain(self.admin_node(target), req, decided).await
     }
 
     /// `POST /admin/hold` on `target`, waiting at most a poll interval and a margin.
     pub(super) async fn hold_on_node(&self, target: &NodeEntry, req: &HoldRequest, token: Option<u64>) -> Result<HoldReport, shared::http::ApiError> {
+        self.still_acting(token).map_err(|e| shared::http::ApiError::conflict("not_leader", e))?;
         let timeout = self.config.poll_interval() + Duration::from_secs(2);
         self.admin.hold(self.admin_node(target), req, token, timeout).await
     }

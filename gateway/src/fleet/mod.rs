@@ -73,6 +73,9 @@ pub struct Fleet {
     control: Option<crate::decisions::ControlWriter>,
     /// Numbers this replica's decisions (with its id and token, a decision id).
     decision_seq: std::sync::atomic::AtomicU64,
+    /// Random per process start: stands in the ids of decisions without a token (an operator's
+    /// request, a standalone gateway), whose sequence starts again at 1 after a restart.
+    start_nonce: String,
     /// Failbacks this replica is carrying out now, by decision id (not resumed twice).
     running_failbacks: Mutex<BTreeSet<String>>,
     http: reqwest::Client,
@@ -154,6 +157,7 @@ impl Fleet {
             leadership,
             control,
             decision_seq: std::sync::atomic::AtomicU64::new(0),
+            start_nonce: format!("{:08x}", rand::random::<u32>()),
             running_failbacks: Mutex::new(BTreeSet::new()),
             admin_token: config.admin_token(),
             client_tokens,
@@ -229,7 +233,7 @@ impl Fleet {
 
     async fn write(&self, node: &str, action: Action, reason: &str, detail: serde_json::Value, of: Option<&str>, token: Option<u64>) -> Result<Decided, DecideError> {
         let seq = self.decision_seq.fetch_add(1, Ordering::Relaxed) + 1;
-        let id = format!("{}/{}/{}", self.leadership.gateway, token.map_or_else(|| "-".to_owned(), |t| t.to_string()), seq);
+        let id = crate::decisions::decision_id(&self.leadership.gateway, token, &self.start_nonce, seq);
         let Some(control) = &self.control else {
             self.metrics.decided(action.as_str(), node);
             self.decisions.push(DecisionRecord {
@@ -263,9 +267,13 @@ impl Fleet {
                 tracing::info!("[GATEWAY] {} claimed leadership (fencing token {})", gateway, offset);
                 self.leadership.read_claim(offset, &gateway);
             }
-            Ok(Read::Decision(rec)) => {
+            Ok(Read::Decision(mut rec)) => {
                 self.metrics.decided(&rec.action, &rec.node);
-                if rec.gateway.as_deref() != Some(self.leadership.gateway.as_str()) {
+                rec.superseded = crate::decisions::superseded(&rec, self.leadership.latest_claim());
+                if rec.superseded {
+                    tracing::warn!("[GATEWAY] ignoring {} of {} on {}: written under fencing token {:?}, older than the latest claim (a deposed leader's late write)",
+                        rec.action, rec.gateway.as_deref().unwrap_or("?"), rec.node, rec.token);
+                } else if rec.gateway.as_deref() != Some(self.leadership.gateway.as_str()) {
                     if let Some(action) = Action::parse(&rec.action) {
                         self.apply_decision(&rec.node, action);
                     }
