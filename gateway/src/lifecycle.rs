@@ -21,7 +21,8 @@
 //!   `degraded_checks` consecutive polls, after at least `min_samples` answers seen by this gateway, is drained out of the
 //!   broadcast group (its partitions move) — at most one node ejected at a time (Envoy's
 //!   `max_ejection_percent`, here one node), none within `eject_cooldown` of the last, and never
-//!   the last node serving: another node must be HEALTHY.
+//!   the last node serving: another node must be HEALTHY, with free seats for its sessions where
+//!   the nodes report capacity. A failed ejection is undone ([`eject_failed`]).
 
 use shared::api::{CatchupStatus, NodeState};
 
@@ -121,8 +122,8 @@ pub enum Decision {
     StartRecovery { reason: String },
     /// Drain the sessions of `partitions` from the nodes that stood in for this one.
     Failback { partitions: Vec<i32>, reason: String },
-    /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED).
-    Eject { reason: String },
+    /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED), decided at `at_ms`.
+    Eject { reason: String, at_ms: u64 },
 }
 
 /// Configuration of the rules.
@@ -216,6 +217,10 @@ pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (
 pub struct Candidate<'a> {
     pub id: &'a str,
     pub view: &'a NodeView,
+    /// Sessions on the node by its last answer (they move when it is ejected).
+    pub sessions: usize,
+    /// Its free seats by its last answer (`None`: it reports no capacity).
+    pub room: Option<usize>,
 }
 
 /// The fleet-wide ejection rule: which DEGRADED node (if any) to drain out of the broadcast group
@@ -232,9 +237,15 @@ pub fn eject(nodes: &[Candidate<'_>], last_ejection_ms: Option<u64>, now_ms: u64
         .iter()
         .filter(|n| n.view.status == Status::Degraded && n.view.degraded_streak >= rules.degraded_checks && n.view.samples >= rules.min_samples)
         .max_by(|a, b| a.view.degraded_streak.cmp(&b.view.degraded_streak).then(b.id.cmp(a.id)))?;
-    let serving = nodes.iter().filter(|n| n.id != due.id && n.view.status == Status::Healthy).count();
+    let others: Vec<&Candidate<'_>> = nodes.iter().filter(|n| n.id != due.id && n.view.status == Status::Healthy).collect();
+    let serving = others.len();
     if serving == 0 {
         return None; // the last node serving its partitions stays, DEGRADED or not
+    }
+    // Its sessions must fit in the others' free seats (a node that reports no capacity: no bound).
+    let room = others.iter().try_fold(0usize, |sum, n| n.room.map(|r| sum.saturating_add(r)));
+    if room.is_some_and(|r| r < due.sessions) {
+        return None;
     }
     Some((
         due.id.to_owned(),
@@ -250,6 +261,18 @@ pub fn ejected(view: &NodeView, now_ms: u64) -> NodeView {
     let mut next = view.clone();
     next.ejected = true;
     next.flaps.push(now_ms);
+    next
+}
+
+/// The ejection decided at `at_ms` failed (not written, or the drain failed): the node is not
+/// ejected after all, and that attempt is no flap. The cooldown still runs from `at_ms`, so the
+/// next attempt waits for it.
+pub fn eject_failed(view: &NodeView, at_ms: u64) -> NodeView {
+    let mut next = view.clone();
+    next.ejected = false;
+    if let Some(i) = next.flaps.iter().rposition(|t| *t == at_ms) {
+        next.flaps.remove(i);
+    }
     next
 }
 
@@ -455,9 +478,29 @@ mod tests {
             ),
         ];
         for (name, nodes, last, now, want) in cases {
-            let cands: Vec<Candidate<'_>> = nodes.iter().map(|(id, view)| Candidate { id, view }).collect();
+            let cands: Vec<Candidate<'_>> = nodes.iter().map(|(id, view)| Candidate { id, view, sessions: 0, room: None }).collect();
             let got = eject(&cands, last, now, &RULES);
             assert_eq!(got.as_ref().map(|(id, _)| id.as_str()), want, "{name}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn an_ejection_needs_room_for_the_sessions_it_moves() {
+        let (due, healthy) = (node(Status::Degraded, 3, 50), node(Status::Healthy, 0, 50));
+        // (case, sessions on the DEGRADED node, the HEALTHY nodes' free seats) -> ejected?
+        let cases: Vec<(&str, usize, Vec<Option<usize>>, bool)> = vec![
+            ("room for all", 100, vec![Some(100)], true),
+            ("too little room", 100, vec![Some(99)], false),
+            ("room over two nodes", 100, vec![Some(60), Some(40)], true),
+            ("capacity not reported: no bound", 100, vec![None], true),
+            ("one reports none: no bound", 100, vec![Some(0), None], true),
+            ("no sessions to move", 0, vec![Some(0)], true),
+        ];
+        for (name, sessions, rooms, want) in cases {
+            let ids: Vec<String> = (0..rooms.len()).map(|i| format!("h{i}")).collect();
+            let mut cands = vec![Candidate { id: "a", view: &due, sessions, room: Some(0) }];
+            cands.extend(rooms.iter().zip(&ids).map(|(room, id)| Candidate { id, view: &healthy, sessions: 0, room: *room }));
+            assert_eq!(eject(&cands, None, 0, &RULES).is_some(), want, "{name}");
         }
     }
 
@@ -473,6 +516,19 @@ mod tests {
         assert!(v.ejected, "still ejected while UP");
         let (_, _, v) = run(v, &[healthy(&[0])]);
         assert!(!v.ejected, "HEALTHY again ends the ejection");
+    }
+
+    #[test]
+    fn a_failed_ejection_is_undone_and_is_no_flap() {
+        let before = NodeView { flaps: vec![5], ..node(Status::Degraded, 3, 50) };
+        let v = eject_failed(&ejected(&before, 9), 9);
+        assert!(!v.ejected);
+        assert_eq!(v.flaps, vec![5]);
+        // Nothing else ejected: the rule may choose it again (after the cooldown).
+        let b = node(Status::Healthy, 0, 50);
+        let cands = [Candidate { id: "a", view: &v, sessions: 0, room: None }, Candidate { id: "b", view: &b, sessions: 0, room: None }];
+        assert_eq!(eject(&cands, Some(9), 9 + RULES.eject_cooldown_ms, &RULES).map(|(id, _)| id), Some("a".to_owned()));
+        assert_eq!(eject(&cands, Some(9), 10, &RULES), None, "within the cooldown");
     }
 
     #[test]

@@ -32,6 +32,8 @@ struct FakeNode {
     drains: Arc<Mutex<Vec<serde_json::Value>>>,
     /// The `X-Decision-Id` of each `POST /admin/drain` call.
     decision_ids: Arc<Mutex<Vec<String>>>,
+    /// The status `POST /admin/drain` answers with (200: a report).
+    drain_status: Arc<Mutex<u16>>,
     /// `GET /ws` requests received.
     handshakes: Arc<Mutex<usize>>,
 }
@@ -58,6 +60,11 @@ async fn node_drain(State(n): State<FakeNode>, headers: axum::http::HeaderMap, J
     n.drains.lock().unwrap().push(body);
     let id = headers.get(shared::control::DECISION_HEADER).and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
     n.decision_ids.lock().unwrap().push(id);
+    let status = *n.drain_status.lock().unwrap();
+    if status != 200 {
+        let code = StatusCode::from_u16(status).unwrap();
+        return (code, Json(serde_json::json!({"error": "internal", "message": "fake node: the drain failed"}))).into_response();
+    }
     Json(serde_json::json!({"reason": "NODE_DEGRADED", "notified_sessions": 0, "force_closed_sessions": 0, "duration_ms": 1})).into_response()
 }
 
@@ -85,6 +92,7 @@ async fn fake(id: &'static str, h: serde_json::Value) -> (FakeNode, String, toki
         ws: Arc::new(Mutex::new(WsAct::Hang)),
         drains: Arc::new(Mutex::new(Vec::new())),
         decision_ids: Arc::new(Mutex::new(Vec::new())),
+        drain_status: Arc::new(Mutex::new(200)),
         handshakes: Arc::new(Mutex::new(0)),
     };
     let app = Router::new()
@@ -261,5 +269,24 @@ async fn a_restarted_gateway_never_reuses_a_decision_id() {
     assert_eq!(ids.len(), 2, "{ids:?}");
     assert!(ids.iter().all(|i| i.starts_with("gw-a/")), "{ids:?}");
     assert_ne!(ids[0], ids[1], "the restarted gateway reused a decision id");
+}
+
+#[tokio::test]
+async fn a_failed_ejection_is_rolled_back_and_tried_again_after_the_cooldown() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--eject-cooldown-ms", "500"]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    // ws-1 stalls, and its drain fails.
+    *a.drain_status.lock().unwrap() = 500;
+    *a.health.lock().unwrap() = Some(health("ws-1", "DEGRADED", &[0, 1, 2], Some("the broadcast consumer has not returned from a poll for 12000ms")));
+    let f = until(&gw, "the ejection to fail", Duration::from_secs(5), |f| decisions(f, "eject_failed") >= 1).await;
+    assert_eq!(node(&f, "ws-1")["ejected"], false, "a failed ejection is rolled back: {f}");
+    // Tried again after the cooldown, and this time the drain works.
+    *a.drain_status.lock().unwrap() = 200;
+    let f = until(&gw, "a second ejection", Duration::from_secs(10), |f| decisions(f, "eject_completed") == 1).await;
+    assert!(decisions(&f, "eject") >= 2, "{f}");
+    assert_eq!(node(&f, "ws-1")["ejected"], true);
+    assert!(b.drains.lock().unwrap().iter().all(|d| d["reason"] != "NODE_DEGRADED"), "the healthy node was never ejected");
 }
 

@@ -71,9 +71,9 @@ impl Fleet {
                 let fleet = self.clone();
                 self.tasks.spawn(async move { fleet.failback(&id, partitions, reason, None).await });
             }
-            Decision::Eject { reason } => {
+            Decision::Eject { reason, at_ms } => {
                 let fleet = self.clone();
-                self.tasks.spawn(async move { fleet.eject(&id, reason).await });
+                self.tasks.spawn(async move { fleet.eject(&id, reason, at_ms).await });
             }
         }
     }
@@ -301,14 +301,22 @@ impl Fleet {
 
     /// Drains DEGRADED node `id` out of the broadcast group (reason NODE_DEGRADED): its
     /// partitions move to the nodes that serve, its sessions reconnect to them. Afterwards it is
-    /// UP and recovers like any node (hysteresis counts the ejection as a flap).
-    pub(super) async fn eject(&self, id: &str, reason: String) {
+    /// UP and recovers like any node (hysteresis counts the ejection as a flap). An ejection that
+    /// fails (not written, or its drain failed) is rolled back ([`lifecycle::eject_failed`]): the
+    /// node is not counted ejected, so it does not block every later ejection, and the rule may
+    /// choose it again once the cooldown from `at_ms` has passed.
+    pub(super) async fn eject(&self, id: &str, reason: String, at_ms: u64) {
         let Some(node) = self.entry(id) else { return };
+        let roll_back = || {
+            let mut slot = node.slot.lock().expect("slot lock");
+            slot.view = lifecycle::eject_failed(&slot.view, at_ms);
+        };
         let req = DrainRequest { reason: DrainReason::NodeDegraded, grace_ms: self.config.failback_grace_ms, partitions: None };
         let decided = match self.decide(id, Action::Eject, &reason, serde_json::json!({"grace_ms": req.grace_ms}), None).await {
             Ok(d) => d,
             Err(e) => {
-                tracing::warn!("[GATEWAY] {} not ejected: {}", id, e);
+                tracing::warn!("[GATEWAY] {} not ejected: {}; tried again after EJECT_COOLDOWN_MS", id, e);
+                roll_back();
                 return;
             }
         };
@@ -319,7 +327,8 @@ impl Fleet {
                 self.report(id, Action::EjectCompleted, "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default(), &decided).await;
             }
             Err(e) => {
-                tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"", id, e.body.message);
+                tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"; tried again after EJECT_COOLDOWN_MS", id, e.body.message);
+                roll_back();
                 self.report(id, Action::EjectFailed, &e.body.message, serde_json::to_value(&e.body).unwrap_or_default(), &decided).await;
             }
         }

@@ -299,6 +299,12 @@ impl Fleet {
                 drop(slot);
                 *self.last_ejection_ms.lock().expect("ejection lock") = Some(now);
             }
+            Action::EjectFailed if slot.view.ejected => {
+                // Undone as the leader undid it: the flap this replica counted when it read the
+                // ejection is its last.
+                let at = slot.view.flaps.last().copied().unwrap_or(now);
+                slot.view = lifecycle::eject_failed(&slot.view, at);
+            }
             _ => {}
         }
     }

@@ -150,9 +150,16 @@ impl Fleet {
             return; // the leader ejects; its decision reaches this replica's views
         }
         let now = self.now_ms();
-        let views: Vec<(String, NodeView)> =
-            self.nodes.iter().map(|n| (n.addr.id.clone(), n.slot.lock().expect("slot lock").view.clone())).collect();
-        let candidates: Vec<lifecycle::Candidate<'_>> = views.iter().map(|(id, view)| lifecycle::Candidate { id, view }).collect();
+        let views: Vec<(String, NodeView, usize)> = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let slot = n.slot.lock().expect("slot lock");
+                (n.addr.id.clone(), slot.view.clone(), slot.health.as_ref().map_or(0, |(_, h)| h.sessions))
+            })
+            .collect();
+        let candidates: Vec<lifecycle::Candidate<'_>> =
+            views.iter().map(|(id, view, sessions)| lifecycle::Candidate { id, view, sessions: *sessions, room: self.room(id) }).collect();
         let mut last = self.last_ejection_ms.lock().expect("ejection lock");
         let Some((id, reason)) = lifecycle::eject(&candidates, *last, now, &self.rules()) else { return };
         *last = Some(now);
@@ -162,7 +169,7 @@ impl Fleet {
             let mut slot = node.slot.lock().expect("slot lock");
             slot.view = lifecycle::ejected(&slot.view, now);
         }
-        self.act(node, Decision::Eject { reason });
+        self.act(node, Decision::Eject { reason, at_ms: now });
     }
 
     /// Adds this scheduled poll's picture of every node to the history.
