@@ -25,6 +25,7 @@ pub enum Action {
     FailbackStarted,
     FailbackResumed,
     FailbackPaced,
+    FailbackPaused,
     FailbackCompleted,
     FailbackFailed,
     Drain,
@@ -40,7 +41,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the tests and the docs.
-    pub const ALL: [Action; 18] = [
+    pub const ALL: [Action; 19] = [
         Action::Transition,
         Action::StartRecovery,
         Action::StartRecoverySent,
@@ -48,6 +49,7 @@ impl Action {
         Action::FailbackStarted,
         Action::FailbackResumed,
         Action::FailbackPaced,
+        Action::FailbackPaused,
         Action::FailbackCompleted,
         Action::FailbackFailed,
         Action::Drain,
@@ -71,6 +73,7 @@ impl Action {
             Action::FailbackStarted => "failback_started",
             Action::FailbackResumed => "failback_resumed",
             Action::FailbackPaced => "failback_paced",
+            Action::FailbackPaused => "failback_paused",
             Action::FailbackCompleted => "failback_completed",
             Action::FailbackFailed => "failback_failed",
             Action::Drain => "drain",
@@ -193,7 +196,7 @@ pub struct DecisionRecord {
     pub at_ms: u64,
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_sent`, `start_recovery_failed`,
-    /// `failback_started`, `failback_resumed`, `failback_paced`, `failback_completed`,
+    /// `failback_started`, `failback_resumed`, `failback_paced`, `failback_paused`, `failback_completed`,
     /// `failback_failed`, `drain`, `drain_completed`, `drain_failed`, `eject`, `eject_completed`,
     /// `eject_failed`, `sessions_moved`, `circuit_opened`, `circuit_closed`.
     pub action: String,

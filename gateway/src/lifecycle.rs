@@ -276,6 +276,28 @@ pub fn eject_failed(view: &NodeView, at_ms: u64) -> NodeView {
     next
 }
 
+/// Whether a failback round may drain towards its target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FailbackTarget {
+    /// HEALTHY, ready and owning every partition the round would hand it.
+    Serves,
+    /// Not now: the failback pauses (`down`: the node does not answer at all).
+    Not { why: String, down: bool },
+}
+
+/// The check at the start of every failback round, over the target's `status` in this gateway's
+/// view, whether its last answer said `ready` (and not draining), and the partitions it said it
+/// owns (`assigned`), for the failback's remaining `partitions`. Pure.
+pub fn failback_target(status: Status, ready: bool, assigned: &[i32], partitions: &[i32]) -> FailbackTarget {
+    let missing: Vec<i32> = partitions.iter().copied().filter(|p| !assigned.contains(p)).collect();
+    match status {
+        Status::Down => FailbackTarget::Not { why: "the recovered node stopped answering".into(), down: true },
+        Status::Healthy if ready && missing.is_empty() => FailbackTarget::Serves,
+        Status::Healthy if ready => FailbackTarget::Not { why: format!("the recovered node no longer owns partitions {missing:?}"), down: false },
+        s => FailbackTarget::Not { why: format!("the recovered node is {s}, not serving"), down: false },
+    }
+}
+
 /// The leader's start-recovery reached the node (read from the control topic): this replica does
 /// not send it again in this UP episode.
 pub fn recovery_sent(view: &NodeView) -> NodeView {
@@ -516,6 +538,19 @@ mod tests {
         assert!(v.ejected, "still ejected while UP");
         let (_, _, v) = run(v, &[healthy(&[0])]);
         assert!(!v.ejected, "HEALTHY again ends the ejection");
+    }
+
+    #[test]
+    fn a_failback_round_drains_only_towards_a_node_that_serves_its_partitions() {
+        use FailbackTarget as T;
+        let not = |down| move |t: T| matches!(t, T::Not { down: d, .. } if d == down);
+        assert_eq!(failback_target(Status::Healthy, true, &[0, 1, 2], &[1, 2]), T::Serves);
+        assert!(not(true)(failback_target(Status::Down, false, &[], &[1])), "dead: pause, and end if it stays so");
+        assert!(not(false)(failback_target(Status::Healthy, true, &[0], &[1, 2])), "lost a partition");
+        assert!(not(false)(failback_target(Status::Healthy, false, &[1, 2], &[1, 2])), "not ready");
+        assert!(not(false)(failback_target(Status::Degraded, true, &[1, 2], &[1, 2])));
+        assert!(not(false)(failback_target(Status::Up, false, &[], &[1])), "restarted, not recovered yet");
+        assert_eq!(failback_target(Status::Healthy, true, &[], &[]), T::Serves, "nothing left to hand over");
     }
 
     #[test]

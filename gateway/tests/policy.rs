@@ -20,6 +20,8 @@ enum WsAct {
     Hang,
     /// 503 `not_ready` (the node answers, refusing).
     Refuse,
+    /// Accepts the WebSocket and keeps it open, sending nothing.
+    Accept,
 }
 
 #[derive(Clone)]
@@ -68,10 +70,14 @@ async fn node_drain(State(n): State<FakeNode>, headers: axum::http::HeaderMap, J
     Json(serde_json::json!({"reason": "NODE_DEGRADED", "notified_sessions": 0, "force_closed_sessions": 0, "duration_ms": 1})).into_response()
 }
 
-async fn node_ws(State(n): State<FakeNode>) -> Response {
+async fn node_ws(State(n): State<FakeNode>, upgrade: Result<axum::extract::ws::WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>) -> Response {
     *n.handshakes.lock().unwrap() += 1;
     let act = *n.ws.lock().unwrap();
     match act {
+        WsAct::Accept => match upgrade {
+            Ok(u) => u.on_upgrade(|mut ws| async move { while let Some(Ok(_)) = ws.recv().await {} }),
+            Err(_) => StatusCode::BAD_REQUEST.into_response(),
+        },
         WsAct::Hang => {
             tokio::time::sleep(Duration::from_secs(30)).await;
             StatusCode::SERVICE_UNAVAILABLE.into_response()
@@ -288,5 +294,61 @@ async fn a_failed_ejection_is_rolled_back_and_tried_again_after_the_cooldown() {
     assert!(decisions(&f, "eject") >= 2, "{f}");
     assert_eq!(node(&f, "ws-1")["ejected"], true);
     assert!(b.drains.lock().unwrap().iter().all(|d| d["reason"] != "NODE_DEGRADED"), "the healthy node was never ejected");
+}
+
+/// `count` canvases of each partition in `partitions` (of 6).
+fn canvases_of(partitions: &[i32], count: usize) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in partitions {
+        let of_p = (0..).map(|i| format!("c{i}")).filter(|c| shared::partitioner::partition_for(c.as_bytes(), 6) as i32 == *p).take(count);
+        out.extend(of_p);
+    }
+    out
+}
+
+/// The drains `n` received for scoped partitions, as lists.
+fn scoped_drains(n: &FakeNode) -> Vec<Vec<i64>> {
+    n.drains.lock().unwrap().iter().filter_map(|d| d["partitions"].as_array().map(|a| a.iter().filter_map(|p| p.as_i64()).collect())).collect()
+}
+
+#[tokio::test]
+async fn a_failback_stops_when_its_target_dies() {
+    let with_capacity = |mut h: serde_json::Value, max: usize| {
+        h["max_sessions"] = max.into();
+        h["session_seats"] = 0.into();
+        h
+    };
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--failback-grace-ms", "200", "--failback-pace-limit-ms", "60000"]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    // ws-1 goes away; ws-2 takes its partitions and its clients (3 on each of 0, 1, 2).
+    *a.health.lock().unwrap() = None;
+    *b.health.lock().unwrap() = Some(health("ws-2", "HEALTHY", &[0, 1, 2, 3, 4, 5], None));
+    *b.ws.lock().unwrap() = WsAct::Accept;
+    until(&gw, "ws-1 DOWN, ws-2 owning all", Duration::from_secs(5), |f| {
+        node(f, "ws-1")["state"] == "DOWN" && node(f, "ws-2")["assigned_partitions"].as_array().is_some_and(|p| p.len() == 6)
+    })
+    .await;
+    let ws_base = gw.replacen("http", "ws", 1);
+    let mut clients = Vec::new();
+    for c in canvases_of(&[0, 1, 2], 3) {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("{ws_base}/ws?canvas={c}&since=0")).await.expect("a client through the gateway");
+        clients.push(ws);
+    }
+    until(&gw, "9 sessions proxied to ws-2", Duration::from_secs(5), |f| f["proxied_sessions"] == 9).await;
+    // ws-1 is back with room for 4: the failback drains partition 0 (3 sessions) and waits for
+    // room for the others.
+    *a.health.lock().unwrap() = Some(with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 4));
+    until(&gw, "the failback's first round", Duration::from_secs(10), |f| decisions(f, "failback_paced") >= 1).await;
+    assert_eq!(scoped_drains(&b), vec![vec![0]], "the first round drains what fits");
+    // ws-1 dies before the next round.
+    *a.health.lock().unwrap() = None;
+    until(&gw, "the failback to end", Duration::from_secs(20), |f| decisions(f, "failback_failed") + decisions(f, "failback_completed") >= 1).await;
+    let f = fleet(&gw).await;
+    assert_eq!(decisions(&f, "failback_completed"), 0, "a failback to a dead node did not complete: {f}");
+    assert_eq!(scoped_drains(&b), vec![vec![0]], "nothing more was drained towards the dead node");
+    assert!(decisions(&f, "failback_paused") >= 1, "the failback paused when its target stopped answering: {f}");
+    drop(clients);
 }
 

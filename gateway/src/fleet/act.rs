@@ -192,10 +192,50 @@ impl Fleet {
         // ran out and they moved by themselves) drains nothing for them.
         let mut left = partitions;
         let mut round = 0u32;
+        // When the target was first seen DOWN in a row of checks, and whether a pause was written.
+        let (mut down_since, mut paused): (Option<Instant>, bool) = (None, false);
         loop {
             if let Err(e) = self.leadership.authority() {
                 tracing::warn!("[GATEWAY] failback {} to {} stops here: {} (the next leader finishes it)", fid.id, id, e);
                 return;
+            }
+            // Every round first checks its target: a node that died or no longer owns these
+            // partitions is not drained towards.
+            let check = {
+                let slot = node.slot.lock().expect("slot lock");
+                let (ready, assigned) = slot.health.as_ref().map_or((false, Vec::new()), |(_, h)| (h.ready && !h.draining, h.assigned_partitions.clone()));
+                lifecycle::failback_target(slot.view.status, ready, &assigned, &left)
+            };
+            match check {
+                lifecycle::FailbackTarget::Serves => {
+                    down_since = None;
+                    if paused {
+                        tracing::info!("[GATEWAY] failback {} to {} goes on: the node serves its partitions again", fid.id, id);
+                        paused = false;
+                    }
+                }
+                lifecycle::FailbackTarget::Not { why, down } => {
+                    if !paused {
+                        tracing::warn!("[GATEWAY] failback {} to {} paused: {}", fid.id, id, why);
+                        self.report(id, Action::FailbackPaused, &why, serde_json::json!({"waiting": left}), &fid).await;
+                        paused = true;
+                    }
+                    let gone_after = (3 * self.config.poll_interval()).max(Duration::from_secs(1));
+                    let since = if down { *down_since.get_or_insert_with(Instant::now) } else { *down_since.insert(Instant::now()) };
+                    if down && since.elapsed() >= gone_after {
+                        tracing::warn!("[GATEWAY] failback {} to {} ends: the node has not answered for {}ms", fid.id, id, since.elapsed().as_millis());
+                        failed = true;
+                        detail.insert("stopped".into(), serde_json::json!({"why": why, "partitions": left}));
+                        break;
+                    }
+                    if started.elapsed() > Duration::from_millis(self.config.failback_pace_limit_ms) {
+                        failed = true;
+                        detail.insert("stopped".into(), serde_json::json!({"why": format!("{why}, past FAILBACK_PACE_LIMIT_MS"), "partitions": left}));
+                        break;
+                    }
+                    tokio::time::sleep(self.config.poll_interval()).await;
+                    continue;
+                }
             }
             let by_partition = self.sessions.by_partition(&names);
             let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
