@@ -311,18 +311,28 @@ fn scoped_drains(n: &FakeNode) -> Vec<Vec<i64>> {
     n.drains.lock().unwrap().iter().filter_map(|d| d["partitions"].as_array().map(|a| a.iter().filter_map(|p| p.as_i64()).collect())).collect()
 }
 
-#[tokio::test]
-async fn a_failback_stops_when_its_target_dies() {
-    let with_capacity = |mut h: serde_json::Value, max: usize| {
-        h["max_sessions"] = max.into();
-        h["session_seats"] = 0.into();
-        h
-    };
-    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
-    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
-    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--failback-grace-ms", "200", "--failback-pace-limit-ms", "60000"]).await;
+/// A failback in its first round: ws-1 came back with room for 4 of the 9 sessions that ws-2
+/// took over (3 on each of partitions 0, 1, 2); partition 0 was drained, 1 and 2 wait.
+struct PacedFailback {
+    a: FakeNode,
+    b: FakeNode,
+    gw: String,
+    _guards: Vec<tokio_util::sync::DropGuard>,
+    _clients: Vec<tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>>,
+}
+
+fn with_capacity(mut h: serde_json::Value, max: usize) -> serde_json::Value {
+    h["max_sessions"] = max.into();
+    h["session_seats"] = 0.into();
+    h
+}
+
+async fn paced_failback() -> PacedFailback {
+    let (a, a_url, ga) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, gb) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, gg) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--failback-grace-ms", "200", "--failback-pace-limit-ms", "60000"]).await;
     until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
-    // ws-1 goes away; ws-2 takes its partitions and its clients (3 on each of 0, 1, 2).
+    // ws-1 goes away; ws-2 takes its partitions and its clients.
     *a.health.lock().unwrap() = None;
     *b.health.lock().unwrap() = Some(health("ws-2", "HEALTHY", &[0, 1, 2, 3, 4, 5], None));
     *b.ws.lock().unwrap() = WsAct::Accept;
@@ -337,11 +347,16 @@ async fn a_failback_stops_when_its_target_dies() {
         clients.push(ws);
     }
     until(&gw, "9 sessions proxied to ws-2", Duration::from_secs(5), |f| f["proxied_sessions"] == 9).await;
-    // ws-1 is back with room for 4: the failback drains partition 0 (3 sessions) and waits for
-    // room for the others.
     *a.health.lock().unwrap() = Some(with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 4));
     until(&gw, "the failback's first round", Duration::from_secs(10), |f| decisions(f, "failback_paced") >= 1).await;
     assert_eq!(scoped_drains(&b), vec![vec![0]], "the first round drains what fits");
+    PacedFailback { a, b, gw, _guards: vec![ga, gb, gg], _clients: clients }
+}
+
+#[tokio::test]
+async fn a_failback_stops_when_its_target_dies() {
+    let p = paced_failback().await;
+    let (a, b, gw) = (&p.a, &p.b, &p.gw);
     // ws-1 dies before the next round.
     *a.health.lock().unwrap() = None;
     until(&gw, "the failback to end", Duration::from_secs(20), |f| decisions(f, "failback_failed") + decisions(f, "failback_completed") >= 1).await;
@@ -349,6 +364,18 @@ async fn a_failback_stops_when_its_target_dies() {
     assert_eq!(decisions(&f, "failback_completed"), 0, "a failback to a dead node did not complete: {f}");
     assert_eq!(scoped_drains(&b), vec![vec![0]], "nothing more was drained towards the dead node");
     assert!(decisions(&f, "failback_paused") >= 1, "the failback paused when its target stopped answering: {f}");
-    drop(clients);
 }
 
+#[tokio::test]
+async fn a_node_gets_one_failback_at_a_time() {
+    let p = paced_failback().await;
+    let (a, gw) = (&p.a, &p.gw);
+    // ws-1 misses a poll and answers again: it is due a failback again, while the first runs.
+    *a.health.lock().unwrap() = None;
+    until(&gw, "ws-1 DOWN for a poll", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "DOWN").await;
+    *a.health.lock().unwrap() = Some(with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 4));
+    until(&gw, "ws-1 HEALTHY again", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let f = fleet(&gw).await;
+    assert_eq!(decisions(&f, "failback_started"), 1, "a second failback to ws-1 started while the first ran: {f}");
+}

@@ -45,14 +45,20 @@ pub enum Role {
     Held(u64),
 }
 
-/// One partition: its role, and whether a drain paused it.
+/// One partition: its role, and how many scoped drains running now paused it (two failbacks'
+/// drains can overlap: the first one's end must not end the second one's pause or hold).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Part {
     pub role: Role,
-    pub paused: bool,
+    pub pauses: u32,
 }
 
 impl Part {
+    /// Whether a drain running now paused it.
+    pub fn paused(self) -> bool {
+        self.pauses > 0
+    }
+
     /// Whether events of this partition are fanned out to its sessions here (a paused one's
     /// sessions are those a drain has not handed over yet).
     pub fn live(self) -> bool {
@@ -73,7 +79,8 @@ pub enum Event {
     /// A drain scoped to it hands its sessions over: no new ones (a held partition stays held
     /// until the drain is over: its sessions not handed over yet keep their events).
     Paused,
-    /// The scoped drain is over: its sessions were handed over, so a hold ends.
+    /// A scoped drain is over: its sessions were handed over; when it was the last drain
+    /// pausing the partition, the pause ends and so does a hold.
     Resumed,
     /// Hold number `.0` ran out: ends the hold if the partition is still in it.
     HoldEnded(u64),
@@ -87,8 +94,9 @@ pub fn transition(part: Part, event: Event) -> Part {
         Event::Assigned => Part { role: Role::Owned, ..part },
         Event::Held(n) => Part { role: Role::Held(n), ..part },
         Event::Revoked => Part { role: Role::NotOwned, ..part },
-        Event::Paused => Part { paused: true, ..part },
-        Event::Resumed => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, paused: false },
+        Event::Paused => Part { pauses: part.pauses.saturating_add(1), ..part },
+        Event::Resumed if part.pauses > 1 => Part { pauses: part.pauses - 1, ..part },
+        Event::Resumed => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, pauses: 0 },
         Event::HoldEnded(n) if part.role == Role::Held(n) => Part { role: Role::NotOwned, ..part },
         Event::HoldEnded(_) => part,
         Event::DrainedAll => Part { role: if matches!(part.role, Role::Held(_)) { Role::NotOwned } else { part.role }, ..part },
@@ -156,7 +164,7 @@ impl Ownership {
         if part.role != Role::Owned {
             return Err(Refusal::NotOwner { partition });
         }
-        if part.paused {
+        if part.paused() {
             return Err(Refusal::Paused { partition });
         }
         Ok(())
@@ -304,13 +312,14 @@ impl Ownership {
 mod tests {
     use super::*;
 
-    const FREE: Part = Part { role: Role::NotOwned, paused: false };
-    const OWNED: Part = Part { role: Role::Owned, paused: false };
+    const FREE: Part = Part { role: Role::NotOwned, pauses: 0 };
+    const OWNED: Part = Part { role: Role::Owned, pauses: 0 };
 
     #[test]
     fn transition_table() {
-        let held = |n| Part { role: Role::Held(n), paused: false };
-        let paused = |role| Part { role, paused: true };
+        let held = |n| Part { role: Role::Held(n), pauses: 0 };
+        let paused = |role| Part { role, pauses: 1 };
+        let twice = |role| Part { role, pauses: 2 };
         // (from, event) → to
         let table = [
             (FREE, Event::Assigned, OWNED),
@@ -323,6 +332,9 @@ mod tests {
             (held(1), Event::Paused, paused(Role::Held(1))),
             (paused(Role::Owned), Event::Resumed, OWNED),
             (paused(Role::Held(1)), Event::Resumed, FREE),
+            (paused(Role::Owned), Event::Paused, twice(Role::Owned)),
+            (twice(Role::Held(1)), Event::Resumed, paused(Role::Held(1))),
+            (twice(Role::Owned), Event::Resumed, paused(Role::Owned)),
             (paused(Role::Owned), Event::Held(4), paused(Role::Held(4))),
             (held(1), Event::HoldEnded(1), FREE),
             (held(2), Event::HoldEnded(1), held(2)),
@@ -334,6 +346,23 @@ mod tests {
         for (from, event, to) in table {
             assert_eq!(transition(from, event), to, "{from:?} + {event:?}");
         }
+    }
+
+    #[test]
+    fn overlapping_scoped_drains_each_keep_their_pause() {
+        let mut o = Ownership::default();
+        o.assign(&[1, 2]);
+        o.hold(&[2]);
+        let both = BTreeSet::from([1, 2]);
+        o.pause(&both);
+        o.pause(&both);
+        // The first drain ends; the second still hands sessions over.
+        o.resume(&both);
+        assert_eq!(o.admits(1), Err(Refusal::Paused { partition: 1 }), "still paused by the second drain");
+        assert!(o.applies(Reader::Release, 2), "the hold stays while the second drain runs");
+        o.resume(&both);
+        assert_eq!(o.admits(1), Ok(()));
+        assert!(!o.applies(Reader::Release, 2), "the last drain's end ends the hold");
     }
 
     #[test]

@@ -17,12 +17,12 @@ const HOLD_EXTENSION_MARGIN: Duration = Duration::from_secs(10);
 /// Removes a failback from [`Fleet::running_failbacks`] when it ends, however it ends.
 struct Running<'a> {
     fleet: &'a Fleet,
-    id: String,
+    node: String,
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.fleet.running_failbacks.lock().expect("failbacks lock").remove(&self.id);
+        self.fleet.running_failbacks.lock().expect("failbacks lock").remove(&self.node);
     }
 }
 
@@ -30,7 +30,9 @@ impl Fleet {
     /// This replica just became the leader: finishes the failbacks its predecessors started.
     pub fn resume_open_failbacks(self: &Arc<Self>) {
         for f in self.decisions.open_failbacks() {
-            if self.running_failbacks.lock().expect("failbacks lock").contains(&f.id) {
+            let running = self.running_failbacks.lock().expect("failbacks lock").get(&f.node).cloned();
+            if let Some(other) = running {
+                tracing::info!("[GATEWAY] failback {} to {} not resumed: failback {} to it is running", f.id, f.node, other);
                 continue;
             }
             let fleet = self.clone();
@@ -145,6 +147,16 @@ impl Fleet {
     /// drains carry the same decision ids, so a node does each once).
     pub(super) async fn failback(&self, id: &str, partitions: Vec<i32>, reason: String, resume: Option<String>) {
         let Some(node) = self.entry(id) else { return };
+        // One failback per node at a time: a second one's drains would overlap the first's.
+        {
+            let mut running = self.running_failbacks.lock().expect("failbacks lock");
+            if let Some(other) = running.get(id) {
+                tracing::info!("[GATEWAY] no second failback to {}: failback {} to it is running and goes on with its partitions", id, other);
+                return;
+            }
+            running.insert(id.to_owned(), "(deciding)".to_owned());
+        }
+        let _running = Running { fleet: self, node: id.to_owned() };
         let stand_ins: Vec<&NodeEntry> = {
             let mut slot = node.slot.lock().expect("slot lock");
             let named = std::mem::take(&mut slot.stand_ins);
@@ -179,8 +191,7 @@ impl Fleet {
             }
         };
         tracing::info!("[GATEWAY] failback to {}: drain {:?} reason={} partitions={:?} decision={}", id, names, drain_reason, partitions, fid.id);
-        self.running_failbacks.lock().expect("failbacks lock").insert(fid.id.clone());
-        let _running = Running { fleet: self, id: fid.id.clone() };
+        self.running_failbacks.lock().expect("failbacks lock").insert(id.to_owned(), fid.id.clone());
         let started = Instant::now();
         let mut detail = BTreeMap::new();
         let mut failed = false;

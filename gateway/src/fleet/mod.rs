@@ -25,7 +25,7 @@ use crate::lifecycle::{self, NodeView, Rules};
 use crate::publishers::Publishers;
 use shared::api::NodeHealth;
 use shared::partitioner::partition_for;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,8 +76,9 @@ pub struct Fleet {
     /// Random per process start: stands in the ids of decisions without a token (an operator's
     /// request, a standalone gateway), whose sequence starts again at 1 after a restart.
     start_nonce: String,
-    /// Failbacks this replica is carrying out now, by decision id (not resumed twice).
-    running_failbacks: Mutex<BTreeSet<String>>,
+    /// Failbacks this replica is carrying out now: target node → decision id (one per node; not
+    /// resumed twice).
+    running_failbacks: Mutex<BTreeMap<String, String>>,
     http: reqwest::Client,
     /// Calls to the nodes' admin routes.
     admin: crate::node_admin::NodeAdmin,
@@ -158,7 +159,7 @@ impl Fleet {
             control,
             decision_seq: std::sync::atomic::AtomicU64::new(0),
             start_nonce: format!("{:08x}", rand::random::<u32>()),
-            running_failbacks: Mutex::new(BTreeSet::new()),
+            running_failbacks: Mutex::new(BTreeMap::new()),
             admin_token: config.admin_token(),
             client_tokens,
             config,
