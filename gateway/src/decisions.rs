@@ -181,6 +181,14 @@ pub fn decision_id(gateway: &str, token: Option<u64>, start_nonce: &str, seq: u6
     }
 }
 
+/// The id of round `round` of failback `failback` under fencing `token`: a leader that resumes
+/// a failback numbers its rounds under its own token, so no round id names two requests (a node
+/// refuses a known id with another body).
+pub fn round_id(failback: &str, token: Option<u64>, round: u32) -> String {
+    let under = token.map_or_else(|| "-".to_owned(), |t| t.to_string());
+    format!("{failback}/drain/{under}/{round}")
+}
+
 /// A decision written (or, standalone, recorded): what the node calls that carry it out send.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decided {
@@ -388,6 +396,13 @@ mod tests {
             d.push(DecisionRecord::local("ws-1", a, String::new(), serde_json::Value::Null));
         }
         assert_eq!(d.list().iter().map(|r| r.action.as_str()).collect::<Vec<_>>(), ["eject", "transition"]);
+    }
+
+    #[test]
+    fn a_resumed_failbacks_rounds_have_ids_of_their_own() {
+        assert_eq!(round_id("gw-a/3/7", Some(3), 1), "gw-a/3/7/drain/3/1");
+        assert_ne!(round_id("gw-a/3/7", Some(3), 1), round_id("gw-a/3/7", Some(9), 1), "the next leader's round 1");
+        assert_eq!(decision_id("gw", None, "ab12", 4), "gw/-ab12/4");
     }
 
     #[test]

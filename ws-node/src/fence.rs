@@ -33,10 +33,21 @@ const MAX_ANSWER_BYTES: usize = 1024 * 1024;
 /// One decision's answer: its status, content type and body.
 type Answer = (StatusCode, Option<axum::http::HeaderValue>, bytes::Bytes);
 
+/// A decision's request (a digest of its method, path and body) and its answer, once there.
+type Remembered = (u64, Arc<tokio::sync::OnceCell<Answer>>);
+
 /// The fence and the answers of recent decisions.
 pub struct Guard {
     pub fence: Arc<Fence>,
-    answers: Mutex<lru::LruCache<String, Arc<tokio::sync::OnceCell<Answer>>>>,
+    answers: Mutex<lru::LruCache<String, Remembered>>,
+}
+
+/// A digest of a request: what makes two requests with one decision id the same decision.
+fn digest(method: &axum::http::Method, path: &str, body: &[u8]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (method.as_str(), path, body).hash(&mut h);
+    h.finish()
 }
 
 impl Guard {
@@ -108,6 +119,19 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
             .into_response();
         }
     }
+    // A decision id names one request: its body is read here to tell a repeat from another
+    // request that reuses the id.
+    let (req, request_digest) = match &id {
+        None => (req, 0),
+        Some(_) => {
+            let (parts, body) = req.into_parts();
+            let Ok(bytes) = axum::body::to_bytes(body, shared::http::MAX_BODY_BYTES).await else {
+                return ApiError::bad_request("invalid_body", "the admin request's body could not be read").into_response();
+            };
+            let d = digest(&parts.method, parts.uri.path(), &bytes);
+            (Request::from_parts(parts, Body::from(bytes)), d)
+        }
+    };
     let run = async move {
         // Runs to its end on its own task, whoever waits for it.
         let resp = match tokio::spawn(next.run(req)).await {
@@ -121,7 +145,15 @@ pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) ->
     let answer = match id {
         None => run.await,
         Some(id) => {
-            let cell = guard.answers.lock().expect("answers lock").get_or_insert(id, Default::default).clone();
+            let (first, cell) = guard.answers.lock().expect("answers lock").get_or_insert(id.clone(), || (request_digest, Default::default())).clone();
+            if first != request_digest {
+                tracing::warn!("[NODE] refused an admin request that reuses decision id {} for another request", id);
+                return ApiError::conflict(
+                    "decision_id_reused",
+                    format!("decision id {id} was used for another request (another route or body); each decision needs an id of its own"),
+                )
+                .into_response();
+            }
             cell.get_or_init(|| run).await.clone()
         }
     };
@@ -204,6 +236,29 @@ mod tests {
         let status = resp.status();
         let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[tokio::test]
+    async fn a_decision_id_reused_for_another_request_is_refused() {
+        use tower::ServiceExt;
+        let (guard, n) = (Arc::new(Guard::new(false)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let app = app(guard, n.clone());
+        let send = |body: &'static str| {
+            let app = app.clone();
+            async move {
+                let mut req = Request::post("/admin/x").body(Body::from(body)).unwrap();
+                req.headers_mut().insert(DECISION_HEADER, "gw-a/-abc/1".parse().unwrap());
+                let resp = app.oneshot(req).await.unwrap();
+                let status = resp.status();
+                (status, String::from_utf8_lossy(&axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap()).into_owned())
+            }
+        };
+        assert_eq!(send(r#"{"partitions":[1]}"#).await, (StatusCode::OK, "call 1".into()));
+        assert_eq!(send(r#"{"partitions":[1]}"#).await, (StatusCode::OK, "call 1".into()), "a repeat gets the first answer");
+        let (status, body) = send(r#"{"partitions":[2]}"#).await;
+        assert_eq!(status, StatusCode::CONFLICT, "{body}");
+        assert!(body.contains("decision_id_reused"), "{body}");
+        assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     #[tokio::test]

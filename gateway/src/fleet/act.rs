@@ -275,7 +275,7 @@ impl Fleet {
             }
             if !now.is_empty() {
                 let req = DrainRequest { reason: drain_reason, grace_ms: self.config.failback_grace_ms, partitions: Some(now.clone()) };
-                let step = Decided { id: format!("{}/drain/{}", fid.id, round + 1), token: fid.token };
+                let step = Decided { id: crate::decisions::round_id(&fid.id, fid.token, round + 1), token: fid.token };
                 let results = futures::future::join_all(stand_ins.iter().map(|n| self.drain_node(n, &req, Some(&step)))).await;
                 for (n, r) in stand_ins.iter().zip(results) {
                     let key = if round == 0 { n.addr.id.clone() } else { format!("{} round {}", n.addr.id, round + 1) };
