@@ -170,6 +170,11 @@ pub struct Config {
     /// may hold a handshake while its state catches up with the client).
     #[arg(long, env = "UPSTREAM_CONNECT_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
     pub upstream_connect_timeout_ms: u64,
+    /// Interval of WebSocket pings to each proxied client, ms; a client silent for three
+    /// intervals (no pong, no frame) is dropped and its upstream closed, so its node seat frees
+    /// (the node's own check sees the gateway, which answers the node's pings itself).
+    #[arg(long, env = "CLIENT_PING_INTERVAL_MS", default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub client_ping_interval_ms: u64,
     /// Recent lifecycle decisions kept for `/api/fleet`.
     #[arg(long, env = "DECISION_LOG", default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub decision_log: u64,
@@ -342,6 +347,7 @@ impl Config {
             ("FAILBACK_PACE_LIMIT_MS", self.failback_pace_limit_ms.to_string()),
             ("TOPIC_PARTITIONS", self.partitions.to_string()),
             ("UPSTREAM_CONNECT_TIMEOUT_MS", self.upstream_connect_timeout_ms.to_string()),
+            ("CLIENT_PING_INTERVAL_MS", self.client_ping_interval_ms.to_string()),
             ("DECISION_LOG", self.decision_log.to_string()),
             ("GATEWAY_ID", self.id()),
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone().unwrap_or_default()),

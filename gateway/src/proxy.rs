@@ -13,7 +13,9 @@
 //! (slow start: the excess is refused with a jittered Retry-After) and its circuit breaker
 //! ([`crate::breaker`]: a node that stopped answering handshakes is not sent more until trials
 //! succeed). Once both sides are open, frames pass through unchanged in
-//! both directions; a close on either side is forwarded and ends both. When the upstream drops without a close frame (its process died) the client gets
+//! both directions; a close on either side is forwarded and ends both. The gateway pings the
+//! client every `CLIENT_PING_INTERVAL_MS` and drops one silent for three intervals, closing its
+//! upstream (the node cannot see a dead client behind the gateway, which answers its pings). When the upstream drops without a close frame (its process died) the client gets
 //! 1012 Service Restart, and reconnects; when the gateway shuts down, 1001 Going Away.
 
 use crate::fleet::{Fleet, Target};
@@ -262,8 +264,9 @@ const MAX_FRAMES_PER_WRITE: usize = 64;
 const CLIENT_WRITE_BUFFER: usize = 8 * 1024;
 /// How long a write to either side may block before the session is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Pings to the client keep intermediaries from timing the connection out and find dead peers.
-const PING_INTERVAL: Duration = Duration::from_secs(20);
+/// A client silent (no pong, no frame) for this many ping intervals is dropped, as a node drops
+/// its own silent clients.
+const SILENT_PINGS: u32 = 3;
 
 /// Copies data frames both ways until either side closes. Control frames are per hop: each side's
 /// pings are answered here, not forwarded. A close from either side is forwarded and the other
@@ -273,13 +276,21 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
     let moved = ticket.moved.clone();
     let refresh = fleet.clone();
     let shutdown = fleet.shutdown.clone();
+    // Pings to the client (`CLIENT_PING_INTERVAL_MS`) keep intermediaries from timing the
+    // connection out and find dead peers: whatever the client sends counts as heard.
+    let ping_interval = Duration::from_millis(fleet.config.client_ping_interval_ms);
+    let started = tokio::time::Instant::now();
+    let heard_ms = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let heard = heard_ms.clone();
     let (mut c_tx, mut c_rx) = client.split();
     let (mut u_tx, mut u_rx) = upstream.split();
     // The client side's protocol error, for the side that writes to the client.
     let (protocol_tx, protocol_rx) = tokio::sync::oneshot::channel::<(u16, &'static str)>();
     let client_to_upstream = async move {
         loop {
-            match c_rx.next().await {
+            let next = c_rx.next().await;
+            heard.store(started.elapsed().as_millis() as u64, std::sync::atomic::Ordering::Relaxed);
+            match next {
                 Some(Ok(aws::Message::Ping(_) | aws::Message::Pong(_))) => continue,
                 Some(Ok(msg)) => {
                     let closing = matches!(msg, aws::Message::Close(_));
@@ -310,7 +321,7 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
         ClientEnd::Gone
     };
     let upstream_to_client = async move {
-        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_INTERVAL, PING_INTERVAL);
+        let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + ping_interval, ping_interval);
         let mut protocol_rx = protocol_rx;
         // What the last batch read past its end (an error or the end of the stream).
         let mut pending = None;
@@ -322,6 +333,12 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                     Ok(err) = &mut protocol_rx => break Some(err),
                     m = u_rx.next() => m,
                     _ = ping.tick() => {
+                        let silent = started.elapsed().saturating_sub(Duration::from_millis(heard_ms.load(std::sync::atomic::Ordering::Relaxed)));
+                        if silent > ping_interval * SILENT_PINGS {
+                            // Dead or not reading: drop it, and its upstream with it.
+                            tracing::info!(node = %target.id, silent_ms = silent.as_millis() as u64, "client silent for {} pings; dropping it and its upstream", SILENT_PINGS);
+                            return;
+                        }
                         if !matches!(tokio::time::timeout(WRITE_TIMEOUT, c_tx.send(aws::Message::Ping(Default::default()))).await, Ok(Ok(()))) {
                             return;
                         }

@@ -38,6 +38,8 @@ struct FakeNode {
     drain_status: Arc<Mutex<u16>>,
     /// `GET /ws` requests received.
     handshakes: Arc<Mutex<usize>>,
+    /// WebSockets accepted and still open (the node's seats).
+    open: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A `/health` body: `state`, owning `assigned` of 6 partitions, `degraded` set for a stall.
@@ -75,7 +77,14 @@ async fn node_ws(State(n): State<FakeNode>, upgrade: Result<axum::extract::ws::W
     let act = *n.ws.lock().unwrap();
     match act {
         WsAct::Accept => match upgrade {
-            Ok(u) => u.on_upgrade(|mut ws| async move { while let Some(Ok(_)) = ws.recv().await {} }),
+            Ok(u) => {
+                let open = n.open.clone();
+                open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                u.on_upgrade(move |mut ws| async move {
+                    while let Some(Ok(_)) = ws.recv().await {}
+                    open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            }
             Err(_) => StatusCode::BAD_REQUEST.into_response(),
         },
         WsAct::Hang => {
@@ -100,6 +109,7 @@ async fn fake(id: &'static str, h: serde_json::Value) -> (FakeNode, String, toki
         decision_ids: Arc::new(Mutex::new(Vec::new())),
         drain_status: Arc::new(Mutex::new(200)),
         handshakes: Arc::new(Mutex::new(0)),
+        open: Arc::new(std::sync::atomic::AtomicUsize::new(0)),
     };
     let app = Router::new()
         .route("/health", get(node_health))
@@ -379,3 +389,27 @@ async fn a_node_gets_one_failback_at_a_time() {
     let f = fleet(&gw).await;
     assert_eq!(decisions(&f, "failback_started"), 1, "a second failback to ws-1 started while the first ran: {f}");
 }
+
+#[tokio::test]
+async fn a_client_that_stops_answering_loses_its_node_seat() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2, 3, 4, 5], None)).await;
+    *a.ws.lock().unwrap() = WsAct::Accept;
+    let (gw, _g) = gateway(&[(a.id, &a_url)], &["--client-ping-interval-ms", "200"]).await;
+    until(&gw, "ws-1 HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY").await;
+    let ws_base = gw.replacen("http", "ws", 1);
+    // A client that answers (its stream is read, so tungstenite answers the pings) and one that
+    // stops reading and answering, its socket left open.
+    let (mut alive, _) = tokio_tungstenite::connect_async(format!("{ws_base}/ws?canvas=c1&since=0")).await.unwrap();
+    let (_silent, _) = tokio_tungstenite::connect_async(format!("{ws_base}/ws?canvas=c2&since=0")).await.unwrap();
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = futures::StreamExt::next(&mut alive).await {} });
+    assert_eq!(a.open.load(std::sync::atomic::Ordering::SeqCst), 2);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while a.open.load(std::sync::atomic::Ordering::SeqCst) > 1 {
+        assert!(Instant::now() < deadline, "the silent client still holds its node seat after 5 s (3 pings of 200 ms)");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(a.open.load(std::sync::atomic::Ordering::SeqCst), 1, "the client that answers stays");
+    reader.abort();
+}
+
