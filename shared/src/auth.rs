@@ -91,10 +91,36 @@ pub fn admin_listen_problem(addr: &std::net::SocketAddr) -> Option<String> {
     })
 }
 
+/// Admin tokens published in this project's files and demos, and the usual placeholders: known to
+/// anyone, so a process serving on more than loopback refuses them.
+pub const KNOWN_DEMO_TOKENS: &[&str] = &["local-demo-admin-token", "e2e-admin-token", "node-test-admin-token", "changeme", "change-me", "admin", "secret", "password"];
+
+/// A problem with an `ADMIN_TOKEN` of [`KNOWN_DEMO_TOKENS`] on a process that listens on `listen`,
+/// an address other hosts can reach: anyone could drain its nodes. Pure.
+pub fn demo_token_problem(token: Option<&str>, listen: &std::net::SocketAddr) -> Option<String> {
+    let token = token?.trim();
+    (KNOWN_DEMO_TOKENS.contains(&token) && !listen.ip().is_loopback()).then(|| {
+        format!(
+            "ADMIN_TOKEN is a published demo value ({token:?}) and LISTEN_ADDR ({listen}) is reachable from other hosts: \
+             set a secret of your own (e.g. openssl rand -hex 24), or listen on loopback"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[test]
+    fn a_demo_token_is_refused_beyond_loopback() {
+        let (public, local): (std::net::SocketAddr, std::net::SocketAddr) = ("0.0.0.0:8000".parse().unwrap(), "127.0.0.1:8000".parse().unwrap());
+        assert!(demo_token_problem(Some("local-demo-admin-token"), &public).is_some());
+        assert!(demo_token_problem(Some(" changeme "), &public).is_some());
+        assert!(demo_token_problem(Some("local-demo-admin-token"), &local).is_none(), "a laptop demo on loopback");
+        assert!(demo_token_problem(Some("7f3a9c1e5b2d4f60a8e1c3b5d7f9a2c4"), &public).is_none());
+        assert!(demo_token_problem(None, &public).is_none());
+    }
 
     fn headers(auth: Option<&str>) -> HeaderMap {
         let mut h = HeaderMap::new();

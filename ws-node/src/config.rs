@@ -206,6 +206,7 @@ impl Config {
         if self.admin_token().is_none() {
             p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
         }
+        p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
         p.extend(self.client_tokens.problems());
         p
     }

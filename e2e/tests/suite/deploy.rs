@@ -26,10 +26,48 @@ fn compose() -> Value {
         .args(["run", "."])
         .arg(root.join("docker-compose.yml"))
         .current_dir(root.join("scripts/compose-check"))
+        .env("ADMIN_TOKEN", COMPOSE_ADMIN_TOKEN)
+        .env_remove("HOST_BIND")
         .output()
         .expect("run the machine's Go (scripts/compose-check)");
     assert!(out.status.success(), "docker-compose.yml does not load: {}", String::from_utf8_lossy(&out.stderr));
     serde_json::from_slice(&out.stdout).expect("compose-check prints JSON")
+}
+
+/// The `ADMIN_TOKEN` a user of the compose file sets (it has no default).
+const COMPOSE_ADMIN_TOKEN: &str = "3f9c2a7e5b1d4c6f8a0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d";
+
+#[test]
+fn the_compose_file_has_no_working_default_secret_and_publishes_on_loopback() {
+    let root = repo_root();
+    // Without ADMIN_TOKEN, compose refuses to start the fleet (no published default to fall to).
+    let out = Command::new("go")
+        .args(["run", "."])
+        .arg(root.join("docker-compose.yml"))
+        .current_dir(root.join("scripts/compose-check"))
+        .env_remove("ADMIN_TOKEN")
+        .output()
+        .expect("run the machine's Go (scripts/compose-check)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("ADMIN_TOKEN"), "compose loads without ADMIN_TOKEN: {err}");
+    // Every published port listens on loopback unless HOST_BIND says otherwise.
+    let project = compose();
+    for (name, svc) in project["services"].as_object().unwrap() {
+        for p in svc["ports"].as_array().into_iter().flatten() {
+            assert_eq!(p["host_ip"], "127.0.0.1", "{name} publishes {p} beyond loopback by default");
+        }
+    }
+    // And a published demo token is refused by a binary that serves beyond loopback.
+    for (binary, args) in [("ws-node", vec!["--check-config", "--node-id", "ws-1"]), ("gateway", vec!["--check-config", "--nodes", "ws-1=http://ws-1:9001"])] {
+        let out = Command::new(bin(binary))
+            .args(&args)
+            .env("LISTEN_ADDR", "0.0.0.0:9001")
+            .env("ADMIN_TOKEN", "local-demo-admin-token")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && text.contains("demo value"), "{binary} accepted a demo admin token on 0.0.0.0: {text}");
+    }
 }
 
 fn bin(name: &str) -> std::path::PathBuf {
