@@ -135,12 +135,13 @@ pub enum Fencing {
 
 /// The rule. A token acts only when it is the latest claim the process has read from the topic
 /// itself: a token in a request is never taken on trust, so a forged one cannot lock the real
-/// leader out. A request without a token acts (a standalone gateway, an operator on loopback).
+/// leader out, and none is judged before the reader has reached the topic's end. A request
+/// without a token does not rest on the claims: it acts (a standalone gateway, an operator).
 pub fn fencing(v: &FenceView, token: Option<u64>) -> Fencing {
+    let Some(t) = token else { return Fencing::Accept };
     if v.reading && !v.caught_up {
         return Fencing::CatchingUp;
     }
-    let Some(t) = token else { return Fencing::Accept };
     match v.latest {
         Some(latest) if t < latest => Fencing::Stale { latest },
         Some(latest) if t == latest => Fencing::Accept,
@@ -323,7 +324,7 @@ mod tests {
             ("a token the reader read past: no claim there", view(true, true, 9, Some(7)), Some(8), Fencing::UnknownClaim),
             ("no token: acts", reader_at_end, None, Fencing::Accept),
             ("reader not at the end yet: not now", view(true, false, 3, Some(2)), Some(2), Fencing::CatchingUp),
-            ("reader not at the end yet, no token: not now", view(true, false, 0, None), None, Fencing::CatchingUp),
+            ("reader not at the end yet, no token: acts (it rests on no claim)", view(true, false, 0, None), None, Fencing::Accept),
             ("no claim at all, a token", view(true, true, 0, None), Some(0), Fencing::NotYet),
             ("no control topic: a token cannot be checked", view(false, true, 0, None), Some(0), Fencing::UnknownClaim),
             ("no control topic, no token: acts", view(false, true, 0, None), None, Fencing::Accept),
@@ -336,7 +337,8 @@ mod tests {
     #[tokio::test]
     async fn a_token_is_admitted_once_its_claim_is_read() {
         let f = std::sync::Arc::new(Fence::reading());
-        assert_eq!(f.admit(None, Duration::ZERO).await, Fencing::CatchingUp);
+        assert_eq!(f.admit(Some(0), Duration::ZERO).await, Fencing::CatchingUp);
+        assert_eq!(f.admit(None, Duration::ZERO).await, Fencing::Accept);
         f.reached_end(0);
         assert_eq!(f.admit(Some(u64::MAX), Duration::from_millis(50)).await, Fencing::UnknownClaim, "a forged token");
         // The claim at 4 arrives while a request with token 4 waits for it.

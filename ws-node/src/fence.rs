@@ -5,7 +5,7 @@
 //! has read from the control topic ([`spawn_claim_reader`]): an older one is 409 `stale_leader`,
 //! one that no claim backs (the reader is past its offset, or does not reach it within
 //! [`FENCE_WAIT`]) is 409 `unknown_claim`, so a forged token locks nobody out. Until the reader
-//! has reached the topic's end (after a start) the admin routes answer 503
+//! has reached the topic's end (after a start) a request with a token gets 503
 //! `control_topic_catching_up`. A request whose decision id was seen before gets the first one's answer, without doing the
 //! action again; a repeat that arrives while the first is still running waits for its answer.
 //! The action itself runs to its end even when the caller goes away (a leader killed in the
@@ -265,8 +265,8 @@ mod tests {
     async fn a_decision_is_done_once_and_a_stale_token_is_refused() {
         let (guard, n) = (Arc::new(Guard::new(true)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
         let app = app(guard.clone(), n.clone());
-        // Not read to the end yet: not now.
-        assert_eq!(call(&app, &[]).await.0, StatusCode::SERVICE_UNAVAILABLE);
+        // Not read to the end yet: a token is not judged now.
+        assert_eq!(call(&app, &[(FENCING_HEADER, "5")]).await.0, StatusCode::SERVICE_UNAVAILABLE);
         guard.fence.claimed(5);
         guard.fence.reached_end(6);
         // Two concurrent requests of one decision: one action, the same answer.
