@@ -124,7 +124,17 @@ fn start_election(fleet: &std::sync::Arc<Fleet>, shutdown: &CancellationToken) {
     let (fleet, shutdown) = (fleet.clone(), shutdown.clone());
     tasks.clone().spawn(async move {
         match shared::kafka::ensure_topic(&settings, &fleet.config.id(), &topic, 1, fleet.config.replication_factor, &shared::control::TOPIC_CONFIGS).await {
-            Ok(1) => shared::control::check_topic(&settings, &fleet.config.id(), &topic).await,
+            Ok(1) => {
+                // In the background: a broker that answers no DescribeConfigs takes its timeout,
+                // and the election must not wait for that.
+                let (settings, id, topic, stop) = (settings.clone(), fleet.config.id(), topic.clone(), shutdown.clone());
+                tasks.spawn(async move {
+                    tokio::select! {
+                        () = shared::control::check_topic(&settings, &id, &topic) => {}
+                        () = stop.cancelled() => {}
+                    }
+                });
+            }
             Ok(n) => tracing::warn!(topic, partitions = n, "[GATEWAY] the control topic has {n} partitions; only partition 0 is used"),
             Err(e) => tracing::warn!(topic, error = %e, "[GATEWAY] could not check or create the control topic; the election waits for it"),
         }
