@@ -19,9 +19,10 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
 use shared::kafka::KafkaSettings;
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+
+pub use crate::procs::repo_root;
 
 /// Which broker to use.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -556,11 +557,6 @@ fn ensure_kafka_jars() -> anyhow::Result<()> {
         bail!("{} failed ({status}): Kafka's jars could not be resolved from Maven Central", fetch.display());
     }
     Ok(())
-}
-
-/// The repository root (where `Cargo.toml` of the workspace is).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e is one level below the root").to_path_buf()
 }
 
 /// A TCP port free on loopback right now, and not handed out before by this process: the kernel

@@ -113,7 +113,7 @@ pub fn ensure_binaries() -> anyhow::Result<()> {
             let Some(cargo) = std::env::var_os("CARGO") else { return Ok(()) };
             let dir = bin_dir();
             let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug").to_owned();
-            let manifest = crate::broker::repo_root().join("Cargo.toml");
+            let manifest = repo_root().join("Cargo.toml");
             let mut cmd = std::process::Command::new(cargo);
             // The whole workspace, as the test command builds it: the same features, so nothing is
             // built twice...
@@ -329,4 +329,9 @@ where
 pub async fn get_json(http: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
     let resp = http.get(url).timeout(Duration::from_secs(3)).send().await.map_err(|e| e.to_string())?;
     resp.json().await.map_err(|e| e.to_string())
+}
+
+/// The repository root (where `Cargo.toml` of the workspace is).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e is one level below the root").to_path_buf()
 }

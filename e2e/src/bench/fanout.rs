@@ -10,18 +10,7 @@ use super::Ctx;
 use anyhow::bail;
 use std::time::{Duration, Instant};
 
-/// One fan-out shape.
-#[derive(Debug, Clone)]
-pub struct Case {
-    pub name: String,
-    /// Canvases receiving events; the active clients are spread evenly over them.
-    pub active_canvases: usize,
-    pub active_clients: usize,
-    /// Clients subscribed to canvases that receive nothing.
-    pub idle_clients: usize,
-    /// Events per second produced over the active canvases.
-    pub rate: f64,
-}
+pub use super::floor::Case;
 
 /// What one system did in one case.
 #[derive(Debug, Clone, Default, serde::Serialize)]

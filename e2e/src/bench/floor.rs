@@ -11,13 +11,25 @@
 //! rows as the bare consumer sits next to replay. It leaves out everything else a server does per
 //! event (consuming, waking up for it, idle connections), so it is a bound, not a model.
 
-use super::fanout::Case;
 use anyhow::Context;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
+
+/// One fan-out shape.
+#[derive(Debug, Clone)]
+pub struct Case {
+    pub name: String,
+    /// Canvases receiving events; the active clients are spread evenly over them.
+    pub active_canvases: usize,
+    pub active_clients: usize,
+    /// Clients subscribed to canvases that receive nothing.
+    pub idle_clients: usize,
+    /// Events per second produced over the active canvases.
+    pub rate: f64,
+}
 
 /// What the floor measured for one case.
 #[derive(Debug, Clone, Default, serde::Serialize)]
