@@ -198,8 +198,23 @@ pub fn check_drain_body(body: &[u8]) -> Result<u64, ApiError> {
     Ok(req.grace_ms)
 }
 
-async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
+async fn drain(State(fleet): State<Arc<Fleet>>, PathSegment(id): PathSegment, headers: HeaderMap, JsonBody(body): JsonBody) -> Result<Response, ApiError> {
     let grace_ms = check_drain_body(&body)?;
+    // The leader carries operator requests out under its fencing token; a follower forwards them.
+    let forwarded_by = headers.get(crate::to_leader::FORWARDED_BY).and_then(|v| v.to_str().ok());
+    let me = fleet.leadership.gateway.as_str();
+    match crate::to_leader::route(fleet.leadership.authority(), forwarded_by, fleet.leadership.leader(), me, fleet.admin_token.is_some()) {
+        crate::to_leader::Route::Here => {}
+        crate::to_leader::Route::Refuse(r) => return Err(r.api_error()),
+        crate::to_leader::Route::Forward { leader, url } => {
+            let token = fleet.admin_token.clone().expect("route() forwards only with an admin token");
+            tracing::info!("[GATEWAY] forwarding the operator's drain of {} to the leader {} at {}", id, leader, url);
+            let target = crate::to_leader::target(&url, &["api", "fleet", "nodes", &id, "drain"])
+                .map_err(|e| ApiError::conflict("not_leader", format!("the leader {leader} claimed with URL {url:?}, which is not usable ({e}): send the request to it")))?;
+            let timeout = std::time::Duration::from_millis(grace_ms) + fleet.config.poll_interval() + std::time::Duration::from_secs(15);
+            return Ok(crate::to_leader::forward(fleet.http(), target, body, &token, me, timeout).await);
+        }
+    }
     match fleet.maintenance_drain(&id, grace_ms).await {
         None => Err(ApiError::not_found(format!("no node {id}"))),
         Some(Ok(report)) => Ok(Json(report).into_response()),

@@ -183,6 +183,11 @@ pub struct Config {
     /// replicas never take each other's decisions for their own).
     #[arg(long, env = "GATEWAY_ID")]
     pub gateway_id: Option<String>,
+    /// The URL the other replicas reach this one's public port at, written in its claim when it
+    /// leads: a follower forwards operator requests there (default: `http://<listen address>`,
+    /// or `http://<host name>:<port>` when it listens on every interface).
+    #[arg(long, env = "GATEWAY_ADVERTISED_URL")]
+    pub advertised_url: Option<String>,
     /// Kafka bootstrap servers. When set, the gateways elect their leader through Kafka (a
     /// consumer group on the control topic) and write every decision there before acting; when
     /// unset the gateway runs alone and decides by itself.
@@ -282,6 +287,11 @@ impl Config {
         }
         p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
         p.extend(self.client_tokens.problems());
+        if let Some(url) = self.advertised_url.as_deref().filter(|u| !u.is_empty()) {
+            if !is_http_url(url) {
+                p.push(format!("GATEWAY_ADVERTISED_URL (--advertised-url) {url:?} must start with http:// or https:// and name a host"));
+            }
+        }
         if let Some(why) = shared::kafka::topic_name_problem(&self.control_topic) {
             p.push(format!("CONTROL_TOPIC (--control-topic): {why}"));
         }
@@ -306,6 +316,20 @@ impl Config {
     /// This replica's name: `GATEWAY_ID`, else [`default_id`].
     pub fn id(&self) -> String {
         self.gateway_id.clone().filter(|s| !s.trim().is_empty()).unwrap_or_else(|| default_id(self.listen.port()))
+    }
+
+    /// Where the other replicas reach this one's public port: `GATEWAY_ADVERTISED_URL`, else
+    /// the listen address (the host name when that is every interface).
+    pub fn advertised_url(&self) -> String {
+        if let Some(url) = self.advertised_url.as_deref().map(str::trim).filter(|u| !u.is_empty()) {
+            return url.trim_end_matches('/').to_owned();
+        }
+        if self.listen.ip().is_unspecified() {
+            let host = nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).filter(|h| !h.is_empty()).unwrap_or_else(|| "localhost".into());
+            format!("http://{host}:{}", self.listen.port())
+        } else {
+            format!("http://{}", self.listen)
+        }
     }
 
     /// The admin token, when one is set (non-empty).
@@ -351,6 +375,7 @@ impl Config {
             ("CLIENT_PING_INTERVAL_MS", self.client_ping_interval_ms.to_string()),
             ("DECISION_LOG", self.decision_log.to_string()),
             ("GATEWAY_ID", self.id()),
+            ("GATEWAY_ADVERTISED_URL", self.advertised_url()),
             ("KAFKA_BOOTSTRAP", self.kafka_bootstrap.clone().unwrap_or_default()),
             ("CONTROL_TOPIC", self.control_topic.clone()),
             ("GATEWAY_GROUP", self.gateway_group.clone()),

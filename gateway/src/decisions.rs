@@ -144,8 +144,9 @@ impl ControlWriter {
 /// A control record as this replica reads it.
 #[derive(Debug, Clone)]
 pub enum Read {
-    /// A gateway claimed leadership: the claim's offset is its fencing token.
-    Claim { gateway: String },
+    /// A gateway claimed leadership: the claim's offset is its fencing token; `url`: its public
+    /// port, where operator requests are forwarded.
+    Claim { gateway: String, url: Option<String> },
     /// A decision or an outcome, as a log entry.
     Decision(Box<DecisionRecord>),
 }
@@ -154,7 +155,7 @@ pub enum Read {
 pub fn read(offset: i64, record: shared::control::ControlRecord) -> Read {
     use shared::control::ControlRecord;
     match record {
-        ControlRecord::Claim { gateway, .. } => Read::Claim { gateway },
+        ControlRecord::Claim { gateway, url, .. } => Read::Claim { gateway, url },
         ControlRecord::Decision { id, token, gateway, at_ms, node, action, reason, detail, of } => Read::Decision(Box::new(DecisionRecord {
             at_ms,
             node,

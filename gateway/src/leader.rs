@@ -115,6 +115,8 @@ struct State {
     confirmed_at: Option<Instant>,
     /// The latest claim read from the topic: its offset and gateway.
     latest_claim: Option<(u64, String)>,
+    /// The URL in the latest claim (where operator requests are forwarded).
+    leader_url: Option<String>,
     /// When the role last changed.
     since: Instant,
 }
@@ -123,6 +125,8 @@ struct State {
 #[derive(Debug)]
 pub struct Leadership {
     pub gateway: String,
+    /// This replica's public URL, written in its claim.
+    pub url: Option<String>,
     session_timeout_ms: u64,
     state: Mutex<State>,
     /// Next offset the control reader will read.
@@ -132,11 +136,12 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn with_role(gateway: String, role: Role, session_timeout_ms: u64) -> Arc<Self> {
+    fn with_role(gateway: String, url: Option<String>, role: Role, session_timeout_ms: u64) -> Arc<Self> {
         Arc::new(Self {
             gateway,
+            url,
             session_timeout_ms,
-            state: Mutex::new(State { role, assigned: false, confirmed_at: None, latest_claim: None, since: Instant::now() }),
+            state: Mutex::new(State { role, assigned: false, confirmed_at: None, latest_claim: None, leader_url: None, since: Instant::now() }),
             read_to: AtomicI64::new(0),
             became_leader: tokio::sync::watch::Sender::new(0),
         })
@@ -144,12 +149,13 @@ impl Leadership {
 
     /// A gateway with no Kafka: it decides alone.
     pub fn standalone(gateway: String) -> Arc<Self> {
-        Self::with_role(gateway, Role::Standalone, 0)
+        Self::with_role(gateway, None, Role::Standalone, 0)
     }
 
-    /// A replica that joins the election (a follower until the group assigns it the partition).
-    pub fn elected(gateway: String, session_timeout_ms: u64) -> Arc<Self> {
-        Self::with_role(gateway, Role::Follower, session_timeout_ms)
+    /// A replica that joins the election (a follower until the group assigns it the partition);
+    /// `url`: where the other replicas reach its public port once it leads.
+    pub fn elected(gateway: String, url: Option<String>, session_timeout_ms: u64) -> Arc<Self> {
+        Self::with_role(gateway, url, Role::Follower, session_timeout_ms)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -169,12 +175,13 @@ impl Leadership {
         authority(s.role, s.confirmed_at.map(|t| t.elapsed().as_millis() as u64), self.session_timeout_ms)
     }
 
-    /// The control reader read a claim at `offset` by `gateway`.
-    pub fn read_claim(&self, offset: i64, gateway: &str) {
+    /// The control reader read a claim at `offset` by `gateway`, reachable at `url`.
+    pub fn read_claim(&self, offset: i64, gateway: &str, url: Option<&str>) {
         let mut s = self.lock();
         let o = offset.max(0) as u64;
         if s.latest_claim.as_ref().is_none_or(|(c, _)| o > *c) {
             s.latest_claim = Some((o, gateway.to_owned()));
+            s.leader_url = url.map(str::to_owned);
         }
         if let Role::Leader { token } = s.role {
             if o > token {
@@ -188,6 +195,13 @@ impl Leadership {
     /// The offset of the latest claim read from the control topic (the newest leader's token).
     pub fn latest_claim(&self) -> Option<u64> {
         self.lock().latest_claim.as_ref().map(|(o, _)| *o)
+    }
+
+    /// The latest claim's gateway and the URL it claimed with (the leader, as far as this
+    /// replica has read).
+    pub fn leader(&self) -> Option<(String, Option<String>)> {
+        let s = self.lock();
+        s.latest_claim.as_ref().map(|(_, g)| (g.clone(), s.leader_url.clone()))
     }
 
     /// The control reader will read `next` next.
@@ -217,7 +231,7 @@ impl Leadership {
             "not_acting_because": auth.err(),
             "since_ms": s.since.elapsed().as_millis() as u64,
             "confirmed_ms_ago": s.confirmed_at.map(|t| t.elapsed().as_millis() as u64),
-            "leader": s.latest_claim.as_ref().map(|(o, g)| serde_json::json!({"gateway": g, "token": o})),
+            "leader": s.latest_claim.as_ref().map(|(o, g)| serde_json::json!({"gateway": g, "token": o, "url": s.leader_url})),
             "control_read_to": self.read_to.load(Ordering::Relaxed),
         })
     }
@@ -318,7 +332,7 @@ fn run_election(leadership: &Arc<Leadership>, e: &Election, producer: &FuturePro
                 }
                 last_claim_try = Some(Instant::now());
                 leadership.set_role(Role::Claiming { token: None });
-                let record = ControlRecord::Claim { gateway: leadership.gateway.clone(), at_ms: shared::event::now_ms() };
+                let record = ControlRecord::Claim { gateway: leadership.gateway.clone(), at_ms: shared::event::now_ms(), url: leadership.url.clone() };
                 let value = serde_json::to_vec(&record).expect("a claim serializes");
                 let key = shared::control::record_key(&record);
                 let sent = futures::executor::block_on(producer.send(FutureRecord::to(&e.topic).partition(0).key(&key).payload(&value), Duration::from_secs(10)));
@@ -436,12 +450,15 @@ mod tests {
 
     #[test]
     fn a_later_claim_deposes_the_leader() {
-        let l = Leadership::elected("gw-a".into(), 6000);
+        let l = Leadership::elected("gw-a".into(), None, 6000);
         l.set_role(Role::Leader { token: 5 });
-        l.read_claim(3, "gw-old");
+        l.read_claim(3, "gw-old", None);
         assert_eq!(l.role(), Role::Leader { token: 5 });
-        l.read_claim(9, "gw-b");
+        l.read_claim(9, "gw-b", Some("http://gw-b:8000"));
         assert_eq!(l.role(), Role::Follower);
         assert_eq!(l.snapshot()["leader"]["gateway"], "gw-b");
+        assert_eq!(l.leader(), Some(("gw-b".to_owned(), Some("http://gw-b:8000".to_owned()))));
+        l.read_claim(7, "gw-c", Some("http://gw-c:8000"));
+        assert_eq!(l.leader().unwrap().0, "gw-b", "an older claim read late changes nothing");
     }
 }

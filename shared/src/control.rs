@@ -70,6 +70,10 @@ pub enum ControlRecord {
         gateway: String,
         /// Unix epoch, ms.
         at_ms: u64,
+        /// The URL of the leader's public port (`GATEWAY_ADVERTISED_URL`), where the other
+        /// replicas forward operator requests.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        url: Option<String>,
     },
     /// A decision, written before it is carried out (or an outcome of one, written after).
     Decision {
@@ -131,14 +135,36 @@ pub enum Fencing {
     UnknownClaim,
     /// The reader has not reached the topic's end yet: 503, try again shortly.
     CatchingUp,
+    /// No token on the public listener of a process that has read a leader's claim: 409
+    /// `fencing_token_required` (a leader carries such requests out under its token).
+    TokenRequired { latest: u64 },
+}
+
+/// Where an admin request arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listener {
+    /// The public port (behind the admin token): reachable from other hosts.
+    Public,
+    /// The loopback admin listener: an operator on the host itself.
+    Loopback,
 }
 
 /// The rule. A token acts only when it is the latest claim the process has read from the topic
 /// itself: a token in a request is never taken on trust, so a forged one cannot lock the real
 /// leader out, and none is judged before the reader has reached the topic's end. A request
-/// without a token does not rest on the claims: it acts (a standalone gateway, an operator).
-pub fn fencing(v: &FenceView, token: Option<u64>) -> Fencing {
-    let Some(t) = token else { return Fencing::Accept };
+/// without a token acts on the loopback listener (an operator on the host), and on the public
+/// one only while no leader has claimed (a fleet with a standalone gateway): once a leader has,
+/// a request from another host must carry its token, so a replica that is not the leader (or a
+/// script with the admin secret) cannot act beside it.
+pub fn fencing(v: &FenceView, token: Option<u64>, listener: Listener) -> Fencing {
+    let Some(t) = token else {
+        return match (listener, v.latest) {
+            (Listener::Loopback, _) => Fencing::Accept,
+            _ if v.reading && !v.caught_up => Fencing::CatchingUp,
+            (Listener::Public, Some(latest)) => Fencing::TokenRequired { latest },
+            (Listener::Public, None) => Fencing::Accept,
+        };
+    };
     if v.reading && !v.caught_up {
         return Fencing::CatchingUp;
     }
@@ -209,18 +235,18 @@ impl Fence {
     /// Applies [`fencing`] to a request's `token`, waiting up to `wait` while the reader has not
     /// reached the token's offset or the topic's end. A token still not read then is
     /// [`Fencing::UnknownClaim`].
-    pub async fn admit(&self, token: Option<u64>, wait: Duration) -> Fencing {
+    pub async fn admit(&self, token: Option<u64>, listener: Listener, wait: Duration) -> Fencing {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let moved = self.moved.notified();
             tokio::pin!(moved);
             moved.as_mut().enable();
-            let verdict = fencing(&self.view(), token);
+            let verdict = fencing(&self.view(), token, listener);
             if !matches!(verdict, Fencing::NotYet | Fencing::CatchingUp) {
                 return verdict;
             }
             if tokio::time::timeout_at(deadline, moved).await.is_err() {
-                return match fencing(&self.view(), token) {
+                return match fencing(&self.view(), token, listener) {
                     Fencing::NotYet => Fencing::UnknownClaim,
                     v => v,
                 };
@@ -322,25 +348,39 @@ mod tests {
             ("an older claim", reader_at_end, Some(6), Fencing::Stale { latest: 7 }),
             ("a forged token past the reader", reader_at_end, Some(u64::MAX), Fencing::NotYet),
             ("a token the reader read past: no claim there", view(true, true, 9, Some(7)), Some(8), Fencing::UnknownClaim),
-            ("no token: acts", reader_at_end, None, Fencing::Accept),
+            ("no token after a claim: refused", reader_at_end, None, Fencing::TokenRequired { latest: 7 }),
             ("reader not at the end yet: not now", view(true, false, 3, Some(2)), Some(2), Fencing::CatchingUp),
-            ("reader not at the end yet, no token: acts (it rests on no claim)", view(true, false, 0, None), None, Fencing::Accept),
+            ("reader not at the end yet, no token: not known whether a leader claimed", view(true, false, 0, None), None, Fencing::CatchingUp),
             ("no claim at all, a token", view(true, true, 0, None), Some(0), Fencing::NotYet),
+            ("no claim at all, no token: acts (a standalone gateway's fleet)", view(true, true, 4, None), None, Fencing::Accept),
             ("no control topic: a token cannot be checked", view(false, true, 0, None), Some(0), Fencing::UnknownClaim),
             ("no control topic, no token: acts", view(false, true, 0, None), None, Fencing::Accept),
         ];
         for (name, v, token, want) in cases {
-            assert_eq!(fencing(&v, token), want, "{name}");
+            assert_eq!(fencing(&v, token, Listener::Public), want, "{name}");
+        }
+        // The loopback listener: an operator on the host acts without a token; tokens are judged
+        // as on the public one.
+        let loopback: Vec<(&str, FenceView, Option<u64>, Fencing)> = vec![
+            ("no token after a claim", reader_at_end, None, Fencing::Accept),
+            ("no token, reader not at the end yet", view(true, false, 0, None), None, Fencing::Accept),
+            ("an older claim", reader_at_end, Some(6), Fencing::Stale { latest: 7 }),
+        ];
+        for (name, v, token, want) in loopback {
+            assert_eq!(fencing(&v, token, Listener::Loopback), want, "loopback: {name}");
         }
     }
 
     #[tokio::test]
     async fn a_token_is_admitted_once_its_claim_is_read() {
         let f = std::sync::Arc::new(Fence::reading());
-        assert_eq!(f.admit(Some(0), Duration::ZERO).await, Fencing::CatchingUp);
-        assert_eq!(f.admit(None, Duration::ZERO).await, Fencing::Accept);
+        let public = Listener::Public;
+        assert_eq!(f.admit(Some(0), public, Duration::ZERO).await, Fencing::CatchingUp);
+        assert_eq!(f.admit(None, public, Duration::ZERO).await, Fencing::CatchingUp);
+        assert_eq!(f.admit(None, Listener::Loopback, Duration::ZERO).await, Fencing::Accept);
         f.reached_end(0);
-        assert_eq!(f.admit(Some(u64::MAX), Duration::from_millis(50)).await, Fencing::UnknownClaim, "a forged token");
+        assert_eq!(f.admit(None, public, Duration::ZERO).await, Fencing::Accept, "no leader has claimed");
+        assert_eq!(f.admit(Some(u64::MAX), public, Duration::from_millis(50)).await, Fencing::UnknownClaim, "a forged token");
         // The claim at 4 arrives while a request with token 4 waits for it.
         let reader = f.clone();
         let late = tokio::spawn(async move {
@@ -348,13 +388,14 @@ mod tests {
             reader.read_to(3);
             reader.claimed(4);
         });
-        assert_eq!(f.admit(Some(4), Duration::from_secs(5)).await, Fencing::Accept);
+        assert_eq!(f.admit(Some(4), public, Duration::from_secs(5)).await, Fencing::Accept);
         late.await.unwrap();
-        assert_eq!(f.admit(Some(3), Duration::ZERO).await, Fencing::Stale { latest: 4 });
+        assert_eq!(f.admit(Some(3), public, Duration::ZERO).await, Fencing::Stale { latest: 4 });
+        assert_eq!(f.admit(None, public, Duration::ZERO).await, Fencing::TokenRequired { latest: 4 });
         assert_eq!(f.latest(), Some(4));
         let none = Fence::without_topic();
-        assert_eq!(none.admit(Some(0), Duration::ZERO).await, Fencing::UnknownClaim);
-        assert_eq!(none.admit(None, Duration::ZERO).await, Fencing::Accept);
+        assert_eq!(none.admit(Some(0), public, Duration::ZERO).await, Fencing::UnknownClaim);
+        assert_eq!(none.admit(None, public, Duration::ZERO).await, Fencing::Accept);
     }
 
     #[test]
@@ -370,15 +411,17 @@ mod tests {
         for (policy, retention, want) in cases {
             assert_eq!(keeps_claims(policy, retention), want, "{policy:?} {retention:?}");
         }
-        assert_eq!(record_key(&ControlRecord::Claim { gateway: "g".into(), at_ms: 1 }), "claim");
+        assert_eq!(record_key(&ControlRecord::Claim { gateway: "g".into(), at_ms: 1, url: None }), "claim");
     }
 
     #[test]
     fn records_round_trip_and_bad_ones_are_named() {
-        let claim = ControlRecord::Claim { gateway: "gw-a".into(), at_ms: 5 };
+        let claim = ControlRecord::Claim { gateway: "gw-a".into(), at_ms: 5, url: None };
         let text = serde_json::to_vec(&claim).unwrap();
         assert_eq!(String::from_utf8_lossy(&text), r#"{"kind":"claim","gateway":"gw-a","at_ms":5}"#);
         assert_eq!(parse(&text).unwrap(), claim);
+        let claim = ControlRecord::Claim { gateway: "gw-a".into(), at_ms: 5, url: Some("http://gw-a:8000".into()) };
+        assert_eq!(parse(&serde_json::to_vec(&claim).unwrap()).unwrap(), claim);
         let d = ControlRecord::Decision {
             id: "gw-a/3/1".into(),
             token: Some(3),

@@ -33,9 +33,10 @@ pub struct Config {
     /// Topic of pixel events.
     #[arg(long, env = "KAFKA_TOPIC", default_value = shared::kafka::DEFAULT_TOPIC)]
     pub topic: String,
-    /// The gateways' control topic: the node reads the leaders' claims from it and refuses an
-    /// admin request with an older fencing token (empty: not read; tokens seen in requests still
-    /// count).
+    /// The gateways' control topic: the node reads the leaders' claims from it, acts only on the
+    /// latest leader's fencing token, and once a leader has claimed refuses admin requests
+    /// without one on its public port (empty: not read; a token cannot be checked then, and
+    /// requests without one act).
     #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
     pub control_topic: String,
     /// Topic of canvas snapshots and checkpoints the publisher writes (default

@@ -6,7 +6,9 @@
 //! one that no claim backs (the reader is past its offset, or does not reach it within
 //! [`FENCE_WAIT`]) is 409 `unknown_claim`, so a forged token locks nobody out. Until the reader
 //! has reached the topic's end (after a start) a request with a token gets 503
-//! `control_topic_catching_up`. A request whose decision id was seen before gets the first one's answer, without doing the
+//! `control_topic_catching_up`. Once a leader has claimed, a request without a token on the public
+//! port is 409 `fencing_token_required` (only the loopback admin listener takes one from an
+//! operator on the host). A request whose decision id was seen before gets the first one's answer, without doing the
 //! action again; a repeat that arrives while the first is still running waits for its answer.
 //! The action itself runs to its end even when the caller goes away (a leader killed in the
 //! middle of a drain does not leave it half done).
@@ -16,7 +18,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use shared::control::{Fence, Fencing, DECISION_HEADER, FENCING_HEADER};
+use shared::control::{Fence, Fencing, Listener, DECISION_HEADER, FENCING_HEADER};
 use shared::http::ApiError;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
@@ -82,14 +84,25 @@ pub fn parse_headers(headers: &HeaderMap) -> Result<(Option<u64>, Option<String>
     Ok((token, id))
 }
 
-/// The middleware of the admin routes.
-pub async fn guard(State(guard): State<Arc<Guard>>, req: Request, next: Next) -> Response {
+/// The middleware of the admin routes on `listener`.
+pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req: Request, next: Next) -> Response {
     let (token, id) = match parse_headers(req.headers()) {
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    match (guard.fence.admit(token, FENCE_WAIT).await, token) {
+    match (guard.fence.admit(token, listener, FENCE_WAIT).await, token) {
         (Fencing::Accept, _) => {}
+        (Fencing::TokenRequired { latest }, _) => {
+            tracing::warn!("[NODE] refused an admin request without a fencing token on the public port (the leader's claim is at {})", latest);
+            return ApiError::conflict(
+                "fencing_token_required",
+                format!(
+                    "a gateway leader has claimed (fencing token {latest}): admin requests from other hosts must carry its token; \
+                     send operator requests to a gateway (the leader carries them out), or use the node's loopback admin listener"
+                ),
+            )
+            .into_response();
+        }
         (Fencing::Stale { latest }, t) => {
             let t = t.unwrap_or_default();
             tracing::warn!("[NODE] refused an admin request with fencing token {} (a newer leader claimed at {})", t, latest);
@@ -220,10 +233,14 @@ mod tests {
     }
 
     fn app(guard: Arc<Guard>, n: Arc<std::sync::atomic::AtomicU32>) -> axum::Router {
+        app_on(guard, n, Listener::Public)
+    }
+
+    fn app_on(guard: Arc<Guard>, n: Arc<std::sync::atomic::AtomicU32>, listener: Listener) -> axum::Router {
         axum::Router::new()
             .route("/admin/x", axum::routing::post(counted))
             .with_state(n)
-            .layer(axum::middleware::from_fn_with_state(guard, super::guard))
+            .layer(axum::middleware::from_fn_with_state((guard, listener), super::guard))
     }
 
     async fn call(app: &axum::Router, pairs: &[(&'static str, &str)]) -> (StatusCode, String) {
@@ -282,9 +299,22 @@ mod tests {
         assert!(body.contains("stale_leader"), "{body}");
         // The new leader repeating its predecessor's decision gets the first answer.
         assert_eq!(call(&app, &[(FENCING_HEADER, "9"), (DECISION_HEADER, "gw-a/5/1")]).await.1, "call 1");
-        // An operator's request (no headers) always acts.
-        assert_eq!(call(&app, &[]).await.1, "call 3");
+        // A request without a token on the public port, once a leader has claimed: refused; on
+        // the loopback admin listener (an operator on the host) it acts.
+        let (status, body) = call(&app, &[]).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(body.contains("fencing_token_required"), "{body}");
+        let loopback = app_on(guard.clone(), n.clone(), Listener::Loopback);
+        assert_eq!(call(&loopback, &[]).await.1, "call 3");
         assert_eq!(n.load(std::sync::atomic::Ordering::SeqCst), 3);
         assert_eq!(call(&app, &[(FENCING_HEADER, "x")]).await.0, StatusCode::BAD_REQUEST);
+    }
+
+    #[tokio::test]
+    async fn without_a_claim_a_request_without_a_token_acts() {
+        let (guard, n) = (Arc::new(Guard::new(true)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let app = app(guard.clone(), n.clone());
+        guard.fence.reached_end(0);
+        assert_eq!(call(&app, &[]).await, (StatusCode::OK, "call 1".into()), "no leader has claimed: a standalone gateway's fleet");
     }
 }

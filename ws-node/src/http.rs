@@ -9,7 +9,8 @@
 //! | `POST /admin/hold` `{"partitions","for_ms"}` | `200` [`shared::api::HoldReport`]: the held ones among `partitions` are kept `for_ms` more; `400` bad body |
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, the canvas incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
-//! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise). With no
+//! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise), and once a
+//! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`crate::fence`]). With no
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
 //! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`.
 
@@ -26,6 +27,7 @@ use shared::api::{DrainRequest, HoldRequest, MAX_GRACE_MS, MAX_HOLD_EXTENSION_MS
 use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
 use shared::client_token::Action;
+use shared::control::Listener;
 use shared::protocol::{close, DrainReason, WsQuery};
 use shared::epoch::Epoch;
 use shared::CanvasId;
@@ -42,7 +44,7 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/metrics", get(move |State(node): State<Arc<Node>>, headers: HeaderMap| render_metrics(node, metrics.clone(), headers)))
         .route("/ws", get(ws));
     let app = match node.config.admin_token() {
-        Some(token) => public.merge(admin_routes(&node).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
+        Some(token) => public.merge(admin_routes(&node, Listener::Public).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
         None => public,
     };
     finish(app, node)
@@ -51,16 +53,16 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The admin routes alone, without a credential: for the loopback admin listener, served when
 /// no `ADMIN_TOKEN` is set.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    finish(admin_routes(&node), node)
+    finish(admin_routes(&node, Listener::Loopback), node)
 }
 
-fn admin_routes(node: &Arc<Node>) -> Router<Arc<Node>> {
+fn admin_routes(node: &Arc<Node>, listener: Listener) -> Router<Arc<Node>> {
     Router::new()
         .route("/admin/start-recovery", post(start_recovery))
         .route("/admin/drain", post(drain))
         .route("/admin/hold", post(hold))
         // A deposed leader's token is refused; each decision is carried out once ([`crate::fence`]).
-        .route_layer(axum::middleware::from_fn_with_state(node.guard.clone(), crate::fence::guard))
+        .route_layer(axum::middleware::from_fn_with_state((node.guard.clone(), listener), crate::fence::guard))
 }
 
 fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {

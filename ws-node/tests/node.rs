@@ -505,7 +505,7 @@ async fn subscribing_needs_a_client_token_for_the_canvas_and_ends_when_it_expire
 
 /// Writes a leader's claim to `topic` on the harness's cluster; returns its offset (the token).
 async fn write_claim(h: &Harness, topic: &str, gateway: &str) -> u64 {
-    let claim = shared::control::ControlRecord::Claim { gateway: gateway.into(), at_ms: shared::event::now_ms() };
+    let claim = shared::control::ControlRecord::Claim { gateway: gateway.into(), at_ms: shared::event::now_ms(), url: None };
     let value = serde_json::to_vec(&claim).unwrap();
     let key = shared::control::record_key(&claim);
     let delivery = h.producer.send(FutureRecord::to(topic).partition(0).key(&key).payload(&value), Duration::from_secs(5)).await.expect("produce the claim");

@@ -163,6 +163,9 @@ fn env_of(ctx: &Ctx, topic: &str, port: u16, extra: &[(&str, String)]) -> BTreeM
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
         // The admin routes on the node's own port, behind the harness's token.
         ("ADMIN_TOKEN", crate::fleet::ADMIN_TOKEN.to_owned()),
+        // No gateway leads this node: no control topic to read (the bench calls its admin
+        // routes without a leader's token).
+        ("CONTROL_TOPIC", String::new()),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v))

@@ -85,6 +85,8 @@ async fn node_replay(ctx: &Ctx, topic: &str) -> anyhow::Result<(u64, u64, u64)> 
         ("CANVAS_HEIGHT", ctx.canvas_side.to_string()),
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
         ("ADMIN_TOKEN", crate::fleet::ADMIN_TOKEN.to_owned()),
+        // No gateway leads this node: no control topic to read.
+        ("CONTROL_TOPIC", String::new()),
         ("BROADCAST_GROUP", format!("bench-broadcast-{tag}")),
         ("CATCHUP_GROUP", format!("bench-catchup-{tag}")),
     ]

@@ -2,7 +2,7 @@
 //! maintenance drain, each decided ([`Fleet::decide`]) before it is carried out.
 
 use super::{Fleet, NodeEntry};
-use crate::decisions::{Action, Decided};
+use crate::decisions::{Action, DecideError, Decided};
 use crate::lifecycle::{self, Decision};
 use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest};
 use shared::protocol::DrainReason;
@@ -394,11 +394,14 @@ impl Fleet {
         let node = self.entry(id)?;
         let req = DrainRequest { reason: DrainReason::Maintenance, grace_ms, partitions: None };
         tracing::info!("[GATEWAY] drain {} reason={} grace={}ms (operator request)", id, req.reason, grace_ms);
-        // An operator's request, carried out by whichever replica received it: written with no
-        // fencing token (the leader's authority is not what it rests on).
+        // An operator's request, carried out by the leader under its fencing token (followers
+        // forward it here, [`crate::to_leader`]); a standalone gateway sends none.
         let inputs = serde_json::json!({"reason": req.reason, "grace_ms": grace_ms});
-        let decided = match self.write(id, Action::Drain, "operator request", inputs, None, None).await {
+        let decided = match self.decide(id, Action::Drain, "operator request", inputs, None).await {
             Ok(d) => d,
+            Err(DecideError::NoAuthority(why)) => {
+                return Some(Err(shared::http::ApiError::unavailable("not_leader", format!("this replica stopped leading before the drain was recorded ({why}); try again shortly"), 1)))
+            }
             Err(e) => return Some(Err(shared::http::ApiError::unavailable("control_topic_unavailable", format!("the drain was not recorded, so not carried out: {e}"), 1))),
         };
         let r = self.drain_node(node, &req, Some(&decided)).await;

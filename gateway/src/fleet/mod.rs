@@ -145,7 +145,7 @@ impl Fleet {
                     .create_with_context(shared::kafka::FleetContext::default())
                     .expect("build the control topic's producer");
                 (
-                    crate::leader::Leadership::elected(config.id(), config.leader_session_timeout_ms),
+                    crate::leader::Leadership::elected(config.id(), Some(config.advertised_url()), config.leader_session_timeout_ms),
                     Some(crate::decisions::ControlWriter::new(producer, config.control_topic.clone())),
                 )
             }
@@ -210,6 +210,11 @@ impl Fleet {
         self.decisions.push(DecisionRecord::local(node, action, reason.into(), detail));
     }
 
+    /// The HTTP client of the fleet's own calls (polls, forwarded operator requests).
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
     /// Decides `action` on `node`: with the authority to act, writes it to the control topic and
     /// waits until the broker has it (standalone: records it), before the caller carries it out.
     /// `of`: the decision this one continues (a resumed failback).
@@ -264,9 +269,9 @@ impl Fleet {
     pub fn read_control(&self, offset: i64, record: Result<shared::control::ControlRecord, String>) {
         match record.map(|r| crate::decisions::read(offset, r)) {
             Err(e) => tracing::warn!(offset, "[GATEWAY] skipping control record: {e}"),
-            Ok(Read::Claim { gateway }) => {
+            Ok(Read::Claim { gateway, url }) => {
                 tracing::info!("[GATEWAY] {} claimed leadership (fencing token {})", gateway, offset);
-                self.leadership.read_claim(offset, &gateway);
+                self.leadership.read_claim(offset, &gateway, url.as_deref());
             }
             Ok(Read::Decision(mut rec)) => {
                 self.metrics.decided(&rec.action, &rec.node);
