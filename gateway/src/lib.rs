@@ -38,6 +38,8 @@ pub mod publishers;
 pub mod redaction;
 pub mod refusal;
 pub mod sessions;
+pub mod to_leader;
+pub mod unique_id;
 
 use crate::config::Config;
 use crate::fleet::Fleet;
@@ -70,6 +72,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             "[GATEWAY] standalone (no KAFKA_BOOTSTRAP): no control topic and no leader election; this gateway decides alone and sends no fencing token. \
              Run exactly one gateway this way; for replicas, set KAFKA_BOOTSTRAP on each"
         );
+    }
+    if let Some(bootstrap) = fleet.config.kafka_bootstrap.clone() {
+        // Before joining the election: no other live replica under this GATEWAY_ID.
+        let (settings, group, id) = (fleet.config.kafka_settings(&bootstrap), fleet.config.gateway_group.clone(), fleet.config.id());
+        let timeout = std::time::Duration::from_millis(fleet.config.leader_session_timeout_ms);
+        tokio::task::spawn_blocking(move || unique_id::check(&settings, &group, &id, timeout)).await?.map_err(anyhow::Error::msg)?;
     }
     start_election(&fleet, &shutdown);
     tasks.spawn(fleet.clone().run_poller(shutdown.clone()));
