@@ -248,6 +248,16 @@ impl Service {
         }
     }
 
+    /// Waits up to `timeout` for the process to exit by itself: how it ended (`None`: still
+    /// running then, or not started).
+    pub async fn exited_within(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let c = self.child.as_mut()?;
+        let status = tokio::time::timeout(timeout, c.wait()).await.ok()?.ok()?;
+        self.child = None;
+        self.timeline.mark(format!("{} exited by itself: {status}", self.name));
+        Some(status)
+    }
+
     /// Whether the process is running.
     pub fn running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))

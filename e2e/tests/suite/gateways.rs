@@ -8,6 +8,8 @@
 //!    with a higher fencing token, and finishes the failback (once);
 //! 4. a node refuses the dead leader's token (409 `stale_leader`) and a forged one (409
 //!    `unknown_claim`), and the new leader's token still acts;
+//!    A node refuses an admin request without a token once a leader has claimed (409
+//!    `fencing_token_required`);
 //! 5. every client, connected through HAProxy (so some through the dead gateway), ends with every
 //!    version of its canvas, once, in order, and the publisher's hash; and so does every client
 //!    given both gateways' URLs (no HAProxy), the leader's first: each moves to the survivor.
@@ -211,6 +213,17 @@ async fn run() {
     assert_eq!(body["error"], "unknown_claim", "{body}");
     let resp = hold(new_token).await.unwrap();
     assert_eq!(resp.status(), 200, "the leader's own token still acts after a forged one");
+    // Without a token (a follower acting alone, a script with the admin secret): refused.
+    let resp = fleet
+        .admin(fleet.http.post(format!("{}/admin/hold", fleet.admin_base(ws2))))
+        .json(&serde_json::json!({"partitions": [0], "for_ms": 1000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 409, "an admin request without a token after a claim is refused");
+    let body: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(body["error"], "fencing_token_required", "{body}");
+    let survivor_name = survivor.name.clone();
 
     // 5. Every client: every version once, in order, the publisher's hash.
     let stats = writer.stop().await;
@@ -229,6 +242,49 @@ async fn run() {
     }
     assert!(stats.failed.lock().unwrap().is_empty(), "the writer gave up on publishes");
     println!("takeover after the leader's kill -9: {} ms; clients that reconnected: {moved}/{}", takeover.as_millis(), CLIENTS + LISTED);
+
+    // 6. The killed replica comes back as a follower. An operator's drain sent to it is carried
+    //    out by the leader, under its token; a third replica under the leader's GATEWAY_ID is
+    //    refused at start.
+    let back = if leader_first { &mut fleet.gateway } else { &mut fleet.more_gateways[0] };
+    back.start().unwrap();
+    let back = if leader_first { &fleet.gateway } else { &fleet.more_gateways[0] };
+    eventually("the restarted replica to follow the leader", Duration::from_secs(60), || async {
+        let f = fleet.fleet_state_of(back).await?;
+        let l = &f["leadership"];
+        if l["role"]["role"] == "follower" && l["leader"]["gateway"] == survivor_name.as_str() && l["leader"]["url"].is_string() { Ok(Some(())) } else { Err(format!("{l}")) }
+    })
+    .await
+    .unwrap();
+    let resp = fleet
+        .admin(fleet.http.post(format!("{}/api/fleet/nodes/ws-2/drain", back.url())))
+        .json(&serde_json::json!({"grace_ms": 500}))
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status();
+    let report: serde_json::Value = resp.json().await.unwrap();
+    assert_eq!(status, 200, "the follower forwarded the drain and the leader carried it out: {report}");
+    assert_eq!(report["reason"], "MAINTENANCE", "{report}");
+    let f = fleet
+        .wait_fleet_of(back, "the drain in the control topic", Duration::from_secs(10), |f| {
+            let d = find(f, |d| d["action"] == "drain" && d["node"] == "ws-2").into_iter().cloned().collect::<Vec<_>>();
+            (!d.is_empty()).then(|| d).ok_or("no drain yet".to_owned())
+        })
+        .await
+        .unwrap();
+    assert_eq!(f.len(), 1, "one drain decision: {f:?}");
+    assert_eq!(f[0]["gateway"], survivor_name.as_str(), "decided by the leader: {f:?}");
+    assert_eq!(f[0]["token"].as_u64(), Some(new_token), "under the leader's token: {f:?}");
+    let mut twin = e2e::procs::Service::new("gateway-twin", &fleet.gateway.bin, e2e::broker::free_port().unwrap(), fleet.gateway.env.clone(), tl.clone());
+    let twin_port = twin.port;
+    twin.env.insert("LISTEN_ADDR".into(), format!("127.0.0.1:{twin_port}"));
+    twin.env.insert("GATEWAY_ID".into(), survivor_name.clone());
+    twin.env.remove("ADMIN_LISTEN_ADDR");
+    twin.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{}", e2e::broker::free_port().unwrap()));
+    twin.start().unwrap();
+    let ended = twin.exited_within(Duration::from_secs(60)).await;
+    assert!(ended.is_some_and(|s| !s.success()), "a replica under a live replica's GATEWAY_ID is refused at start: {ended:?}");
     drop(proxy);
     fleet.stop().await;
 }
