@@ -424,6 +424,10 @@ mod tests {
     use shared::CanvasDims;
     use tower::ServiceExt;
 
+    // HS256 secrets of at least 32 bytes, as the verifier requires (RFC 7518 §3.2).
+    const PUB_SECRET: &str = "publisher-client-token-secret-0123";
+    const OTHER_SECRET: &str = "another-client-token-secret-012345";
+
     fn token(secret: &str, canvases: &[&str], allow: &[&str]) -> String {
         let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
         jsonwebtoken::encode(
@@ -448,16 +452,16 @@ mod tests {
     #[tokio::test]
     async fn publishing_needs_a_client_token_for_every_canvas() {
         let (_, v) = make_app(Fate::Commit, true).await;
-        let app = router_with(v.clone(), Some(ClientTokens::hs256(b"pub-secret")), Arc::new(PublishLimiter::new(0, 0, Default::default())));
+        let app = router_with(v.clone(), Some(ClientTokens::hs256(PUB_SECRET.as_bytes())), Arc::new(PublishLimiter::new(0, 0, Default::default())));
         let one = r##"{"x":1,"y":1,"color":"#ff0000"}"##;
         let batch = r##"{"events":[{"canvas":"c1","x":1,"y":1,"color":"#ff0000"},{"canvas":"d1","x":1,"y":1,"color":"#ff0000"}]}"##;
-        let good = token("pub-secret", &["c*", "d1"], &["publish"]);
-        let only_c = token("pub-secret", &["c*"], &["publish"]);
+        let good = token(PUB_SECRET, &["c*", "d1"], &["publish"]);
+        let only_c = token(PUB_SECRET, &["c*"], &["publish"]);
         for (uri, body, bearer, status, code) in [
             ("/canvases/c1/pixels", one, None, 401, Some("missing_token")),
             ("/canvases/c1/pixels", one, Some("x.y.z".to_owned()), 401, Some("invalid_token")),
-            ("/canvases/c1/pixels", one, Some(token("other", &["*"], &["publish"])), 401, Some("invalid_token")),
-            ("/canvases/c1/pixels", one, Some(token("pub-secret", &["*"], &["subscribe"])), 403, Some("token_not_allowed")),
+            ("/canvases/c1/pixels", one, Some(token(OTHER_SECRET, &["*"], &["publish"])), 401, Some("invalid_token")),
+            ("/canvases/c1/pixels", one, Some(token(PUB_SECRET, &["*"], &["subscribe"])), 403, Some("token_not_allowed")),
             ("/canvases/e1/pixels", one, Some(good.clone()), 403, Some("token_not_allowed")),
             ("/canvases/c1/pixels", one, Some(good.clone()), 201, None),
             ("/pixels", batch, None, 401, Some("missing_token")),

@@ -458,6 +458,10 @@ fn a_public_admin_listener_without_a_token_is_a_config_problem() {
     assert!(c.problems().is_empty(), "{:?}", c.problems());
 }
 
+// HS256 secrets of at least 32 bytes, as the verifier requires (RFC 7518 §3.2).
+const NODE_SECRET: &str = "node-client-token-secret-01234567";
+const OTHER_SECRET: &str = "other-client-token-secret-0123456";
+
 fn client_token(secret: &str, canvases: &[&str], ttl_secs: u64) -> String {
     let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + ttl_secs;
     jsonwebtoken::encode(
@@ -470,22 +474,22 @@ fn client_token(secret: &str, canvases: &[&str], ttl_secs: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribing_needs_a_client_token_for_the_canvas_and_ends_when_it_expires() {
-    let mut h = Harness::start(|c| c.client_tokens.hs256_secret = Some("node-secret".into())).await;
+    let mut h = Harness::start(|c| c.client_tokens.hs256_secret = Some(NODE_SECRET.into())).await;
     h.publish("a").await;
     h.recover().await;
     for (query, status, code) in [
         ("canvas=a".to_owned(), 401, "missing_token"),
         ("canvas=a&token=garbage".to_owned(), 401, "invalid_token"),
-        (format!("canvas=a&token={}", client_token("other-secret", &["a"], 600)), 401, "invalid_token"),
-        (format!("canvas=a&token={}", client_token("node-secret", &["b", "a-*"], 600)), 403, "token_not_allowed"),
+        (format!("canvas=a&token={}", client_token(OTHER_SECRET, &["a"], 600)), 401, "invalid_token"),
+        (format!("canvas=a&token={}", client_token(NODE_SECRET, &["b", "a-*"], 600)), 403, "token_not_allowed"),
     ] {
         let (got, body, _) = h.connect_with(&query).await.expect_err("refused");
         assert_eq!((got, body["error"].as_str()), (status, Some(code)), "{query}");
     }
-    let mut ws = h.connect_with(&format!("canvas=a&token={}", client_token("node-secret", &["a"], 600))).await.expect("served");
+    let mut ws = h.connect_with(&format!("canvas=a&token={}", client_token(NODE_SECRET, &["a"], 600))).await.expect("served");
     assert!(matches!(next(&mut ws).await.unwrap(), ServerMessage::Snapshot { version: 1, .. }));
     // A token that expires in a second or two: served, then closed with 1008 when it expires.
-    let mut short = h.connect_with(&format!("canvas=a&token={}", client_token("node-secret", &["*"], 2))).await.expect("served");
+    let mut short = h.connect_with(&format!("canvas=a&token={}", client_token(NODE_SECRET, &["*"], 2))).await.expect("served");
     assert!(matches!(next(&mut short).await.unwrap(), ServerMessage::Snapshot { .. }));
     let started = Instant::now();
     let end = loop {

@@ -16,7 +16,8 @@ use shared::CanvasDims;
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 
-const SECRET: &str = "e2e-client-token-secret";
+// At least 32 bytes: the fleet refuses a shorter HS256 secret (RFC 7518 §3.2).
+const SECRET: &str = "e2e-client-token-secret-0123456789";
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
@@ -92,7 +93,7 @@ async fn admin_token_and_client_tokens_guard_the_fleet() {
     let canvas = "team-a";
     let good = tokens::hs256(SECRET, &["team-*"], 600);
     let other_canvas = tokens::hs256(SECRET, &["c1"], 600);
-    let wrong_key = tokens::hs256("not-the-secret", &["team-*"], 600);
+    let wrong_key = tokens::hs256("not-the-client-token-secret-0123456789", &["team-*"], 600);
     let px = serde_json::json!({"x": 1, "y": 2, "color": "#123456"});
     for base in [fleet.publisher.url(), format!("{gw}/api")] {
         let url = format!("{base}/canvases/{canvas}/pixels");
