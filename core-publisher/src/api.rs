@@ -452,7 +452,7 @@ mod tests {
     #[tokio::test]
     async fn publishing_needs_a_client_token_for_every_canvas() {
         let (_, v) = make_app(Fate::Commit, true).await;
-        let app = router_with(v.clone(), Some(ClientTokens::hs256(PUB_SECRET.as_bytes())), Arc::new(PublishLimiter::new(0, 0, Default::default())));
+        let app = router_with(v.clone(), Some(ClientTokens::hs256(PUB_SECRET.as_bytes()).unwrap()), Arc::new(PublishLimiter::new(0, 0, Default::default())));
         let one = r##"{"x":1,"y":1,"color":"#ff0000"}"##;
         let batch = r##"{"events":[{"canvas":"c1","x":1,"y":1,"color":"#ff0000"},{"canvas":"d1","x":1,"y":1,"color":"#ff0000"}]}"##;
         let good = token(PUB_SECRET, &["c*", "d1"], &["publish"]);

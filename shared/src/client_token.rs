@@ -6,24 +6,35 @@
 //! | claim | required | meaning |
 //! |---|---|---|
 //! | `exp` | yes | expiry, Unix seconds; no leeway |
+//! | `nbf` | no | not before, Unix seconds; no leeway: a token used earlier is refused |
 //! | `canvases` | yes | the canvases allowed: exact ids (`c1`) or a prefix ending in `*` (`team-*`; `*` alone is every canvas) |
 //! | `allow` | no | what the token may do: `["publish"]`, `["subscribe"]` or both (absent = both) |
+//! | `aud` | with `CLIENT_TOKEN_AUDIENCE` | a string or an array that must hold that audience (without the setting, not looked at) |
+//! | `iss` | with `CLIENT_TOKEN_ISSUER` | must be that issuer (without the setting, not looked at) |
 //! | `sub` | no | who it was issued to (logged) |
 //!
-//! The signature is HS256 (a shared secret, `CLIENT_TOKEN_HS256_SECRET`) or RS256 (an RSA public
-//! key in PEM, `CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE`), verified with the `jsonwebtoken` crate; a
-//! token of the other algorithm (or `none`) is refused. With neither setting, no token is needed.
+//! The signature is HS256 (a shared secret of at least 32 bytes, RFC 7518 §3.2,
+//! `CLIENT_TOKEN_HS256_SECRET`) or RS256 (an RSA public key in PEM,
+//! `CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE`), verified with the `jsonwebtoken` crate; a token of the
+//! other algorithm (or `none`) is refused. With neither setting, no token is needed.
 //!
-//! Refusals ([`TokenError`]): no token, a bad one (signature, algorithm, shape) or an expired one
-//! are 401 (`missing_token`, `invalid_token`, `token_expired`); a valid token that does not allow
-//! the canvas or the action is 403 `token_not_allowed`. On a WebSocket they are close 1008 Policy
-//! Violation with the same words as the reason.
+//! Refusals ([`TokenError`]): no token, a bad one (signature, algorithm, shape, `aud`,
+//! `iss`, an `nbf` still in the future) or an expired one are 401 (`missing_token`,
+//! `invalid_token`, `token_expired`); a valid token that does not allow the canvas or the action
+//! is 403 `token_not_allowed`. A token not valid yet is `invalid_token` rather than a code of its
+//! own: like a bad one, retrying it now will not help (RFC 6750's `invalid_token` covers it). On a
+//! WebSocket they are close 1008 Policy Violation with the same words as the reason.
 
 use crate::http::ApiError;
+use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The shortest HS256 secret accepted, in bytes: RFC 7518 §3.2 wants a key at least as long as
+/// the hash (256 bits); a shorter one can be brute-forced from a single token.
+pub const MIN_HS256_SECRET_BYTES: usize = 32;
 
 /// What a client does with a canvas.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -143,32 +154,93 @@ impl TokenError {
     }
 }
 
-/// The key that verifies client tokens.
+/// The algorithms a key can verify: HS256 (a shared secret) or RS256 (an RSA public key).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyAlg {
+    Hs256,
+    Rs256,
+}
+
+impl KeyAlg {
+    fn algorithm(self) -> Algorithm {
+        match self {
+            KeyAlg::Hs256 => Algorithm::HS256,
+            KeyAlg::Rs256 => Algorithm::RS256,
+        }
+    }
+}
+
+/// What every token must pass besides its signature: `exp` (required, no leeway), `nbf` (when
+/// present, no leeway), and `aud` / `iss` when required. One [`Validation`] per algorithm, because
+/// jsonwebtoken refuses a key whose family does not fit every algorithm listed in it.
+#[derive(Debug, Clone)]
+struct Rules {
+    hs256: Validation,
+    rs256: Validation,
+}
+
+impl Rules {
+    fn new() -> Self {
+        let make = |alg| {
+            let mut v = Validation::new(alg);
+            v.leeway = 0;
+            v.validate_exp = true;
+            // jsonwebtoken leaves `nbf` unchecked unless told to.
+            v.validate_nbf = true;
+            // Without a required audience, `aud` is not looked at (a token may carry any).
+            v.validate_aud = false;
+            v.set_required_spec_claims(&["exp"]);
+            v
+        };
+        Self { hs256: make(Algorithm::HS256), rs256: make(Algorithm::RS256) }
+    }
+
+    fn for_alg(&self, alg: KeyAlg) -> &Validation {
+        match alg {
+            KeyAlg::Hs256 => &self.hs256,
+            KeyAlg::Rs256 => &self.rs256,
+        }
+    }
+
+    fn each(&mut self) -> [&mut Validation; 2] {
+        [&mut self.hs256, &mut self.rs256]
+    }
+}
+
+/// Where the verifying key comes from.
+#[derive(Clone)]
+enum Keys {
+    /// One key for every token (HS256 secret or RS256 PEM).
+    One { key: DecodingKey, alg: KeyAlg },
+}
+
+/// The keys and rules that verify client tokens.
 #[derive(Clone)]
 pub struct ClientTokens {
-    key: DecodingKey,
-    validation: Validation,
+    keys: Keys,
+    rules: Rules,
 }
 
 impl std::fmt::Debug for ClientTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ClientTokens({:?})", self.validation.algorithms)
+        match &self.keys {
+            Keys::One { alg, .. } => write!(f, "ClientTokens({:?})", alg.algorithm()),
+        }
     }
 }
 
 impl ClientTokens {
-    fn with(key: DecodingKey, alg: Algorithm) -> Self {
-        let mut validation = Validation::new(alg);
-        validation.leeway = 0;
-        validation.validate_exp = true;
-        validation.validate_aud = false;
-        validation.set_required_spec_claims(&["exp"]);
-        Self { key, validation }
+    fn with(keys: Keys) -> Self {
+        Self { keys, rules: Rules::new() }
     }
 
     /// Tokens signed with HS256 and `secret`.
-    pub fn hs256(secret: &[u8]) -> Self {
-        Self::with(DecodingKey::from_secret(secret), Algorithm::HS256)
+    ///
+    /// # Errors
+    /// When `secret` is shorter than [`MIN_HS256_SECRET_BYTES`].
+    pub fn hs256(secret: &[u8]) -> Result<Self, String> {
+        check_hs256_len(secret.len())?;
+        Ok(Self::with(Keys::One { key: DecodingKey::from_secret(secret), alg: KeyAlg::Hs256 }))
     }
 
     /// Tokens signed with RS256, verified with the RSA public key in `pem`.
@@ -177,19 +249,41 @@ impl ClientTokens {
     /// When `pem` is not an RSA public key in PEM.
     pub fn rs256_pem(pem: &[u8]) -> Result<Self, String> {
         let key = DecodingKey::from_rsa_pem(pem).map_err(|e| format!("not an RSA public key in PEM: {e}"))?;
-        Ok(Self::with(key, Algorithm::RS256))
+        Ok(Self::with(Keys::One { key, alg: KeyAlg::Rs256 }))
     }
 
-    /// Verifies `token` (signature, algorithm, `exp` against the clock) and reads its grant.
+    /// Also require an `aud` claim holding `audience` (a string equal to it, or an array with it).
+    #[must_use]
+    pub fn require_audience(mut self, audience: &str) -> Self {
+        for v in self.rules.each() {
+            v.validate_aud = true;
+            v.set_audience(&[audience]);
+            v.required_spec_claims.insert("aud".to_owned());
+        }
+        self
+    }
+
+    /// Also require an `iss` claim equal to `issuer`.
+    #[must_use]
+    pub fn require_issuer(mut self, issuer: &str) -> Self {
+        for v in self.rules.each() {
+            v.set_issuer(&[issuer]);
+            v.required_spec_claims.insert("iss".to_owned());
+        }
+        self
+    }
+
+    /// Verifies `token` (key, signature, algorithm, `exp` and `nbf` against the clock, `aud` and
+    /// `iss` when required) and reads its grant.
     ///
     /// # Errors
     /// [`TokenError::Missing`], [`TokenError::Expired`] or [`TokenError::Invalid`].
     pub fn verify(&self, token: Option<&str>) -> Result<Grant, TokenError> {
         let token = token.map(str::trim).filter(|t| !t.is_empty()).ok_or(TokenError::Missing)?;
-        let data = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation).map_err(|e| match e.kind() {
-            jsonwebtoken::errors::ErrorKind::ExpiredSignature => TokenError::Expired,
-            _ => TokenError::Invalid(e.to_string()),
-        })?;
+        let data = match &self.keys {
+            Keys::One { key, alg } => jsonwebtoken::decode::<Claims>(token, key, self.rules.for_alg(*alg)),
+        }
+        .map_err(refusal)?;
         let c = data.claims;
         Ok(Grant {
             exp: c.exp,
@@ -210,15 +304,46 @@ impl ClientTokens {
     }
 }
 
+/// The refusal for a jsonwebtoken error, in words a client's developer can act on.
+fn refusal(e: jsonwebtoken::errors::Error) -> TokenError {
+    TokenError::Invalid(match e.kind() {
+        ErrorKind::ExpiredSignature => return TokenError::Expired,
+        ErrorKind::ImmatureSignature => "not valid yet (its nbf is in the future)".to_owned(),
+        ErrorKind::MissingRequiredClaim(claim) => format!("no {claim} claim"),
+        ErrorKind::InvalidAudience => "its aud is not this service's audience".to_owned(),
+        ErrorKind::InvalidIssuer => "its iss is not the expected issuer".to_owned(),
+        ErrorKind::InvalidAlgorithm => "its alg is not the key's algorithm".to_owned(),
+        ErrorKind::InvalidSignature => "bad signature".to_owned(),
+        _ => e.to_string(),
+    })
+}
+
+/// RFC 7518 §3.2: an HS256 key has at least 256 bits.
+fn check_hs256_len(len: usize) -> Result<(), String> {
+    if len < MIN_HS256_SECRET_BYTES {
+        return Err(format!(
+            "an HS256 secret of {len} bytes; at least {MIN_HS256_SECRET_BYTES} are needed (RFC 7518 §3.2), e.g. the output of openssl rand -hex 32"
+        ));
+    }
+    Ok(())
+}
+
 /// The client-token settings of a service (`#[command(flatten)]` in its `Config`).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct ClientTokenSettings {
-    /// Require client tokens signed with HS256 and this secret (publishing and subscribing).
+    /// Require client tokens signed with HS256 and this secret (at least 32 bytes), for publishing
+    /// and subscribing.
     #[arg(long = "client-token-hs256-secret", env = "CLIENT_TOKEN_HS256_SECRET", hide_env_values = true)]
     pub hs256_secret: Option<String>,
     /// Require client tokens signed with RS256, verified with the RSA public key in this PEM file.
     #[arg(long = "client-token-rs256-public-key-file", env = "CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE")]
     pub rs256_public_key_file: Option<PathBuf>,
+    /// Require client tokens whose `aud` claim holds this audience.
+    #[arg(long = "client-token-audience", env = "CLIENT_TOKEN_AUDIENCE")]
+    pub audience: Option<String>,
+    /// Require client tokens whose `iss` claim is this issuer.
+    #[arg(long = "client-token-issuer", env = "CLIENT_TOKEN_ISSUER")]
+    pub issuer: Option<String>,
 }
 
 impl ClientTokenSettings {
@@ -226,24 +351,52 @@ impl ClientTokenSettings {
         self.hs256_secret.as_deref().filter(|s| !s.is_empty())
     }
 
+    fn audience(&self) -> Option<&str> {
+        self.audience.as_deref().filter(|s| !s.is_empty())
+    }
+
+    fn issuer(&self) -> Option<&str> {
+        self.issuer.as_deref().filter(|s| !s.is_empty())
+    }
+
     /// The verifier, or `None` when client tokens are off.
     ///
     /// # Errors
-    /// Both settings given, or the key file unreadable or not an RSA public key.
+    /// Both key settings given; a secret shorter than 32 bytes; a key file unreadable or
+    /// not a key; an audience or issuer required without a key.
     pub fn load(&self) -> Result<Option<ClientTokens>, String> {
-        match (self.secret(), &self.rs256_public_key_file) {
-            (None, None) => Ok(None),
-            (Some(_), Some(_)) => {
-                Err("CLIENT_TOKEN_HS256_SECRET and CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE are both set; choose one".to_owned())
-            }
-            (Some(s), None) => Ok(Some(ClientTokens::hs256(s.as_bytes()))),
-            (None, Some(path)) => {
-                let pem = std::fs::read(path).map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))?;
-                ClientTokens::rs256_pem(&pem)
-                    .map(Some)
-                    .map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))
-            }
+        let given: Vec<&str> = [
+            ("CLIENT_TOKEN_HS256_SECRET", self.secret().is_some()),
+            ("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE", self.rs256_public_key_file.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, set)| set.then_some(name))
+        .collect();
+        match given.as_slice() {
+            [_, _] => return Err(format!("{} are both set; choose one", given.join(" and "))),
+            _ => {}
         }
+        let tokens = if let Some(secret) = self.secret() {
+            ClientTokens::hs256(secret.as_bytes()).map_err(|e| format!("CLIENT_TOKEN_HS256_SECRET: {e}"))?
+        } else if let Some(path) = &self.rs256_public_key_file {
+            let pem = std::fs::read(path).map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))?;
+            ClientTokens::rs256_pem(&pem).map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))?
+        } else if self.audience().is_some() || self.issuer().is_some() {
+            // Refused rather than ignored: whoever set them meant tokens to be checked.
+            return Err("CLIENT_TOKEN_AUDIENCE and CLIENT_TOKEN_ISSUER need a key: set CLIENT_TOKEN_HS256_SECRET or \
+                        CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE"
+                .to_owned());
+        } else {
+            return Ok(None);
+        };
+        let tokens = match self.audience() {
+            Some(aud) => tokens.require_audience(aud),
+            None => tokens,
+        };
+        Ok(Some(match self.issuer() {
+            Some(iss) => tokens.require_issuer(iss),
+            None => tokens,
+        }))
     }
 
     /// The problems of these settings (empty when valid), for a `Config::problems`.
@@ -253,12 +406,12 @@ impl ClientTokenSettings {
 
     /// `VARIABLE=value` pairs for a `Config::describe` (the secret is not shown).
     pub fn describe(&self) -> Vec<(&'static str, String)> {
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string()).unwrap_or_default();
         vec![
             ("CLIENT_TOKEN_HS256_SECRET", if self.secret().is_some() { "<set>".to_owned() } else { String::new() }),
-            (
-                "CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE",
-                self.rs256_public_key_file.as_ref().map(|p| p.display().to_string()).unwrap_or_default(),
-            ),
+            ("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE", path(&self.rs256_public_key_file)),
+            ("CLIENT_TOKEN_AUDIENCE", self.audience().unwrap_or_default().to_owned()),
+            ("CLIENT_TOKEN_ISSUER", self.issuer().unwrap_or_default().to_owned()),
         ]
     }
 }
@@ -272,6 +425,10 @@ mod tests {
     // A 2048-bit RSA key pair made for these tests only.
     const RSA_PRIVATE: &str = include_str!("../testdata/client_token_rsa.key");
     const RSA_PUBLIC: &str = include_str!("../testdata/client_token_rsa.pub");
+
+    // HS256 secrets of 32 bytes and more, as the verifier requires.
+    const K1: &str = "k1-client-token-secret-0123456789";
+    const K2: &str = "k2-client-token-secret-0123456789";
 
     fn now() -> u64 {
         SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
@@ -290,7 +447,7 @@ mod tests {
 
     #[test]
     fn token_checks_table() {
-        let hs_tokens = ClientTokens::hs256(b"k1");
+        let hs_tokens = ClientTokens::hs256(K1.as_bytes()).unwrap();
         let rs_tokens = ClientTokens::rs256_pem(RSA_PUBLIC.as_bytes()).unwrap();
         let later = now() + 600;
         let good = json!({"exp": later, "sub": "u1", "canvases": ["c1", "team-*"]});
@@ -298,20 +455,20 @@ mod tests {
             ("missing", &hs_tokens, None, "c1", Action::Subscribe, Err("missing_token")),
             ("empty", &hs_tokens, Some(String::new()), "c1", Action::Subscribe, Err("missing_token")),
             ("garbage", &hs_tokens, Some("not.a.jwt".into()), "c1", Action::Subscribe, Err("invalid_token")),
-            ("right", &hs_tokens, Some(hs("k1", good.clone())), "c1", Action::Subscribe, Ok(())),
-            ("right, publish", &hs_tokens, Some(hs("k1", good.clone())), "c1", Action::Publish, Ok(())),
-            ("right, prefix", &hs_tokens, Some(hs("k1", good.clone())), "team-blue", Action::Subscribe, Ok(())),
-            ("wrong secret", &hs_tokens, Some(hs("k2", good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
-            ("expired", &hs_tokens, Some(hs("k1", json!({"exp": now() - 5, "canvases": ["c1"]}))), "c1", Action::Subscribe, Err("token_expired")),
-            ("no exp", &hs_tokens, Some(hs("k1", json!({"canvases": ["c1"]}))), "c1", Action::Subscribe, Err("invalid_token")),
-            ("no canvases", &hs_tokens, Some(hs("k1", json!({"exp": later}))), "c1", Action::Subscribe, Err("invalid_token")),
-            ("wrong canvas", &hs_tokens, Some(hs("k1", good.clone())), "c2", Action::Subscribe, Err("token_not_allowed")),
-            ("prefix is not a match", &hs_tokens, Some(hs("k1", good.clone())), "team", Action::Subscribe, Err("token_not_allowed")),
-            ("exact is not a prefix", &hs_tokens, Some(hs("k1", good.clone())), "c10", Action::Subscribe, Err("token_not_allowed")),
+            ("right", &hs_tokens, Some(hs(K1, good.clone())), "c1", Action::Subscribe, Ok(())),
+            ("right, publish", &hs_tokens, Some(hs(K1, good.clone())), "c1", Action::Publish, Ok(())),
+            ("right, prefix", &hs_tokens, Some(hs(K1, good.clone())), "team-blue", Action::Subscribe, Ok(())),
+            ("wrong secret", &hs_tokens, Some(hs(K2, good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
+            ("expired", &hs_tokens, Some(hs(K1, json!({"exp": now() - 5, "canvases": ["c1"]}))), "c1", Action::Subscribe, Err("token_expired")),
+            ("no exp", &hs_tokens, Some(hs(K1, json!({"canvases": ["c1"]}))), "c1", Action::Subscribe, Err("invalid_token")),
+            ("no canvases", &hs_tokens, Some(hs(K1, json!({"exp": later}))), "c1", Action::Subscribe, Err("invalid_token")),
+            ("wrong canvas", &hs_tokens, Some(hs(K1, good.clone())), "c2", Action::Subscribe, Err("token_not_allowed")),
+            ("prefix is not a match", &hs_tokens, Some(hs(K1, good.clone())), "team", Action::Subscribe, Err("token_not_allowed")),
+            ("exact is not a prefix", &hs_tokens, Some(hs(K1, good.clone())), "c10", Action::Subscribe, Err("token_not_allowed")),
             (
                 "subscribe only",
                 &hs_tokens,
-                Some(hs("k1", json!({"exp": later, "canvases": ["*"], "allow": ["subscribe"]}))),
+                Some(hs(K1, json!({"exp": later, "canvases": ["*"], "allow": ["subscribe"]}))),
                 "c1",
                 Action::Publish,
                 Err("token_not_allowed"),
@@ -319,13 +476,13 @@ mod tests {
             (
                 "publish only",
                 &hs_tokens,
-                Some(hs("k1", json!({"exp": later, "canvases": ["*"], "allow": ["publish"]}))),
+                Some(hs(K1, json!({"exp": later, "canvases": ["*"], "allow": ["publish"]}))),
                 "any",
                 Action::Publish,
                 Ok(()),
             ),
             ("rs256", &rs_tokens, Some(rs(good.clone())), "c1", Action::Subscribe, Ok(())),
-            ("wrong algorithm: hs256 to rs256", &rs_tokens, Some(hs("k1", good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
+            ("wrong algorithm: hs256 to rs256", &rs_tokens, Some(hs(K1, good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
             ("wrong algorithm: rs256 to hs256", &hs_tokens, Some(rs(good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
             (
                 // The public key used as an HMAC secret: the classic algorithm-confusion attack.
@@ -368,21 +525,112 @@ mod tests {
 
     #[test]
     fn a_grant_knows_its_remaining_time() {
-        let g = ClientTokens::hs256(b"k").verify(Some(&hs("k", json!({"exp": now() + 100, "canvases": ["c"]})))).unwrap();
+        let g = ClientTokens::hs256(K1.as_bytes()).unwrap().verify(Some(&hs(K1, json!({"exp": now() + 100, "canvases": ["c"]})))).unwrap();
         let left = g.remaining(SystemTime::now());
         assert!(left > Duration::from_secs(95) && left <= Duration::from_secs(100), "{left:?}");
         assert_eq!(g.remaining(SystemTime::now() + Duration::from_secs(200)), Duration::ZERO);
     }
 
+    /// (name, verifier, claims, expected code, words of the refusal).
+    type ClaimsCase<'a> = (&'a str, &'a ClientTokens, serde_json::Value, Result<(), &'a str>, &'a str);
+
+    #[test]
+    fn nbf_aud_and_iss_table() {
+        let plain = ClientTokens::hs256(K1.as_bytes()).unwrap();
+        let aud = plain.clone().require_audience("canvas-fleet");
+        let iss = plain.clone().require_issuer("https://issuer.example");
+        let both = aud.clone().require_issuer("https://issuer.example");
+        let (later, c) = (now() + 600, ["c1"]);
+        let cases: Vec<ClaimsCase> = vec![
+            ("nbf in the future", &plain, json!({"exp": later, "nbf": now() + 60, "canvases": c}), Err("invalid_token"), "not valid yet"),
+            ("nbf two seconds ahead (no leeway)", &plain, json!({"exp": later, "nbf": now() + 2, "canvases": c}), Err("invalid_token"), "nbf"),
+            ("nbf in the past", &plain, json!({"exp": later, "nbf": now() - 60, "canvases": c}), Ok(()), ""),
+            ("nbf now", &plain, json!({"exp": later, "nbf": now(), "canvases": c}), Ok(()), ""),
+            ("aud not required: any is fine", &plain, json!({"exp": later, "aud": "other", "canvases": c}), Ok(()), ""),
+            ("iss not required: any is fine", &plain, json!({"exp": later, "iss": "other", "canvases": c}), Ok(()), ""),
+            ("aud required, missing", &aud, json!({"exp": later, "canvases": c}), Err("invalid_token"), "no aud claim"),
+            ("aud required, wrong", &aud, json!({"exp": later, "aud": "other", "canvases": c}), Err("invalid_token"), "aud"),
+            ("aud required, right", &aud, json!({"exp": later, "aud": "canvas-fleet", "canvases": c}), Ok(()), ""),
+            ("aud required, in an array", &aud, json!({"exp": later, "aud": ["x", "canvas-fleet"], "canvases": c}), Ok(()), ""),
+            ("aud required, not in the array", &aud, json!({"exp": later, "aud": ["x", "y"], "canvases": c}), Err("invalid_token"), "aud"),
+            ("aud required, wrong case", &aud, json!({"exp": later, "aud": "Canvas-Fleet", "canvases": c}), Err("invalid_token"), "aud"),
+            ("iss required, missing", &iss, json!({"exp": later, "canvases": c}), Err("invalid_token"), "no iss claim"),
+            ("iss required, wrong", &iss, json!({"exp": later, "iss": "https://evil.example", "canvases": c}), Err("invalid_token"), "iss"),
+            ("iss required, right", &iss, json!({"exp": later, "iss": "https://issuer.example", "canvases": c}), Ok(()), ""),
+            (
+                "both required, both right",
+                &both,
+                json!({"exp": later, "aud": "canvas-fleet", "iss": "https://issuer.example", "canvases": c}),
+                Ok(()),
+                "",
+            ),
+            ("both required, iss missing", &both, json!({"exp": later, "aud": "canvas-fleet", "canvases": c}), Err("invalid_token"), "iss"),
+            ("both required, still expires", &both, json!({"exp": now() - 1, "aud": "canvas-fleet", "iss": "https://issuer.example", "canvases": c}), Err("token_expired"), ""),
+        ];
+        for (name, tokens, claims, want, words) in cases {
+            let got = tokens.authorize(Some(&hs(K1, claims)), "c1", Action::Subscribe);
+            assert_eq!(got.as_ref().map(|_| ()).map_err(TokenError::code), want, "{name}");
+            if let Err(e) = got {
+                assert!(e.to_string().contains(words), "{name}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_hs256_secrets_are_refused() {
+        let secret = |n: usize| ClientTokenSettings { hs256_secret: Some("Z".repeat(n)), ..Default::default() };
+        // (secret length in bytes, accepted).
+        for (len, ok) in [(1, false), (10, false), (31, false), (32, true), (64, true)] {
+            let problems = secret(len).problems();
+            assert_eq!(problems.is_empty(), ok, "{len} bytes: {problems:?}");
+            assert_eq!(ClientTokens::hs256("Z".repeat(len).as_bytes()).is_ok(), ok, "{len} bytes");
+            if let Some(p) = problems.first() {
+                assert!(p.starts_with("CLIENT_TOKEN_HS256_SECRET: ") && p.contains(&format!("{len} bytes")) && p.contains("32"), "{p}");
+                assert!(!p.contains('Z'), "the secret is not shown: {p}");
+            }
+        }
+        assert!(secret(0).problems().is_empty(), "an empty secret is no setting");
+        // Bytes, not characters: 11 three-byte characters are 33 bytes.
+        assert!(ClientTokenSettings { hs256_secret: Some("€".repeat(11)), ..Default::default() }.problems().is_empty());
+    }
+
     #[test]
     fn settings_load_one_key() {
+        let path = |p: &str| Some(PathBuf::from(p));
         assert!(ClientTokenSettings::default().load().unwrap().is_none());
-        let hs = ClientTokenSettings { hs256_secret: Some("s".into()), rs256_public_key_file: None };
+        let hs = ClientTokenSettings { hs256_secret: Some(K1.into()), ..Default::default() };
         assert!(hs.load().unwrap().is_some());
-        assert!(hs.describe().iter().all(|(_, v)| v != "s"));
-        let both = ClientTokenSettings { hs256_secret: Some("s".into()), rs256_public_key_file: Some("/x".into()) };
-        assert_eq!(both.problems().len(), 1);
-        let missing = ClientTokenSettings { hs256_secret: None, rs256_public_key_file: Some("/nonexistent/key.pem".into()) };
+        assert!(hs.describe().iter().all(|(_, v)| v != K1));
+        let both = ClientTokenSettings { hs256_secret: Some(K1.into()), rs256_public_key_file: path("/x"), ..Default::default() };
+        assert_eq!(
+            both.problems(),
+            ["CLIENT_TOKEN_HS256_SECRET and CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE are both set; choose one"]
+        );
+        let missing = ClientTokenSettings { rs256_public_key_file: path("/nonexistent/key.pem"), ..Default::default() };
         assert!(missing.problems()[0].contains("/nonexistent/key.pem"));
+        // An audience or issuer without a key would leave tokens off: refused rather than ignored.
+        let aud_alone = ClientTokenSettings { audience: Some("canvas-fleet".into()), ..Default::default() };
+        assert!(aud_alone.problems()[0].contains("need a key"), "{:?}", aud_alone.problems());
+        let iss_alone = ClientTokenSettings { issuer: Some("me".into()), ..Default::default() };
+        assert_eq!(iss_alone.problems().len(), 1);
+    }
+
+    #[test]
+    fn settings_require_aud_and_iss_and_describe_them() {
+        let s = ClientTokenSettings {
+            rs256_public_key_file: Some(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/client_token_rsa.pub"))),
+            audience: Some("canvas-fleet".into()),
+            issuer: Some("https://issuer.example".into()),
+            ..Default::default()
+        };
+        let tokens = s.load().unwrap().unwrap();
+        let later = now() + 600;
+        assert_eq!(tokens.verify(Some(&rs(json!({"exp": later, "canvases": ["c"]})))).unwrap_err().code(), "invalid_token");
+        let right = json!({"exp": later, "aud": "canvas-fleet", "iss": "https://issuer.example", "canvases": ["c"]});
+        assert!(tokens.verify(Some(&rs(right))).is_ok());
+        let described: Vec<String> = s.describe().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
+        for line in ["CLIENT_TOKEN_AUDIENCE=canvas-fleet", "CLIENT_TOKEN_ISSUER=https://issuer.example", "CLIENT_TOKEN_HS256_SECRET="] {
+            assert!(described.iter().any(|l| l == line), "{line} in {described:?}");
+        }
     }
 }
