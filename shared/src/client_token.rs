@@ -1,9 +1,9 @@
 //! Client tokens: a signed JWT (RFC 7519) that lets a client publish to or subscribe to some
 //! canvases until it expires, modelled on Centrifugo's connection and subscription tokens.
 //!
-//! Claims:
+//! Claims and header fields:
 //!
-//! | claim | required | meaning |
+//! | field | required | meaning |
 //! |---|---|---|
 //! | `exp` | yes | expiry, Unix seconds; no leeway |
 //! | `nbf` | no | not before, Unix seconds; no leeway: a token used earlier is refused |
@@ -12,13 +12,17 @@
 //! | `aud` | with `CLIENT_TOKEN_AUDIENCE` | a string or an array that must hold that audience (without the setting, not looked at) |
 //! | `iss` | with `CLIENT_TOKEN_ISSUER` | must be that issuer (without the setting, not looked at) |
 //! | `sub` | no | who it was issued to (logged) |
+//! | header `kid` | with `CLIENT_TOKEN_JWKS_FILE` | the id of the key that signed the token |
 //!
-//! The signature is HS256 (a shared secret of at least 32 bytes, RFC 7518 §3.2,
-//! `CLIENT_TOKEN_HS256_SECRET`) or RS256 (an RSA public key in PEM,
-//! `CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE`), verified with the `jsonwebtoken` crate; a token of the
-//! other algorithm (or `none`) is refused. With neither setting, no token is needed.
+//! The signature is checked with the key of one of three settings, by the `jsonwebtoken` crate:
+//! HS256 with a shared secret of at least 32 bytes (`CLIENT_TOKEN_HS256_SECRET`, RFC 7518 §3.2),
+//! RS256 with an RSA public key in PEM (`CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE`), or a JWKS file
+//! (`CLIENT_TOKEN_JWKS_FILE`, RFC 7517: RSA keys for RS256, `oct` keys for HS256) whose key is
+//! picked by the token's `kid` and which is re-read when it changes (`client_token/jwks.rs`). A
+//! token of another algorithm than its key's (or `none`) is refused. With none of the three
+//! settings, no token is needed.
 //!
-//! Refusals ([`TokenError`]): no token, a bad one (signature, algorithm, shape, `aud`,
+//! Refusals ([`TokenError`]): no token, a bad one (signature, algorithm, `kid`, shape, `aud`,
 //! `iss`, an `nbf` still in the future) or an expired one are 401 (`missing_token`,
 //! `invalid_token`, `token_expired`); a valid token that does not allow the canvas or the action
 //! is 403 `token_not_allowed`. A token not valid yet is `invalid_token` rather than a code of its
@@ -29,8 +33,11 @@ use crate::http::ApiError;
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+mod jwks;
 
 /// The shortest HS256 secret accepted, in bytes: RFC 7518 §3.2 wants a key at least as long as
 /// the hash (256 bits); a shorter one can be brute-forced from a single token.
@@ -212,6 +219,8 @@ impl Rules {
 enum Keys {
     /// One key for every token (HS256 secret or RS256 PEM).
     One { key: DecodingKey, alg: KeyAlg },
+    /// A JWKS file, re-read when it changes: the token's `kid` picks the key.
+    Jwks(Arc<jwks::JwksFile>),
 }
 
 /// The keys and rules that verify client tokens.
@@ -225,6 +234,7 @@ impl std::fmt::Debug for ClientTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.keys {
             Keys::One { alg, .. } => write!(f, "ClientTokens({:?})", alg.algorithm()),
+            Keys::Jwks(file) => write!(f, "ClientTokens(JWKS {})", file.path().display()),
         }
     }
 }
@@ -250,6 +260,17 @@ impl ClientTokens {
     pub fn rs256_pem(pem: &[u8]) -> Result<Self, String> {
         let key = DecodingKey::from_rsa_pem(pem).map_err(|e| format!("not an RSA public key in PEM: {e}"))?;
         Ok(Self::with(Keys::One { key, alg: KeyAlg::Rs256 }))
+    }
+
+    /// Tokens signed with one of the keys of the JWKS file at `path`, picked by the token's `kid`.
+    /// The file is looked at again at most once a second while tokens are verified, and re-read
+    /// when its modification time, length or inode changed; a changed file that is not a valid key
+    /// set leaves the previous keys in use (with a warning in the log).
+    ///
+    /// # Errors
+    /// When the file cannot be read or is not a valid key set (see `client_token/jwks.rs`).
+    pub fn jwks_file(path: &Path) -> Result<Self, String> {
+        Ok(Self::with(Keys::Jwks(Arc::new(jwks::JwksFile::open(path, jwks::CHECK_EVERY)?))))
     }
 
     /// Also require an `aud` claim holding `audience` (a string equal to it, or an array with it).
@@ -282,6 +303,12 @@ impl ClientTokens {
         let token = token.map(str::trim).filter(|t| !t.is_empty()).ok_or(TokenError::Missing)?;
         let data = match &self.keys {
             Keys::One { key, alg } => jsonwebtoken::decode::<Claims>(token, key, self.rules.for_alg(*alg)),
+            Keys::Jwks(file) => {
+                // The set in use now; a reload meanwhile does not change it under this token.
+                let set = file.keys();
+                let (key, alg) = set.pick(token)?;
+                jsonwebtoken::decode::<Claims>(token, key, self.rules.for_alg(alg))
+            }
         }
         .map_err(refusal)?;
         let c = data.claims;
@@ -338,6 +365,10 @@ pub struct ClientTokenSettings {
     /// Require client tokens signed with RS256, verified with the RSA public key in this PEM file.
     #[arg(long = "client-token-rs256-public-key-file", env = "CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE")]
     pub rs256_public_key_file: Option<PathBuf>,
+    /// Require client tokens signed with a key of this JWKS file (RFC 7517: RSA keys for RS256,
+    /// `oct` keys for HS256), picked by the token's `kid`; the file is re-read when it changes.
+    #[arg(long = "client-token-jwks-file", env = "CLIENT_TOKEN_JWKS_FILE")]
+    pub jwks_file: Option<PathBuf>,
     /// Require client tokens whose `aud` claim holds this audience.
     #[arg(long = "client-token-audience", env = "CLIENT_TOKEN_AUDIENCE")]
     pub audience: Option<String>,
@@ -362,18 +393,20 @@ impl ClientTokenSettings {
     /// The verifier, or `None` when client tokens are off.
     ///
     /// # Errors
-    /// Both key settings given; a secret shorter than 32 bytes; a key file unreadable or
+    /// More than one key setting given; a secret shorter than 32 bytes; a key file unreadable or
     /// not a key; an audience or issuer required without a key.
     pub fn load(&self) -> Result<Option<ClientTokens>, String> {
         let given: Vec<&str> = [
             ("CLIENT_TOKEN_HS256_SECRET", self.secret().is_some()),
             ("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE", self.rs256_public_key_file.is_some()),
+            ("CLIENT_TOKEN_JWKS_FILE", self.jwks_file.is_some()),
         ]
         .into_iter()
         .filter_map(|(name, set)| set.then_some(name))
         .collect();
         match given.as_slice() {
             [_, _] => return Err(format!("{} are both set; choose one", given.join(" and "))),
+            [_, _, _] => return Err(format!("{} are all set; choose one", given.join(", "))),
             _ => {}
         }
         let tokens = if let Some(secret) = self.secret() {
@@ -381,10 +414,12 @@ impl ClientTokenSettings {
         } else if let Some(path) = &self.rs256_public_key_file {
             let pem = std::fs::read(path).map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))?;
             ClientTokens::rs256_pem(&pem).map_err(|e| format!("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE {}: {e}", path.display()))?
+        } else if let Some(path) = &self.jwks_file {
+            ClientTokens::jwks_file(path).map_err(|e| format!("CLIENT_TOKEN_JWKS_FILE {}: {e}", path.display()))?
         } else if self.audience().is_some() || self.issuer().is_some() {
             // Refused rather than ignored: whoever set them meant tokens to be checked.
-            return Err("CLIENT_TOKEN_AUDIENCE and CLIENT_TOKEN_ISSUER need a key: set CLIENT_TOKEN_HS256_SECRET or \
-                        CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE"
+            return Err("CLIENT_TOKEN_AUDIENCE and CLIENT_TOKEN_ISSUER need a key: set CLIENT_TOKEN_HS256_SECRET, \
+                        CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE or CLIENT_TOKEN_JWKS_FILE"
                 .to_owned());
         } else {
             return Ok(None);
@@ -410,6 +445,7 @@ impl ClientTokenSettings {
         vec![
             ("CLIENT_TOKEN_HS256_SECRET", if self.secret().is_some() { "<set>".to_owned() } else { String::new() }),
             ("CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE", path(&self.rs256_public_key_file)),
+            ("CLIENT_TOKEN_JWKS_FILE", path(&self.jwks_file)),
             ("CLIENT_TOKEN_AUDIENCE", self.audience().unwrap_or_default().to_owned()),
             ("CLIENT_TOKEN_ISSUER", self.issuer().unwrap_or_default().to_owned()),
         ]
@@ -606,8 +642,16 @@ mod tests {
             both.problems(),
             ["CLIENT_TOKEN_HS256_SECRET and CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE are both set; choose one"]
         );
+        let jwks_and_secret = ClientTokenSettings { hs256_secret: Some(K1.into()), jwks_file: path("/x"), ..Default::default() };
+        assert_eq!(jwks_and_secret.problems(), ["CLIENT_TOKEN_HS256_SECRET and CLIENT_TOKEN_JWKS_FILE are both set; choose one"]);
+        let jwks_and_pem = ClientTokenSettings { rs256_public_key_file: path("/x"), jwks_file: path("/y"), ..Default::default() };
+        assert_eq!(jwks_and_pem.problems(), ["CLIENT_TOKEN_RS256_PUBLIC_KEY_FILE and CLIENT_TOKEN_JWKS_FILE are both set; choose one"]);
+        let all = ClientTokenSettings { hs256_secret: Some(K1.into()), rs256_public_key_file: path("/x"), jwks_file: path("/y"), ..Default::default() };
+        assert!(all.problems()[0].ends_with("are all set; choose one"), "{:?}", all.problems());
         let missing = ClientTokenSettings { rs256_public_key_file: path("/nonexistent/key.pem"), ..Default::default() };
         assert!(missing.problems()[0].contains("/nonexistent/key.pem"));
+        let missing_jwks = ClientTokenSettings { jwks_file: path("/nonexistent/keys.json"), ..Default::default() };
+        assert!(missing_jwks.problems()[0].starts_with("CLIENT_TOKEN_JWKS_FILE /nonexistent/keys.json: "), "{:?}", missing_jwks.problems());
         // An audience or issuer without a key would leave tokens off: refused rather than ignored.
         let aud_alone = ClientTokenSettings { audience: Some("canvas-fleet".into()), ..Default::default() };
         assert!(aud_alone.problems()[0].contains("need a key"), "{:?}", aud_alone.problems());
@@ -629,7 +673,7 @@ mod tests {
         let right = json!({"exp": later, "aud": "canvas-fleet", "iss": "https://issuer.example", "canvases": ["c"]});
         assert!(tokens.verify(Some(&rs(right))).is_ok());
         let described: Vec<String> = s.describe().into_iter().map(|(k, v)| format!("{k}={v}")).collect();
-        for line in ["CLIENT_TOKEN_AUDIENCE=canvas-fleet", "CLIENT_TOKEN_ISSUER=https://issuer.example", "CLIENT_TOKEN_HS256_SECRET="] {
+        for line in ["CLIENT_TOKEN_AUDIENCE=canvas-fleet", "CLIENT_TOKEN_ISSUER=https://issuer.example", "CLIENT_TOKEN_JWKS_FILE=", "CLIENT_TOKEN_HS256_SECRET="] {
             assert!(described.iter().any(|l| l == line), "{line} in {described:?}");
         }
     }
