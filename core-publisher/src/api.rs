@@ -7,7 +7,8 @@
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
 //! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
-//! | `GET /ready` | `200 {"ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
+//! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers (liveness probes; [`shared::probe`]) |
+//! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! With client tokens required (`CLIENT_TOKEN_*`, [`shared::client_token`]) both publishes need
 //! `Authorization: Bearer <jwt>` allowing `publish` on the canvas (on every event's canvas for a
@@ -377,9 +378,10 @@ async fn metrics<L: EventLog>(State(v): State<Arc<Versions<L>>>, headers: Header
     v.counters().metrics.render(&v, headers.get(axum::http::header::ACCEPT))
 }
 
+/// `GET /readyz` and its alias `GET /ready`: whether writes are accepted.
 async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Response, ApiError> {
     if v.is_ready() {
-        Ok(Json(serde_json::json!({"ready": true})).into_response())
+        Ok(shared::probe::ready())
     } else if v.is_fenced() {
         Err(publish_error(PublishError::Fenced))
     } else {
@@ -406,6 +408,8 @@ pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<Clien
         .route("/canvases/{id}", get(get_canvas::<L>))
         .route("/health", get(health::<L>))
         .route("/metrics", get(metrics::<L>))
+        // The orchestrators' probes ([`shared::probe`]); `/ready` is `/readyz` under its old name.
+        .merge(shared::probe::routes(get(ready::<L>)))
         .route("/ready", get(ready::<L>))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
@@ -576,6 +580,27 @@ mod tests {
         v.rebuild().await.unwrap();
         let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
         assert_eq!((s, j["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    }
+
+    /// The orchestrators' probes: `/livez` answers whenever the process does; `/readyz` (and
+    /// `/ready`, its alias) is 503 + `Retry-After` with the JSON error until writes are accepted.
+    #[tokio::test]
+    async fn livez_always_answers_and_readyz_follows_whether_writes_are_accepted() {
+        let (app, v) = make_app(Fate::Commit, false).await;
+        let (s, j, _) = call(&app, "GET", "/livez", Body::empty()).await;
+        assert_eq!((s, j["status"].as_str()), (StatusCode::OK, Some("alive")), "{j}");
+        for path in ["/readyz", "/ready"] {
+            let (s, j, retry) = call(&app, "GET", path, Body::empty()).await;
+            assert_eq!((s, j["error"].as_str(), retry.as_deref()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready"), Some("1")), "{path}: {j}");
+            assert!(j["message"].as_str().is_some_and(|m| !m.is_empty()), "{path}: {j}");
+        }
+        v.rebuild().await.unwrap();
+        for path in ["/livez", "/readyz", "/ready"] {
+            let (s, j, _) = call(&app, "GET", path, Body::empty()).await;
+            assert_eq!(s, StatusCode::OK, "{path}: {j}");
+        }
+        let (_, j, _) = call(&app, "GET", "/readyz", Body::empty()).await;
+        assert_eq!((j["status"].as_str(), j["ready"].as_bool()), (Some("ready"), Some(true)), "{j}");
     }
 
     #[tokio::test]

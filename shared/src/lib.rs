@@ -16,6 +16,7 @@
 //! - [`auth`]: the admin token (`Authorization: Bearer`, constant-time compare);
 //! - [`client_token`]: clients' signed tokens (JWT) for publishing and subscribing;
 //! - [`serve`]: the HTTP server of every service, with a header-read timeout and a connection cap;
+//! - [`probe`]: the orchestrators' probes every service answers (`/livez`, `/readyz`);
 //! - [`origin`]: which `Origin`s may open a WebSocket; [`client_addr`]: the client's address
 //!   behind trusted proxies; [`rate_limit`]: the publish rate limit per client address;
 //! - [`kafka`]: every Kafka client setting, built in one place;
@@ -42,6 +43,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod origin;
 pub mod partitioner;
+pub mod probe;
 pub mod protocol;
 pub mod rate_limit;
 pub mod replay;
