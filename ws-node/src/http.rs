@@ -2,7 +2,9 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /health` | `200` [`shared::api::NodeHealth`] |
+//! | `GET /health` | `200` [`shared::api::NodeHealth`], whatever the state (the gateway's poll) |
+//! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers ([`shared::probe`]) |
+//! | `GET /readyz` | `200 {"status":"ready","ready":true}` while the node serves (HEALTHY: [`Node::is_ready`]), else `503 not_ready` + `Retry-After` saying why (UP, catching up, DRAINING, DEGRADED) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
@@ -35,12 +37,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 
-/// The node's public router: `/health` and `/ws`, and the admin routes behind the admin token
-/// when one is configured.
+/// The node's public router: `/health`, the probes, `/metrics` and `/ws`, and the admin routes
+/// behind the admin token when one is configured.
 pub fn router(node: Arc<Node>) -> Router {
     let metrics = Arc::new(Metrics::new(&node.config.node_id, &node.hub.counters));
     let public = Router::new()
         .route("/health", get(health))
+        .merge(shared::probe::routes(get(readyz)))
         .route("/metrics", get(move |State(node): State<Arc<Node>>, headers: HeaderMap| render_metrics(node, metrics.clone(), headers)))
         .route("/ws", get(ws));
     let app = match node.config.admin_token() {
@@ -75,6 +78,12 @@ fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {
 
 async fn health(State(node): State<Arc<Node>>) -> Response {
     Json(node.health()).into_response()
+}
+
+/// `GET /readyz`: 200 while the node serves, else 503 saying why.
+async fn readyz(State(node): State<Arc<Node>>) -> Result<Response, ApiError> {
+    node.readiness().map_err(shared::probe::not_ready)?;
+    Ok(shared::probe::ready())
 }
 
 async fn render_metrics(node: Arc<Node>, metrics: Arc<Metrics>, headers: HeaderMap) -> Response {
@@ -299,6 +308,46 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    /// A node that never reached Kafka (phase UP: not serving), and its shutdown.
+    fn up_node() -> (Arc<Node>, tokio_util::sync::DropGuard) {
+        let mut config = crate::config::Config::for_node("ws-probe", "127.0.0.1:1");
+        config.admin_token = None;
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        (Node::new(config, shutdown.clone()), shutdown.drop_guard())
+    }
+
+    /// `req` through `app`: status, `Retry-After`, JSON body (`null` when not JSON).
+    async fn send(app: &Router, req: axum::http::Request<Body>) -> (u16, Option<String>, serde_json::Value) {
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let retry = resp.headers().get(header::RETRY_AFTER).map(|v| v.to_str().unwrap().to_owned());
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, retry, serde_json::from_slice(&body).unwrap_or_default())
+    }
+
+    fn get(path: &str) -> axum::http::Request<Body> {
+        axum::http::Request::get(path).body(Body::empty()).unwrap()
+    }
+
+    /// `/livez` answers whenever the process does; `/readyz` is 503 + `Retry-After` with the JSON
+    /// error while the node does not serve (here: UP, waiting for start-recovery). The 200 of a
+    /// HEALTHY node is in tests/node.rs (it needs a broker).
+    #[tokio::test]
+    async fn livez_is_200_and_readyz_503_while_the_node_is_up_not_ready() {
+        let (node, _stop) = up_node();
+        let app = router(node.clone());
+        let (status, _, body) = send(&app, get("/livez")).await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("alive")), "{body}");
+        let (status, retry, body) = send(&app, get("/readyz")).await;
+        assert_eq!((status, retry.as_deref(), body["error"].as_str()), (503, Some("1"), Some("not_ready")), "{body}");
+        assert!(body["message"].as_str().unwrap().contains("ws-probe"), "{body}");
+        // /health stays the detailed view, 200 whatever the state.
+        let (status, _, body) = send(&app, get("/health")).await;
+        assert_eq!((status, body["state"].as_str()), (200, Some("UP")), "{body}");
+    }
 
     #[test]
     fn query_parsing_names_the_bad_field() {

@@ -174,6 +174,23 @@ impl Node {
         self.phase() == Phase::Ready && self.assessment().degraded.is_none()
     }
 
+    /// [`Node::is_ready`], with why not in an operator's words (`/readyz`'s 503 message).
+    ///
+    /// # Errors
+    /// Why the node does not serve now: its phase, or its DEGRADED reason.
+    pub fn readiness(&self) -> Result<(), String> {
+        let id = &self.config.node_id;
+        match self.phase() {
+            Phase::Up => Err(format!("node {id} is UP: waiting for start-recovery")),
+            Phase::CatchingUp => Err(format!("node {id} is UP: catching up with the log")),
+            Phase::Draining => Err(format!("node {id} is DRAINING")),
+            Phase::Ready => match self.assessment().degraded {
+                None => Ok(()),
+                Some(why) => Err(format!("node {id} is DEGRADED: {why}")),
+            },
+        }
+    }
+
     /// The `/health` body.
     pub fn health(&self) -> NodeHealth {
         let phase = self.phase();

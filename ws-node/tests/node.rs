@@ -449,6 +449,30 @@ async fn without_an_admin_token_the_admin_routes_are_on_loopback_only() {
     h.stop().await;
 }
 
+/// The orchestrators' probes over HTTP: `/livez` 200 at once; `/readyz` 503 + `Retry-After`
+/// until the node is HEALTHY, then 200; `/health` 200 throughout. No token needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_is_503_until_the_node_is_healthy_and_livez_always_200() {
+    let h = Harness::start(|_| {}).await;
+    let plain = reqwest::Client::new();
+    let r = plain.get(format!("{}/livez", h.url)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "alive");
+    let r = plain.get(format!("{}/readyz", h.url)).send().await.unwrap();
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"], "not_ready", "{body}");
+    assert!(body["message"].as_str().unwrap().contains("start-recovery"), "{body}");
+    assert_eq!(plain.get(format!("{}/health", h.url)).send().await.unwrap().status(), 200);
+    h.recover().await;
+    let r = plain.get(format!("{}/readyz", h.url)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["status"], "ready");
+    assert_eq!(plain.get(format!("{}/livez", h.url)).send().await.unwrap().status(), 200);
+    h.stop().await;
+}
+
 #[test]
 fn a_public_admin_listener_without_a_token_is_a_config_problem() {
     let mut c = Config::for_node("ws-1", "k:9092");
