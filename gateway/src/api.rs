@@ -8,7 +8,8 @@
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`); needs `Authorization: Bearer <ADMIN_TOKEN>` (401) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]), with `X-Forwarded-For`: its answer; the publishes `429 rate_limited` + `Retry-After` over `PUBLISH_RATE_PER_SEC` ([`shared::rate_limit`]); the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
 //! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
-//! | `GET /ready` | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` |
+//! | `GET /readyz`, `GET /ready` (the same) | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` (readiness probes, load balancers) |
+//! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers ([`shared::probe`]) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 //!
@@ -59,6 +60,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/api/canvases/{id}", get(forward_canvas))
         .route("/health", get(health))
+        // The orchestrators' probes ([`shared::probe`]); `/ready` is `/readyz` under its old name.
+        .merge(shared::probe::routes(get(ready)))
         .route("/ready", get(ready))
         .route("/metrics", get(metrics))
         .route("/", get(crate::assets::index))
@@ -113,6 +116,7 @@ async fn health(State(fleet): State<Arc<Fleet>>) -> Response {
     }
 }
 
+/// `GET /readyz` and its alias `GET /ready`: a fresh view and a node that serves.
 async fn ready(State(fleet): State<Arc<Fleet>>) -> Response {
     let (verdict, body) = view_verdict(&fleet);
     if verdict.ready {
@@ -398,5 +402,19 @@ mod tests {
         assert_eq!(body["stale_nodes"], serde_json::Value::Null, "the body is the view, not the verdict's internals");
         let (status, _, body) = get(&app, "/ready").await;
         assert_eq!((status, body["error"].as_str()), (503, Some("stale_view")), "{body}");
+    }
+
+    /// `/livez` is 200 whatever the view; `/readyz` is `/ready`: 503 + `Retry-After` with the JSON
+    /// error while the view is stale (the 200 of a gateway with a node serving: tests/edge.rs).
+    #[tokio::test]
+    async fn livez_is_200_and_readyz_503_while_the_view_is_stale() {
+        use clap::Parser;
+        let config = crate::config::Config::try_parse_from(["gateway", "--nodes", "ws-1=http://127.0.0.1:1"]).unwrap();
+        let app = router(Fleet::new(config, tokio_util::sync::CancellationToken::new()));
+        let (status, _, body) = get(&app, "/livez").await;
+        assert_eq!((status, body["status"].as_str()), (200, Some("alive")), "{body}");
+        let (status, retry, body) = get(&app, "/readyz").await;
+        assert_eq!((status, retry.as_deref(), body["error"].as_str()), (503, Some("1"), Some("stale_view")), "{body}");
+        assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
     }
 }
