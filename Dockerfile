@@ -22,7 +22,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     && cp target/release/core-publisher target/release/ws-node target/release/gateway target/release/load /out/
 
 FROM debian:${DEBIAN_RELEASE}-slim AS runtime
-# curl: the compose health checks call each service's own /health (or /ready). libssl3: the
+# curl: the compose health checks call each service's own /readyz (or /livez). libssl3: the
 # OpenSSL librdkafka links for TLS to the brokers.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends ca-certificates curl libssl3 \

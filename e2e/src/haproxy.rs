@@ -1,7 +1,7 @@
 //! HAProxy in front of gateway replicas: Debian's `haproxy` (scripts/setup-haproxy.sh installs
 //! it) as a process, with the configuration docker-compose.yml gives the official image
 //! (deploy/haproxy/haproxy.cfg, addresses moved to loopback): HTTP mode (WebSocket upgrades become tunnels), round robin, a health
-//! check on every gateway's `/health`, and a retry on another gateway when a connection to one is
+//! check on every gateway's `/readyz`, and a retry on another gateway when a connection to one is
 //! refused, so a dead gateway costs a client one reconnect and a writer nothing.
 
 use crate::broker::free_port;

@@ -6,9 +6,11 @@
 //!   (`--check-config`), and every variable it is given is one the binary reads (a typo fails);
 //! - ports, service names, URLs between services and health-check paths agree with what the
 //!   binaries listen on and serve (the paths are requested from the real binaries, started here
-//!   with the compose environment on loopback);
+//!   with the compose environment on loopback); the health checks are the orchestrators' probes
+//!   (`/readyz`, `/livez` for the nodes: see `ports_names_urls_and_dependencies_agree`);
 //! - HAProxy's configuration (deploy/haproxy/haproxy.cfg) is valid for the real `haproxy`, lists
-//!   every gateway service on its port, and is what compose publishes and mounts;
+//!   every gateway service on its port, checks the gateways' `/readyz`, and is what compose
+//!   publishes and mounts;
 //! - the Dockerfile builds with the project's own profile and binaries.
 
 use e2e::broker::{free_port, repo_root, Broker, BrokerKind};
@@ -262,16 +264,31 @@ fn ports_names_urls_and_dependencies_agree() {
         assert_eq!(restart, "no", "{ws} is not restarted automatically (a killed node stays down)");
     }
     assert!(healthy("load", "gateway"));
-    // Every service has a health check on its own port.
+    // Every service has a health check on its own port, and it is one of the orchestrators'
+    // probes: /readyz where "healthy" must mean "serves" (the publisher accepts writes, a gateway
+    // routes), /livez for the nodes, which serve only after the gateway that waits for them has
+    // sent start-recovery (their /readyz would hold the start-up for ever).
     for name in services.keys() {
         if name == "load" {
             continue;
         }
         let test: Vec<&str> = svc(name)["healthcheck"]["test"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
         let url = test.iter().find(|t| t.starts_with("http://")).unwrap_or_else(|| panic!("{name}'s health check has no URL"));
-        let (host, port, _) = split_url(url);
+        let (host, port, path) = split_url(url);
         assert_eq!((host.as_str(), port), ("localhost", listen(name)), "{name}'s health check targets its own port");
+        let probe = if ws_services.contains(&name) { shared::probe::LIVEZ } else { shared::probe::READYZ };
+        assert_eq!(path, probe, "{name}'s health check is the {probe} probe");
     }
+    // HAProxy takes a gateway out of rotation on its readiness probe.
+    assert_eq!(haproxy_check_path(&cfg), shared::probe::READYZ, "haproxy checks each gateway's readiness probe");
+}
+
+/// The path of `option httpchk GET <path>` in an HAProxy configuration.
+fn haproxy_check_path(cfg: &str) -> String {
+    let line = cfg.lines().map(str::trim).find(|l| l.starts_with("option httpchk")).expect("haproxy checks the gateways over HTTP");
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.get(2), Some(&"GET"), "{line}");
+    words.get(3).expect("a path").to_string()
 }
 
 /// The health-check paths are served: each binary, started here with its compose environment
@@ -332,20 +349,27 @@ fn health_check_paths_are_served_by_the_binaries() {
                 .map(|t| t.as_str().unwrap().to_owned())
                 .collect();
             let (_, _, path) = split_url(test.iter().find(|t| t.starts_with("http://")).unwrap());
-            let url = format!("http://127.0.0.1:{}{path}", local_port[name]);
-            let status = e2e::procs::eventually(&format!("{name} to answer {path} with 200"), Duration::from_secs(60), || {
-                let (http, url) = (http.clone(), url.clone());
-                async move {
-                    match http.get(&url).send().await {
-                        Ok(r) if r.status().is_success() => Ok(Some(r.status().as_u16())),
-                        Ok(r) => Err(format!("{}", r.status())),
-                        Err(e) => Err(e.to_string()),
+            // The gateways also answer HAProxy's check path.
+            let mut paths = vec![path];
+            if services[name].0 == "gateway" {
+                paths.push(haproxy_check_path(&e2e::haproxy::deploy_config()));
+            }
+            for path in paths {
+                let url = format!("http://127.0.0.1:{}{path}", local_port[name]);
+                let status = e2e::procs::eventually(&format!("{name} to answer {path} with 200"), Duration::from_secs(60), || {
+                    let (http, url) = (http.clone(), url.clone());
+                    async move {
+                        match http.get(&url).send().await {
+                            Ok(r) if r.status().is_success() => Ok(Some(r.status().as_u16())),
+                            Ok(r) => Err(format!("{}", r.status())),
+                            Err(e) => Err(e.to_string()),
+                        }
                     }
-                }
-            })
-            .await
-            .unwrap();
-            assert_eq!(status, 200, "{name} {path}");
+                })
+                .await
+                .unwrap();
+                assert_eq!(status, 200, "{name} {path}");
+            }
         }
         drop(children);
     });
