@@ -44,13 +44,15 @@ impl NodeAdmin {
         req
     }
 
-    /// `POST /admin/start-recovery`: the node's answer body.
+    /// `POST /admin/start-recovery` with the body `{}` (the nodes take only admin POSTs declared
+    /// JSON): the node's answer body.
     ///
     /// # Errors
     /// The transport error or the node's status and body, as text.
     pub async fn start_recovery(&self, node: Node<'_>, decided: &Decided) -> Result<serde_json::Value, String> {
         let url = format!("{}/admin/start-recovery", node.admin_url);
-        let resp = self.post(&url, Some(decided)).timeout(Duration::from_secs(5)).send().await.map_err(|e| e.to_string())?;
+        let req = self.post(&url, Some(decided)).json(&serde_json::json!({})).timeout(Duration::from_secs(5));
+        let resp = req.send().await.map_err(|e| e.to_string())?;
         let status = resp.status();
         let body: serde_json::Value = resp.json().await.unwrap_or(serde_json::Value::Null);
         if status.is_success() {

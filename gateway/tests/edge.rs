@@ -1,8 +1,9 @@
 //! The gateway's edge, in-process (`gateway::run` on 127.0.0.1:0) over a tiny HTTP server posing
-//! as a node: the orchestrators' probes (`/livez`, `/readyz`).
+//! as a node: the orchestrators' probes (`/livez`, `/readyz`) and the `Content-Type` of the
+//! gateway's own calls to the nodes' admin routes.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -13,10 +14,25 @@ use tokio_util::sync::CancellationToken;
 
 const ADMIN_TOKEN: &str = "gateway-edge-test-token";
 
+/// One admin call a fake node received: its path, `Content-Type` and body.
+#[derive(Debug, Clone)]
+struct Call {
+    path: &'static str,
+    content_type: Option<String>,
+    body: String,
+}
+
 #[derive(Clone)]
 struct FakeNode {
     /// The `/health` state it reports (`UP`, `HEALTHY`).
     state: Arc<Mutex<&'static str>>,
+    calls: Arc<Mutex<Vec<Call>>>,
+}
+
+impl FakeNode {
+    fn calls(&self, path: &str) -> Vec<Call> {
+        self.calls.lock().unwrap().iter().filter(|c| c.path == path).cloned().collect()
+    }
 }
 
 async fn node_health(State(n): State<FakeNode>) -> Response {
@@ -30,16 +46,28 @@ async fn node_health(State(n): State<FakeNode>) -> Response {
     .into_response()
 }
 
-async fn node_start_recovery() -> Response {
+fn record(n: &FakeNode, path: &'static str, headers: &HeaderMap, body: axum::body::Bytes) {
+    let content_type = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    n.calls.lock().unwrap().push(Call { path, content_type, body: String::from_utf8_lossy(&body).into_owned() });
+}
+
+async fn node_start_recovery(State(n): State<FakeNode>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    record(&n, "/admin/start-recovery", &headers, body);
     (StatusCode::ACCEPTED, Json(serde_json::json!({"outcome": "started"}))).into_response()
+}
+
+async fn node_drain(State(n): State<FakeNode>, headers: HeaderMap, body: axum::body::Bytes) -> Response {
+    record(&n, "/admin/drain", &headers, body);
+    Json(serde_json::json!({"reason": "MAINTENANCE", "notified_sessions": 0, "force_closed_sessions": 0, "duration_ms": 1})).into_response()
 }
 
 /// A fake node reporting `state`; its URL and the guard that stops it.
 async fn fake(state: &'static str) -> (FakeNode, String, tokio_util::sync::DropGuard) {
-    let n = FakeNode { state: Arc::new(Mutex::new(state)) };
+    let n = FakeNode { state: Arc::new(Mutex::new(state)), calls: Arc::new(Mutex::new(Vec::new())) };
     let app = Router::new()
         .route("/health", get(node_health))
         .route("/admin/start-recovery", post(node_start_recovery))
+        .route("/admin/drain", post(node_drain))
         .with_state(n.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -107,4 +135,26 @@ async fn readyz_is_503_until_a_node_serves_and_livez_always_200() {
     let (status, _, body) = get_json(&format!("{gw}/ready")).await;
     assert_eq!((status, body["ready"].as_bool()), (200, Some(true)), "{body}");
     assert_eq!(get_json(&format!("{gw}/livez")).await.0, 200);
+}
+
+/// The gateway's calls to a node's admin routes are declared JSON and carry a JSON object, as
+/// the nodes' admin routes require (start-recovery has nothing to say: `{}`).
+#[tokio::test]
+async fn the_gateway_s_admin_calls_to_nodes_are_declared_json() {
+    let (node, url, _n) = fake("UP").await;
+    let (gw, _g) = gateway(&url, &["--admin-token", ADMIN_TOKEN]).await;
+    let calls = until("start-recovery to be sent", || async { Some(node.calls("/admin/start-recovery")).filter(|c| !c.is_empty()) }).await;
+    let drain = reqwest::Client::new()
+        .post(format!("{gw}/api/fleet/nodes/ws-1/drain"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&serde_json::json!({"grace_ms": 0}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(drain.status(), 200);
+    for c in calls.iter().chain(&node.calls("/admin/drain")) {
+        assert_eq!(c.content_type.as_deref(), Some("application/json"), "{c:?}");
+        assert!(serde_json::from_str::<serde_json::Value>(&c.body).is_ok_and(|v| v.is_object()), "{c:?}");
+    }
+    assert_eq!(node.calls("/admin/drain").len(), 1);
 }

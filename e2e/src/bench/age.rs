@@ -216,7 +216,7 @@ async fn measure_recovery(ctx: &Ctx, topic: &str, events: u64, build: Build, dir
     let result = async {
         eventually("the node to answer /health", Duration::from_secs(30), || async { Ok(get_json(&http, &format!("{url}/health")).await.ok().map(|_| ())) }).await?;
         let t0 = Instant::now();
-        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).send().await?;
+        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).json(&serde_json::json!({})).send().await?;
         anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
         wait_ready(&http, &url, "the node to be ready").await?;
         Ok(t0.elapsed().as_millis() as u64)

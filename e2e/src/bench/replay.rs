@@ -104,7 +104,7 @@ async fn node_replay(ctx: &Ctx, topic: &str) -> anyhow::Result<(u64, u64, u64)> 
         })
         .await?;
         let t0 = Instant::now();
-        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).send().await?;
+        let r = http.post(format!("{url}/admin/start-recovery")).bearer_auth(crate::fleet::ADMIN_TOKEN).json(&serde_json::json!({})).send().await?;
         anyhow::ensure!(r.status().is_success(), "start-recovery answered {}", r.status());
         println!("[bench]   ws-node replaying (start-recovery sent)");
         let catchup = eventually("the replay node to be ready", Duration::from_secs(900), || async {

@@ -77,7 +77,7 @@ async fn admin_token_and_client_tokens_guard_the_fleet() {
     // With the token but without the leader's fencing token: the gateway leads this fleet, so a
     // node takes admin requests on its public port only from the leader (the admin token passed:
     // not 401).
-    let r = http.post(format!("{node}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    let r = http.post(format!("{node}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await.unwrap();
     assert_eq!(status_and_error(r).await, (409, "fencing_token_required".to_owned()));
     // Nothing was drained by the refused calls.
     let f = fleet.fleet_state().await.unwrap();

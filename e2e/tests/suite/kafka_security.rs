@@ -108,7 +108,7 @@ async fn the_fleet_runs_on_a_sasl_ssl_listener_through_the_pass_through() {
         }
         for (i, url) in refused.iter().enumerate() {
             if !sent[i] {
-                if let Ok(r) = http.post(format!("{url}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).send().await {
+                if let Ok(r) = http.post(format!("{url}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await {
                     assert_eq!(r.status().as_u16(), 202);
                     sent[i] = true;
                 }

@@ -65,7 +65,7 @@ async fn kafka_client_settings_reach_every_service_s_clients() {
             assert_ne!(h["ready"], true, "a publisher with an unavailable SASL mechanism became ready: {h}");
         }
         if !recovery_sent {
-            if let Ok(r) = http.post(format!("{nurl}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).send().await {
+            if let Ok(r) = http.post(format!("{nurl}/admin/start-recovery")).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await {
                 assert_eq!(r.status().as_u16(), 202);
                 recovery_sent = true;
             }

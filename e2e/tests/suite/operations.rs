@@ -81,10 +81,16 @@ async fn drain_and_graceful_stop() {
     // Bad requests are refused with JSON and change nothing.
     let r = http.post(format!("{}/api/fleet/nodes/ws-2/drain", fleet.gateway.url())).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401, "the drain needs the admin token");
-    let r = fleet.admin(http.post(format!("{}/api/fleet/nodes/ws-9/drain", fleet.gateway.url()))).send().await.unwrap();
+    let r = fleet.admin(http.post(format!("{}/api/fleet/nodes/ws-9/drain", fleet.gateway.url()))).json(&serde_json::json!({})).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "not_found");
-    let r = fleet.admin(http.post(format!("{}/api/fleet/nodes/ws-2/drain", fleet.gateway.url()))).body("{\"grace\":1}").send().await.unwrap();
+    let r = fleet
+        .admin(http.post(format!("{}/api/fleet/nodes/ws-2/drain", fleet.gateway.url())))
+        .header("content-type", "application/json")
+        .body("{\"grace\":1}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["field"], "grace");
 
