@@ -19,7 +19,10 @@
 //! client's `Authorization` header on to the publisher, which checks it.
 //!
 //! With no `ADMIN_TOKEN` the drain route is absent here (404) and `/api/fleet` is always the
-//! redacted one; [`admin_router`] (the loopback `ADMIN_LISTEN_ADDR`) serves both in full.
+//! redacted one; [`admin_router`] (the loopback `ADMIN_LISTEN_ADDR`) serves both in full. The
+//! admin routes refuse what a browser page could send ([`shared::admin_guard`]): a POST not
+//! declared `application/json` (415), any `Origin` (403), and on the loopback listener a `Host`
+//! that is not loopback (403).
 
 use crate::fleet::Fleet;
 use crate::proxy;
@@ -32,6 +35,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use shared::admin_guard::AdminGuard;
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
 use shared::http::{
     method_not_allowed, parse_json, parse_query, ApiError, CanvasPath, JsonBody, JsonBodyUpTo, PathSegment, MAX_BATCH_BODY_BYTES,
@@ -46,9 +50,11 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
     // The publish rate limit per client address, on the forwarded publishes.
     let limited = || axum::middleware::from_fn_with_state(fleet.limiter.clone(), shared::rate_limit::enforce);
     let admin = match fleet.admin_token.clone() {
-        Some(token) => {
-            Router::new().route("/api/fleet/nodes/{id}/drain", post(drain)).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))
-        }
+        // The token first (401), then what a page could send (415, 403).
+        Some(token) => Router::new()
+            .route("/api/fleet/nodes/{id}/drain", post(drain))
+            .route_layer(axum::middleware::from_fn_with_state(AdminGuard::Token, shared::admin_guard::guard))
+            .route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
         None => Router::new(),
     };
     Router::new()
@@ -100,6 +106,7 @@ pub fn admin_router(fleet: Arc<Fleet>) -> Router {
     Router::new()
         .route("/api/fleet", get(full_fleet_state))
         .route("/api/fleet/nodes/{id}/drain", post(drain))
+        .route_layer(axum::middleware::from_fn_with_state(AdminGuard::Loopback, shared::admin_guard::guard))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))

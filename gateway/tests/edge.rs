@@ -1,6 +1,7 @@
 //! The gateway's edge, in-process (`gateway::run` on 127.0.0.1:0) over a tiny HTTP server posing
-//! as a node: the orchestrators' probes (`/livez`, `/readyz`) and the `Content-Type` of the
-//! gateway's own calls to the nodes' admin routes.
+//! as a node: the orchestrators' probes (`/livez`, `/readyz`), the admin routes' refusal of what
+//! a browser page could send (no JSON `Content-Type`, an `Origin`, a foreign `Host`), and the
+//! `Content-Type` of the gateway's own calls to the nodes' admin routes.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -157,4 +158,62 @@ async fn the_gateway_s_admin_calls_to_nodes_are_declared_json() {
         assert!(serde_json::from_str::<serde_json::Value>(&c.body).is_ok_and(|v| v.is_object()), "{c:?}");
     }
     assert_eq!(node.calls("/admin/drain").len(), 1);
+}
+
+fn admin_post(client: &reqwest::Client, url: &str, content_type: Option<&str>, headers: &[(&str, &str)], body: &str) -> reqwest::RequestBuilder {
+    let mut req = client.post(url).body(body.to_owned());
+    if let Some(ct) = content_type {
+        req = req.header("content-type", ct);
+    }
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    req
+}
+
+/// What a page in a browser on the gateway's host could send to its admin routes is refused and
+/// drains nothing: a POST not declared JSON (a `no-cors` fetch cannot declare it) is 415, a
+/// request with an `Origin` (every page's POST has one) or, on the loopback listener, a `Host`
+/// that is not loopback (DNS rebinding) is 403. The operator's request is carried out.
+#[tokio::test]
+async fn admin_routes_refuse_what_a_browser_page_could_send() {
+    let (node, url, _n) = fake("HEALTHY").await;
+    let admin_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let listen = format!("127.0.0.1:{admin_port}");
+    let (_gw, _g) = gateway(&url, &["--admin-listen", &listen]).await;
+    let admin = format!("http://{listen}");
+    let http = reqwest::Client::new();
+    until("the admin listener", || async { http.get(format!("{admin}/api/fleet")).send().await.ok().map(|_| ()) }).await;
+    let drain = format!("{admin}/api/fleet/nodes/ws-1/drain");
+    let json = Some("application/json");
+    for (ct, headers, body, status, code) in [
+        (None, &[][..], "", 415, "unsupported_media_type"),
+        (None, &[][..], "{}", 415, "unsupported_media_type"),
+        (Some("text/plain;charset=UTF-8"), &[][..], "{}", 415, "unsupported_media_type"),
+        (Some("multipart/form-data; boundary=x"), &[][..], "", 415, "unsupported_media_type"),
+        (json, &[("origin", "http://localhost:3000")][..], "{}", 403, "origin_not_allowed"),
+        (json, &[("host", "rebound.example:9000")][..], "{}", 403, "host_not_allowed"),
+    ] {
+        let r = admin_post(&http, &drain, ct, headers, body).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{ct:?} {headers:?}");
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], code, "{ct:?} {headers:?}");
+    }
+    // Reads of the admin listener too: a page's fetch carries an Origin.
+    let r = http.get(format!("{admin}/api/fleet")).header("origin", "http://localhost:3000").send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(node.calls("/admin/drain").is_empty(), "a refused request drained the node");
+    let r = admin_post(&http, &drain, json, &[], r#"{"grace_ms":0}"#).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(node.calls("/admin/drain").len(), 1);
+
+    // On the public listener (with a token) the same rules, after the token.
+    let (gw, _g2) = gateway(&url, &["--admin-token", ADMIN_TOKEN]).await;
+    let drain = format!("{gw}/api/fleet/nodes/ws-1/drain");
+    let r = admin_post(&http, &drain, None, &[], "").send().await.unwrap();
+    assert_eq!(r.status(), 401, "the token first");
+    let r = admin_post(&http, &drain, None, &[], "").bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 415);
+    let r = admin_post(&http, &drain, json, &[("origin", "https://canvas.example")], "{}").bearer_auth(ADMIN_TOKEN).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(node.calls("/admin/drain").len(), 1, "a refused request drained the node");
 }

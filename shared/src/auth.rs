@@ -9,7 +9,8 @@
 //!
 //! With no token configured a service does not serve its admin routes on its public listener
 //! (they answer 404 there) but on a second listener that must be bound to loopback
-//! (`ADMIN_LISTEN_ADDR`); see [`admin_listen_problem`].
+//! (`ADMIN_LISTEN_ADDR`); see [`admin_listen_problem`]. What else every admin route refuses (a
+//! POST not declared JSON, an `Origin`, a foreign `Host`): [`crate::admin_guard`].
 
 use crate::http::ApiError;
 use axum::extract::{Request, State};

@@ -14,6 +14,8 @@
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
 //! - [`auth`]: the admin token (`Authorization: Bearer`, constant-time compare);
+//! - [`admin_guard`]: what every admin route refuses before its handler (an `Origin`, a POST not
+//!   declared JSON, a foreign `Host` on the loopback admin listener);
 //! - [`client_token`]: clients' signed tokens (JWT) for publishing and subscribing;
 //! - [`serve`]: the HTTP server of every service, with a header-read timeout and a connection cap;
 //! - [`probe`]: the orchestrators' probes every service answers (`/livez`, `/readyz`);
@@ -29,6 +31,7 @@
 //! - [`fuzzing`]: the invariants the fuzz targets and corpus tests check on the parsers of outside
 //!   input.
 
+pub mod admin_guard;
 pub mod api;
 pub mod auth;
 pub mod canvas;

@@ -14,7 +14,10 @@
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise), and once a
 //! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`crate::fence`]). With no
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
-//! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`.
+//! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`. On both, [`shared::admin_guard`]
+//! refuses what a browser page could send: a POST not declared `application/json` (415), any
+//! `Origin` (403 `origin_not_allowed`), and on the loopback listener a `Host` that is not loopback
+//! (403 `host_not_allowed`).
 
 use crate::metrics::{Figures, Metrics};
 use crate::node::{DrainError, Node};
@@ -25,6 +28,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use shared::admin_guard::AdminGuard;
 use shared::api::{DrainRequest, HoldRequest, MAX_GRACE_MS, MAX_HOLD_EXTENSION_MS};
 use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
@@ -47,7 +51,10 @@ pub fn router(node: Arc<Node>) -> Router {
         .route("/metrics", get(move |State(node): State<Arc<Node>>, headers: HeaderMap| render_metrics(node, metrics.clone(), headers)))
         .route("/ws", get(ws));
     let app = match node.config.admin_token() {
-        Some(token) => public.merge(admin_routes(&node, Listener::Public).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin))),
+        // The token first (401), then what a page could send (415, 403).
+        Some(token) => public.merge(
+            admin_routes(&node, Listener::Public, AdminGuard::Token).route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
+        ),
         None => public,
     };
     finish(app, node)
@@ -56,16 +63,20 @@ pub fn router(node: Arc<Node>) -> Router {
 /// The admin routes alone, without a credential: for the loopback admin listener, served when
 /// no `ADMIN_TOKEN` is set.
 pub fn admin_router(node: Arc<Node>) -> Router {
-    finish(admin_routes(&node, Listener::Loopback), node)
+    finish(admin_routes(&node, Listener::Loopback, AdminGuard::Loopback), node)
 }
 
-fn admin_routes(node: &Arc<Node>, listener: Listener) -> Router<Arc<Node>> {
+/// The admin routes on `listener`, refusing what a browser page could send (`mode`: where they
+/// are served).
+fn admin_routes(node: &Arc<Node>, listener: Listener, mode: AdminGuard) -> Router<Arc<Node>> {
     Router::new()
         .route("/admin/start-recovery", post(start_recovery))
         .route("/admin/drain", post(drain))
         .route("/admin/hold", post(hold))
         // A deposed leader's token is refused; each decision is carried out once ([`crate::fence`]).
         .route_layer(axum::middleware::from_fn_with_state((node.guard.clone(), listener), crate::fence::guard))
+        // Outside the fence: a refused request is no decision, and is not remembered as one.
+        .route_layer(axum::middleware::from_fn_with_state(mode, shared::admin_guard::guard))
 }
 
 fn finish(routes: Router<Arc<Node>>, node: Arc<Node>) -> Router {
@@ -347,6 +358,49 @@ mod tests {
         // /health stays the detailed view, 200 whatever the state.
         let (status, _, body) = send(&app, get("/health")).await;
         assert_eq!((status, body["state"].as_str()), (200, Some("UP")), "{body}");
+    }
+
+    fn admin_post(path: &str, content_type: Option<&str>, extra: &[(&str, &str)], body: &str) -> axum::http::Request<Body> {
+        let mut req = axum::http::Request::post(path);
+        if let Some(ct) = content_type {
+            req = req.header(header::CONTENT_TYPE, ct);
+        }
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        req.body(Body::from(body.to_owned())).unwrap()
+    }
+
+    /// The loopback admin listener takes only requests a browser page cannot forge: a POST
+    /// without `Content-Type: application/json` is 415 (a `no-cors` fetch cannot declare JSON), a
+    /// request with an `Origin` (every page's POST has one) or a `Host` that is not loopback (DNS
+    /// rebinding) is 403; none of them reaches the node.
+    #[tokio::test]
+    async fn the_admin_listener_refuses_what_a_browser_page_could_send() {
+        let (node, _stop) = up_node();
+        let app = admin_router(node.clone());
+        let json = Some("application/json");
+        let drain = r#"{"reason":"MAINTENANCE"}"#;
+        for (path, ct, extra, body, status, code) in [
+            ("/admin/start-recovery", None, &[][..], "", 415, "unsupported_media_type"),
+            ("/admin/start-recovery", Some("text/plain"), &[][..], "{}", 415, "unsupported_media_type"),
+            ("/admin/drain", None, &[][..], drain, 415, "unsupported_media_type"),
+            ("/admin/drain", Some("application/x-www-form-urlencoded"), &[][..], drain, 415, "unsupported_media_type"),
+            ("/admin/start-recovery", json, &[("origin", "http://127.0.0.1:8000")][..], "{}", 403, "origin_not_allowed"),
+            ("/admin/drain", json, &[("origin", "null")][..], drain, 403, "origin_not_allowed"),
+            ("/admin/start-recovery", json, &[("host", "evil.example:9081")][..], "{}", 403, "host_not_allowed"),
+        ] {
+            let (got, _, body) = send(&app, admin_post(path, ct, extra, body)).await;
+            assert_eq!((got, body["error"].as_str()), (status, Some(code)), "{path} {ct:?} {extra:?}: {body}");
+            assert!(body["message"].as_str().is_some_and(|m| !m.is_empty()), "{body}");
+            assert_eq!(node.phase(), crate::lifecycle::Phase::Up, "{path} {ct:?} {extra:?} reached the node");
+        }
+        // A proper request goes through (a hold changes nothing on a node that holds nothing).
+        let hold = r#"{"partitions":[0],"for_ms":1000}"#;
+        let ok = [("host", "127.0.0.1:9081")];
+        let (got, _, body) = send(&app, admin_post("/admin/hold", Some("application/json; charset=utf-8"), &ok, hold)).await;
+        assert_eq!(got, 200, "{body}");
+        assert_eq!(body["held"], serde_json::json!([]), "{body}");
     }
 
     #[test]

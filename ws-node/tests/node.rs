@@ -422,6 +422,13 @@ async fn admin_routes_need_the_admin_token() {
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "invalid_token");
     let r = plain.post(format!("{}/admin/drain", h.url)).json(&serde_json::json!({"reason": "MAINTENANCE"})).send().await.unwrap();
     assert_eq!(r.status(), 401);
+    // The token is checked first; with it, a POST must still be declared JSON and carry no Origin.
+    let r = h.http.post(&url).send().await.unwrap();
+    assert_eq!(r.status(), 415);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "unsupported_media_type");
+    let r = h.http.post(&url).header("origin", "https://canvas.example").json(&serde_json::json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "origin_not_allowed");
     // Nothing started: the node is still waiting for start-recovery.
     assert_eq!(h.health().await["state"], "UP");
     // With the token (the harness's client sends it) it works.
@@ -441,11 +448,33 @@ async fn without_an_admin_token_the_admin_routes_are_on_loopback_only() {
     let r = plain.post(format!("{}/admin/start-recovery", h.url)).send().await.unwrap();
     assert_eq!(r.status(), 404, "the public listener has no admin routes");
     assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "not_found");
-    let r = plain.post(format!("http://127.0.0.1:{admin_port}/admin/start-recovery")).send().await.unwrap();
+    let admin = format!("http://127.0.0.1:{admin_port}");
+    // What a page in a browser on this host could send (a `no-cors` fetch: no JSON content type;
+    // any fetch: an `Origin`) is refused, and does nothing.
+    let r = plain.post(format!("{admin}/admin/start-recovery")).send().await.unwrap();
+    assert_eq!(r.status(), 415, "a POST without Content-Type: application/json");
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "unsupported_media_type");
+    let r = plain.post(format!("{admin}/admin/start-recovery")).header("origin", "http://localhost:8000").json(&serde_json::json!({})).send().await.unwrap();
+    assert_eq!(r.status(), 403, "a request with an Origin");
+    assert_eq!(r.json::<serde_json::Value>().await.unwrap()["error"], "origin_not_allowed");
+    assert_eq!(h.health().await["state"], "UP", "no refused request started the recovery");
+    let r = plain.post(format!("{admin}/admin/start-recovery")).json(&serde_json::json!({})).send().await.unwrap();
     assert_eq!(r.status(), 202);
     h.wait_health("HEALTHY", |h| h["state"] == "HEALTHY").await;
-    let r = plain.get(format!("http://127.0.0.1:{admin_port}/health")).send().await.unwrap();
+    // A drain as a page could send it: text/plain, or no body at all; the node keeps serving.
+    let r = plain.post(format!("{admin}/admin/drain")).body(r#"{"reason":"MAINTENANCE"}"#).send().await.unwrap();
+    assert_eq!(r.status(), 415);
+    let r = plain.post(format!("{admin}/admin/drain")).header("content-type", "text/plain").body(r#"{"reason":"MAINTENANCE"}"#).send().await.unwrap();
+    assert_eq!(r.status(), 415);
+    let r = plain.post(format!("{admin}/admin/drain")).header("origin", "null").json(&serde_json::json!({"reason": "MAINTENANCE"})).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+    assert_eq!(h.health().await["state"], "HEALTHY", "no refused request drained the node");
+    let r = plain.get(format!("{admin}/health")).send().await.unwrap();
     assert_eq!(r.status(), 404, "the admin listener serves only the admin routes");
+    // The operator's drain, declared as JSON, is done.
+    let r = plain.post(format!("{admin}/admin/drain")).json(&serde_json::json!({"reason": "MAINTENANCE", "grace_ms": 0})).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(h.health().await["state"], "UP", "drained");
     h.stop().await;
 }
 
