@@ -1,7 +1,8 @@
 //! The gateway's edge, in-process (`gateway::run` on 127.0.0.1:0) over a tiny HTTP server posing
 //! as a node: the orchestrators' probes (`/livez`, `/readyz`), the admin routes' refusal of what
-//! a browser page could send (no JSON `Content-Type`, an `Origin`, a foreign `Host`), and the
-//! `Content-Type` of the gateway's own calls to the nodes' admin routes.
+//! a browser page could send (no JSON `Content-Type`, an `Origin`, a foreign `Host`), the
+//! `Content-Type` of the gateway's own calls to the nodes' admin routes, and the public
+//! `/api/fleet` naming no internal address.
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -216,4 +217,29 @@ async fn admin_routes_refuse_what_a_browser_page_could_send() {
     let r = admin_post(&http, &drain, json, &[("origin", "https://canvas.example")], "{}").bearer_auth(ADMIN_TOKEN).send().await.unwrap();
     assert_eq!(r.status(), 403);
     assert_eq!(node.calls("/admin/drain").len(), 1, "a refused request drained the node");
+}
+
+/// A node that stops answering is DOWN with a reason that names its URL: the full `/api/fleet`
+/// shows it, the public one names the node instead, and no address at all.
+#[tokio::test]
+async fn the_public_fleet_view_names_no_internal_address() {
+    let (_node, url, stop) = fake("HEALTHY").await;
+    let (gw, _g) = gateway(&url, &["--admin-token", ADMIN_TOKEN]).await;
+    let full = || async {
+        reqwest::Client::new().get(format!("{gw}/api/fleet")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json::<serde_json::Value>().await.unwrap()
+    };
+    until("ws-1 HEALTHY", || async { (full().await["nodes"][0]["state"] == "HEALTHY").then_some(()) }).await;
+    drop(stop);
+    let f = until("ws-1 DOWN", || async { Some(full().await).filter(|f| f["nodes"][0]["state"] == "DOWN") }).await;
+    let down = |f: &serde_json::Value| {
+        f["decisions"].as_array().unwrap().iter().find(|d| d["action"] == "transition" && d["detail"]["to"] == "DOWN").cloned().unwrap()
+    };
+    let port = url.rsplit(':').next().unwrap();
+    assert!(down(&f)["reason"].as_str().unwrap().contains(port), "the full view names the address: {f}");
+    let (status, _, public) = get_json(&format!("{gw}/api/fleet")).await;
+    assert_eq!(status, 200);
+    let text = public.to_string();
+    assert!(!text.contains("127.0.0.1") && !text.contains(&url), "{text}");
+    let reason = down(&public)["reason"].as_str().unwrap().to_owned();
+    assert!(reason.starts_with("no answer: ") && reason.contains("ws-1"), "{reason}");
 }
