@@ -77,7 +77,11 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         // Before joining the election: no other live replica under this GATEWAY_ID.
         let (settings, group, id) = (fleet.config.kafka_settings(&bootstrap), fleet.config.gateway_group.clone(), fleet.config.id());
         let timeout = std::time::Duration::from_millis(fleet.config.leader_session_timeout_ms);
-        tokio::task::spawn_blocking(move || unique_id::check(&settings, &group, &id, timeout)).await?.map_err(anyhow::Error::msg)?;
+        if let Err(why) = tokio::task::spawn_blocking(move || unique_id::check(&settings, &group, &id, timeout)).await? {
+            tracing::error!("[GATEWAY] refusing to start: {}", why);
+            eprintln!("error: {why}");
+            std::process::exit(shared::control::EXIT_DUPLICATE_ID);
+        }
     }
     start_election(&fleet, &shutdown);
     tasks.spawn(fleet.clone().run_poller(shutdown.clone()));

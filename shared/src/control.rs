@@ -61,6 +61,10 @@ pub async fn check_topic(settings: &KafkaSettings, client_id: &str, topic: &str)
     }
 }
 
+/// The exit status of a gateway that refuses to start because a live replica has its
+/// `GATEWAY_ID` (2 is a configuration problem, 1 any other failure).
+pub const EXIT_DUPLICATE_ID: i32 = 3;
+
 /// One record of the control topic (JSON, tagged by `kind`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
