@@ -201,6 +201,16 @@ fn ports_names_urls_and_dependencies_agree() {
         })
         .collect();
     assert_eq!(servers.keys().collect::<Vec<_>>(), gateways, "haproxy balances over every gateway");
+    // A request's headers have a deadline (a slowloris holds no connection), and HAProxy adds the
+    // client's address to X-Forwarded-For from its fixed address, which every gateway trusts.
+    let directive = |d: &str| cfg.lines().map(str::trim).any(|l| l == d || l.starts_with(&format!("{d} ")));
+    assert!(directive("timeout http-request"), "haproxy bounds a request's headers in time");
+    assert!(directive("option forwardfor"), "haproxy adds X-Forwarded-For");
+    let haproxy_ip = haproxy["networks"]["default"]["ipv4_address"].as_str().expect("haproxy has a fixed address on the compose network");
+    for gw in &gateways {
+        let trusted = services[gw.as_str()].2.get("TRUSTED_PROXIES").cloned().unwrap_or_default();
+        assert!(trusted.split(',').any(|t| t.trim() == haproxy_ip), "{gw} trusts haproxy ({haproxy_ip}) in TRUSTED_PROXIES: {trusted:?}");
+    }
     for gw in &gateways {
         assert_eq!(servers[gw.as_str()], format!("{gw}:{}", listen(gw)), "haproxy reaches {gw} by its service name and port");
         assert!(svc(gw)["ports"].is_null(), "{gw} is reached through haproxy, not published");

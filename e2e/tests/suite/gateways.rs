@@ -12,7 +12,11 @@
 //!    `fencing_token_required`);
 //! 5. every client, connected through HAProxy (so some through the dead gateway), ends with every
 //!    version of its canvas, once, in order, and the publisher's hash; and so does every client
-//!    given both gateways' URLs (no HAProxy), the leader's first: each moves to the survivor.
+//!    given both gateways' URLs (no HAProxy), the leader's first: each moves to the survivor;
+//! 6. the killed replica comes back as a follower; an operator's drain sent to it is forwarded to
+//!    the leader and carried out under its token; a replica started under the leader's
+//!    `GATEWAY_ID` exits with `EXIT_DUPLICATE_ID`;
+//! 7. HAProxy answers a request whose headers never end with 408 within `timeout http-request`.
 
 use e2e::broker::{Broker, BrokerKind};
 use e2e::client::{Client, ClientTiming};
@@ -284,7 +288,26 @@ async fn run() {
     twin.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{}", e2e::broker::free_port().unwrap()));
     twin.start().unwrap();
     let ended = twin.exited_within(Duration::from_secs(60)).await;
-    assert!(ended.is_some_and(|s| !s.success()), "a replica under a live replica's GATEWAY_ID is refused at start: {ended:?}");
+    assert_eq!(
+        ended.and_then(|s| s.code()),
+        Some(shared::control::EXIT_DUPLICATE_ID),
+        "a replica under a live replica's GATEWAY_ID is refused at start: {ended:?}"
+    );
+
+    // 7. HAProxy bounds the time a request's headers may take (`timeout http-request`): a
+    //    slowloris gets 408 and its connection is closed, instead of holding it for an hour.
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let started = Instant::now();
+        let mut slow = tokio::net::TcpStream::connect(("127.0.0.1", proxy.port)).await.unwrap();
+        slow.write_all(b"GET /readyz HTTP/1.1\r\nHost: fleet\r\n").await.unwrap();
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut answer)).await.expect("HAProxy closes a slow request").unwrap();
+        let answer = String::from_utf8_lossy(&answer);
+        tl.mark(format!("a request whose headers never end: closed after {} ms", started.elapsed().as_millis()));
+        assert!(answer.starts_with("HTTP/1.1 408"), "408 Request Timeout: {answer}");
+        assert!(started.elapsed() < Duration::from_secs(20), "within the configured 10 s: {:?}", started.elapsed());
+    }
     drop(proxy);
     fleet.stop().await;
 }
