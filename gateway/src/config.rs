@@ -391,6 +391,7 @@ impl Config {
             ("UPSTREAM_MAX_MESSAGE", self.upstream_max_message.to_string()),
             ("ALLOWED_ORIGINS", self.allowed_origins.to_string()),
             ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("BODY_READ_TIMEOUT_MS", self.serve.body_read_timeout_ms.to_string()),
             ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
         pairs.extend(self.rate.env_pairs());

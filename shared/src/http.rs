@@ -156,10 +156,26 @@ impl ApiError {
     /// Maps a body-read failure: over the limit is 413, anything else 400.
     pub fn from_body_rejection(r: BytesRejection, limit: usize) -> Self {
         match r {
-            BytesRejection::FailedToBufferBody(_) => Self::too_large(limit),
+            BytesRejection::FailedToBufferBody(e) => match body_timeout_in(&e) {
+                Some(t) => Self::new(StatusCode::REQUEST_TIMEOUT, "body_timeout", t.to_string()),
+                None if matches!(e, axum::extract::rejection::FailedToBufferBody::LengthLimitError(_)) => Self::too_large(limit),
+                None => Self::malformed(format!("the request body could not be read: {}", e.body_text())),
+            },
             other => Self::malformed(other.body_text()),
         }
     }
+}
+
+/// The [`crate::serve::BodyTimeout`] among the causes of `e`, if the body read failed on it.
+fn body_timeout_in(e: &(dyn std::error::Error + 'static)) -> Option<crate::serve::BodyTimeout> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(t) = c.downcast_ref::<crate::serve::BodyTimeout>() {
+            return Some(*t);
+        }
+        cause = c.source();
+    }
+    None
 }
 
 impl IntoResponse for ApiError {

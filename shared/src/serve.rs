@@ -9,6 +9,11 @@
 //!   is answered at once with a minimal `HTTP/1.1 503` + `Retry-After` and the JSON error body
 //!   `too_many_connections`, and closed — never queued. A WebSocket counts for as long as it lives:
 //!   the permit is held by the connection's IO, which the upgraded connection keeps;
+//! - a **body-read deadline**: a request's body must arrive whole within
+//!   [`ServeLimits::body_read_timeout`] of its head (a total, not a per-read timeout, so a body
+//!   sent a byte at a time is bounded too); past it the handler's read fails and the answer is
+//!   `408 body_timeout` ([`crate::http::ApiError::from_body_rejection`]), so `Content-Length: 100`
+//!   and one byte hold a connection no longer than that;
 //! - `TCP_NODELAY` on every accepted socket (see [`crate::http::no_delay`] for why).
 //!
 //! Handlers can extract `ConnectInfo<SocketAddr>` (the peer's address), as with axum's
@@ -44,6 +49,10 @@ use tokio_util::task::TaskTracker;
 /// head (a few hundred bytes), short enough that idle sockets do not pile up.
 pub const DEFAULT_HEADER_READ_TIMEOUT_MS: u64 = 10_000;
 
+/// Default of `BODY_READ_TIMEOUT_MS`: a publish batch of a few MB over a slow link arrives in
+/// well under this.
+pub const DEFAULT_BODY_READ_TIMEOUT_MS: u64 = 30_000;
+
 /// How long the fleet's own HTTP clients (the gateway's, to nodes and publishers) keep an idle
 /// connection: below the servers' header-read timeout, which also closes idle kept-alive
 /// connections, so a client never reuses a connection the server is closing at that moment (a
@@ -78,6 +87,10 @@ pub struct ServeArgs {
     /// answer on a kept-alive connection) before it is closed, ms.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = DEFAULT_HEADER_READ_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub header_read_timeout_ms: u64,
+    /// How long a request's body may take to arrive whole after its head, ms; past it the
+    /// request is answered `408 body_timeout`.
+    #[arg(long, env = "BODY_READ_TIMEOUT_MS", default_value_t = DEFAULT_BODY_READ_TIMEOUT_MS, value_parser = clap::value_parser!(u64).range(100..=600_000))]
+    pub body_read_timeout_ms: u64,
     /// Concurrent connections (WebSockets included) served at most; the excess is answered 503
     /// `too_many_connections` + `Retry-After` and closed. Mind `ulimit -n`.
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = DEFAULT_MAX_CONNECTIONS, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=10_000_000))]
@@ -87,12 +100,20 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// The limits these settings describe.
     pub fn limits(&self) -> ServeLimits {
-        ServeLimits { header_read_timeout: Duration::from_millis(self.header_read_timeout_ms), max_connections: self.max_connections }
+        ServeLimits {
+            header_read_timeout: Duration::from_millis(self.header_read_timeout_ms),
+            body_read_timeout: Duration::from_millis(self.body_read_timeout_ms),
+            max_connections: self.max_connections,
+        }
     }
 
     /// `VARIABLE=value` pairs for a `describe`.
-    pub fn env_pairs(&self) -> [(&'static str, String); 2] {
-        [("HEADER_READ_TIMEOUT_MS", self.header_read_timeout_ms.to_string()), ("MAX_CONNECTIONS", self.max_connections.to_string())]
+    pub fn env_pairs(&self) -> [(&'static str, String); 3] {
+        [
+            ("HEADER_READ_TIMEOUT_MS", self.header_read_timeout_ms.to_string()),
+            ("BODY_READ_TIMEOUT_MS", self.body_read_timeout_ms.to_string()),
+            ("MAX_CONNECTIONS", self.max_connections.to_string()),
+        ]
     }
 }
 
@@ -102,6 +123,8 @@ pub struct ServeLimits {
     /// How long a connection may take to send a whole request head (hyper's HTTP/1
     /// `header_read_timeout`).
     pub header_read_timeout: Duration,
+    /// How long a request's body may take to arrive whole after its head.
+    pub body_read_timeout: Duration,
     /// Concurrent connections served at most (WebSockets included); the excess gets 503.
     pub max_connections: usize,
 }
@@ -163,7 +186,9 @@ where
         };
         let io = TokioIo::new(Conn { io: stream, permit: Slot(permit) });
         let router = router.clone();
-        let service = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
+        let body_timeout = limits.body_read_timeout;
+        let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+            let mut req = req.map(|body| DeadlineBody::new(body, body_timeout));
             req.extensions_mut().insert(ConnectInfo(peer));
             let mut router = router.clone();
             async move { tower::Service::call(&mut router, req).await }
@@ -190,6 +215,55 @@ where
     connections.close();
     connections.wait().await;
     Ok(())
+}
+
+/// A request body's read failed because it did not arrive whole within the deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the request body did not arrive within {} ms", .0.as_millis())]
+pub struct BodyTimeout(pub Duration);
+
+/// A request body that must arrive whole within a deadline from its head: a total bound, where
+/// tower-http's `RequestBodyTimeout` resets on each frame (a body sent a byte a second would
+/// last as long as its length).
+pub struct DeadlineBody<B> {
+    inner: B,
+    timeout: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl<B> DeadlineBody<B> {
+    pub fn new(inner: B, timeout: Duration) -> Self {
+        Self { inner, timeout, deadline: Box::pin(tokio::time::sleep(timeout)) }
+    }
+}
+
+impl<B> hyper::body::Body for DeadlineBody<B>
+where
+    B: hyper::body::Body + Unpin,
+    B::Error: Into<axum::BoxError>,
+{
+    type Data = B::Data;
+    type Error = axum::BoxError;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        // A frame that is there is taken first; the deadline only ends a wait.
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Ready(r) => Poll::Ready(r.map(|f| f.map_err(Into::into))),
+            Poll::Pending => match this.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout(this.timeout))))),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Answers a connection over the cap with [`refusal_response`] and closes it, in a task of its
@@ -310,5 +384,72 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(body).unwrap();
         assert_eq!(v["error"], "too_many_connections");
         assert!(v["message"].as_str().unwrap().contains('7'));
+    }
+
+    /// A server whose one route reads a JSON body and answers its length, with a 300 ms body
+    /// deadline; its address.
+    async fn server() -> SocketAddr {
+        let router = Router::new().route(
+            "/echo",
+            axum::routing::post(|crate::http::JsonBody(body): crate::http::JsonBody| async move { body.len().to_string() }),
+        );
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ServeLimits { header_read_timeout: Duration::from_secs(5), body_read_timeout: Duration::from_millis(300), max_connections: 10 };
+        tokio::spawn(serve(listener, router, limits, std::future::pending()));
+        addr
+    }
+
+    /// Sends `parts` with `gap` between them, then reads the answer until the server closes
+    /// (at most 5 s): the answer, and how long from the first byte.
+    async fn exchange(addr: SocketAddr, parts: &[&[u8]], gap: Duration) -> (String, Duration) {
+        let started = std::time::Instant::now();
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        for (i, p) in parts.iter().enumerate() {
+            if i > 0 {
+                tokio::time::sleep(gap).await;
+            }
+            if s.write_all(p).await.is_err() {
+                break; // the server answered and closed already
+            }
+        }
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match s.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        answer.extend_from_slice(&buf[..n]);
+                        if String::from_utf8_lossy(&answer).contains("\r\n\r\n") && answer.ends_with(b"}") || answer.ends_with(b"\r\n\r\n5") {
+                            break;
+                        }
+                    }
+                }
+            }
+        })
+        .await;
+        (String::from_utf8_lossy(&answer).into_owned(), started.elapsed())
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_arrive_in_time_is_answered_408() {
+        let addr = server().await;
+        let head = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+        // One byte of a hundred, then nothing: 408 body_timeout after the deadline.
+        let (answer, took) = exchange(addr, &[head, b"{"], Duration::ZERO).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("\"body_timeout\""), "{answer}");
+        assert!(took >= Duration::from_millis(250) && took < Duration::from_secs(3), "{took:?}");
+        // A body sent a byte at a time is bounded in total, not per byte.
+        let drip: Vec<&[u8]> = std::iter::once(&head[..]).chain(std::iter::repeat_n(&b" "[..], 20)).collect();
+        let (answer, took) = exchange(addr, &drip, Duration::from_millis(50)).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        // A whole body in time, even in pieces, is served.
+        let head5 = b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 5\r\n\r\n";
+        let (answer, _) = exchange(addr, &[head5, b"[1,", b"2]"], Duration::from_millis(50)).await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("\r\n\r\n5"), "{answer}");
     }
 }

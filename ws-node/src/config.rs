@@ -252,6 +252,7 @@ impl Config {
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
             ("ALLOWED_ORIGINS", self.allowed_origins.to_string()),
             ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
+            ("BODY_READ_TIMEOUT_MS", self.serve.body_read_timeout_ms.to_string()),
             ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
         pairs.extend(self.client_tokens.describe());

@@ -1,5 +1,5 @@
 //! Limits that hold under bad input, with real clients against the real processes (embedded
-//! broker): a slowloris connection is closed after the header-read timeout; the connection cap
+//! broker): a slowloris connection is closed after the header-read timeout, and a body that never arrives whole is answered 408 after the body-read deadline; the connection cap
 //! refuses the excess with 503 + Retry-After and serves the rest; a foreign `Origin` is refused
 //! at the gateway and at a node; a client message over the limit gets 1009 through the gateway;
 //! the publish rate limit answers 429 past its burst and serves another client address. In each,
@@ -38,6 +38,17 @@ async fn slowloris(port: u16, wait: Duration) -> Option<Duration> {
             Ok(Ok(_)) => continue,
         }
     }
+}
+
+/// A POST to `path` on `port` that declares a 100-byte JSON body and sends one byte of it: the
+/// answer (head and body) and how long it took.
+async fn slow_body(port: u16, path: &str) -> (String, Duration) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).await.expect("connect");
+    let head = format!("POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{");
+    let started = Instant::now();
+    s.write_all(head.as_bytes()).await.expect("write the head and one byte");
+    let answer = read_answer(&mut s).await.unwrap_or_else(|e| format!("(no answer: {e})"));
+    (answer, started.elapsed())
 }
 
 /// Sends one `GET /health` on `s` (kept alive) and returns the answer's head and body.
@@ -121,9 +132,9 @@ async fn bad_clients() {
     // publisher's above the gateway's idle-pool time (shared::serve::CLIENT_POOL_IDLE).
     let origins = "http://allowed.example";
     let spec = FleetSpec {
-        gateway_env: env(&[("HEADER_READ_TIMEOUT_MS", "1500"), ("ALLOWED_ORIGINS", origins)]),
+        gateway_env: env(&[("HEADER_READ_TIMEOUT_MS", "1500"), ("BODY_READ_TIMEOUT_MS", "1500"), ("ALLOWED_ORIGINS", origins)]),
         node_env: env(&[("HEADER_READ_TIMEOUT_MS", "5000"), ("ALLOWED_ORIGINS", origins)]),
-        publisher_env: env(&[("HEADER_READ_TIMEOUT_MS", "5000")]),
+        publisher_env: env(&[("HEADER_READ_TIMEOUT_MS", "5000"), ("BODY_READ_TIMEOUT_MS", "1500")]),
         ..FleetSpec::default()
     };
     let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
@@ -150,6 +161,16 @@ async fn bad_clients() {
     for ((name, _, ms), closed) in cases.iter().zip(closed) {
         let took = closed.unwrap_or_else(|| panic!("{name}: a slowloris connection was still open {} ms after its timeout", 4000));
         assert!(took >= Duration::from_millis(ms / 2) && took <= Duration::from_millis(ms + 4000), "{name}: closed after {took:?}, timeout {ms} ms");
+    }
+
+    // A body that never arrives whole (Content-Length: 100, one byte sent): 408 body_timeout
+    // after BODY_READ_TIMEOUT_MS, at the gateway and the publisher, instead of a slot held for ever.
+    tl.mark("publishes whose bodies never arrive whole, to the gateway and the publisher");
+    for (name, port, path) in [("gateway", fleet.gateway.port, format!("/api/canvases/{canvas}/pixels")), ("publisher", fleet.publisher.port, format!("/canvases/{canvas}/pixels"))] {
+        let (answer, took) = slow_body(port, &path).await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{name}: {answer}");
+        assert!(answer.contains("\"body_timeout\""), "{name}: {answer}");
+        assert!(took >= Duration::from_millis(1000) && took < Duration::from_secs(6), "{name}: answered after {took:?}, deadline 1500 ms");
     }
 
     // Origin at the gateway: its own page's origin and the listed one are served; a foreign one
