@@ -153,8 +153,8 @@ mod tests {
         assert!(cfg.contains("server gateway 127.0.0.1:1 inter 500ms\n"));
         assert!(cfg.contains("server gateway-2 127.0.0.1:2 inter 500ms\n"));
         assert!(!cfg.contains("gateway:8000"), "the deployment's servers are replaced");
-        // The rest is the deployment's: checks on /health, retries on another gateway.
-        assert!(cfg.contains("option httpchk GET /health"));
+        // The rest is the deployment's: checks on the readiness probe, retries on another gateway.
+        assert!(cfg.contains(&format!("option httpchk GET {}", shared::probe::READYZ)), "{cfg}");
         assert!(cfg.contains("default-server check"));
         assert!(cfg.contains("option redispatch"));
     }
