@@ -339,7 +339,7 @@ impl Cluster {
             async move { super::create_topic(&b, READY_TOPIC, 1, REPLICATION_FACTOR).await.map(Some).map_err(|e| format!("{e:#}")) }
         })
         .await?;
-        super::wait_partition_on(|| bootstrap.clone(), READY_TOPIC, 0, &format!("{READY_TOPIC}/0 to have 3 in-sync replicas"), Duration::from_secs(60), |_, _, isr| {
+        super::metadata::wait_partition_on(|| bootstrap.clone(), READY_TOPIC, 0, &format!("{READY_TOPIC}/0 to have 3 in-sync replicas"), Duration::from_secs(60), |_, _, isr| {
             isr.len() >= NODES as usize
         })
         .await?;
