@@ -4,6 +4,8 @@
 //! `Content-Type` of the gateway's own calls to the nodes' admin routes, and the public
 //! `/api/fleet` naming no internal address.
 
+#[path = "support/serve.rs"]
+mod support;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -71,12 +73,8 @@ async fn fake(state: &'static str) -> (FakeNode, String, tokio_util::sync::DropG
         .route("/admin/start-recovery", post(node_start_recovery))
         .route("/admin/drain", post(node_drain))
         .with_state(n.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let cancelled = stop.clone().cancelled_owned();
-    tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(cancelled).await });
-    (n, url, stop.drop_guard())
+    let (url, guard) = support::on_loopback(app).await;
+    (n, url, guard)
 }
 
 /// The gateway over node `ws-1` at `url`, polling every 100 ms, with `extra` flags; its base URL.

@@ -3,6 +3,8 @@
 //! (once, never the last node serving) and the circuit breaker on the proxy path (a node that
 //! stops answering handshakes gets none until trial handshakes succeed).
 
+#[path = "support/serve.rs"]
+mod support;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -116,12 +118,8 @@ async fn fake(id: &'static str, h: serde_json::Value) -> (FakeNode, String, toki
         .route("/admin/drain", post(node_drain))
         .route("/ws", get(node_ws))
         .with_state(n.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let cancelled = stop.clone().cancelled_owned();
-    tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(cancelled).await });
-    (n, url, stop.drop_guard())
+    let (url, guard) = support::on_loopback(app).await;
+    (n, url, guard)
 }
 
 const ADMIN_TOKEN: &str = "gateway-policy-test-token";

@@ -2,6 +2,8 @@
 //! posing as publishers: a request moves to the next publisher only when the answer proves that
 //! nothing was applied, and an ambiguous one is never sent twice.
 
+#[path = "support/serve.rs"]
+mod support;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -91,12 +93,8 @@ async fn fake(act: Act, ready_flag: bool) -> Fake {
         .route("/canvases/{id}", get(|| async { Json(serde_json::json!({"canvas": "c1", "version": 7, "hash": "h"})) }))
         .route("/ready", get(ready))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let cancelled = stop.clone().cancelled_owned();
-    tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(cancelled).await });
-    Fake { url, writes, _stop: stop.drop_guard() }
+    let (url, guard) = support::on_loopback(app).await;
+    Fake { url, writes, _stop: guard }
 }
 
 /// An address nothing listens on (connect refused).
