@@ -230,7 +230,8 @@ pub struct DrainRequest {
     /// Grace period before the remaining sessions are force-closed (ms). Default 3000.
     #[serde(default = "default_grace_ms")]
     pub grace_ms: u64,
-    /// Drain only the sessions of these partitions' canvases. Absent: drain the whole node.
+    /// Drain only the sessions of these partitions' canvases, of those the node holds (a
+    /// failback's drain of a stand-in). Absent: drain the whole node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<i32>>,
 }
@@ -283,6 +284,11 @@ pub struct DrainReport {
     pub force_closed_sessions: usize,
     /// Time from start to end of the drain, ms.
     pub duration_ms: u64,
+    /// Partitions the request named that this node does not hold, so it handed none of their
+    /// sessions over: those it owns (their sessions would reconnect to it) and those it does not
+    /// serve. Empty for a drain of the whole node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_partitions: Vec<i32>,
 }
 
 /// Answer of `POST /admin/start-recovery`.

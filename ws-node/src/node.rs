@@ -433,7 +433,8 @@ impl Node {
     /// group is left (its partitions move to the other nodes at once), every session gets the
     /// reconnect notice, the rest are closed with `final_code` after the grace period, and the
     /// node ends UP (not ready), ready for start-recovery. With `partitions` only the sessions of
-    /// those partitions' canvases are handed over; the node's phase does not change.
+    /// those of them this node holds are handed over (the others are named in the report's
+    /// `refused_partitions`); the node's phase does not change.
     ///
     /// # Errors
     /// [`DrainError::Conflict`] when a full drain is not possible in the current phase.
@@ -445,14 +446,22 @@ impl Node {
         final_code: u16,
     ) -> Result<DrainReport, DrainError> {
         let scope = partitions.as_ref().map(|ps| ps.iter().copied().collect::<BTreeSet<i32>>());
+        let mut refused = Vec::new();
         let outcome: HandOverOutcome = match &scope {
             Some(scope) => {
-                tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), scope);
+                // Only the partitions this node holds (moved to another node, their sessions
+                // still served here) are handed over: an owned one's sessions would reconnect to
+                // this node again.
+                let (held, sessions, not_held) = self.hub.pause_held(scope);
+                refused = not_held;
+                if !refused.is_empty() {
+                    tracing::warn!("[DRAIN] partitions={:?} are not held here (owned, or not served): their sessions stay", refused);
+                }
+                tracing::info!("[DRAIN] started reason={} grace={}ms partitions={:?}", reason, grace.as_millis(), held);
                 // Each session keeps its events until its own notice (see drain::hand_over_paced).
-                let sessions = self.hub.pause(scope);
                 let out = drain::hand_over_paced(&self.hub, sessions, reason, grace, self.notice_timing(grace).1, final_code).await;
-                self.hub.resume(scope);
-                self.hub.counters.hold_ended(&partitions.clone().unwrap_or_default());
+                self.hub.resume(&held);
+                self.hub.counters.hold_ended(&held.iter().copied().collect::<Vec<_>>());
                 out
             }
             None => {
@@ -475,6 +484,7 @@ impl Node {
             notified_sessions: outcome.notified,
             force_closed_sessions: outcome.force_closed,
             duration_ms: outcome.took.as_millis() as u64,
+            refused_partitions: refused,
         })
     }
 

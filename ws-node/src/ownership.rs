@@ -294,6 +294,15 @@ impl Ownership {
         partitions.iter().for_each(|p| self.apply(*p, Event::Paused));
     }
 
+    /// A failback's scoped drain: pauses those of `partitions` this node holds, and returns them
+    /// with the rest, which it refuses (an owned one's sessions would come straight back here, and
+    /// one neither owned nor held has nothing to hand over). Both sorted.
+    pub fn pause_held(&mut self, partitions: &BTreeSet<i32>) -> (BTreeSet<i32>, Vec<i32>) {
+        let (held, refused): (BTreeSet<i32>, BTreeSet<i32>) = partitions.iter().partition(|p| self.is_held(**p));
+        self.pause(&held);
+        (held, refused.into_iter().collect())
+    }
+
     /// A drain of the whole node takes every session: the holds end, nothing is paused.
     pub fn drain_all(&mut self) {
         let all: Vec<i32> = self.parts.keys().copied().collect();
@@ -363,6 +372,34 @@ mod tests {
         o.resume(&both);
         assert_eq!(o.admits(1), Ok(()));
         assert!(!o.applies(Reader::Release, 2), "the last drain's end ends the hold");
+    }
+
+    #[test]
+    fn a_scoped_drain_takes_only_held_partitions() {
+        let fresh = || {
+            let mut o = Ownership::default();
+            o.assign(&[1, 2]);
+            o.hold(&[2, 3]);
+            o
+        };
+        // (named, paused, refused): 1 owned, 2 and 3 held, 4 neither
+        let table: [(&[i32], &[i32], &[i32]); 4] =
+            [(&[2, 3], &[2, 3], &[]), (&[1], &[], &[1]), (&[1, 2, 4], &[2], &[1, 4]), (&[], &[], &[])];
+        for (named, paused, refused) in table {
+            let mut o = fresh();
+            let (got, no) = o.pause_held(&named.iter().copied().collect());
+            assert_eq!((got.into_iter().collect::<Vec<_>>(), no), (paused.to_vec(), refused.to_vec()), "named {named:?}");
+            for p in paused {
+                assert_eq!(o.admits(*p), Err(Refusal::NotOwner { partition: *p }));
+                assert!(o.part(*p).paused());
+            }
+            for p in refused {
+                assert!(!o.part(*p).paused(), "a refused partition {p} is not paused");
+            }
+        }
+        let mut o = fresh();
+        o.pause_held(&BTreeSet::from([1, 2]));
+        assert_eq!(o.admits(1), Ok(()), "an owned partition named in a drain still admits");
     }
 
     #[test]

@@ -142,45 +142,79 @@ async fn a_client_ahead_of_the_node_waits_then_gets_503_behind() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_partition_drain_hands_over_only_those_sessions() {
-    let mut h = Harness::start(|_| {}).await;
-    // Two canvases on different partitions.
-    let pa = partition_for(b"a", PARTITIONS as u32) as i32;
-    let other = (0..100).map(|i| format!("c{i}")).find(|c| partition_for(c.as_bytes(), PARTITIONS as u32) as i32 != pa).unwrap();
-    h.publish("a").await;
-    h.publish(&other).await;
+async fn a_partition_drain_hands_over_only_the_held_partitions_it_names() {
+    // Holds last long enough for the drain below to find them.
+    let mut h = Harness::start(|c| c.revoke_hold_ms = 60_000).await;
+    // One canvas on each partition.
+    let canvases: Vec<String> = (0..PARTITIONS)
+        .map(|p| (0..1000).map(|i| format!("c{i}")).find(|c| partition_for(c.as_bytes(), PARTITIONS as u32) as i32 == p).unwrap())
+        .collect();
+    for c in &canvases {
+        h.publish(c).await;
+    }
     h.recover().await;
-    let mut on_a = h.connect("a", 1).await.expect("served");
-    let mut on_other = h.connect(&other, 1).await.expect("served");
+    let mut clients = Vec::new();
+    for c in &canvases {
+        clients.push(h.connect(c, 1).await.expect("served"));
+    }
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let drain = {
-        let (http, url) = (h.http.clone(), h.url.clone());
+    let (http, url) = (h.http.clone(), h.url.clone());
+    let drain = move |partitions: Vec<i32>| {
+        let (http, url) = (http.clone(), url.clone());
         tokio::spawn(async move {
             let r = http
                 .post(format!("{url}/admin/drain"))
-                .json(&serde_json::json!({"reason": "FAILBACK_TO_RECOVERED_SERVER", "grace_ms": 500, "partitions": [pa]}))
+                .json(&serde_json::json!({"reason": "FAILBACK_TO_RECOVERED_SERVER", "grace_ms": 500, "partitions": partitions}))
                 .send()
                 .await
                 .unwrap();
             (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
         })
     };
-    match next(&mut on_a).await.unwrap() {
-        ServerMessage::Reconnect { reason, retry_after_ms } => {
-            assert_eq!(reason.as_str(), "FAILBACK_TO_RECOVERED_SERVER");
-            // A scoped drain paces the notices themselves: each says "now".
-            assert_eq!(retry_after_ms, 0);
-        }
-        other => panic!("expected a reconnect notice, got {other:?}"),
-    }
-    // This client ignores the notice: it is closed with 1012 after the grace period.
-    assert_eq!(next(&mut on_a).await.err(), Some(Some(1012)));
-    let (status, report) = drain.await.unwrap();
+
+    // An owned partition named in a drain is refused: its sessions would come straight back here.
+    let (status, report) = drain(vec![0]).await.unwrap();
     assert_eq!(status, 200, "{report}");
-    assert_eq!((report["notified_sessions"].as_u64(), report["force_closed_sessions"].as_u64()), (Some(1), Some(1)));
-    // The other partition's session is untouched and keeps getting events.
-    let v = h.publish(&other).await;
-    assert_eq!(version(&next(&mut on_other).await.unwrap()), v);
+    assert_eq!(report["refused_partitions"], serde_json::json!([0]), "{report}");
+    assert_eq!(report["notified_sessions"].as_u64(), Some(0), "{report}");
+    let v = h.publish(&canvases[0]).await;
+    assert_eq!(version(&next(&mut clients[0]).await.unwrap()), v, "the owned partition's session keeps its events");
+
+    // A second node joins the group and takes some partitions: this node holds them.
+    let _peer = h.join("ws-peer").await;
+    let health = h
+        .wait_health("some partitions held after the second node joined", |h| {
+            h["partitions"].as_array().is_some_and(|ps| ps.iter().any(|p| p["role"] == "held"))
+        })
+        .await;
+    let role_of = |p: i32| health["partitions"].as_array().unwrap().iter().find(|e| e["partition"] == p).map(|e| e["role"].as_str().unwrap_or("").to_owned());
+    let held: Vec<i32> = (0..PARTITIONS).filter(|p| role_of(*p).as_deref() == Some("held")).collect();
+    let kept: Vec<i32> = (0..PARTITIONS).filter(|p| !held.contains(p)).collect();
+    assert!(!kept.is_empty(), "with two members this node keeps a partition: {health}");
+
+    // A drain naming every partition hands over only the held ones' sessions.
+    let pending = drain(vec![0, 1, 2]);
+    for p in &held {
+        match next(&mut clients[*p as usize]).await.unwrap() {
+            ServerMessage::Reconnect { reason, retry_after_ms } => {
+                assert_eq!(reason.as_str(), "FAILBACK_TO_RECOVERED_SERVER");
+                // A scoped drain paces the notices themselves: each says "now".
+                assert_eq!(retry_after_ms, 0);
+            }
+            other => panic!("expected a reconnect notice on held partition {p}, got {other:?}"),
+        }
+        // This client ignores the notice: it is closed with 1012 after the grace period.
+        assert_eq!(next(&mut clients[*p as usize]).await.err(), Some(Some(1012)));
+    }
+    let (status, report) = pending.await.unwrap();
+    assert_eq!(status, 200, "{report}");
+    assert_eq!(report["refused_partitions"], serde_json::json!(kept), "{report}");
+    assert_eq!((report["notified_sessions"].as_u64(), report["force_closed_sessions"].as_u64()), (Some(held.len() as u64), Some(held.len() as u64)), "{report}");
+    // The kept partitions' sessions are untouched and keep getting events.
+    for p in &kept {
+        let v = h.publish(&canvases[*p as usize]).await;
+        assert_eq!(version(&next(&mut clients[*p as usize]).await.unwrap()), v, "partition {p} kept its session");
+    }
     assert_eq!(h.health().await["state"], "HEALTHY");
     h.stop().await;
 }

@@ -354,6 +354,21 @@ impl Hub {
             .collect()
     }
 
+    /// Starts a failback's scoped drain of `partitions`: pauses those this node holds, as
+    /// [`Hub::pause`] does, and refuses the others ([`Ownership::pause_held`]), in one step with
+    /// the sessions it returns. Returns the held partitions paused, their sessions' canvases and
+    /// ids, and the refused partitions.
+    pub fn pause_held(&self, partitions: &BTreeSet<i32>) -> (BTreeSet<i32>, Vec<(CanvasId, u64)>, Vec<i32>) {
+        let mut inner = self.lock();
+        let (held, refused) = inner.own.pause_held(partitions);
+        let sessions = inner
+            .canvases
+            .iter()
+            .flat_map(|(c, ch)| ch.sessions.iter().filter(|s| held.contains(&s.partition)).map(move |s| (c.clone(), s.id)))
+            .collect();
+        (held, sessions, refused)
+    }
+
     /// Takes session `id` of `canvas` out of the hub: no event reaches it after this (`None`
     /// when it is gone already: ended, or taken by a revocation or a hold's end).
     pub fn take_session(&self, canvas: &CanvasId, id: u64) -> Option<SessionHandle> {

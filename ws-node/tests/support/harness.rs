@@ -25,6 +25,8 @@ pub(crate) struct Harness {
     pub(crate) task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     pub(crate) http: reqwest::Client,
     pub(crate) versions: std::collections::HashMap<String, u64>,
+    /// The node's configuration, for a second node of the same group ([`Harness::join`]).
+    pub(crate) config: Config,
     pub(crate) _cluster: MockCluster<'static, rdkafka::producer::DefaultProducerContext>,
 }
 
@@ -59,7 +61,7 @@ impl Harness {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(ws_node::run(config, listener, shutdown.clone()));
+        let task = tokio::spawn(ws_node::run(config.clone(), listener, shutdown.clone()));
         Self {
             producer,
             topic,
@@ -69,6 +71,7 @@ impl Harness {
             task: Some(task),
             http: admin_client(),
             versions: Default::default(),
+            config,
             _cluster: cluster,
         }
     }
@@ -79,6 +82,26 @@ impl Harness {
         if let Some(t) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
         }
+    }
+
+    /// Starts a second node `id` in this node's broadcast group (same topic and cluster), and
+    /// recovers it: it joins the group and takes some partitions over. Stopped when the token is
+    /// cancelled (the harness's shutdown cancels it too).
+    pub(crate) async fn join(&self, id: &str) -> String {
+        let mut config = self.config.clone();
+        config.node_id = id.into();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(ws_node::run(config, listener, self.shutdown.child_token()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.http.post(format!("{url}/admin/start-recovery")).json(&serde_json::json!({})).send().await {
+                Ok(r) if r.status().is_success() => break,
+                _ => assert!(Instant::now() < deadline, "{id} does not answer start-recovery"),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        url
     }
 
     /// Appends the next version of `canvas` to its partition.
