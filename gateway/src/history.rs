@@ -95,7 +95,7 @@ mod tests {
     use shared::api::PartitionHealth;
 
     fn health(owned: &[(i32, i64)], standby: &[(i32, i64)], sessions: usize) -> NodeHealth {
-        let part = |role| move |&(partition, position): &(i32, i64)| PartitionHealth { partition, role, position, end: None, lag: None, since_moved_ms: 0 };
+        let part = |role| move |&(partition, position): &(i32, i64)| PartitionHealth { partition, role, position, end: None, lag: None, since_moved_ms: 0, sessions: 0 };
         let mut h: NodeHealth = serde_json::from_value(serde_json::json!({
             "node_id": "n", "state": "HEALTHY", "up": true, "ready": true, "draining": false,
             "assigned_partitions": owned.iter().map(|p| p.0).collect::<Vec<_>>(), "partition_count": 6,

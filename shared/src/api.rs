@@ -220,6 +220,11 @@ pub struct PartitionHealth {
     /// Time since the position last moved (or the partition was assigned), ms.
     #[serde(default)]
     pub since_moved_ms: u64,
+    /// Open sessions of this partition's canvases on this node (owned or held), through every
+    /// gateway replica: what a failback moves when it drains the partition here. 0 from a node
+    /// that does not report it.
+    #[serde(default)]
+    pub sessions: usize,
 }
 
 /// Body of `POST /admin/drain` on a node.
@@ -349,7 +354,7 @@ mod tests {
                 error: None,
             },
             standby_partitions: vec![1, 3],
-            partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2), since_moved_ms: 40 }],
+            partitions: vec![PartitionHealth { partition: 0, role: PartitionRole::Owned, position: 3, end: Some(5), lag: Some(2), since_moved_ms: 40, sessions: 2 }],
             log_start_recoveries: 1,
             log_moved_back: 0,
             history_changes: 0,
@@ -376,6 +381,7 @@ mod tests {
         assert_eq!(json["catchup"]["target_offsets"]["0"], 3);
         assert_eq!(json["partitions"][0]["role"], "owned");
         assert_eq!(json["partitions"][0]["lag"], 2);
+        assert_eq!(json["partitions"][0]["sessions"], 2);
         assert_eq!((json["max_sessions"].as_u64(), json["session_seats"].as_u64()), (Some(50), Some(4)));
         assert_eq!(serde_json::from_value::<NodeHealth>(json).unwrap(), h);
     }

@@ -212,7 +212,15 @@ impl Node {
             session_seats: self.seats.taken(),
             catchup: self.catchup.lock().expect("catch-up report lock").clone(),
             standby_partitions: standby.clone(),
-            partitions: partition_health(&self.hub.positions(), &self.hub.sampler.ends(), &self.hub.sampler.standing_since(), &self.hub.owned(), &self.hub.held(), &standby),
+            partitions: partition_health(
+                &self.hub.positions(),
+                &self.hub.sampler.ends(),
+                &self.hub.sampler.standing_since(),
+                &self.hub.sessions_by_partition(),
+                &self.hub.owned(),
+                &self.hub.held(),
+                &standby,
+            ),
             log_start_recoveries: self.hub.log_start_recoveries(),
             log_moved_back: self.hub.log_moved_back(),
             healed_canvases: self.hub.healed_canvases(),
@@ -532,31 +540,36 @@ impl Node {
     }
 }
 
-/// Each partition the node has a position for: its role and its lag behind the end read last.
-/// Pure.
+/// Each partition the node has a position or sessions for: its role, its lag behind the end read
+/// last and its sessions (`sessions`, per partition). A partition with sessions but no position
+/// (no record of it applied here yet) shows position 0. Pure.
 pub fn partition_health(
     positions: &shared::replay::Offsets,
     ends: &shared::replay::Offsets,
     standing_since: &std::collections::HashMap<i32, std::time::Instant>,
+    sessions: &std::collections::BTreeMap<i32, usize>,
     owned: &[i32],
     held: &[i32],
     standby: &[i32],
 ) -> Vec<PartitionHealth> {
-    positions
-        .iter()
-        .map(|(p, position)| {
-            let role = if owned.contains(p) {
+    let known: BTreeSet<i32> = positions.keys().chain(sessions.keys()).copied().collect();
+    known
+        .into_iter()
+        .map(|p| {
+            let role = if owned.contains(&p) {
                 PartitionRole::Owned
-            } else if held.contains(p) {
+            } else if held.contains(&p) {
                 PartitionRole::Held
-            } else if standby.contains(p) {
+            } else if standby.contains(&p) {
                 PartitionRole::Standby
             } else {
                 PartitionRole::NotRead
             };
-            let end = ends.get(p).copied();
-            let since_moved_ms = standing_since.get(p).map_or(0, |t| t.elapsed().as_millis() as u64);
-            PartitionHealth { partition: *p, role, position: *position, end, lag: end.map(|e| (e - position).max(0)), since_moved_ms }
+            let position = positions.get(&p).copied().unwrap_or(0);
+            let end = ends.get(&p).copied();
+            let since_moved_ms = standing_since.get(&p).map_or(0, |t| t.elapsed().as_millis() as u64);
+            let sessions = sessions.get(&p).copied().unwrap_or(0);
+            PartitionHealth { partition: p, role, position, end, lag: end.map(|e| (e - position).max(0)), since_moved_ms, sessions }
         })
         .collect()
 }
@@ -568,17 +581,23 @@ mod tests {
     #[test]
     fn partition_health_names_roles_and_lags() {
         let positions = shared::replay::Offsets::from([(0, 10), (1, 4), (2, 7), (3, 9)]);
-        let ends = shared::replay::Offsets::from([(0, 12), (1, 4), (2, 5)]);
-        let got: Vec<(i32, PartitionRole, Option<i64>)> =
-            partition_health(&positions, &ends, &Default::default(), &[0], &[1], &[2]).into_iter().map(|h| (h.partition, h.role, h.lag)).collect();
+        let ends = shared::replay::Offsets::from([(0, 12), (1, 4), (2, 5), (4, 6)]);
+        // Partition 4 is held with sessions on canvases without a record applied here yet.
+        let sessions = std::collections::BTreeMap::from([(0, 3), (1, 5), (4, 2)]);
+        let got: Vec<(i32, PartitionRole, i64, Option<i64>, usize)> = partition_health(&positions, &ends, &Default::default(), &sessions, &[0], &[1, 4], &[2])
+            .into_iter()
+            .map(|h| (h.partition, h.role, h.position, h.lag, h.sessions))
+            .collect();
         assert_eq!(
             got,
             vec![
-                (0, PartitionRole::Owned, Some(2)),
-                (1, PartitionRole::Held, Some(0)),
+                (0, PartitionRole::Owned, 10, Some(2), 3),
+                (1, PartitionRole::Held, 4, Some(0), 5),
                 // An end read before the position moved on is no lag.
-                (2, PartitionRole::Standby, Some(0)),
-                (3, PartitionRole::NotRead, None),
+                (2, PartitionRole::Standby, 7, Some(0), 0),
+                (3, PartitionRole::NotRead, 9, None, 0),
+                // No position: nothing applied, the whole readable log behind.
+                (4, PartitionRole::Held, 0, Some(6), 2),
             ]
         );
     }

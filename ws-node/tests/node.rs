@@ -141,6 +141,11 @@ async fn a_client_ahead_of_the_node_waits_then_gets_503_behind() {
     h.stop().await;
 }
 
+/// The `sessions` of each partition in a `/health` body.
+fn partition_sessions(health: &serde_json::Value) -> std::collections::BTreeMap<i32, u64> {
+    health["partitions"].as_array().unwrap().iter().map(|p| (p["partition"].as_i64().unwrap() as i32, p["sessions"].as_u64().unwrap())).collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_drain_hands_over_only_the_held_partitions_it_names() {
     // Holds last long enough for the drain below to find them.
@@ -158,6 +163,8 @@ async fn a_partition_drain_hands_over_only_the_held_partitions_it_names() {
         clients.push(h.connect(c, 1).await.expect("served"));
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
+    let counts = partition_sessions(&h.health().await);
+    assert!((0..PARTITIONS).all(|p| counts.get(&p) == Some(&1)), "each partition counts its session: {counts:?}");
     let (http, url) = (h.http.clone(), h.url.clone());
     let drain = move |partitions: Vec<i32>| {
         let (http, url) = (http.clone(), url.clone());
@@ -210,6 +217,9 @@ async fn a_partition_drain_hands_over_only_the_held_partitions_it_names() {
     assert_eq!(status, 200, "{report}");
     assert_eq!(report["refused_partitions"], serde_json::json!(kept), "{report}");
     assert_eq!((report["notified_sessions"].as_u64(), report["force_closed_sessions"].as_u64()), (Some(held.len() as u64), Some(held.len() as u64)), "{report}");
+    let counts = partition_sessions(&h.health().await);
+    assert!(held.iter().all(|p| counts.get(p).copied().unwrap_or(0) == 0), "the held partitions' sessions left: {counts:?}");
+    assert!(kept.iter().all(|p| counts.get(p) == Some(&1)), "the kept partitions' sessions stay: {counts:?}");
     // The kept partitions' sessions are untouched and keep getting events.
     for p in &kept {
         let v = h.publish(&canvases[*p as usize]).await;

@@ -504,6 +504,16 @@ impl Hub {
         self.open_sessions.load(Ordering::Relaxed)
     }
 
+    /// Sessions in the hub per partition of their canvases (owned or held; the sessions a drain
+    /// took out are no longer counted), for `/health`. Partitions without sessions are left out.
+    pub fn sessions_by_partition(&self) -> BTreeMap<i32, usize> {
+        let mut by = BTreeMap::new();
+        for s in self.lock().canvases.values().flat_map(|c| &c.sessions) {
+            *by.entry(s.partition).or_insert(0) += 1;
+        }
+        by
+    }
+
     /// Sessions closed so far because their queue was full.
     pub fn slow_closed(&self) -> u64 {
         self.fanout.slow_closed()
@@ -665,9 +675,11 @@ mod tests {
             rxs.push(rx);
         }
         assert_eq!(h.canvas_count(), 0, "no canvas state for canvases without events");
+        assert_eq!(h.sessions_by_partition(), BTreeMap::from([(0, 50)]), "sessions on blank canvases are counted");
         for i in 0..50 {
             h.unsubscribe(&id(&format!("new-{i}")), i);
         }
+        assert!(h.sessions_by_partition().is_empty());
         assert!(h.lock().canvases.is_empty(), "blank canvases are forgotten with their last session");
         // A session on a blank canvas still gets the canvas's first event.
         let (handle, rx) = SessionHandle::new(99, id("c1"), 0, 16);
