@@ -18,9 +18,11 @@
 //! back to its place in the queue, ahead of everyone who came after it.
 //!
 //! The decisions are the pure function [`step`]; [`pace_failback`] is the failback's share of
-//! the recovered node's room, also pure.
+//! the recovered node's room, with [`failback_sessions`] (what each partition moves) and
+//! [`failback_arrived`] (when a round's sessions are there), also pure.
 
 use crate::refusal::{Refused, FULL};
+use shared::api::PartitionHealth;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -84,8 +86,41 @@ pub fn retry_after_secs(settings: &Settings, r: u64) -> u64 {
     settings.retry_after_s + r % (settings.retry_jitter_s + 1)
 }
 
+/// The sessions a failback moves per partition: the partition's `sessions` in the last `/health`
+/// of each node that stood in (`reported`, one list per node), summed over them (a node counts
+/// the sessions of every gateway replica); or the sessions this replica proxies to them (`own`)
+/// where that is more (its own count may be newer than the poll). Pure.
+pub fn failback_sessions<'a>(reported: impl IntoIterator<Item = &'a [PartitionHealth]>, own: &BTreeMap<i32, usize>) -> BTreeMap<i32, usize> {
+    let mut by: BTreeMap<i32, usize> = BTreeMap::new();
+    for p in reported.into_iter().flatten() {
+        *by.entry(p.partition).or_default() += p.sessions;
+    }
+    for (p, n) in own {
+        let at = by.entry(*p).or_default();
+        *at = (*at).max(*n);
+    }
+    by
+}
+
+/// Where the recovered node stood when a failback round began.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arrivals {
+    /// Sessions this replica proxied to it.
+    pub proxied: usize,
+    /// Sessions it reported in its last `/health` (`None`: no answer).
+    pub reported: Option<usize>,
+}
+
+/// Whether the `moving` sessions of a failback round are on the recovered node: `now` (where it
+/// stands now) shows that many more than `before`, by this replica's proxied count or by the
+/// node's own count (which also sees the sessions that reconnected through other replicas). Pure.
+pub fn failback_arrived(before: Arrivals, now: Arrivals, moving: usize) -> bool {
+    let by_node = matches!((before.reported, now.reported), (Some(b), Some(n)) if n >= b + moving);
+    moving == 0 || now.proxied >= before.proxied + moving || by_node
+}
+
 /// The failback's share of the recovered node's room: which of `partitions` to drain now so that
-/// their sessions (`sessions[p]`, proxied on the nodes that stood in) fit in `room` free places
+/// their sessions (`sessions[p]`, on the nodes that stood in: [`failback_sessions`]) fit in `room` free places
 /// (`None`: no capacity known, drain all), taken in order; and which must wait for room. A
 /// partition without sessions always goes now. Pure.
 pub fn pace_failback(partitions: &[i32], sessions: &BTreeMap<i32, usize>, room: Option<usize>) -> (Vec<i32>, Vec<i32>) {
@@ -334,6 +369,50 @@ mod tests {
         ];
         for (name, room, now, later) in cases {
             assert_eq!(pace_failback(&[0, 1, 2, 3], &sessions, room), (now, later), "{name}");
+        }
+    }
+
+    #[test]
+    fn failback_sessions_sum_the_stand_ins_counts_or_take_this_replicas_own() {
+        let part = |partition, sessions| PartitionHealth {
+            partition,
+            role: shared::api::PartitionRole::Held,
+            position: 0,
+            end: None,
+            lag: None,
+            since_moved_ms: 0,
+            sessions,
+        };
+        // (case, each stand-in's partitions, this replica's own counts, wanted)
+        type Case = (&'static str, Vec<Vec<PartitionHealth>>, Vec<(i32, usize)>, Vec<(i32, usize)>);
+        let cases: Vec<Case> = vec![
+            ("nothing known", vec![], vec![], vec![]),
+            ("the nodes count what other replicas proxy", vec![vec![part(1, 30), part(2, 30)]], vec![], vec![(1, 30), (2, 30)]),
+            ("summed over the stand-ins", vec![vec![part(1, 30)], vec![part(1, 12), part(2, 4)]], vec![], vec![(1, 42), (2, 4)]),
+            ("own count newer than the poll: the larger", vec![vec![part(1, 3), part(2, 30)]], vec![(1, 5), (2, 7)], vec![(1, 5), (2, 30)]),
+            ("a stand-in that reports no sessions: the own count", vec![vec![part(1, 0)], vec![]], vec![(1, 6), (3, 2)], vec![(1, 6), (3, 2)]),
+        ];
+        for (name, reported, own, want) in cases {
+            let got = failback_sessions(reported.iter().map(Vec::as_slice), &own.into_iter().collect());
+            assert_eq!(got, want.into_iter().collect::<BTreeMap<_, _>>(), "{name}");
+        }
+    }
+
+    #[test]
+    fn failback_arrivals_count_by_this_replica_or_by_the_node() {
+        let at = |proxied, reported| Arrivals { proxied, reported };
+        // (case, before, now, moving, arrived)
+        let cases: Vec<(&str, Arrivals, Arrivals, usize, bool)> = vec![
+            ("nothing moving", at(0, Some(0)), at(0, Some(0)), 0, true),
+            ("none arrived yet", at(2, Some(10)), at(2, Some(10)), 30, false),
+            ("all through this replica", at(2, Some(10)), at(32, Some(25)), 30, true),
+            ("through other replicas: the node's count", at(2, Some(10)), at(5, Some(40)), 30, true),
+            ("the node's count short of it", at(2, Some(10)), at(5, Some(39)), 30, false),
+            ("no node answer at the start: this replica's count only", at(2, None), at(5, Some(40)), 30, false),
+            ("no node answer now: this replica's count only", at(2, Some(10)), at(5, None), 30, false),
+        ];
+        for (name, before, now, moving, want) in cases {
+            assert_eq!(failback_arrived(before, now, moving), want, "{name}");
         }
     }
 

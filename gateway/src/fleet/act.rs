@@ -2,6 +2,7 @@
 //! maintenance drain, each decided ([`Fleet::decide`]) before it is carried out.
 
 use super::{Fleet, NodeEntry};
+use crate::admission::Arrivals;
 use crate::decisions::{Action, DecideError, Decided};
 use crate::lifecycle::{self, Decision};
 use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest};
@@ -195,8 +196,9 @@ impl Fleet {
         let started = Instant::now();
         let mut detail = BTreeMap::new();
         let mut failed = false;
-        // Paced to the recovered node's room: each round drains the partitions whose proxied
-        // sessions fit in its room (`failback_room`), waits until those sessions arrived there,
+        // Paced to the recovered node's room: each round drains the partitions whose sessions
+        // (as the stand-ins count them, over every gateway replica: `failback_sessions`) fit in
+        // its room (`failback_room`), waits until those sessions arrived there,
         // then for a fresh poll; the sessions of the others stay where they are (the stand-in
         // holds those partitions: its REVOKE_HOLD_MS, extended each round by `POST /admin/hold`
         // up to FAILBACK_PACE_LIMIT_MS) until room frees. A round that finds them gone (a hold
@@ -248,10 +250,10 @@ impl Fleet {
                     continue;
                 }
             }
-            let by_partition = self.sessions.by_partition(&names);
+            let by_partition = self.failback_sessions(&stand_ins, &names);
             let (now, later) = crate::admission::pace_failback(&left, &by_partition, self.failback_room(id));
             let moving: usize = now.iter().filter_map(|p| by_partition.get(p)).sum();
-            let arrived_before = self.sessions.on(id);
+            let arrived_before = self.arrivals(id);
             let limit = Duration::from_millis(self.config.failback_pace_limit_ms);
             let out_of_time = started.elapsed() > limit;
             if !later.is_empty() && !out_of_time {
@@ -337,14 +339,36 @@ impl Fleet {
         Some(max.saturating_sub(seats.max(self.sessions.on(id))).saturating_sub(waiting))
     }
 
-    /// Waits until this gateway proxies `moving` more sessions to `id` than `before` (drained
-    /// sessions arrived at the recovered node), or the grace period and a little more passed
-    /// (some reconnect through another replica, or went away).
-    pub(super) async fn await_arrivals(&self, id: &str, before: usize, moving: usize) {
+    /// The sessions a failback round moves per partition: what the `stand_ins` (`names`)
+    /// reported in their last poll, or what this replica proxies to them if more
+    /// ([`crate::admission::failback_sessions`]).
+    fn failback_sessions(&self, stand_ins: &[&NodeEntry], names: &[&str]) -> BTreeMap<i32, usize> {
+        let reported: Vec<Vec<shared::api::PartitionHealth>> =
+            stand_ins.iter().map(|n| n.slot.lock().expect("slot lock").health.as_ref().map(|(_, h)| h.partitions.clone()).unwrap_or_default()).collect();
+        crate::admission::failback_sessions(reported.iter().map(Vec::as_slice), &self.sessions.by_partition(names))
+    }
+
+    /// Where node `id` stands now: the sessions this replica proxies to it, and its own count by
+    /// its last poll.
+    fn arrivals(&self, id: &str) -> Arrivals {
+        let reported = self.entry(id).and_then(|n| n.slot.lock().expect("slot lock").health.as_ref().map(|(_, h)| h.sessions));
+        Arrivals { proxied: self.sessions.on(id), reported }
+    }
+
+    /// Waits until `moving` more sessions than `before` are on the recovered node `id` (the
+    /// drained sessions arrived), by this replica's proxied count or by the node's own count in
+    /// its polls (sessions that reconnected through other replicas count too), asking for a poll
+    /// every half second; or until the grace period and a little more passed (some went away).
+    pub(super) async fn await_arrivals(&self, id: &str, before: Arrivals, moving: usize) {
         let settle = Instant::now() + Duration::from_millis(self.config.failback_grace_ms) + Duration::from_secs(5);
-        while moving > 0 && self.sessions.on(id) < before + moving && Instant::now() < settle {
+        let mut asked = Instant::now();
+        while !crate::admission::failback_arrived(before, self.arrivals(id), moving) && Instant::now() < settle {
             if self.leadership.authority().is_err() {
                 return;
+            }
+            if asked.elapsed() >= Duration::from_millis(500) {
+                self.request_refresh();
+                asked = Instant::now();
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
