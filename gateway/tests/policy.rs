@@ -411,3 +411,45 @@ async fn a_client_that_stops_answering_loses_its_node_seat() {
     reader.abort();
 }
 
+
+/// `h` with these partitions held, each with its open sessions (partition, sessions).
+fn with_partition_sessions(mut h: serde_json::Value, counts: &[(i32, usize)]) -> serde_json::Value {
+    let parts: Vec<serde_json::Value> =
+        counts.iter().map(|(p, n)| serde_json::json!({"partition": p, "role": "held", "position": 0, "end": null, "lag": null, "sessions": n})).collect();
+    h["partitions"] = parts.into();
+    h["sessions"] = counts.iter().map(|(_, n)| n).sum::<usize>().into();
+    h
+}
+
+#[tokio::test]
+async fn a_failback_is_paced_on_the_sessions_the_nodes_count() {
+    let (a, a_url, _ga) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _gb) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _gg) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--failback-grace-ms", "3000", "--failback-pace-limit-ms", "60000"]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    // ws-1 goes away; ws-2 takes its partitions and serves 60 of their sessions, proxied by other
+    // gateway replicas: this one proxies none of them.
+    *a.health.lock().unwrap() = None;
+    *b.health.lock().unwrap() = Some(with_partition_sessions(health("ws-2", "HEALTHY", &[0, 1, 2, 3, 4, 5], None), &[(1, 30), (2, 30)]));
+    until(&gw, "ws-1 DOWN, ws-2 owning all", Duration::from_secs(5), |f| {
+        node(f, "ws-1")["state"] == "DOWN" && node(f, "ws-2")["assigned_partitions"].as_array().is_some_and(|p| p.len() == 6)
+    })
+    .await;
+    // ws-1 comes back with room for 40.
+    *a.health.lock().unwrap() = Some(with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 40));
+    let f = until(&gw, "the failback's first round", Duration::from_secs(10), |f| decisions(f, "failback_paced") + decisions(f, "failback_completed") >= 1).await;
+    assert_eq!(scoped_drains(&b), vec![vec![0, 1]], "the first round drains only what fits by the stand-in's count: {f}");
+    // Partition 1's 30 sessions arrive at ws-1 through other replicas (and it has room for the
+    // rest): the next round goes on by ws-1's own count, well before the wait for them runs out
+    // (grace 3 s + 5 s).
+    *b.health.lock().unwrap() = Some(with_partition_sessions(health("ws-2", "HEALTHY", &[0, 1, 2, 3, 4, 5], None), &[(1, 0), (2, 30)]));
+    let mut back = with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 70);
+    (back["sessions"], back["session_seats"]) = (30.into(), 30.into());
+    *a.health.lock().unwrap() = Some(back);
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while scoped_drains(&b).len() < 2 {
+        assert!(Instant::now() < deadline, "the second round waited although ws-1 reported the sessions arrived: {:?}", scoped_drains(&b));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(scoped_drains(&b), vec![vec![0, 1], vec![2]]);
+}
