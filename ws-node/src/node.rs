@@ -542,7 +542,8 @@ impl Node {
 
 /// Each partition the node has a position or sessions for: its role, its lag behind the end read
 /// last and its sessions (`sessions`, per partition). A partition with sessions but no position
-/// (no record of it applied here yet) shows position 0. Pure.
+/// (no record of it applied here yet) shows position 0 and no lag: how far behind it is is not
+/// known (its log need not start at 0), and a made-up lag would feed the lag metrics. Pure.
 pub fn partition_health(
     positions: &shared::replay::Offsets,
     ends: &shared::replay::Offsets,
@@ -565,11 +566,12 @@ pub fn partition_health(
             } else {
                 PartitionRole::NotRead
             };
-            let position = positions.get(&p).copied().unwrap_or(0);
+            let position = positions.get(&p).copied();
             let end = ends.get(&p).copied();
+            let lag = end.zip(position).map(|(e, at)| (e - at).max(0));
             let since_moved_ms = standing_since.get(&p).map_or(0, |t| t.elapsed().as_millis() as u64);
             let sessions = sessions.get(&p).copied().unwrap_or(0);
-            PartitionHealth { partition: p, role, position, end, lag: end.map(|e| (e - position).max(0)), since_moved_ms, sessions }
+            PartitionHealth { partition: p, role, position: position.unwrap_or(0), end, lag, since_moved_ms, sessions }
         })
         .collect()
 }
@@ -596,8 +598,8 @@ mod tests {
                 // An end read before the position moved on is no lag.
                 (2, PartitionRole::Standby, 7, Some(0), 0),
                 (3, PartitionRole::NotRead, 9, None, 0),
-                // No position: nothing applied, the whole readable log behind.
-                (4, PartitionRole::Held, 0, Some(6), 2),
+                // No position (nothing applied here yet): listed for its sessions, lag unknown.
+                (4, PartitionRole::Held, 0, None, 2),
             ]
         );
     }
