@@ -3,8 +3,9 @@
 //! Two kinds of entries, told apart by `source`:
 //! - `control_topic`: the leader's decisions and their outcomes, read back from the control topic
 //!   ([`shared::control`]), in the topic's order: the same on every replica.
-//! - `local`: what this replica saw by itself (a node's status changing in its polls, sessions it
-//!   moved, its circuit breakers), and, on a gateway without Kafka, every decision.
+//! - `local`: what this replica saw by itself (a node's status changing in its polls, a node back
+//!   HEALTHY with nothing to fail back, sessions it moved, its circuit breakers), and, on a
+//!   gateway without Kafka, every decision.
 //!
 //! It also tracks the failbacks that were started and not finished, so a new leader finishes
 //! them ([`Decisions::open_failbacks`]), and holds the control topic's writer ([`ControlWriter`])
@@ -28,6 +29,7 @@ pub enum Action {
     FailbackPaused,
     FailbackCompleted,
     FailbackFailed,
+    FailbackNotNeeded,
     Drain,
     DrainCompleted,
     DrainFailed,
@@ -41,7 +43,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the tests and the docs.
-    pub const ALL: [Action; 19] = [
+    pub const ALL: [Action; 20] = [
         Action::Transition,
         Action::StartRecovery,
         Action::StartRecoverySent,
@@ -52,6 +54,7 @@ impl Action {
         Action::FailbackPaused,
         Action::FailbackCompleted,
         Action::FailbackFailed,
+        Action::FailbackNotNeeded,
         Action::Drain,
         Action::DrainCompleted,
         Action::DrainFailed,
@@ -76,6 +79,7 @@ impl Action {
             Action::FailbackPaused => "failback_paused",
             Action::FailbackCompleted => "failback_completed",
             Action::FailbackFailed => "failback_failed",
+            Action::FailbackNotNeeded => "failback_not_needed",
             Action::Drain => "drain",
             Action::DrainCompleted => "drain_completed",
             Action::DrainFailed => "drain_failed",
@@ -206,7 +210,8 @@ pub struct DecisionRecord {
     pub node: String,
     /// `transition`, `start_recovery`, `start_recovery_sent`, `start_recovery_failed`,
     /// `failback_started`, `failback_resumed`, `failback_paced`, `failback_paused`, `failback_completed`,
-    /// `failback_failed`, `drain`, `drain_completed`, `drain_failed`, `eject`, `eject_completed`,
+    /// `failback_failed`, `failback_not_needed` (local: a node back HEALTHY owning the same
+    /// partitions), `drain`, `drain_completed`, `drain_failed`, `eject`, `eject_completed`,
     /// `eject_failed`, `sessions_moved`, `circuit_opened`, `circuit_closed`.
     pub action: String,
     pub reason: String,

@@ -9,9 +9,14 @@
 //!   it is sent again on a later UP poll only if the call failed or the node reports its catch-up
 //!   failed. A process that restarts and dies again is not trusted after one good answer.
 //! - Failback: a node that was HEALTHY, then DOWN, and is HEALTHY again with partitions assigned,
-//!   gets its partitions' sessions back: the gateway drains them from the nodes that stood in.
-//!   A node reports DEGRADED, not HEALTHY, while its ownership is unconfirmed after a freeze, so
-//!   stale ownership never starts a failback.
+//!   gets its partitions' sessions back (the gateway drains them from the nodes that stood in),
+//!   but only when its ownership actually moved away during that episode: it answered owning
+//!   fewer of the partitions it owned when it went DOWN (or none: a restart), or another node was
+//!   seen owning one of them while it was out ([`owned_elsewhere`]: a freeze longer than the
+//!   group's session timeout). A node that missed a poll or two and is back owning the same
+//!   partitions has nobody standing in for it: nothing to fail back. A node reports DEGRADED, not
+//!   HEALTHY, while its ownership is unconfirmed after a freeze, so stale ownership never starts a
+//!   failback.
 //!
 //! Guardrails, each a setting (see [`Rules`]):
 //! - Hysteresis: a node that flapped recently (went DOWN from HEALTHY or DEGRADED, or was
@@ -80,8 +85,16 @@ pub struct NodeView {
     pub recovery: Recovery,
     /// Was HEALTHY at least once (a node that never served has nothing to fail back).
     pub ever_healthy: bool,
-    /// Went DOWN after having been HEALTHY, and has not failed back yet.
+    /// Went DOWN after having been HEALTHY, and has not been HEALTHY since (or is HEALTHY owning
+    /// nothing yet after its ownership moved away): an episode whose end may be a failback.
     pub awaiting_failback: bool,
+    /// The partitions the node owned when the episode began (its last answer before DOWN); empty
+    /// out of an episode.
+    pub lost: Vec<i32>,
+    /// How the node's ownership moved away during the episode (`None`: it did not, so far): the
+    /// failback's reason. Kept once a failback is decided, until the next episode begins, so a
+    /// failback that was not started stays due with it ([`failback_not_started`]).
+    pub ownership_moved: Option<String>,
     /// Partitions the node reported in its last answer.
     pub assigned: Vec<i32>,
     /// Answers this gateway has seen from the node.
@@ -104,6 +117,8 @@ impl Default for NodeView {
             recovery: Recovery::NotSent,
             ever_healthy: false,
             awaiting_failback: false,
+            lost: Vec::new(),
+            ownership_moved: None,
             assigned: Vec::new(),
             samples: 0,
             degraded_streak: 0,
@@ -122,6 +137,9 @@ pub enum Decision {
     StartRecovery { reason: String },
     /// Drain the sessions of `partitions` from the nodes that stood in for this one.
     Failback { partitions: Vec<i32>, reason: String },
+    /// Back HEALTHY owning what it owned before it went DOWN: nobody stood in, nothing to drain
+    /// (logged, and a local entry of the decision log).
+    NoFailback { reason: String },
     /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED), decided at `at_ms`.
     Eject { reason: String, at_ms: u64 },
 }
@@ -179,16 +197,23 @@ pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (
     if to == Status::Down && matches!(view.status, Status::Healthy | Status::Degraded) {
         next.flaps.push(now_ms);
     }
-    if let Observed::Answer { assigned, catchup, .. } = obs {
+    if to == Status::Down && view.ever_healthy && view.status != Status::Down && !view.awaiting_failback {
+        // An episode begins: what the node owns now is what may move away from it.
+        next.awaiting_failback = true;
+        next.lost = view.assigned.clone();
+        next.ownership_moved = None;
+    }
+    if let Observed::Answer { state, assigned, catchup, .. } = obs {
         next.samples = view.samples.saturating_add(1);
         next.assigned = assigned.clone();
         if to == Status::Up && next.recovery == Recovery::Sent && *catchup == CatchupStatus::Failed {
             // The node's replay failed: the episode's recovery is to be sent again.
             next.recovery = Recovery::NotSent;
         }
-    }
-    if to == Status::Down && view.ever_healthy && view.status != Status::Down {
-        next.awaiting_failback = true;
+        let kept = next.lost.iter().filter(|p| assigned.contains(p)).count();
+        if next.awaiting_failback && next.ownership_moved.is_none() && kept < next.lost.len() {
+            next.ownership_moved = Some(format!("it owned partitions {:?} when it went DOWN and answered {state} owning {assigned:?}", next.lost));
+        }
     }
     let required = required_up_streak(&next, now_ms, rules);
     if to == Status::Up && next.up_streak >= required && next.recovery == Recovery::NotSent {
@@ -201,15 +226,60 @@ pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (
     if to == Status::Healthy {
         next.ever_healthy = true;
         next.ejected = false;
-        if next.awaiting_failback && !next.assigned.is_empty() {
-            next.awaiting_failback = false;
-            decisions.push(Decision::Failback {
-                partitions: next.assigned.clone(),
-                reason: "recovered node is HEALTHY and owns partitions again".into(),
-            });
+        if next.awaiting_failback {
+            match next.ownership_moved.clone() {
+                // HEALTHY owning nothing yet: the failback waits for its partitions.
+                Some(_) if next.assigned.is_empty() => {}
+                Some(why) => {
+                    decisions.push(Decision::Failback {
+                        partitions: next.assigned.clone(),
+                        reason: format!("recovered node is HEALTHY and owns partitions again; its ownership had moved away: {why}"),
+                    });
+                    next.awaiting_failback = false;
+                    next.lost.clear();
+                }
+                None => {
+                    decisions.push(Decision::NoFailback {
+                        reason: format!("back HEALTHY owning the same partitions {:?}: nothing to fail back", next.assigned),
+                    });
+                    next.awaiting_failback = false;
+                    next.lost.clear();
+                }
+            }
         }
     }
     (next, decisions)
+}
+
+/// What the other nodes own now (`others`: each one's id and partitions by its last answer), told
+/// to the view of a node in an episode: another node seen owning one of the partitions it lost
+/// while it is out means its ownership moved away, even if it gets them back before it answers
+/// (a freeze longer than the group's session timeout). Pure; the poller calls it after each
+/// scheduled poll.
+pub fn owned_elsewhere(view: &NodeView, others: &[(String, Vec<i32>)]) -> NodeView {
+    let mut next = view.clone();
+    if !view.awaiting_failback || view.status == Status::Healthy || view.ownership_moved.is_some() {
+        return next;
+    }
+    for (id, owned) in others {
+        let common: Vec<i32> = view.lost.iter().copied().filter(|p| owned.contains(p)).collect();
+        if !common.is_empty() {
+            next.ownership_moved = Some(format!("{id} was seen owning partitions {common:?} while it was out"));
+            break;
+        }
+    }
+    next
+}
+
+/// A failback decided on the view was not started (this replica does not lead, or the decision
+/// was not written): it stays due, for the next HEALTHY poll.
+pub fn failback_not_started(view: &NodeView) -> NodeView {
+    let mut next = view.clone();
+    next.awaiting_failback = true;
+    if next.ownership_moved.is_none() {
+        next.ownership_moved = Some("a failback was decided and not started".into());
+    }
+    next
 }
 
 /// One node as [`eject`] sees it.
@@ -418,6 +488,90 @@ mod tests {
         .concat();
         let (rec, fb, v) = run(NodeView::default(), &polls);
         assert_eq!((rec, fb), (2, 1));
+        assert!(!v.awaiting_failback);
+    }
+
+    #[test]
+    fn one_down_poll_then_healthy_with_the_same_partitions_is_no_failback() {
+        // A HEALTHY node whose /health timed out once kept its partitions: nothing moved away,
+        // so nothing is drained from the other nodes.
+        let polls = [vec![up(); 5], vec![healthy(&[0, 1, 2])], vec![timeout()], vec![healthy(&[0, 1, 2]), healthy(&[0, 1, 2])]].concat();
+        let (_, fb, v) = run(NodeView::default(), &polls);
+        assert_eq!(fb, 0);
+        assert!(!v.awaiting_failback, "the episode is over");
+    }
+
+    /// Failbacks decided over `polls` (a second apart from HEALTHY owning 0, 1, 2), with what the
+    /// other nodes own by poll index (`elsewhere`: after the poll at that index), and their
+    /// partitions.
+    fn failbacks(polls: &[Observed], elsewhere: &[(usize, Vec<i32>)]) -> (Vec<Vec<i32>>, NodeView) {
+        let (_, _, mut v) = run(NodeView::default(), &[vec![up(); 5], vec![healthy(&[0, 1, 2])]].concat());
+        let mut out = Vec::new();
+        for (i, o) in polls.iter().enumerate() {
+            let (n, ds) = observe(&v, o, (10 + i as u64) * POLL_MS, &RULES);
+            v = n;
+            for d in ds {
+                if let Decision::Failback { partitions, .. } = d {
+                    out.push(partitions);
+                }
+            }
+            for (_, owned) in elsewhere.iter().filter(|(at, _)| *at == i) {
+                v = owned_elsewhere(&v, &[("ws-2".to_owned(), owned.clone())]);
+            }
+        }
+        (out, v)
+    }
+
+    #[test]
+    fn a_failback_only_when_ownership_moved_away_table() {
+        let same = || healthy(&[0, 1, 2]);
+        // DEGRADED after a freeze, its ownership unconfirmed: it still names its old partitions.
+        let stale = || Observed::Answer { state: NodeState::Degraded, assigned: vec![0, 1, 2], catchup: CatchupStatus::Completed, stalled: false };
+        // (name, polls after HEALTHY owning 0, 1, 2, other nodes' ownership seen after poll i, failbacks)
+        let cases: Vec<(&str, Vec<Observed>, Vec<(usize, Vec<i32>)>, Vec<Vec<i32>>)> = vec![
+            ("one DOWN poll, back with the same set: none", vec![timeout(), same()], vec![], vec![]),
+            ("three DOWN polls, back with the same set: none", vec![timeout(), timeout(), timeout(), same()], vec![], vec![]),
+            ("others own their own partitions: none", vec![timeout(), same()], vec![(0, vec![3, 4, 5])], vec![]),
+            ("restart: UP owning none, then HEALTHY", [vec![down()], vec![up(); 10], vec![same()]].concat(), vec![], vec![vec![0, 1, 2]]),
+            ("freeze: another node seen owning 1, then back with the same set", vec![timeout(), timeout(), same()], vec![(1, vec![1, 3])], vec![vec![0, 1, 2]]),
+            ("freeze seen while DEGRADED (ownership unconfirmed)", vec![timeout(), stale(), same()], vec![(1, vec![0, 1, 2, 3])], vec![vec![0, 1, 2]]),
+            ("back HEALTHY with fewer: failback of what it owns", vec![timeout(), healthy(&[1, 2])], vec![], vec![vec![1, 2]]),
+            ("back HEALTHY with none: wait, then fail back", vec![timeout(), healthy(&[]), same()], vec![], vec![vec![0, 1, 2]]),
+            ("DOWN, DEGRADED owning the same set, HEALTHY: none", vec![timeout(), stale(), same()], vec![], vec![]),
+            ("once per episode", vec![timeout(), healthy(&[1]), healthy(&[1]), same()], vec![], vec![vec![1]]),
+        ];
+        for (name, polls, elsewhere, want) in cases {
+            let (got, v) = failbacks(&polls, &elsewhere);
+            assert_eq!(got, want, "{name}");
+            assert!(!v.awaiting_failback, "{name}: the episode is over");
+            assert!(v.lost.is_empty(), "{name}");
+        }
+    }
+
+    #[test]
+    fn nothing_to_fail_back_is_said() {
+        let (_, _, v) = run(NodeView::default(), &[vec![up(); 5], vec![healthy(&[0, 1, 2]), timeout()]].concat());
+        let (_, ds) = observe(&v, &healthy(&[0, 1, 2]), 7 * POLL_MS, &RULES);
+        assert!(ds.iter().any(|d| matches!(d, Decision::NoFailback { reason } if reason.contains("nothing to fail back"))), "{ds:?}");
+    }
+
+    #[test]
+    fn others_owning_the_partitions_counts_only_while_the_node_is_out() {
+        let (_, _, v) = run(NodeView::default(), &[vec![up(); 5], vec![healthy(&[0, 1, 2])]].concat());
+        assert_eq!(owned_elsewhere(&v, &[("ws-2".into(), vec![0])]), v, "not in an episode");
+        let (_, _, v) = run(v, &[timeout()]);
+        assert_eq!(v.lost, vec![0, 1, 2]);
+        let moved = owned_elsewhere(&v, &[("ws-2".into(), vec![5]), ("ws-3".into(), vec![2, 4])]);
+        assert!(moved.ownership_moved.as_deref().is_some_and(|w| w.contains("ws-3") && w.contains("[2]")), "{moved:?}");
+    }
+
+    #[test]
+    fn a_failback_not_started_stays_due() {
+        let (_, _, v) = run(NodeView::default(), &[vec![up(); 5], vec![healthy(&[0, 1, 2]), down()], vec![up(); 10], vec![healthy(&[0, 1, 2])]].concat());
+        assert!(!v.awaiting_failback);
+        let v = failback_not_started(&v);
+        let (_, fb, v) = run(v, &[healthy(&[0, 1, 2])]);
+        assert_eq!(fb, 1, "decided again on the next HEALTHY poll");
         assert!(!v.awaiting_failback);
     }
 

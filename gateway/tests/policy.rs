@@ -1,6 +1,7 @@
 //! The gateway in-process (`gateway::run` on 127.0.0.1:0) polling tiny HTTP servers posing as
 //! nodes, whose `/health` the test scripts: the failover policy's ejection of a DEGRADED node
-//! (once, never the last node serving) and the circuit breaker on the proxy path (a node that
+//! (once, never the last node serving), a failback only when the node's ownership moved away,
+//! and the circuit breaker on the proxy path (a node that
 //! stops answering handshakes gets none until trial handshakes succeed).
 
 #[path = "support/serve.rs"]
@@ -199,7 +200,7 @@ async fn a_stalled_node_is_ejected_once_and_never_the_last_serving() {
     // ws-2 is back: now ws-1 is drained out of the broadcast group, once.
     *b.health.lock().unwrap() = Some(health("ws-2", "HEALTHY", &[3, 4, 5], None));
     let f = until(&gw, "the ejection", Duration::from_secs(5), |f| decisions(f, "eject_completed") == 1).await;
-    // (ws-2's return is also a failback: its partitions' sessions are drained from ws-1, scoped.)
+    // (ws-2's return is no failback: it owns the partitions it owned before, nobody stood in.)
     let ejections = || a.drains.lock().unwrap().iter().filter(|d| d["reason"] == "NODE_DEGRADED").cloned().collect::<Vec<_>>();
     let drains = ejections();
     assert_eq!(drains.len(), 1, "{drains:?}");
@@ -304,6 +305,43 @@ async fn a_failed_ejection_is_rolled_back_and_tried_again_after_the_cooldown() {
     assert!(b.drains.lock().unwrap().iter().all(|d| d["reason"] != "NODE_DEGRADED"), "the healthy node was never ejected");
 }
 
+#[tokio::test]
+async fn a_node_whose_health_fails_once_keeping_its_partitions_gets_no_failback() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &[]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    // One failed poll of ws-1; ws-2 never owns its partitions meanwhile.
+    *a.health.lock().unwrap() = None;
+    until(&gw, "ws-1 DOWN for a poll", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "DOWN").await;
+    *a.health.lock().unwrap() = Some(health("ws-1", "HEALTHY", &[0, 1, 2], None));
+    until(&gw, "ws-1 HEALTHY again", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let f = fleet(&gw).await;
+    assert_eq!(decisions(&f, "failback_started"), 0, "a failback although ws-1 kept its partitions: {f}");
+    assert!(b.drains.lock().unwrap().is_empty(), "ws-2 was drained: {:?}", b.drains.lock().unwrap());
+    assert_eq!(node(&f, "ws-1")["awaiting_failback"], false);
+    let said = f["decisions"].as_array().unwrap().iter().any(|d| d["action"] == "failback_not_needed" && d["node"] == "ws-1" && d["source"] == "local");
+    assert!(said, "the decision log says why there was no failback: {f}");
+}
+
+#[tokio::test]
+async fn a_restarted_node_back_with_its_partitions_gets_a_failback() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &[]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    // ws-1 restarts: DOWN, then UP owning nothing (its ownership moved away), then HEALTHY.
+    *a.health.lock().unwrap() = None;
+    until(&gw, "ws-1 DOWN", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "DOWN").await;
+    *a.health.lock().unwrap() = Some(health("ws-1", "UP", &[], None));
+    let f = until(&gw, "ws-1 UP", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "UP").await;
+    assert!(node(&f, "ws-1")["ownership_moved"].as_str().is_some_and(|w| w.contains("[0, 1, 2]")), "{f}");
+    *a.health.lock().unwrap() = Some(health("ws-1", "HEALTHY", &[0, 1, 2], None));
+    until(&gw, "the failback", Duration::from_secs(5), |f| decisions(f, "failback_completed") == 1).await;
+    assert_eq!(scoped_drains(&b), vec![vec![0, 1, 2]], "ws-2 was asked for the sessions of ws-1's partitions");
+}
+
 /// `count` canvases of each partition in `partitions` (of 6).
 fn canvases_of(partitions: &[i32], count: usize) -> Vec<String> {
     let mut out = Vec::new();
@@ -378,7 +416,8 @@ async fn a_failback_stops_when_its_target_dies() {
 async fn a_node_gets_one_failback_at_a_time() {
     let p = paced_failback().await;
     let (a, gw) = (&p.a, &p.gw);
-    // ws-1 misses a poll and answers again: it is due a failback again, while the first runs.
+    // ws-1 misses a poll and answers again: it is due a failback again (ws-2, which still reports
+    // owning its partitions, was seen owning them while it was out), while the first runs.
     *a.health.lock().unwrap() = None;
     until(&gw, "ws-1 DOWN for a poll", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "DOWN").await;
     *a.health.lock().unwrap() = Some(with_capacity(health("ws-1", "HEALTHY", &[0, 1, 2], None), 4));

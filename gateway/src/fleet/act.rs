@@ -68,11 +68,16 @@ impl Fleet {
                     // The leader fails back (its failback_started clears this); until then this
                     // replica keeps it due, for when it leads.
                     tracing::debug!("[GATEWAY] {} due for failback; not started here: {}", id, why);
-                    node.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                    let mut slot = node.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::failback_not_started(&slot.view);
                     return;
                 }
                 let fleet = self.clone();
                 self.tasks.spawn(async move { fleet.failback(&id, partitions, reason, None).await });
+            }
+            Decision::NoFailback { reason } => {
+                tracing::info!("[GATEWAY] {} {}", id, reason);
+                self.record(&id, Action::FailbackNotNeeded, reason, serde_json::Value::Null);
             }
             Decision::Eject { reason, at_ms } => {
                 let fleet = self.clone();
@@ -161,7 +166,6 @@ impl Fleet {
         let stand_ins: Vec<&NodeEntry> = {
             let mut slot = node.slot.lock().expect("slot lock");
             let named = std::mem::take(&mut slot.stand_ins);
-            slot.lost.clear();
             drop(slot);
             let mut v: Vec<&NodeEntry> = self.nodes.iter().filter(|n| named.contains(&n.addr.id)).collect();
             if v.is_empty() {
@@ -186,7 +190,8 @@ impl Fleet {
             (Err(e), _) => {
                 tracing::warn!("[GATEWAY] failback to {} not started: {}", id, e);
                 if let Some(n) = self.entry(id) {
-                    n.slot.lock().expect("slot lock").view.awaiting_failback = true;
+                    let mut slot = n.slot.lock().expect("slot lock");
+                    slot.view = lifecycle::failback_not_started(&slot.view);
                 }
                 return;
             }

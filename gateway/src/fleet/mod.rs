@@ -41,9 +41,7 @@ struct Slot {
     last_error: Option<String>,
     /// When the last poll of the node ended (answered or failed): how fresh the gateway's view is.
     polled_at: Option<Instant>,
-    /// Partitions the node owned when it went DOWN (to find who stands in for it).
-    lost: Vec<i32>,
-    /// Nodes seen owning any of `lost` while this node was away.
+    /// Nodes seen owning any of the partitions it lost (`view.lost`) while this node was away.
     stand_ins: BTreeSet<String>,
 }
 
@@ -298,7 +296,9 @@ impl Fleet {
         match action {
             Action::StartRecoverySent => slot.view = lifecycle::recovery_sent(&slot.view),
             Action::FailbackStarted => {
+                // The leader's failback ends the episode here too.
                 slot.view.awaiting_failback = false;
+                slot.view.lost.clear();
             }
             Action::Eject => {
                 slot.view = lifecycle::ejected(&slot.view, now);

@@ -87,8 +87,8 @@ impl Fleet {
                     continue;
                 }
                 let (next, decisions) = lifecycle::observe(&slot.view, &obs, self.now_ms(), &self.rules());
-                if next.status == Status::Down && slot.view.status != Status::Down {
-                    slot.lost = slot.view.assigned.clone();
+                if next.awaiting_failback && !slot.view.awaiting_failback {
+                    // A new episode: nobody has stood in for the node in it yet.
                     slot.stand_ins.clear();
                 }
                 slot.view = next;
@@ -195,7 +195,8 @@ impl Fleet {
         }
     }
 
-    /// While a node is away, remembers which nodes own its partitions (they stand in for it).
+    /// While a node is away, remembers which nodes own its partitions (they stand in for it), and
+    /// tells its view ([`lifecycle::owned_elsewhere`]: its ownership moved away).
     pub(super) fn note_stand_ins(&self) {
         let owners: Vec<(String, Vec<i32>)> = self
             .nodes
@@ -207,11 +208,17 @@ impl Fleet {
             .collect();
         for n in &self.nodes {
             let mut slot = n.slot.lock().expect("slot lock");
-            if !slot.view.awaiting_failback || slot.lost.is_empty() {
+            if !slot.view.awaiting_failback || slot.view.lost.is_empty() {
                 continue;
             }
-            for (id, assigned) in &owners {
-                if *id != n.addr.id && assigned.iter().any(|p| slot.lost.contains(p)) {
+            let others: Vec<(String, Vec<i32>)> = owners.iter().filter(|(id, _)| *id != n.addr.id).cloned().collect();
+            let next = lifecycle::owned_elsewhere(&slot.view, &others);
+            if next.ownership_moved.is_some() && slot.view.ownership_moved.is_none() {
+                tracing::info!("[GATEWAY] {} ownership moved away: {}", n.addr.id, next.ownership_moved.as_deref().unwrap_or_default());
+            }
+            slot.view = next;
+            for (id, assigned) in &others {
+                if assigned.iter().any(|p| slot.view.lost.contains(p)) {
                     slot.stand_ins.insert(id.clone());
                 }
             }

@@ -32,6 +32,9 @@ impl Fleet {
                     // Only meaningful while UP: whether this UP episode's start-recovery went out.
                     "start_recovery": (slot.view.status == Status::Up).then_some(slot.view.recovery),
                     "awaiting_failback": slot.view.awaiting_failback,
+                    // While awaiting: how its ownership moved away (null: it did not, so far; a
+                    // node back HEALTHY owning the same partitions gets no failback).
+                    "ownership_moved": slot.view.awaiting_failback.then(|| slot.view.ownership_moved.clone()).flatten(),
                     "ready": h.is_some_and(|(_, h)| h.ready),
                     "draining": h.is_some_and(|(_, h)| h.draining),
                     "assigned_partitions": h.map(|(_, h)| h.assigned_partitions.clone()).unwrap_or_default(),
