@@ -137,6 +137,17 @@ pub struct Config {
     /// No ejection within this long of the last one, ms.
     #[arg(long, env = "EJECT_COOLDOWN_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
     pub eject_cooldown_ms: u64,
+    /// Hold-down: a node ejected twice or more within `HOLD_DOWN_WINDOW_MS` gets no start-recovery
+    /// for `HOLD_DOWN_BASE_MS × (ejections − 1)` after the ejection, at most `HOLD_DOWN_MAX_MS`
+    /// (it stays UP, drained), ms. 0: no hold-down.
+    #[arg(long, env = "HOLD_DOWN_BASE_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub hold_down_base_ms: u64,
+    /// The longest hold-down, ms (at least `HOLD_DOWN_BASE_MS`).
+    #[arg(long, env = "HOLD_DOWN_MAX_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(0..=86_400_000))]
+    pub hold_down_max_ms: u64,
+    /// How long an ejection counts towards the hold-down, ms.
+    #[arg(long, env = "HOLD_DOWN_WINDOW_MS", default_value_t = 1_800_000, value_parser = clap::value_parser!(u64).range(0..=604_800_000))]
+    pub hold_down_window_ms: u64,
     /// Consecutive proxied handshakes a node fails to answer (refused connection, reset, timeout)
     /// that open its circuit breaker: it gets no handshakes for `BREAKER_OPEN_MS`.
     #[arg(long, env = "BREAKER_FAILURES", default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_000))]
@@ -295,6 +306,9 @@ impl Config {
         if let Some(why) = shared::kafka::topic_name_problem(&self.control_topic) {
             p.push(format!("CONTROL_TOPIC (--control-topic): {why}"));
         }
+        if self.hold_down_max_ms < self.hold_down_base_ms {
+            p.push(format!("HOLD_DOWN_MAX_MS ({}) must not be below HOLD_DOWN_BASE_MS ({})", self.hold_down_max_ms, self.hold_down_base_ms));
+        }
         if self.leader_heartbeat_ms * 3 > self.leader_session_timeout_ms {
             p.push(format!(
                 "LEADER_HEARTBEAT_MS ({}) must be at most a third of LEADER_SESSION_TIMEOUT_MS ({})",
@@ -363,6 +377,9 @@ impl Config {
             ("DEGRADED_CHECKS", self.degraded_checks.to_string()),
             ("MIN_SAMPLES", self.min_samples.to_string()),
             ("EJECT_COOLDOWN_MS", self.eject_cooldown_ms.to_string()),
+            ("HOLD_DOWN_BASE_MS", self.hold_down_base_ms.to_string()),
+            ("HOLD_DOWN_MAX_MS", self.hold_down_max_ms.to_string()),
+            ("HOLD_DOWN_WINDOW_MS", self.hold_down_window_ms.to_string()),
             ("BREAKER_FAILURES", self.breaker_failures.to_string()),
             ("BREAKER_OPEN_MS", self.breaker_open_ms.to_string()),
             ("BREAKER_TRIALS", self.breaker_trials.to_string()),
@@ -515,5 +532,17 @@ mod tests {
         let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--admin-token", "t", "--admin-listen", "0.0.0.0:9000"]).unwrap();
         assert!(c.problems().is_empty(), "{:?}", c.problems());
         assert!(c.describe().lines().any(|l| l == "ADMIN_TOKEN=<set>"));
+    }
+
+    #[test]
+    fn the_hold_down_settings_are_checked_and_listed() {
+        let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1"]).unwrap();
+        assert_eq!((c.hold_down_base_ms, c.hold_down_max_ms, c.hold_down_window_ms), (60_000, 600_000, 1_800_000));
+        assert!(c.describe().lines().any(|l| l == "HOLD_DOWN_BASE_MS=60000"), "{}", c.describe());
+        assert!(c.describe().lines().any(|l| l == "HOLD_DOWN_MAX_MS=600000"));
+        assert!(c.describe().lines().any(|l| l == "HOLD_DOWN_WINDOW_MS=1800000"));
+        let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--hold-down-base-ms", "5000", "--hold-down-max-ms", "4000"]).unwrap();
+        assert!(c.problems().iter().any(|p| p.contains("HOLD_DOWN_MAX_MS (4000) must not be below HOLD_DOWN_BASE_MS (5000)")), "{:?}", c.problems());
+        assert!(Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--hold-down-base-ms", "-1"]).is_err());
     }
 }

@@ -36,6 +36,7 @@ pub enum Action {
     Eject,
     EjectCompleted,
     EjectFailed,
+    HeldDown,
     SessionsMoved,
     CircuitOpened,
     CircuitClosed,
@@ -43,7 +44,7 @@ pub enum Action {
 
 impl Action {
     /// Every action, for the tests and the docs.
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 21] = [
         Action::Transition,
         Action::StartRecovery,
         Action::StartRecoverySent,
@@ -61,6 +62,7 @@ impl Action {
         Action::Eject,
         Action::EjectCompleted,
         Action::EjectFailed,
+        Action::HeldDown,
         Action::SessionsMoved,
         Action::CircuitOpened,
         Action::CircuitClosed,
@@ -86,6 +88,7 @@ impl Action {
             Action::Eject => "eject",
             Action::EjectCompleted => "eject_completed",
             Action::EjectFailed => "eject_failed",
+            Action::HeldDown => "held_down",
             Action::SessionsMoved => "sessions_moved",
             Action::CircuitOpened => "circuit_opened",
             Action::CircuitClosed => "circuit_closed",
@@ -212,7 +215,8 @@ pub struct DecisionRecord {
     /// `failback_started`, `failback_resumed`, `failback_paced`, `failback_paused`, `failback_completed`,
     /// `failback_failed`, `failback_not_needed` (local: a node back HEALTHY owning the same
     /// partitions), `drain`, `drain_completed`, `drain_failed`, `eject`, `eject_completed`,
-    /// `eject_failed`, `sessions_moved`, `circuit_opened`, `circuit_closed`.
+    /// `eject_failed`, `held_down` (after an ejection: no start-recovery until `detail.until_ms`),
+    /// `sessions_moved`, `circuit_opened`, `circuit_closed`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).

@@ -28,6 +28,12 @@
 //!   `max_ejection_percent`, here one node), none within `eject_cooldown` of the last, and never
 //!   the last node serving: another node must be HEALTHY, with free seats for its sessions where
 //!   the nodes report capacity. A failed ejection is undone ([`eject_failed`]).
+//! - Hold-down ([`hold_down`]): a node ejected twice or more within `hold_down_window` is held
+//!   down, as Envoy's outlier detection grows its ejection time: start-recovery is not sent until
+//!   `hold_down_base × (ejections − 1)`, at most `hold_down_max`, has passed since the ejection
+//!   (the first ejection in the window has no hold; the second holds for the base, the third for
+//!   twice it, ...). Meanwhile the node stays UP, drained and not serving; then it recovers as
+//!   usual. A persistently stalled node no longer loops eject → recover every few minutes.
 
 use shared::api::{CatchupStatus, NodeState};
 
@@ -106,6 +112,11 @@ pub struct NodeView {
     pub flaps: Vec<u64>,
     /// Ejected and not HEALTHY since.
     pub ejected: bool,
+    /// When the node was ejected, ms on the caller's clock; only those within
+    /// `hold_down_window` are kept.
+    pub ejections: Vec<u64>,
+    /// Held down ([`hold_down`]): no start-recovery before this time, ms on the caller's clock.
+    pub held_until: Option<u64>,
 }
 
 impl Default for NodeView {
@@ -124,6 +135,8 @@ impl Default for NodeView {
             degraded_streak: 0,
             flaps: Vec::new(),
             ejected: false,
+            ejections: Vec::new(),
+            held_until: None,
         }
     }
 }
@@ -140,8 +153,9 @@ pub enum Decision {
     /// Back HEALTHY owning what it owned before it went DOWN: nobody stood in, nothing to drain
     /// (logged, and a local entry of the decision log).
     NoFailback { reason: String },
-    /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED), decided at `at_ms`.
-    Eject { reason: String, at_ms: u64 },
+    /// Drain the whole node out of the broadcast group (reason NODE_DEGRADED), decided at `at_ms`;
+    /// `hold`: the hold-down that starts with it, if any.
+    Eject { reason: String, at_ms: u64, hold: Option<HoldDown> },
 }
 
 /// Configuration of the rules.
@@ -160,6 +174,42 @@ pub struct Rules {
     pub min_samples: u32,
     /// No ejection within this long of the last one, ms.
     pub eject_cooldown_ms: u64,
+    /// The hold-down after the second ejection within `hold_down_window_ms`, ms; each further
+    /// ejection adds as much (0: no hold-down).
+    pub hold_down_base_ms: u64,
+    /// The longest hold-down, ms.
+    pub hold_down_max_ms: u64,
+    /// How long an ejection counts towards the hold-down, ms.
+    pub hold_down_window_ms: u64,
+}
+
+/// A hold-down that starts with an ejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HoldDown {
+    /// How long start-recovery is withheld, from the ejection, ms.
+    pub for_ms: u64,
+    /// Ejections of the node within the window, this one included.
+    pub ejections: u32,
+}
+
+/// The hold-down length after a node's `ejections`-th ejection within the window:
+/// `hold_down_base × (ejections − 1)`, at most `hold_down_max`; `None` for the first (or with a
+/// base of 0).
+pub fn hold_down_for(ejections: u32, rules: &Rules) -> Option<u64> {
+    if ejections < 2 || rules.hold_down_base_ms == 0 {
+        return None;
+    }
+    Some(rules.hold_down_base_ms.saturating_mul(u64::from(ejections - 1)).min(rules.hold_down_max_ms.max(rules.hold_down_base_ms)))
+}
+
+/// The ejections of `view` within the window at `now_ms`.
+pub fn recent_ejections(view: &NodeView, now_ms: u64, rules: &Rules) -> u32 {
+    view.ejections.iter().filter(|t| now_ms.saturating_sub(**t) < rules.hold_down_window_ms).count() as u32
+}
+
+/// Whether start-recovery is withheld from `view` at `now_ms`, and for how much longer, ms.
+pub fn held_for(view: &NodeView, now_ms: u64) -> Option<u64> {
+    view.held_until.filter(|u| now_ms < *u).map(|u| u - now_ms)
 }
 
 /// The UP streak `view` must show before start-recovery at `now_ms`: longer for each recent flap.
@@ -172,6 +222,7 @@ pub fn required_up_streak(view: &NodeView, now_ms: u64, rules: &Rules) -> u32 {
 pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (NodeView, Vec<Decision>) {
     let mut next = view.clone();
     next.flaps.retain(|t| now_ms.saturating_sub(*t) < rules.flap_window_ms);
+    next.ejections.retain(|t| now_ms.saturating_sub(*t) < rules.hold_down_window_ms);
     let mut decisions = Vec::new();
     let (to, reason) = match obs {
         Observed::Down { error } => (Status::Down, format!("no answer: {error}")),
@@ -216,16 +267,19 @@ pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (
         }
     }
     let required = required_up_streak(&next, now_ms, rules);
-    if to == Status::Up && next.up_streak >= required && next.recovery == Recovery::NotSent {
+    let held = held_for(&next, now_ms).is_some();
+    if to == Status::Up && next.up_streak >= required && next.recovery == Recovery::NotSent && !held {
         next.recovery = Recovery::Sent;
         let flapped = if required > rules.up_threshold { format!(", raised from {} by {} recent flaps", rules.up_threshold, next.flaps.len()) } else { String::new() };
+        let after_hold = if next.held_until.take().is_some() { "; its hold-down has ended" } else { "" };
         decisions.push(Decision::StartRecovery {
-            reason: format!("UP on {} consecutive polls (threshold {required}{flapped})", next.up_streak),
+            reason: format!("UP on {} consecutive polls (threshold {required}{flapped}){after_hold}", next.up_streak),
         });
     }
     if to == Status::Healthy {
         next.ever_healthy = true;
         next.ejected = false;
+        next.held_until = None;
         if next.awaiting_failback {
             match next.ownership_moved.clone() {
                 // HEALTHY owning nothing yet: the failback waits for its partitions.
@@ -326,23 +380,49 @@ pub fn eject(nodes: &[Candidate<'_>], last_ejection_ms: Option<u64>, now_ms: u64
     ))
 }
 
-/// `id` was ejected at `now_ms`: it counts as a flap, and blocks other ejections until HEALTHY.
-pub fn ejected(view: &NodeView, now_ms: u64) -> NodeView {
+/// The node was ejected `age_ms` before `now_ms` (0: just now, by this replica; more: a
+/// decision read back from the control topic): it counts as a flap, blocks other ejections until
+/// HEALTHY, and counts towards the hold-down if it is within the window (a replica reading the
+/// topic from its start does not count ejections long past).
+pub fn ejected(view: &NodeView, now_ms: u64, age_ms: u64, rules: &Rules) -> NodeView {
     let mut next = view.clone();
     next.ejected = true;
     next.flaps.push(now_ms);
+    if age_ms < rules.hold_down_window_ms {
+        next.ejections.retain(|t| now_ms.saturating_sub(*t) < rules.hold_down_window_ms);
+        next.ejections.push(now_ms.saturating_sub(age_ms));
+    }
     next
 }
 
+/// The hold-down rule, right after this replica ejected the node at `now_ms` ([`ejected`]):
+/// counting that ejection, is the node ejected twice or more within the window? Then it is held
+/// down for [`hold_down_for`] from `now_ms`.
+pub fn hold_down(view: &NodeView, now_ms: u64, rules: &Rules) -> (NodeView, Option<HoldDown>) {
+    let ejections = recent_ejections(view, now_ms, rules);
+    match hold_down_for(ejections, rules) {
+        Some(for_ms) => (hold_until(view, now_ms.saturating_add(for_ms)), Some(HoldDown { for_ms, ejections })),
+        None => (view.clone(), None),
+    }
+}
+
+/// The node is held down until `until_ms` (the leader's `held_down` decision, read back).
+pub fn hold_until(view: &NodeView, until_ms: u64) -> NodeView {
+    NodeView { held_until: Some(until_ms), ..view.clone() }
+}
+
 /// The ejection decided at `at_ms` failed (not written, or the drain failed): the node is not
-/// ejected after all, and that attempt is no flap. The cooldown still runs from `at_ms`, so the
-/// next attempt waits for it.
+/// ejected after all, that attempt is no flap, and it does not count towards the hold-down (the
+/// last ejection counted is this one: one node is ejected at a time, and none while it is held
+/// down). The cooldown still runs from `at_ms`, so the next attempt waits for it.
 pub fn eject_failed(view: &NodeView, at_ms: u64) -> NodeView {
     let mut next = view.clone();
     next.ejected = false;
     if let Some(i) = next.flaps.iter().rposition(|t| *t == at_ms) {
         next.flaps.remove(i);
     }
+    next.ejections.pop();
+    next.held_until = None;
     next
 }
 
@@ -394,6 +474,9 @@ mod tests {
         degraded_checks: 3,
         min_samples: 5,
         eject_cooldown_ms: 60_000,
+        hold_down_base_ms: 60_000,
+        hold_down_max_ms: 150_000,
+        hold_down_window_ms: 1_800_000,
     };
     /// Polls in the tables are a second apart.
     const POLL_MS: u64 = 1000;
@@ -528,7 +611,8 @@ mod tests {
         // DEGRADED after a freeze, its ownership unconfirmed: it still names its old partitions.
         let stale = || Observed::Answer { state: NodeState::Degraded, assigned: vec![0, 1, 2], catchup: CatchupStatus::Completed, stalled: false };
         // (name, polls after HEALTHY owning 0, 1, 2, other nodes' ownership seen after poll i, failbacks)
-        let cases: Vec<(&str, Vec<Observed>, Vec<(usize, Vec<i32>)>, Vec<Vec<i32>>)> = vec![
+        type Case = (&'static str, Vec<Observed>, Vec<(usize, Vec<i32>)>, Vec<Vec<i32>>);
+        let cases: Vec<Case> = vec![
             ("one DOWN poll, back with the same set: none", vec![timeout(), same()], vec![], vec![]),
             ("three DOWN polls, back with the same set: none", vec![timeout(), timeout(), timeout(), same()], vec![], vec![]),
             ("others own their own partitions: none", vec![timeout(), same()], vec![(0, vec![3, 4, 5])], vec![]),
@@ -682,7 +766,7 @@ mod tests {
 
     #[test]
     fn an_ejected_node_is_counted_until_healthy_and_its_return_is_slower() {
-        let v = ejected(&node(Status::Degraded, 3, 50), 0);
+        let v = ejected(&node(Status::Degraded, 3, 50), 0, 0, &RULES);
         assert!(v.ejected);
         // Drained out, it is UP: hysteresis asks for twice the streak.
         let (rec, _, v) = run(v, &vec![up(); 9]);
@@ -710,9 +794,10 @@ mod tests {
     #[test]
     fn a_failed_ejection_is_undone_and_is_no_flap() {
         let before = NodeView { flaps: vec![5], ..node(Status::Degraded, 3, 50) };
-        let v = eject_failed(&ejected(&before, 9), 9);
+        let v = eject_failed(&ejected(&before, 9, 0, &RULES), 9);
         assert!(!v.ejected);
         assert_eq!(v.flaps, vec![5]);
+        assert!(v.ejections.is_empty(), "no ejection counted");
         // Nothing else ejected: the rule may choose it again (after the cooldown).
         let b = node(Status::Healthy, 0, 50);
         let cands = [Candidate { id: "a", view: &v, sessions: 0, room: None }, Candidate { id: "b", view: &b, sessions: 0, room: None }];
@@ -730,5 +815,73 @@ mod tests {
         let (_, _, v) = run(v, &[unconfirmed(), unconfirmed(), unconfirmed(), unconfirmed()]);
         assert_eq!(v.degraded_streak, 0, "unconfirmed ownership after a freeze is not a stall");
         assert_eq!(v.status, Status::Degraded);
+    }
+
+    #[test]
+    fn hold_down_table() {
+        const MIN: u64 = 60_000;
+        // (name, ejection times in minutes, the hold after the last one, ms) — RULES: base 1 min,
+        // at most 2.5 min, window 30 min.
+        let cases: Vec<(&str, Vec<u64>, Option<u64>)> = vec![
+            ("first ejection: no hold", vec![0], None),
+            ("second within the window: the base", vec![0, 3], Some(MIN)),
+            ("third: twice the base", vec![0, 3, 7], Some(2 * MIN)),
+            ("fourth: capped at the max", vec![0, 3, 7, 12], Some(150_000)),
+            ("the first aged out: the count restarts", vec![0, 31], None),
+            ("two of three within the window", vec![0, 20, 40], Some(MIN)),
+            ("exactly one window apart: outside", vec![0, 30], None),
+        ];
+        for (name, times, want) in cases {
+            let mut v = node(Status::Degraded, 3, 50);
+            let mut hold = None;
+            for t in &times {
+                v = ejected(&v, t * MIN, 0, &RULES);
+                (v, hold) = hold_down(&v, t * MIN, &RULES);
+            }
+            assert_eq!(hold.map(|h| h.for_ms), want, "{name}");
+            let last = times.last().unwrap() * MIN;
+            assert_eq!(v.held_until, want.map(|f| last + f), "{name}");
+        }
+        assert_eq!(hold_down_for(3, &Rules { hold_down_base_ms: 0, ..RULES }), None, "a base of 0: no hold-down");
+        assert_eq!(hold_down_for(2, &Rules { hold_down_max_ms: 0, ..RULES }), Some(MIN), "a max below the base: the base");
+    }
+
+    #[test]
+    fn a_held_down_node_gets_start_recovery_only_after_the_hold() {
+        // Ejected at 0 and at 100 s: held down for 60 s from 100 s.
+        let mut v = node(Status::Degraded, 3, 50);
+        v = ejected(&v, 0, 0, &RULES);
+        v = ejected(&v, 100_000, 0, &RULES);
+        let (mut v, hold) = hold_down(&v, 100_000, &RULES);
+        assert_eq!(hold, Some(HoldDown { for_ms: 60_000, ejections: 2 }));
+        // Drained, it answers UP every second: far past the UP streak (hysteresis: two flaps,
+        // 15 polls), no start-recovery before 160 s.
+        let mut sent_at = Vec::new();
+        for s in 101..=170u64 {
+            let (n, ds) = observe(&v, &up(), s * 1000, &RULES);
+            v = n;
+            if let Some(Decision::StartRecovery { reason }) = ds.iter().find(|d| matches!(d, Decision::StartRecovery { .. })) {
+                assert!(reason.contains("hold-down has ended"), "{reason}");
+                sent_at.push(s);
+            }
+            if s < 160 {
+                assert_eq!(held_for(&v, s * 1000), Some(160_000 - s * 1000), "held at {s}s");
+            }
+        }
+        assert_eq!(sent_at, vec![160], "withheld while held down, given once it ended");
+        assert_eq!(v.held_until, None);
+        assert!(v.ejected, "still ejected until HEALTHY");
+    }
+
+    #[test]
+    fn ejections_read_back_count_only_within_the_window() {
+        let v = node(Status::Degraded, 3, 50);
+        let old = ejected(&v, 5_000, RULES.hold_down_window_ms, &RULES);
+        assert!(old.ejected && old.ejections.is_empty(), "an ejection long past is no count");
+        let recent = ejected(&v, 5_000, 2_000, &RULES);
+        assert_eq!(recent.ejections, vec![3_000]);
+        let (held, _) = hold_down(&ejected(&recent, 9_000, 0, &RULES), 9_000, &RULES);
+        assert_eq!(held.held_until, Some(69_000));
+        assert_eq!(eject_failed(&held, 9_000).held_until, None, "a failed ejection starts no hold");
     }
 }

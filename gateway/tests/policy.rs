@@ -342,6 +342,38 @@ async fn a_restarted_node_back_with_its_partitions_gets_a_failback() {
     assert_eq!(scoped_drains(&b), vec![vec![0, 1, 2]], "ws-2 was asked for the sessions of ws-1's partitions");
 }
 
+#[tokio::test]
+async fn a_node_ejected_twice_is_held_down_before_its_recovery() {
+    let (a, a_url, _a) = fake("ws-1", health("ws-1", "HEALTHY", &[0, 1, 2], None)).await;
+    let (b, b_url, _b) = fake("ws-2", health("ws-2", "HEALTHY", &[3, 4, 5], None)).await;
+    let (gw, _g) = gateway(&[(a.id, &a_url), (b.id, &b_url)], &["--eject-cooldown-ms", "300", "--hold-down-base-ms", "2000"]).await;
+    until(&gw, "both HEALTHY", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY" && node(f, "ws-2")["state"] == "HEALTHY").await;
+    let stalled = || Some(health("ws-1", "DEGRADED", &[0, 1, 2], Some("the broadcast consumer has not returned from a poll for 12000ms")));
+    // First ejection: no hold; ws-1 comes back HEALTHY.
+    *a.health.lock().unwrap() = stalled();
+    until(&gw, "the first ejection", Duration::from_secs(5), |f| decisions(f, "eject_completed") == 1).await;
+    *a.health.lock().unwrap() = Some(health("ws-1", "HEALTHY", &[0, 1, 2], None));
+    let f = until(&gw, "ws-1 HEALTHY again", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "HEALTHY").await;
+    assert_eq!(decisions(&f, "held_down"), 0, "no hold after the first ejection: {f}");
+    // It stalls again: the second ejection holds it down; drained, it answers UP.
+    *a.health.lock().unwrap() = stalled();
+    let f = until(&gw, "the hold-down", Duration::from_secs(5), |f| decisions(f, "held_down") == 1).await;
+    *a.health.lock().unwrap() = Some(health("ws-1", "UP", &[], None));
+    let recoveries_before = decisions(&f, "start_recovery");
+    let held = f["decisions"].as_array().unwrap().iter().find(|d| d["action"] == "held_down").unwrap().clone();
+    assert_eq!(held["detail"]["for_ms"], 2000, "{held}");
+    assert_eq!(held["detail"]["ejections"], 2, "{held}");
+    let until_ms = held["detail"]["until_ms"].as_u64().unwrap();
+    let f = until(&gw, "ws-1 UP", Duration::from_secs(5), |f| node(f, "ws-1")["state"] == "UP").await;
+    assert!(node(&f, "ws-1")["held_down_for_ms"].as_u64().is_some_and(|ms| ms > 0 && ms <= 2000), "{f}");
+    assert_eq!(node(&f, "ws-1")["recent_ejections"], 2);
+    // Its UP streak is long enough well before the hold ends; start-recovery waits for the end.
+    let f = until(&gw, "start-recovery after the hold", Duration::from_secs(6), |f| decisions(f, "start_recovery") > recoveries_before).await;
+    let first = f["decisions"].as_array().unwrap().iter().rev().find(|d| d["action"] == "start_recovery").unwrap();
+    assert!(first["at_ms"].as_u64().unwrap() + 100 >= until_ms, "start-recovery at {} before the hold's end {until_ms}: {first}", first["at_ms"]);
+    assert!(first["reason"].as_str().unwrap().contains("hold-down has ended"), "{first}");
+}
+
 /// `count` canvases of each partition in `partitions` (of 6).
 fn canvases_of(partitions: &[i32], count: usize) -> Vec<String> {
     let mut out = Vec::new();

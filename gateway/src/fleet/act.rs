@@ -79,9 +79,9 @@ impl Fleet {
                 tracing::info!("[GATEWAY] {} {}", id, reason);
                 self.record(&id, Action::FailbackNotNeeded, reason, serde_json::Value::Null);
             }
-            Decision::Eject { reason, at_ms } => {
+            Decision::Eject { reason, at_ms, hold } => {
                 let fleet = self.clone();
-                self.tasks.spawn(async move { fleet.eject(&id, reason, at_ms).await });
+                self.tasks.spawn(async move { fleet.eject(&id, reason, at_ms, hold).await });
             }
         }
     }
@@ -384,15 +384,18 @@ impl Fleet {
     /// UP and recovers like any node (hysteresis counts the ejection as a flap). An ejection that
     /// fails (not written, or its drain failed) is rolled back ([`lifecycle::eject_failed`]): the
     /// node is not counted ejected, so it does not block every later ejection, and the rule may
-    /// choose it again once the cooldown from `at_ms` has passed.
-    pub(super) async fn eject(&self, id: &str, reason: String, at_ms: u64) {
+    /// choose it again once the cooldown from `at_ms` has passed. `hold`: the node was ejected
+    /// twice or more within `HOLD_DOWN_WINDOW_MS`, and its view holds it down from `at_ms`; once
+    /// the drain is done that is written as `held_down`.
+    pub(super) async fn eject(&self, id: &str, reason: String, at_ms: u64, hold: Option<lifecycle::HoldDown>) {
         let Some(node) = self.entry(id) else { return };
         let roll_back = || {
             let mut slot = node.slot.lock().expect("slot lock");
             slot.view = lifecycle::eject_failed(&slot.view, at_ms);
         };
         let req = DrainRequest { reason: DrainReason::NodeDegraded, grace_ms: self.config.failback_grace_ms, partitions: None };
-        let decided = match self.decide(id, Action::Eject, &reason, serde_json::json!({"grace_ms": req.grace_ms}), None).await {
+        let inputs = serde_json::json!({"grace_ms": req.grace_ms, "held_down_for_ms": hold.map(|h| h.for_ms)});
+        let decided = match self.decide(id, Action::Eject, &reason, inputs, None).await {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!("[GATEWAY] {} not ejected: {}; tried again after EJECT_COOLDOWN_MS", id, e);
@@ -405,6 +408,9 @@ impl Fleet {
             Ok(rep) => {
                 tracing::info!("[GATEWAY] ejected {} notified={} forceClosed={} tookMs={}", id, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
                 self.report(id, Action::EjectCompleted, "drained out of the broadcast group", serde_json::to_value(rep).unwrap_or_default(), &decided).await;
+                if let Some(h) = hold {
+                    self.held_down(id, at_ms, h, &decided).await;
+                }
             }
             Err(e) => {
                 tracing::warn!("[GATEWAY] ejecting {} failed error=\"{}\"; tried again after EJECT_COOLDOWN_MS", id, e.body.message);
@@ -413,6 +419,24 @@ impl Fleet {
             }
         }
         self.request_refresh();
+    }
+
+    /// Writes the hold-down that started with ejection `of` (at `at_ms`): its end in Unix ms
+    /// (`until_ms`, so every replica holds the node until the same moment), its length and the
+    /// ejections counted.
+    async fn held_down(&self, id: &str, at_ms: u64, hold: lifecycle::HoldDown, of: &Decided) {
+        let left = at_ms.saturating_add(hold.for_ms).saturating_sub(self.now_ms());
+        let until_ms = shared::event::now_ms().saturating_add(left);
+        let reason = format!(
+            "ejected {} times within HOLD_DOWN_WINDOW_MS ({}ms): no start-recovery for {}ms (HOLD_DOWN_BASE_MS × {}, at most HOLD_DOWN_MAX_MS)",
+            hold.ejections,
+            self.config.hold_down_window_ms,
+            hold.for_ms,
+            hold.ejections - 1
+        );
+        tracing::warn!("[GATEWAY] {} held down: {}", id, reason);
+        let detail = serde_json::json!({"until_ms": until_ms, "for_ms": hold.for_ms, "ejections": hold.ejections, "window_ms": self.config.hold_down_window_ms});
+        self.report(id, Action::HeldDown, &reason, detail, of).await;
     }
 
     /// `POST /api/fleet/nodes/{id}/drain`: drains a whole node for maintenance.

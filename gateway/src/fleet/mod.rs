@@ -190,6 +190,9 @@ impl Fleet {
             degraded_checks: c.degraded_checks,
             min_samples: c.min_samples,
             eject_cooldown_ms: c.eject_cooldown_ms,
+            hold_down_base_ms: c.hold_down_base_ms,
+            hold_down_max_ms: c.hold_down_max_ms,
+            hold_down_window_ms: c.hold_down_window_ms,
         }
     }
 
@@ -279,7 +282,7 @@ impl Fleet {
                         rec.action, rec.gateway.as_deref().unwrap_or("?"), rec.node, rec.token);
                 } else if rec.gateway.as_deref() != Some(self.leadership.gateway.as_str()) {
                     if let Some(action) = Action::parse(&rec.action) {
-                        self.apply_decision(&rec.node, action);
+                        self.apply_decision(&rec, action);
                     }
                 }
                 self.decisions.push(*rec);
@@ -287,11 +290,14 @@ impl Fleet {
         }
     }
 
-    /// Another replica's decision on `node`: this replica's view takes it in, so it does not
-    /// decide the same again when it leads.
-    fn apply_decision(&self, node: &str, action: Action) {
-        let Some(entry) = self.entry(node) else { return };
+    /// Another replica's decision `rec`: this replica's view takes it in, so it does not decide
+    /// the same again when it leads.
+    fn apply_decision(&self, rec: &DecisionRecord, action: Action) {
+        let Some(entry) = self.entry(&rec.node) else { return };
         let now = self.now_ms();
+        // How long ago it was decided, by the wall clocks (the views' clock is this process's).
+        let wall_now = shared::event::now_ms();
+        let age = wall_now.saturating_sub(rec.at_ms);
         let mut slot = entry.slot.lock().expect("slot lock");
         match action {
             Action::StartRecoverySent => slot.view = lifecycle::recovery_sent(&slot.view),
@@ -301,7 +307,7 @@ impl Fleet {
                 slot.view.lost.clear();
             }
             Action::Eject => {
-                slot.view = lifecycle::ejected(&slot.view, now);
+                slot.view = lifecycle::ejected(&slot.view, now, age, &self.rules());
                 drop(slot);
                 *self.last_ejection_ms.lock().expect("ejection lock") = Some(now);
             }
@@ -310,6 +316,13 @@ impl Fleet {
                 // ejection is its last.
                 let at = slot.view.flaps.last().copied().unwrap_or(now);
                 slot.view = lifecycle::eject_failed(&slot.view, at);
+            }
+            Action::HeldDown => {
+                // Held until the same moment as on the leader (a hold long over holds nothing).
+                let until = rec.detail["until_ms"].as_u64().unwrap_or(0);
+                if until > wall_now {
+                    slot.view = lifecycle::hold_until(&slot.view, now + (until - wall_now));
+                }
             }
             _ => {}
         }

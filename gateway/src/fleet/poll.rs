@@ -160,16 +160,19 @@ impl Fleet {
             .collect();
         let candidates: Vec<lifecycle::Candidate<'_>> =
             views.iter().map(|(id, view, sessions)| lifecycle::Candidate { id, view, sessions: *sessions, room: self.room(id) }).collect();
+        let rules = self.rules();
         let mut last = self.last_ejection_ms.lock().expect("ejection lock");
-        let Some((id, reason)) = lifecycle::eject(&candidates, *last, now, &self.rules()) else { return };
+        let Some((id, reason)) = lifecycle::eject(&candidates, *last, now, &rules) else { return };
         *last = Some(now);
         drop(last);
         let Some(node) = self.entry(&id) else { return };
-        {
+        let hold = {
             let mut slot = node.slot.lock().expect("slot lock");
-            slot.view = lifecycle::ejected(&slot.view, now);
-        }
-        self.act(node, Decision::Eject { reason, at_ms: now });
+            let (view, hold) = lifecycle::hold_down(&lifecycle::ejected(&slot.view, now, 0, &rules), now, &rules);
+            slot.view = view;
+            hold
+        };
+        self.act(node, Decision::Eject { reason, at_ms: now, hold });
     }
 
     /// Adds this scheduled poll's picture of every node to the history.

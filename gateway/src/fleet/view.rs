@@ -26,6 +26,10 @@ impl Fleet {
                     "recent_flaps": slot.view.flaps.iter().filter(|t| now.saturating_sub(**t) < rules.flap_window_ms).count(),
                     "degraded_streak": slot.view.degraded_streak,
                     "ejected": slot.view.ejected,
+                    // Ejections within HOLD_DOWN_WINDOW_MS, and while held down, how much longer
+                    // start-recovery is withheld (null: not held down).
+                    "recent_ejections": lifecycle::recent_ejections(&slot.view, now, &rules),
+                    "held_down_for_ms": lifecycle::held_for(&slot.view, now),
                     "circuit": self.handshakes.circuit(&n.addr.id),
                     // Why the node says it is DEGRADED, from its last answer.
                     "degraded": h.and_then(|(_, h)| h.progress.degraded.clone()),
@@ -62,6 +66,9 @@ impl Fleet {
                 "degraded_checks": rules.degraded_checks,
                 "min_samples": rules.min_samples,
                 "eject_cooldown_ms": rules.eject_cooldown_ms,
+                "hold_down_base_ms": rules.hold_down_base_ms,
+                "hold_down_max_ms": rules.hold_down_max_ms,
+                "hold_down_window_ms": rules.hold_down_window_ms,
             },
             "nodes": nodes,
             "publishers": self.publishers.snapshot(),
