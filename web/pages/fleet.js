@@ -166,6 +166,9 @@ export function decisionDetail(action, d) {
         .map(([node, r]) => `${node}: ${drainReport(r)}`)
         .join('; ');
       break;
+    case 'held_down':
+      text = isNum(d.for_ms) ? `no recovery for ${Math.round(d.for_ms / 1000)} s (ejection ${d.ejections ?? '?'} in the window)` : flat(d);
+      break;
     case 'drain':
       text = [d.reason, isNum(d.grace_ms) ? `grace ${d.grace_ms} ms` : null].filter(Boolean).join(' · ') || flat(d);
       break;
@@ -278,7 +281,8 @@ function renderNode(tr, n, upThreshold) {
   if (n.ready) flags.push('ready');
   if (n.draining) flags.push('draining');
   if (n.start_recovery === 'sent') flags.push('recovery sent');
-  if (n.awaiting_failback) flags.push('awaiting failback');
+  if (n.awaiting_failback) flags.push(n.ownership_moved ? 'awaiting failback' : 'out, ownership not moved');
+  if (isNum(n.held_down_for_ms)) flags.push(`held down ${Math.ceil(n.held_down_for_ms / 1000)} s`);
   setText(cell(tr, 'flags'), flags.join(', '));
 }
 
