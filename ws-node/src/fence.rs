@@ -18,8 +18,11 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use shared::control::{Fence, Fencing, Listener, DECISION_HEADER, FENCING_HEADER};
 use shared::http::ApiError;
+use shared::metrics::{label, Labels};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
@@ -42,7 +45,14 @@ type Remembered = (u64, Arc<tokio::sync::OnceCell<Answer>>);
 pub struct Guard {
     pub fence: Arc<Fence>,
     answers: Mutex<lru::LruCache<String, Remembered>>,
+    /// Admin requests the fence refused, by error (`stale_leader`, `unknown_claim`,
+    /// `fencing_token_required`, `control_topic_catching_up`): `GET /metrics` shows them as
+    /// `ws_node_fencing_refusals`, so a test or an operator sees a deposed leader knocking.
+    pub refusals: Family<Labels, Counter>,
 }
+
+/// The errors of [`Guard::refusals`], each present (at 0) from the start.
+pub const REFUSALS: [&str; 4] = ["stale_leader", "unknown_claim", "fencing_token_required", "control_topic_catching_up"];
 
 /// A digest of a request: what makes two requests with one decision id the same decision.
 fn digest(method: &axum::http::Method, path: &str, body: &[u8]) -> u64 {
@@ -56,7 +66,15 @@ impl Guard {
     /// A guard whose fence a claim reader feeds (`reading`), or one with no control topic to read.
     pub fn new(reading: bool) -> Self {
         let fence = if reading { Fence::reading() } else { Fence::without_topic() };
-        Self { fence: Arc::new(fence), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))) }
+        let refusals = Family::<Labels, Counter>::default();
+        for error in REFUSALS {
+            refusals.get_or_create(&label("error", error)).inc_by(0);
+        }
+        Self { fence: Arc::new(fence), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))), refusals }
+    }
+
+    fn refused(&self, error: &'static str) {
+        self.refusals.get_or_create(&label("error", error)).inc();
     }
 }
 
@@ -93,6 +111,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
     match (guard.fence.admit(token, listener, FENCE_WAIT).await, token) {
         (Fencing::Accept, _) => {}
         (Fencing::TokenRequired { latest }, _) => {
+            guard.refused("fencing_token_required");
             tracing::warn!("[NODE] refused an admin request without a fencing token on the public port (the leader's claim is at {})", latest);
             return ApiError::conflict(
                 "fencing_token_required",
@@ -105,6 +124,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         }
         (Fencing::Stale { latest }, t) => {
             let t = t.unwrap_or_default();
+            guard.refused("stale_leader");
             tracing::warn!("[NODE] refused an admin request with fencing token {} (a newer leader claimed at {})", t, latest);
             return ApiError::conflict(
                 "stale_leader",
@@ -114,6 +134,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         }
         (Fencing::UnknownClaim | Fencing::NotYet, t) => {
             let t = t.unwrap_or_default();
+            guard.refused("unknown_claim");
             let view = guard.fence.view();
             tracing::warn!("[NODE] refused an admin request with fencing token {} that no leader's claim backs (claims read up to offset {})", t, view.read_to);
             let why = if view.reading {
@@ -124,6 +145,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
             return ApiError::conflict("unknown_claim", why).into_response();
         }
         (Fencing::CatchingUp, _) => {
+            guard.refused("control_topic_catching_up");
             return ApiError::unavailable(
                 "control_topic_catching_up",
                 "this node has not read the control topic (the leaders' claims) to its end yet; try again shortly",
@@ -297,6 +319,8 @@ mod tests {
         let (status, body) = call(&app, &[(FENCING_HEADER, "5"), (DECISION_HEADER, "gw-a/5/3")]).await;
         assert_eq!(status, StatusCode::CONFLICT);
         assert!(body.contains("stale_leader"), "{body}");
+        let refused = |error: &'static str| guard.refusals.get_or_create(&label("error", error)).get();
+        assert_eq!((refused("stale_leader"), refused("control_topic_catching_up"), refused("unknown_claim")), (1, 1, 0), "refusals are counted by error");
         // The new leader repeating its predecessor's decision gets the first answer.
         assert_eq!(call(&app, &[(FENCING_HEADER, "9"), (DECISION_HEADER, "gw-a/5/1")]).await.1, "call 1");
         // A request without a token on the public port, once a leader has claimed: refused; on

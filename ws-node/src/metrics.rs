@@ -62,7 +62,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// A registry of `node_id`'s series (prefix `ws_node`, label `node`), with `counters`.
-    pub fn new(node_id: &str, counters: &Counters) -> Self {
+    pub fn new(node_id: &str, counters: &Counters, guard: &crate::fence::Guard) -> Self {
         let mut r = Registry::with_prefix_and_labels("ws_node", [("node".into(), node_id.to_owned().into())].into_iter());
         let s = Scraped::default();
         r.register("up", "1 while the node answers (its /health is always 200)", s.up.clone());
@@ -97,6 +97,11 @@ impl Metrics {
         r.register("rebalances", "Broadcast-group rebalance callbacks, by kind (assign, revoke, error)", counters.rebalances.clone());
         r.register("rebalanced_partitions", "Partitions moved by rebalance callbacks, by kind", counters.rebalanced_partitions.clone());
         r.register("hold_seconds", "How long revoked partitions were held before handed over, drained or assigned back", counters.hold_seconds.clone());
+        r.register(
+            "fencing_refusals",
+            "Admin requests the fence refused, by error (stale_leader: a deposed gateway leader's token; unknown_claim; fencing_token_required; control_topic_catching_up)",
+            guard.refusals.clone(),
+        );
         Self { registry: r, scraped: s, scrape: Mutex::new(()) }
     }
 
