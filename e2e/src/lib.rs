@@ -5,7 +5,8 @@
 //! publisher load ([`load`]); it kills and restarts nodes and checks every client's stream
 //! ([`checker`]). [`scenario`] is the brief's whole sequence, shared by the test
 //! (`tests/suite/scenario.rs`) and the demo (`src/bin/demo.rs`). [`writer`] publishes through the gateway
-//! with idempotency keys and retries, and [`audit`] checks its acknowledgements against the log.
+//! with idempotency keys and retries, and [`audit`] checks its acknowledgements against the log;
+//! [`control_audit`] checks the gateways' control topic: no deposed leader acted.
 //! [`chaos`] runs random fault schedules drawn from a seed.
 
 pub mod audit;
@@ -13,6 +14,7 @@ pub mod chaos;
 pub mod broker;
 pub mod checker;
 pub mod client;
+pub mod control_audit;
 pub mod faults;
 pub mod fleet;
 pub mod haproxy;
