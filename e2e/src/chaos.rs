@@ -13,6 +13,12 @@
 //! storm). They start at random times within the schedule and overlap. The same seed and sizes
 //! give the same fault list (not the same interleaving: processes and the broker keep their own
 //! timing).
+//!
+//! With [`Sizes::leader_faults`] (`--leader-faults`) the gateway leader is a target of its own
+//! ([`Target::Leader`]: whichever replica leads when the fault starts): kill -9, SIGTERM, or
+//! SIGSTOP for 7–20 s, past the group's session timeout, so it wakes up deposed. After every
+//! schedule the gateways' control topic is audited ([`crate::control_audit`]): a decision that a
+//! deposed leader wrote and carried out fails the schedule.
 
 use crate::broker::Broker;
 use crate::checker::Verdict;
@@ -36,6 +42,9 @@ pub enum Target {
     Node(usize),
     /// Gateway replica `n` (`gateway`, `gateway-2`, ...).
     Gateway(usize),
+    /// Whichever gateway replica leads when the fault starts (a running replica's `/api/fleet`
+    /// names it; gateway 0 when none does). Drawn only with [`Sizes::leader_faults`].
+    Leader,
     Publisher,
     /// Kafka node `n + 1` of the three-node cluster.
     Broker(usize),
@@ -49,6 +58,7 @@ impl std::fmt::Display for Target {
             Target::Node(i) => write!(f, "ws-{}", i + 1),
             Target::Gateway(0) => f.write_str("gateway"),
             Target::Gateway(i) => write!(f, "gateway-{}", i + 1),
+            Target::Leader => f.write_str("the gateway leader"),
             Target::Publisher => f.write_str("publisher"),
             Target::Broker(i) => write!(f, "kafka-{}", i + 1),
             Target::Clients { every: 1, .. } => f.write_str("every client"),
@@ -118,11 +128,17 @@ pub struct Sizes {
     pub brokers: usize,
     /// Clients (for the one-in-three pick of [`Action::StopReading`]).
     pub clients: usize,
+    /// The gateway leader is a target of its own ([`Target::Leader`], weight 2), frozen for 7–20 s
+    /// (longer than the 6 s `LEADER_SESSION_TIMEOUT_MS`, so the group replaces it), killed or
+    /// stopped. Off, the draw is the one of the seeds before the flag existed.
+    pub leader_faults: bool,
 }
 
 /// The fault list of `seed`: `faults` faults at random times within `span`, sorted by time.
 /// The target is drawn first, by weight: each node 2, each gateway 1, the publisher 1, each
-/// Kafka node 1, the clients 2; then one of the actions that target can take, each as likely.
+/// Kafka node 1, the clients 2, and with [`Sizes::leader_faults`] the gateway leader 2 (after the
+/// others, so the draws without it are unchanged); then one of the actions that target can take,
+/// each as likely.
 pub fn schedule(seed: u64, sizes: &Sizes) -> Vec<Fault> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let ms = |rng: &mut rand::rngs::StdRng, lo: u64, hi: u64| Duration::from_millis(rng.random_range(lo..=hi));
@@ -131,6 +147,9 @@ pub fn schedule(seed: u64, sizes: &Sizes) -> Vec<Fault> {
     targets.push((Target::Publisher, 1));
     targets.extend((0..sizes.brokers).map(|i| (Target::Broker(i), 1)));
     targets.push((Target::Clients { from: 0, every: 1 }, 2));
+    if sizes.leader_faults {
+        targets.push((Target::Leader, 2));
+    }
     let total: u32 = targets.iter().map(|t| t.1).sum();
     let mut faults: Vec<Fault> = (0..sizes.faults)
         .map(|_| {
@@ -165,6 +184,13 @@ pub fn schedule(seed: u64, sizes: &Sizes) -> Vec<Fault> {
                 Target::Gateway(_) | Target::Publisher => match rng.random_range(0..3) {
                     0 => kill(&mut rng),
                     1 => freeze(&mut rng),
+                    _ => term(&mut rng),
+                },
+                // Frozen longer than the group's session timeout: the other replica takes over
+                // while it sleeps, and it wakes up deposed.
+                Target::Leader => match rng.random_range(0..3) {
+                    0 => kill(&mut rng),
+                    1 => Action::Freeze { for_: ms(&mut rng, 7_000, 20_000) },
                     _ => term(&mut rng),
                 },
                 Target::Broker(_) => match rng.random_range(0..2) {
@@ -207,11 +233,16 @@ pub struct Outcome {
     pub acked: usize,
     /// What went wrong besides the clients' verdicts (the fleet did not settle, ...).
     pub problems: Vec<String>,
+    /// The audit of the gateways' control topic (`None` when it could not be read: see `problems`).
+    pub control: Option<crate::control_audit::ControlAudit>,
 }
 
 impl Outcome {
     pub fn passed(&self) -> bool {
-        self.problems.is_empty() && !self.verdicts.is_empty() && self.verdicts.iter().all(Verdict::ok)
+        self.problems.is_empty()
+            && !self.verdicts.is_empty()
+            && self.verdicts.iter().all(Verdict::ok)
+            && self.control.as_ref().is_none_or(crate::control_audit::ControlAudit::ok)
     }
 
     /// The longest any client waited for an event.
@@ -236,6 +267,18 @@ impl Outcome {
             self.verdicts.len(),
             self.longest_wait_ms()
         );
+        if let Some(c) = &self.control {
+            s += &format!("   {}\n", c.summary());
+            for w in &c.stale_written {
+                s += &format!("   written under a superseded token: {w}\n");
+            }
+            for w in &c.stale_acted {
+                s += &format!("   ACTED ON BY A DEPOSED LEADER: {w}\n");
+            }
+            for w in &c.done_twice {
+                s += &format!("   done by two leaders: {w}\n");
+            }
+        }
         for v in self.verdicts.iter().filter(|v| !v.ok()) {
             s += &format!("   client {} ({}): {v:?}\n", v.name, v.canvas);
         }
@@ -253,7 +296,7 @@ impl Outcome {
 fn service(fleet: &mut Fleet, t: Target) -> &mut crate::procs::Service {
     match t {
         Target::Node(i) => &mut fleet.nodes[i],
-        Target::Gateway(0) => &mut fleet.gateway,
+        Target::Gateway(0) | Target::Leader => &mut fleet.gateway,
         Target::Gateway(i) => &mut fleet.more_gateways[i - 1],
         _ => &mut fleet.publisher,
     }
@@ -327,12 +370,47 @@ async fn perform_outside(broker: &Broker, clients: &[Client], f: Fault, tl: &Tim
     true
 }
 
+/// The gateway replica that leads now, by the first running replica that names a leader in its
+/// `/api/fleet` (`leadership.leader.gateway`); `None` when none does.
+async fn leader_now(fleet: &Arc<tokio::sync::Mutex<Fleet>>) -> Option<usize> {
+    let (asks, names) = {
+        let mut fl = fleet.lock().await;
+        let fl = &mut *fl;
+        let running: Vec<bool> = std::iter::once(&mut fl.gateway).chain(fl.more_gateways.iter_mut()).map(|g| g.running()).collect();
+        let names: Vec<String> = fl.gateways().map(|g| g.name.clone()).collect();
+        let asks: Vec<reqwest::RequestBuilder> = fl
+            .gateways()
+            .zip(running)
+            .filter(|(_, r)| *r)
+            .map(|(g, _)| fl.admin(fl.http.get(format!("{}/api/fleet", fl.admin_base(g)))).timeout(Duration::from_secs(2)))
+            .collect();
+        (asks, names)
+    };
+    for ask in asks {
+        let Ok(resp) = ask.send().await else { continue };
+        let Ok(f) = resp.json::<serde_json::Value>().await else { continue };
+        if let Some(name) = f["leadership"]["leader"]["gateway"].as_str() {
+            return names.iter().position(|n| n == name);
+        }
+    }
+    None
+}
+
 /// Carries `f` out (and undoes it: restart, SIGCONT) on the shared fleet.
 async fn perform(fleet: Arc<tokio::sync::Mutex<Fleet>>, broker: &Broker, clients: &[Client], f: Fault, tl: Arc<Timeline>) {
     use nix::sys::signal::Signal;
     if perform_outside(broker, clients, f, &tl).await {
         return;
     }
+    // The leader is whichever replica leads now: the fault hits that one.
+    let f = if f.target == Target::Leader {
+        let (i, known) = leader_now(&fleet).await.map_or((0, false), |i| (i, true));
+        let hit = Fault { target: Target::Gateway(i), ..f };
+        tl.mark(format!("[CHAOS] {f}: {} {}", hit.target, if known { "leads now" } else { "(no replica names a leader: gateway 0)" }));
+        hit
+    } else {
+        f
+    };
     match f.action {
         Action::Kill { down } | Action::Term { down } => {
             {
@@ -492,15 +570,24 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
     };
     drop(proxy);
     fleet.stop().await;
-    Ok(Outcome { seed, faults, verdicts, seen, acked, problems })
+    // Every claim and decision the gateways wrote, read back once they are stopped.
+    let control = match crate::control_audit::audit(&broker.bootstrap, &fleet.control_topic).await {
+        Ok(a) => Some(a),
+        Err(e) => {
+            problems.push(format!("the control topic could not be audited: {e:#}"));
+            None
+        }
+    };
+    Ok(Outcome { seed, faults, verdicts, seen, acked, problems, control })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SIZES: Sizes = Sizes { nodes: 2, gateways: 2, span: Duration::from_secs(30), faults: 5, links: true, brokers: 3, clients: 16 };
-    const PLAIN: Sizes = Sizes { nodes: 2, gateways: 1, span: Duration::from_secs(30), faults: 5, links: false, brokers: 0, clients: 16 };
+    const SIZES: Sizes = Sizes { nodes: 2, gateways: 2, span: Duration::from_secs(30), faults: 5, links: true, brokers: 3, clients: 16, leader_faults: false };
+    const PLAIN: Sizes = Sizes { nodes: 2, gateways: 1, span: Duration::from_secs(30), faults: 5, links: false, brokers: 0, clients: 16, leader_faults: false };
+    const LEADER: Sizes = Sizes { leader_faults: true, ..SIZES };
 
     #[test]
     fn a_seed_draws_the_same_list_and_another_seed_another() {
@@ -511,7 +598,7 @@ mod tests {
     #[test]
     fn faults_are_sorted_within_the_span_and_bounded() {
         let secs = |d: Duration, lo: u64, hi: u64| d >= Duration::from_secs(lo) && d <= Duration::from_secs(hi);
-        for sizes in [SIZES, PLAIN] {
+        for sizes in [SIZES, PLAIN, LEADER] {
             for seed in 0..200 {
                 let s = schedule(seed, &sizes);
                 assert_eq!(s.len(), 5);
@@ -522,6 +609,9 @@ mod tests {
                         (Target::Clients { .. }, Action::StopReading { for_ }) => secs(for_, 1, 20),
                         (Target::Clients { every: 1, from: 0 }, Action::Storm) => true,
                         (Target::Clients { .. }, _) => false,
+                        (Target::Leader, Action::Freeze { for_ }) => secs(for_, 7, 20),
+                        (Target::Leader, Action::Kill { down } | Action::Term { down }) => secs(down, 1, 10),
+                        (Target::Leader, _) => false,
                         (_, Action::Kill { down } | Action::Term { down }) => secs(down, 1, 10),
                         (_, Action::Freeze { for_ }) => secs(for_, 1, 20),
                         (Target::Node(_), Action::Drain) => true,
@@ -538,6 +628,7 @@ mod tests {
                         Target::Broker(i) => assert!(i < sizes.brokers, "seed {seed}: {f} without a cluster"),
                         Target::Clients { from, every } => assert!(every == 1 || (every == 3 && from < 3)),
                         Target::Publisher => {}
+                        Target::Leader => assert!(sizes.leader_faults, "seed {seed}: {f} without --leader-faults"),
                     }
                 }
             }
@@ -564,6 +655,47 @@ mod tests {
         // Without links or a cluster, neither is drawn.
         let plain: Vec<Fault> = (0..200).flat_map(|s| schedule(s, &PLAIN)).collect();
         assert!(!plain.iter().any(|f| matches!(f.action, Action::Link { .. }) || matches!(f.target, Target::Broker(_) | Target::Gateway(1))));
+    }
+
+    /// The draw of a documented run (docs/reliability.md, "Fault schedules": seed 1 on Apache
+    /// Kafka with links, 4 faults) stays what it was: flags added later leave it alone.
+    #[test]
+    fn a_documented_draw_is_unchanged() {
+        let sizes = Sizes { faults: 4, brokers: 0, ..SIZES };
+        let got: Vec<String> = schedule(1, &sizes).iter().map(|f| f.to_string().split_once(' ').map(|(_, rest)| rest.to_owned()).unwrap_or_default()).collect();
+        assert_eq!(
+            got,
+            [
+                "kill -9 ws-2 (restart after 9.4s)",
+                "SIGTERM gateway (restart after 4.5s)",
+                "SIGTERM ws-1 (restart after 4.5s)",
+                "one client in 3 (client-1, client-4, ...) stops reading for 4.3s"
+            ],
+            "{got:#?}"
+        );
+    }
+
+    #[test]
+    fn the_leader_is_a_target_only_with_its_flag_and_is_frozen_past_the_session_timeout() {
+        let plain: Vec<Fault> = (0..200).flat_map(|s| schedule(s, &SIZES)).collect();
+        assert!(!plain.iter().any(|f| f.target == Target::Leader), "not drawn without --leader-faults");
+        let with: Vec<Fault> = (0..200).flat_map(|s| schedule(s, &LEADER)).collect();
+        let leader: Vec<&Fault> = with.iter().filter(|f| f.target == Target::Leader).collect();
+        // Weight 2 of 2 + 2 + 1 + 1 + 3 + 2 + 2 = 13: about 150 of 1000 faults.
+        assert!(leader.len() > 100 && leader.len() < 220, "{} leader faults of {}", leader.len(), with.len());
+        for kind in [0, 1, 2] {
+            assert!(
+                leader.iter().any(|f| match (kind, f.action) {
+                    (0, Action::Kill { .. }) | (2, Action::Term { .. }) => true,
+                    (1, Action::Freeze { for_ }) => for_ >= Duration::from_secs(7),
+                    _ => false,
+                }),
+                "leader action {kind} drawn"
+            );
+        }
+        assert!(leader.iter().all(|f| !matches!(f.action, Action::Freeze { for_ } if for_ < Duration::from_secs(7))), "every leader freeze outlasts the session timeout");
+        let f = Fault { at: Duration::from_millis(2500), target: Target::Leader, action: Action::Freeze { for_: Duration::from_secs(12) } };
+        assert_eq!(f.to_string(), "t=2.5s SIGSTOP the gateway leader for 12.0s");
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! gateway, each judged once the fleet is quiet again (see `e2e::chaos`). `--replay SEED` runs the
 //! fault list of one seed again (with the same sizes and `--kafka` as the run that drew it). Exits
 //! 0 only when every schedule passed; a failing one prints its seed and its faults.
+//! `--leader-faults` adds the gateway leader to the targets (frozen past the session timeout,
+//! killed, stopped); every schedule ends with an audit of the gateways' control topic
+//! (`e2e::control_audit`): a decision a deposed leader wrote and carried out fails it.
 
 use clap::{Parser, ValueEnum};
 use e2e::broker::{Broker, BrokerKind};
@@ -65,6 +68,11 @@ struct Args {
     /// Seconds within which the faults start.
     #[arg(long, default_value_t = 30)]
     span_secs: u64,
+    /// The gateway leader is a target of its own (whichever replica leads when the fault starts):
+    /// killed, stopped, or frozen for 7–20 s, longer than the group's 6 s session timeout. Changes
+    /// the draw: replay such a seed with the flag.
+    #[arg(long)]
+    leader_faults: bool,
     /// Print every process's log lines as they come.
     #[arg(long)]
     verbose: bool,
@@ -86,10 +94,11 @@ async fn main() -> anyhow::Result<()> {
         links,
         brokers: if matches!(args.kafka, KafkaChoice::Cluster) { e2e::broker::CLUSTER_NODES as usize } else { 0 },
         clients: args.clients.max(1),
+        leader_faults: args.leader_faults,
     };
     let load = Load { clients: args.clients.max(1), canvases: args.canvases.max(1), rate: args.rate };
     println!(
-        "chaos: {count} schedule(s) from seed {first}; {} nodes × {} partitions, {} gateway(s), {} clients over {} canvases, {} events/s; {} faults within {} s each; Kafka: {:?}{}",
+        "chaos: {count} schedule(s) from seed {first}; {} nodes × {} partitions, {} gateway(s), {} clients over {} canvases, {} events/s; {} faults within {} s each; Kafka: {:?}{}{}",
         sizes.nodes,
         args.partitions,
         sizes.gateways,
@@ -99,7 +108,8 @@ async fn main() -> anyhow::Result<()> {
         sizes.faults,
         args.span_secs,
         args.kafka,
-        if links { ", a link proxy per node" } else { "" }
+        if links { ", a link proxy per node" } else { "" },
+        if sizes.leader_faults { "; the gateway leader among the targets" } else { "" }
     );
     let kind = match args.kafka {
         KafkaChoice::Embedded => BrokerKind::Embedded,
