@@ -1,5 +1,5 @@
 //! The real binaries as processes: start on loopback ports, capture their logs into a timeline,
-//! kill -9, terminate (SIGTERM) and restart.
+//! kill -9, terminate (SIGTERM), freeze (SIGSTOP) and thaw (SIGCONT), and restart.
 
 use anyhow::{bail, Context};
 use std::collections::BTreeMap;
@@ -226,6 +226,22 @@ impl Service {
             let _ = c.start_kill();
             let _ = c.wait().await;
             self.timeline.mark(format!("kill -9 {} (pid {pid})", self.name));
+        }
+    }
+
+    /// SIGSTOP: the process stays, with its sockets open, and does nothing until [`Service::thaw`].
+    pub fn freeze(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGSTOP);
+            self.timeline.mark(format!("SIGSTOP {} (pid {pid})", self.name));
+        }
+    }
+
+    /// SIGCONT after [`Service::freeze`].
+    pub fn thaw(&self) {
+        if let Some(pid) = self.pid() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGCONT);
+            self.timeline.mark(format!("SIGCONT {} (pid {pid})", self.name));
         }
     }
 

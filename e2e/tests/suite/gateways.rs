@@ -16,14 +16,24 @@
 //! 6. the killed replica comes back as a follower; an operator's drain sent to it is forwarded to
 //!    the leader and carried out under its token; a replica started under the leader's
 //!    `GATEWAY_ID` exits with `EXIT_DUPLICATE_ID`;
-//! 7. HAProxy answers a request whose headers never end with 408 within `timeout http-request`.
+//! 7. HAProxy answers a request whose headers never end with 408 within `timeout http-request`;
+//! 8. ws-1 comes back with `MAX_SESSIONS=1` while a client of every partition is connected through
+//!    the leader: the failback is paced (`failback_paced`: one partition's session now, the
+//!    others' when room frees). Between that decision and the next round, the leader gets
+//!    SIGSTOP for longer than the group's session timeout; the other replica leads with a higher
+//!    token and resumes the failback; then SIGCONT. Read back from the control topic: the old
+//!    leader writes nothing under its old token after the new claim, the failback is started once,
+//!    resumed once and completed once (by the new leader), and no node refused (or was sent) a
+//!    request under the old token (`ws_node_fencing_refusals_total{error="stale_leader"}`
+//!    unchanged); every client of this step ends with every version of its canvas, once, in order.
 
 use e2e::broker::{Broker, BrokerKind};
 use e2e::client::{Client, ClientTiming};
 use e2e::fleet::{Fleet, FleetSpec};
-use e2e::procs::{eventually, Timeline};
+use e2e::procs::{eventually, Service, Timeline};
 use e2e::scenario::{finish, pick_canvases, wait_for_heads};
 use e2e::writer::Writer;
+use shared::partitioner::partition_for;
 use shared::CanvasDims;
 use std::time::{Duration, Instant};
 
@@ -55,6 +65,46 @@ fn topic_decisions(f: &serde_json::Value) -> Vec<String> {
 
 fn find<'a>(f: &'a serde_json::Value, pred: impl Fn(&serde_json::Value) -> bool) -> Vec<&'a serde_json::Value> {
     f["decisions"].as_array().into_iter().flatten().filter(|d| pred(d)).collect()
+}
+
+/// Gateway replica `i` (0: `gateway`, 1: `gateway-2`).
+fn replica(fleet: &Fleet, i: usize) -> &Service {
+    if i == 0 { &fleet.gateway } else { &fleet.more_gateways[i - 1] }
+}
+
+fn replica_mut(fleet: &mut Fleet, i: usize) -> &mut Service {
+    if i == 0 { &mut fleet.gateway } else { &mut fleet.more_gateways[i - 1] }
+}
+
+/// The failbacks in `f`'s decisions that were started and have neither completed nor failed.
+fn open_failbacks(f: &serde_json::Value) -> Vec<String> {
+    let ended: Vec<&str> = find(f, |d| matches!(d["action"].as_str(), Some("failback_completed" | "failback_failed")))
+        .iter()
+        .filter_map(|d| d["of"].as_str())
+        .collect();
+    find(f, |d| d["action"] == "failback_started")
+        .iter()
+        .filter_map(|d| d["id"].as_str())
+        .filter(|id| !ended.contains(id))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Each node's `ws_node_fencing_refusals_total{error="stale_leader"}`: admin requests it refused
+/// because they carried a deposed leader's token.
+async fn stale_refusals(fleet: &Fleet) -> Vec<u64> {
+    let mut out = Vec::new();
+    for n in &fleet.nodes {
+        let text = fleet.http.get(format!("{}/metrics", n.url())).timeout(Duration::from_secs(3)).send().await.unwrap().text().await.unwrap();
+        let count = text
+            .lines()
+            .find(|l| l.starts_with("ws_node_fencing_refusals_total{") && l.contains("error=\"stale_leader\""))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{} has no stale_leader refusal count in /metrics", n.name));
+        out.push(count as u64);
+    }
+    out
 }
 
 #[test]
@@ -308,6 +358,165 @@ async fn run() {
         assert!(answer.starts_with("HTTP/1.1 408"), "408 Request Timeout: {answer}");
         assert!(started.elapsed() < Duration::from_secs(20), "within the configured 10 s: {:?}", started.elapsed());
     }
+
+    // 8. A leader frozen (SIGSTOP) between a decision and the drain that follows it, longer than
+    //    the group's session timeout: ws-1 comes back with room for only some of its partitions'
+    //    sessions, so the leader's failback is paced (`failback_paced`, then a wait for room
+    //    before the next round's drain). Frozen there, it is replaced; the new leader resumes the
+    //    failback; after its SIGCONT the old leader writes nothing under its old token, sends no
+    //    node a request with it, and no second failback starts.
+    let step8 = Instant::now();
+    // The replicas by index (0: `gateway`, 1: `gateway-2`): the leader now, and the follower.
+    let (li, fi) = if leader_first { (1, 0) } else { (0, 1) };
+    let leader_name = survivor_name.clone();
+    let follower_name = if fi == 0 { fleet.gateway.name.clone() } else { fleet.more_gateways[0].name.clone() };
+    fleet
+        .wait_fleet_of(replica(&fleet, fi), "the fleet to settle after the maintenance drain", Duration::from_secs(90), |f| {
+            let nodes = f["nodes"].as_array().cloned().unwrap_or_default();
+            let healthy = nodes
+                .iter()
+                .filter(|n| n["state"] == "HEALTHY" && n["ready"] == true && n["assigned_partitions"].as_array().is_some_and(|a| !a.is_empty()))
+                .count();
+            let open = open_failbacks(f);
+            (healthy == nodes.len() && open.is_empty()).then_some(()).ok_or(format!("{healthy}/{} healthy with partitions, open failbacks {open:?}", nodes.len()))
+        })
+        .await
+        .unwrap();
+    // A canvas of every partition (which ones ws-1 gets back is the group's choice), a client
+    // each, through the leader (a failback is paced by the sessions the leader proxies), the
+    // follower's URL second.
+    let paced_canvases: Vec<String> = (0..partitions)
+        .map(|p| (0..10_000).map(|i| format!("paced-{i}")).find(|c| partition_for(c.as_bytes(), partitions) == p).unwrap())
+        .collect();
+    let urls = [direct(replica(&fleet, li)), direct(replica(&fleet, fi))];
+    let paced: Vec<Client> = paced_canvases
+        .iter()
+        .enumerate()
+        .map(|(i, c)| Client::spawn_with_gateways(&format!("paced-{i}"), &urls, c, dims, ClientTiming::default(), None))
+        .collect();
+    e2e::scenario::wait_connected(&paced).await.unwrap();
+    let writer = Writer::start(&replica(&fleet, fi).url(), paced_canvases.clone(), 10.0, dims.width, dims.height);
+    // ws-1 leaves (SIGTERM: its sessions move to ws-2 at once) and comes back with one seat.
+    fleet.nodes[0].terminate(Duration::from_secs(15)).await;
+    fleet
+        .wait_fleet_of(replica(&fleet, fi), "ws-2 to own every partition", Duration::from_secs(60), |f| {
+            let owned = f["nodes"][1]["assigned_partitions"].as_array().map_or(0, Vec::len);
+            (owned == partitions as usize).then_some(()).ok_or(format!("ws-2 owns {owned}"))
+        })
+        .await
+        .unwrap();
+    e2e::scenario::wait_connected(&paced).await.unwrap();
+    // The leader fails back to a node it saw DOWN (one it saw go from DRAINING straight to UP,
+    // restarted between two polls, gets none: its sessions move when the stand-in's hold runs out).
+    fleet
+        .wait_fleet_of(replica(&fleet, li), "the leader to see ws-1 DOWN", Duration::from_secs(30), |f| {
+            (f["nodes"][0]["state"] == "DOWN").then_some(()).ok_or(format!("ws-1 {}", f["nodes"][0]["state"]))
+        })
+        .await
+        .unwrap();
+    fleet.nodes[0].env.insert("MAX_SESSIONS".into(), "1".into());
+    let restart_at = shared::event::now_ms();
+    fleet.nodes[0].start().unwrap();
+    tl.mark("ws-1 restarted with MAX_SESSIONS=1: room for the session of one of its partitions at a time");
+    let started = fleet
+        .wait_fleet_of(replica(&fleet, fi), "the leader to pace the failback to ws-1", Duration::from_secs(90), |f| {
+            let after = |d: &serde_json::Value| d["node"] == "ws-1" && d["at_ms"].as_u64().unwrap_or(0) > restart_at;
+            let started = find(f, |d| after(d) && d["action"] == "failback_started").first().and_then(|d| d["id"].as_str()).map(str::to_owned);
+            let paced = started.as_deref().is_some_and(|s| !find(f, |d| d["action"] == "failback_paced" && d["of"] == s).is_empty());
+            match started {
+                Some(s) if paced => Ok(s),
+                s => Err(format!("failback started: {s:?}, paced: no")),
+            }
+        })
+        .await
+        .unwrap();
+    let refusals_before = stale_refusals(&fleet).await;
+    tl.mark(format!("failback {started} paced: SIGSTOP of the leader {leader_name} before its next round"));
+    let stopped_at = Instant::now();
+    replica_mut(&mut fleet, li).freeze();
+    let third_token = fleet
+        .wait_fleet_of(replica(&fleet, fi), "the other replica to lead and resume the failback", Duration::from_secs(60), |f| {
+            let token = f["leadership"]["leader"]["token"].as_u64().unwrap_or(0);
+            let resumed = find(f, |d| d["action"] == "failback_resumed" && d["of"] == started.as_str() && d["gateway"] == follower_name.as_str()).len();
+            (acting(f) && token > new_token && resumed == 1).then_some(token).ok_or(format!("token {token}, resumed {resumed}, {}", f["leadership"]))
+        })
+        .await
+        .unwrap();
+    // Longer than the session timeout (LEADER_SESSION_TIMEOUT_MS, 6 s, counted from its last
+    // heartbeat, which may be 2 s before the SIGSTOP): 8 s at least.
+    if let Some(rest) = Duration::from_secs(8).checked_sub(stopped_at.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    let frozen = stopped_at.elapsed();
+    assert!(frozen > Duration::from_millis(6000), "frozen for {frozen:?}, longer than the 6 s session timeout");
+    tl.mark(format!("{follower_name} leads with fencing token {third_token} and resumed failback {started}: SIGCONT of {leader_name} after {} ms", frozen.as_millis()));
+    replica_mut(&mut fleet, li).thaw();
+    // The old leader wakes up a follower of the new one; its failback task finds its authority
+    // stale at its next check and stops. It has a few of its rounds' time to misbehave.
+    fleet
+        .wait_fleet_of(replica(&fleet, li), "the woken replica to follow the new leader", Duration::from_secs(30), |f| {
+            let l = &f["leadership"];
+            (l["role"]["role"] == "follower" && l["leader"]["token"].as_u64() == Some(third_token)).then_some(()).ok_or(format!("{l}"))
+        })
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let f = fleet
+        .wait_fleet_of(replica(&fleet, fi), "the resumed failback to complete", Duration::from_secs(60), |f| {
+            let done = find(f, |d| matches!(d["action"].as_str(), Some("failback_completed" | "failback_failed")) && d["of"] == started.as_str()).len();
+            (done >= 1).then(|| f.clone()).ok_or(format!("{done} completions"))
+        })
+        .await
+        .unwrap();
+    // Read back from the control topic: nothing under the old token after the new claim...
+    let outcomes: Vec<String> = find(&f, |d| d["of"] == started.as_str() || d["id"] == started.as_str())
+        .iter()
+        .rev()
+        .map(|d| format!("{}@{} {} token {}", d["action"], d["offset"], d["gateway"], d["token"]))
+        .collect();
+    let late = find(&f, |d| d["gateway"] == leader_name.as_str() && d["token"].as_u64() == Some(new_token) && d["offset"].as_u64().unwrap_or(0) > third_token);
+    assert!(late.is_empty(), "the deposed leader wrote under its old token {new_token} after the claim at {third_token}: {late:?}");
+    // ...one failback to ws-1, resumed once and completed once, by the new leader...
+    let count = |action: &str| find(&f, |d| d["action"] == action && d["of"] == started.as_str()).len();
+    assert_eq!(
+        find(&f, |d| d["node"] == "ws-1" && d["action"] == "failback_started" && d["at_ms"].as_u64().unwrap_or(0) > restart_at).len(),
+        1,
+        "one failback to ws-1, no second one: {outcomes:?}"
+    );
+    assert_eq!((count("failback_resumed"), count("failback_completed"), count("failback_failed")), (1, 1, 0), "{outcomes:?}");
+    let completed = find(&f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str())[0].clone();
+    assert_eq!((completed["gateway"].as_str(), completed["token"].as_u64()), (Some(follower_name.as_str()), Some(third_token)), "{outcomes:?}");
+    // ...and no node was sent a request under the old token after the SIGCONT (it would have
+    // refused it as stale_leader: the counts stay where they were when the leader froze).
+    let refusals_after = stale_refusals(&fleet).await;
+    assert_eq!(refusals_after, refusals_before, "a node refused a request under the deposed leader's token: {outcomes:?}");
+    tl.mark(format!("failback {started}: {outcomes:?}; stale_leader refusals by node: {refusals_after:?}"));
+    // Every paced client: those that are connected (on ws-2, and one on ws-1, which has one
+    // seat), then the others as each finds the seat free.
+    let stats = writer.stop().await;
+    assert!(stats.failed.lock().unwrap().is_empty(), "the writer gave up on publishes");
+    let mut rest = paced;
+    for round in 1.. {
+        if rest.is_empty() {
+            break;
+        }
+        assert!(round <= partitions, "paced clients left without room: {:?}", rest.iter().map(|c| c.report().name).collect::<Vec<_>>());
+        let want = 1;
+        eventually("paced clients connected", Duration::from_secs(30), || async {
+            let n = rest.iter().filter(|c| c.connected()).count();
+            if n >= want { Ok(Some(())) } else { Err(format!("{n} connected")) }
+        })
+        .await
+        .unwrap();
+        let (now, later): (Vec<Client>, Vec<Client>) = rest.into_iter().partition(Client::connected);
+        let truths = wait_for_heads(&fleet, &now, &paced_canvases).await.unwrap();
+        let (_, verdicts) = finish(now, &truths).await;
+        for v in &verdicts {
+            assert!(v.ok(), "paced client {} did not get exactly its canvas's versions: {v:?}", v.name);
+        }
+        rest = later;
+    }
+    tl.mark(format!("step 8 took {} ms", step8.elapsed().as_millis()));
     drop(proxy);
     fleet.stop().await;
 }
