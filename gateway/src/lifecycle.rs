@@ -8,7 +8,8 @@
 //! - On the `threshold`-th consecutive UP (default 5), start-recovery is sent, once per episode;
 //!   it is sent again on a later UP poll only if the call failed or the node reports its catch-up
 //!   failed. A process that restarts and dies again is not trusted after one good answer.
-//! - Failback: a node that was HEALTHY, then DOWN, and is HEALTHY again with partitions assigned,
+//! - Failback: a node that was HEALTHY, then DOWN or DRAINING (a whole-node drain leaves the
+//!   broadcast group), and is HEALTHY again with partitions assigned,
 //!   gets its partitions' sessions back (the gateway drains them from the nodes that stood in),
 //!   but only when its ownership actually moved away during that episode: it answered owning
 //!   fewer of the partitions it owned when it went DOWN (or none: a restart), or another node was
@@ -248,8 +249,10 @@ pub fn observe(view: &NodeView, obs: &Observed, now_ms: u64, rules: &Rules) -> (
     if to == Status::Down && matches!(view.status, Status::Healthy | Status::Degraded) {
         next.flaps.push(now_ms);
     }
-    if to == Status::Down && view.ever_healthy && view.status != Status::Down && !view.awaiting_failback {
-        // An episode begins: what the node owns now is what may move away from it.
+    let out = |s: Status| matches!(s, Status::Down | Status::Draining);
+    if out(to) && view.ever_healthy && !out(view.status) && !view.awaiting_failback {
+        // An episode begins (the node stopped answering, or a whole-node drain makes it leave
+        // the broadcast group): what the node owns now is what may move away from it.
         next.awaiting_failback = true;
         next.lost = view.assigned.clone();
         next.ownership_moved = None;
@@ -623,6 +626,10 @@ mod tests {
             ("back HEALTHY with none: wait, then fail back", vec![timeout(), healthy(&[]), same()], vec![], vec![vec![0, 1, 2]]),
             ("DOWN, DEGRADED owning the same set, HEALTHY: none", vec![timeout(), stale(), same()], vec![], vec![]),
             ("once per episode", vec![timeout(), healthy(&[1]), healthy(&[1]), same()], vec![], vec![vec![1]]),
+            // A whole-node drain (maintenance, an ejection, SIGTERM) leaves the group: its
+            // partitions move even if no poll finds the node DOWN.
+            ("drained, restarted between two polls: UP owning none, then HEALTHY", [vec![draining()], vec![up(); 10], vec![same()]].concat(), vec![], vec![vec![0, 1, 2]]),
+            ("drained, then DOWN, then back", [vec![draining(), down()], vec![up(); 10], vec![same()]].concat(), vec![], vec![vec![0, 1, 2]]),
         ];
         for (name, polls, elsewhere, want) in cases {
             let (got, v) = failbacks(&polls, &elsewhere);

@@ -406,8 +406,7 @@ async fn run() {
         .await
         .unwrap();
     e2e::scenario::wait_connected(&paced).await.unwrap();
-    // The leader fails back to a node it saw DOWN (one it saw go from DRAINING straight to UP,
-    // restarted between two polls, gets none: its sessions move when the stand-in's hold runs out).
+    // ws-1 is restarted once the leader has seen it gone, so the restart is seen as one.
     fleet
         .wait_fleet_of(replica(&fleet, li), "the leader to see ws-1 DOWN", Duration::from_secs(30), |f| {
             (f["nodes"][0]["state"] == "DOWN").then_some(()).ok_or(format!("ws-1 {}", f["nodes"][0]["state"]))

@@ -289,6 +289,10 @@ impl Fleet {
                     match r {
                         Ok(rep) => {
                             tracing::info!("[GATEWAY] failback drain of {} done partitions={:?} notified={} forceClosed={} tookMs={}", n.addr.id, now, rep.notified_sessions, rep.force_closed_sessions, rep.duration_ms);
+                            if !rep.refused_partitions.is_empty() {
+                                // Owned by the stand-in again, or no longer served there: nothing of them to hand over.
+                                tracing::info!("[GATEWAY] {} does not hold partitions={:?}: none of their sessions moved from it", n.addr.id, rep.refused_partitions);
+                            }
                             detail.insert(key, serde_json::to_value(rep).unwrap_or_default());
                         }
                         Err(e) => {
