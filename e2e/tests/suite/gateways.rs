@@ -23,7 +23,8 @@
 //!    SIGSTOP for longer than the group's session timeout; the other replica leads with a higher
 //!    token and resumes the failback; then SIGCONT. Read back from the control topic: the old
 //!    leader writes nothing under its old token after the new claim, the failback is started once,
-//!    resumed once and completed once (by the new leader), and no node refused (or was sent) a
+//!    resumed once and, once the clients are gone and ws-1 has room, completed once (by the new
+//!    leader), and no node refused (or was sent) a
 //!    request under the old token (`ws_node_fencing_refusals_total{error="stale_leader"}`
 //!    unchanged); every client of this step ends with every version of its canvas, once, in order.
 
@@ -460,36 +461,49 @@ async fn run() {
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
+    // The new leader goes on with the failback under its own token: paced (ws-1 has one seat, so
+    // it waits for room) or completed.
+    let going_on = |f: &serde_json::Value| {
+        find(f, |d| {
+            d["of"] == started.as_str()
+                && d["gateway"] == follower_name.as_str()
+                && d["token"].as_u64() == Some(third_token)
+                && matches!(d["action"].as_str(), Some("failback_paced" | "failback_completed"))
+        })
+        .len()
+    };
     let f = fleet
-        .wait_fleet_of(replica(&fleet, fi), "the resumed failback to complete", Duration::from_secs(60), |f| {
-            let done = find(f, |d| matches!(d["action"].as_str(), Some("failback_completed" | "failback_failed")) && d["of"] == started.as_str()).len();
-            (done >= 1).then(|| f.clone()).ok_or(format!("{done} completions"))
+        .wait_fleet_of(replica(&fleet, fi), "the new leader to go on with the resumed failback", Duration::from_secs(60), |f| {
+            (going_on(f) >= 1).then(|| f.clone()).ok_or("no round of the new leader yet".to_owned())
         })
         .await
         .unwrap();
-    // Read back from the control topic: nothing under the old token after the new claim...
-    let outcomes: Vec<String> = find(&f, |d| d["of"] == started.as_str() || d["id"] == started.as_str())
-        .iter()
-        .rev()
-        .map(|d| format!("{}@{} {} token {}", d["action"], d["offset"], d["gateway"], d["token"]))
-        .collect();
-    let late = find(&f, |d| d["gateway"] == leader_name.as_str() && d["token"].as_u64() == Some(new_token) && d["offset"].as_u64().unwrap_or(0) > third_token);
-    assert!(late.is_empty(), "the deposed leader wrote under its old token {new_token} after the claim at {third_token}: {late:?}");
-    // ...one failback to ws-1, resumed once and completed once, by the new leader...
-    let count = |action: &str| find(&f, |d| d["action"] == action && d["of"] == started.as_str()).len();
-    assert_eq!(
-        find(&f, |d| d["node"] == "ws-1" && d["action"] == "failback_started" && d["at_ms"].as_u64().unwrap_or(0) > restart_at).len(),
-        1,
-        "one failback to ws-1, no second one: {outcomes:?}"
-    );
-    assert_eq!((count("failback_resumed"), count("failback_completed"), count("failback_failed")), (1, 1, 0), "{outcomes:?}");
-    let completed = find(&f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str())[0].clone();
-    assert_eq!((completed["gateway"].as_str(), completed["token"].as_u64()), (Some(follower_name.as_str()), Some(third_token)), "{outcomes:?}");
-    // ...and no node was sent a request under the old token after the SIGCONT (it would have
-    // refused it as stale_leader: the counts stay where they were when the leader froze).
+    let outcomes = |f: &serde_json::Value| -> Vec<String> {
+        find(f, |d| d["of"] == started.as_str() || d["id"] == started.as_str())
+            .iter()
+            .rev()
+            .map(|d| format!("{}@{} {} token {}", d["action"], d["offset"], d["gateway"], d["token"]))
+            .collect()
+    };
+    // Read back from the control topic: nothing under the old token after the new claim, one
+    // failback to ws-1 (resumed once, not failed), and no node sent a request under the old token
+    // (it would have refused it as stale_leader: the counts stay where they were at the freeze).
+    let deposed_quiet = |f: &serde_json::Value| {
+        let late = find(f, |d| d["gateway"] == leader_name.as_str() && d["token"].as_u64() == Some(new_token) && d["offset"].as_u64().unwrap_or(0) > third_token);
+        assert!(late.is_empty(), "the deposed leader wrote under its old token {new_token} after the claim at {third_token}: {late:?}");
+        let count = |action: &str| find(f, |d| d["action"] == action && d["of"] == started.as_str()).len();
+        assert_eq!(
+            find(f, |d| d["node"] == "ws-1" && d["action"] == "failback_started" && d["at_ms"].as_u64().unwrap_or(0) > restart_at).len(),
+            1,
+            "one failback to ws-1, no second one: {:?}",
+            outcomes(f)
+        );
+        assert_eq!((count("failback_resumed"), count("failback_failed")), (1, 0), "{:?}", outcomes(f));
+    };
+    deposed_quiet(&f);
     let refusals_after = stale_refusals(&fleet).await;
-    assert_eq!(refusals_after, refusals_before, "a node refused a request under the deposed leader's token: {outcomes:?}");
-    tl.mark(format!("failback {started}: {outcomes:?}; stale_leader refusals by node: {refusals_after:?}"));
+    assert_eq!(refusals_after, refusals_before, "a node refused a request under the deposed leader's token: {:?}", outcomes(&f));
+    tl.mark(format!("failback {started}: {:?}; stale_leader refusals by node: {refusals_after:?}", outcomes(&f)));
     // Every paced client: those that are connected (on ws-2, and one on ws-1, which has one
     // seat), then the others as each finds the seat free.
     let stats = writer.stop().await;
@@ -515,6 +529,21 @@ async fn run() {
         }
         rest = later;
     }
+    // With the clients gone ws-1 has room again: the new leader completes the failback, once,
+    // and the deposed one still acted on nothing.
+    let f = fleet
+        .wait_fleet_of(replica(&fleet, fi), "the resumed failback to complete", Duration::from_secs(90), |f| {
+            let done = find(f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str()).len();
+            (done >= 1).then(|| f.clone()).ok_or(format!("{done} completions"))
+        })
+        .await
+        .unwrap();
+    deposed_quiet(&f);
+    let completed = find(&f, |d| d["action"] == "failback_completed" && d["of"] == started.as_str());
+    assert_eq!(completed.len(), 1, "completed once: {:?}", outcomes(&f));
+    assert_eq!((completed[0]["gateway"].as_str(), completed[0]["token"].as_u64()), (Some(follower_name.as_str()), Some(third_token)), "{:?}", outcomes(&f));
+    assert_eq!(stale_refusals(&fleet).await, refusals_before, "a node refused a request under the deposed leader's token");
+    tl.mark(format!("failback {started} completed by {follower_name}: {:?}", outcomes(&f)));
     tl.mark(format!("step 8 took {} ms", step8.elapsed().as_millis()));
     drop(proxy);
     fleet.stop().await;
