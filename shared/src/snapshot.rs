@@ -407,6 +407,51 @@ mod tests {
         assert_eq!((l.canvases[&id("a")].1.epoch, l.canvases[&id("a")].1.version), (1, 2));
     }
 
+    /// A load reads to the topic's end as it is when the load ends, not only as it was planned:
+    /// a snapshot written while it reads (here, at the load's first look at `cancelled`) is in
+    /// what it returns. Without that, a cleaner pass during the load could remove the older
+    /// snapshot it had not reached yet, and the canvas would be in neither.
+    #[test]
+    fn a_load_reads_the_snapshots_written_while_it_reads() {
+        use rdkafka::consumer::{BaseConsumer, DefaultConsumerContext};
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        use rdkafka::ClientConfig;
+        use std::cell::Cell;
+
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("snaps", 2, 1).expect("topic");
+        let producer: BaseProducer =
+            ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().expect("producer");
+        let write = |canvas: &str, partition: i32, version: u64| {
+            let value = Snapshot::of(&id(canvas), &painted(version), 0, version as i64).encode();
+            producer.send(BaseRecord::to("snaps").key(canvas).payload(&value).partition(partition)).expect("queued");
+            producer.flush(Duration::from_secs(10)).expect("written");
+        };
+        write("a", 0, 2);
+        write("b", 1, 3);
+        let consumer: BaseConsumer<DefaultConsumerContext> = ClientConfig::new()
+            .set("bootstrap.servers", cluster.bootstrap_servers())
+            .set("group.id", "load-test")
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let written_during = Cell::new(false);
+        let cancelled = || {
+            if !written_during.replace(true) {
+                write("a", 0, 4);
+                write("c", 1, 1);
+            }
+            false
+        };
+        let loaded = load(&consumer, "snaps", Duration::from_secs(10), &cancelled).expect("load");
+        assert!(written_during.get());
+        let versions: std::collections::BTreeMap<&str, u64> =
+            loaded.canvases.iter().map(|(k, (_, s))| (k.as_str(), s.version)).collect();
+        assert_eq!(versions, [("a", 4), ("b", 3), ("c", 1)].into_iter().collect(), "{} records read", loaded.records);
+        assert_eq!(loaded.records, 4);
+    }
+
     #[test]
     fn the_largest_canvas_fits_the_topic_even_incompressible() {
         let dims = CanvasDims { width: MAX_SIDE, height: MAX_SIDE };
