@@ -28,7 +28,7 @@ pub mod types;
 pub mod versions;
 
 use crate::config::Config;
-use crate::log::KafkaLog;
+use crate::log::kafka::{ensure_topics, KafkaLog};
 use crate::versions::{RebuildError, Versions};
 use backon::{ExponentialBuilder, Retryable};
 use std::sync::Arc;
@@ -79,7 +79,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         async move {
             let snapshot_topic = config.snapshot_topic();
             let ensure = || {
-                log::ensure_topics(&settings, &config.topic, &snapshot_topic, config.partitions, config.replication_factor, config.retention_ms)
+                ensure_topics(&settings, &config.topic, &snapshot_topic, config.partitions, config.replication_factor, config.retention_ms)
             };
             let partitions = tokio::select! {
                 r = ensure.retry(retry).notify(|e, d| tracing::warn!(error = %e, retry_in = ?d, "topic not ready; retrying")) => r,

@@ -1,0 +1,353 @@
+//! An in-memory [`EventLog`] for unit tests, whose transactions end on a schedule.
+
+use super::*;
+use shared::replay;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// How the fake log ends a transaction (by attempt number, over every writer).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Fate {
+    Commit,
+    /// Aborted (not for any partition's sake): its records take offsets but are never read.
+    Abort,
+    /// The records of the transaction's lowest partition are not acknowledged in time: aborted,
+    /// naming that partition as stalled.
+    StallLowest,
+    /// The commit is sent but not confirmed: in doubt, then committed when resolved. Until
+    /// then nothing of it can be read, and if nobody resolves it before the writer's next
+    /// transaction it commits then ("lands late"), as a slow broker's would.
+    InDoubtThenCommit,
+    /// In doubt, then not committed.
+    InDoubtThenAbort,
+    /// Fenced while committing, and it did commit (the worst case for the fenced process).
+    FencedCommitted,
+    /// A fatal producer error before the commit was sent.
+    FatalBeforeCommit,
+}
+
+/// A record of the fake log: its events with their idempotency keys.
+pub type FakeRecord = Vec<(PixelEvent, Option<String>)>;
+
+/// A committed snapshot-topic record: key, value.
+type SnapshotEntry = (String, Vec<u8>);
+
+/// An in-doubt transaction: its records, its snapshots, and whether it commits.
+type InDoubtTxn = (Vec<Record>, Vec<SnapshotWrite>, bool);
+
+#[derive(Clone, Debug)]
+enum Entry {
+    Record(FakeRecord),
+    Aborted,
+    Marker,
+}
+
+struct Shared {
+    partitions: u32,
+    entries: Mutex<BTreeMap<i32, Vec<Entry>>>,
+    /// Per partition, the log start (records below it were deleted, as retention would).
+    low: Mutex<BTreeMap<i32, i64>>,
+    /// The snapshot topic's committed records, per partition, in order.
+    snapshots: Mutex<BTreeMap<i32, Vec<SnapshotEntry>>>,
+    /// The current producer epoch of each writer (bumped by every `prepare`).
+    epochs: Mutex<HashMap<Writer, u64>>,
+    /// The in-doubt transaction of each writer: its records and snapshots, and whether it
+    /// commits.
+    pending: Mutex<HashMap<Writer, InDoubtTxn>>,
+    attempts: AtomicU64,
+    /// The writer of each transaction attempt, in order.
+    writers: Mutex<Vec<Writer>>,
+    fate: Box<dyn Fn(u64) -> Fate + Send + Sync>,
+    /// Resolve attempts that still answer "in doubt" before one resolves.
+    stay_in_doubt: AtomicU32,
+    gates: Mutex<HashMap<u64, Arc<tokio::sync::Notify>>>,
+}
+
+/// An in-memory log. Offsets are indexes in a partition's entries: records, aborted records
+/// and one commit marker per partition after each transaction (so a partition ends in a
+/// marker, as a real one does). Each [`FakeLog`] is one publisher process's view;
+/// [`FakeLog::another_publisher`] gives a second one on the same log, with producers of its
+/// own.
+pub struct FakeLog {
+    shared: Arc<Shared>,
+    /// The epoch this process's producers got from `prepare`.
+    mine: Mutex<HashMap<Writer, u64>>,
+}
+
+impl FakeLog {
+    pub fn new(partitions: u32, fate: impl Fn(u64) -> Fate + Send + Sync + 'static) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                partitions,
+                entries: Mutex::new(BTreeMap::new()),
+                low: Mutex::new(BTreeMap::new()),
+                snapshots: Mutex::new(BTreeMap::new()),
+                epochs: Mutex::new(HashMap::new()),
+                pending: Mutex::new(HashMap::new()),
+                attempts: AtomicU64::new(0),
+                writers: Mutex::new(Vec::new()),
+                fate: Box::new(fate),
+                stay_in_doubt: AtomicU32::new(0),
+                gates: Mutex::new(HashMap::new()),
+            }),
+            mine: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A second publisher process on the same log (its own producers, not prepared yet).
+    pub fn another_publisher(&self) -> Self {
+        Self { shared: self.shared.clone(), mine: Mutex::new(HashMap::new()) }
+    }
+
+    /// Makes transaction attempt `n` (0-based) wait until the returned gate is opened
+    /// (`notify_one`), as a slow broker would.
+    pub fn gate(&self, n: u64) -> Arc<tokio::sync::Notify> {
+        self.shared.gates.lock().unwrap().entry(n).or_default().clone()
+    }
+
+    /// The next `n` resolve attempts answer "still in doubt".
+    pub fn stay_in_doubt(&self, n: u32) {
+        self.shared.stay_in_doubt.store(n, Ordering::SeqCst);
+    }
+
+    /// Transaction attempts so far.
+    pub fn attempts(&self) -> u64 {
+        self.shared.attempts.load(Ordering::SeqCst)
+    }
+
+    /// The writer of each transaction attempt so far.
+    pub fn writers(&self) -> Vec<Writer> {
+        self.shared.writers.lock().unwrap().clone()
+    }
+
+    /// Committed versions of `canvas`, in log order.
+    pub fn events_of(&self, canvas: &str) -> Vec<u64> {
+        self.committed().into_iter().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
+    }
+
+    /// Every committed record, partition by partition.
+    pub fn committed(&self) -> Vec<FakeRecord> {
+        let entries = self.shared.entries.lock().unwrap();
+        entries.values().flatten().filter_map(|e| if let Entry::Record(r) = e { Some(r.clone()) } else { None }).collect()
+    }
+
+    /// The committed record at `offset` of `partition`.
+    pub fn record_at(&self, partition: i32, offset: i64) -> Option<FakeRecord> {
+        match self.shared.entries.lock().unwrap().get(&partition)?.get(offset as usize)? {
+            Entry::Record(r) => Some(r.clone()),
+            _ => None,
+        }
+    }
+
+    /// Committed records, over all partitions.
+    pub fn record_count(&self) -> usize {
+        self.committed().len()
+    }
+
+    /// Deletes the records of `partition` below `before` (Kafka's DeleteRecords).
+    pub fn delete_records(&self, partition: i32, before: i64) {
+        let mut low = self.shared.low.lock().unwrap();
+        let at = low.entry(partition).or_insert(0);
+        *at = (*at).max(before);
+    }
+
+    /// The committed snapshot-topic records of `partition`, decoded, in order.
+    pub fn snapshot_entries(&self, partition: i32) -> Vec<shared::snapshot::Entry> {
+        let snaps = self.shared.snapshots.lock().unwrap();
+        snaps
+            .get(&partition)
+            .map(|v| v.iter().filter_map(|(k, v)| shared::snapshot::decode(Some(k.as_bytes()), Some(v)).ok().flatten()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Writes `snapshot` to `partition`'s snapshot topic as if a publisher had committed it.
+    pub fn put_snapshot(&self, partition: i32, snapshot: &shared::snapshot::Snapshot) {
+        let mut snaps = self.shared.snapshots.lock().unwrap();
+        snaps.entry(partition).or_default().push((snapshot.canvas.as_str().to_owned(), snapshot.encode()));
+    }
+
+    /// Where `partition`'s log ends (the offset the next entry takes).
+    pub fn end_of(&self, partition: i32) -> i64 {
+        self.shared.entries.lock().unwrap().get(&partition).map_or(0, |v| v.len() as i64)
+    }
+
+    /// Appends a transaction: its records (committed or aborted) and a marker on each of
+    /// their partitions, and, when it commits, its snapshots; returns the records' offsets.
+    fn append_txn(&self, records: &[Record], snapshots: &[SnapshotWrite], commit: bool) -> Vec<i64> {
+        if commit {
+            let mut snaps = self.shared.snapshots.lock().unwrap();
+            for w in snapshots {
+                snaps.entry(w.partition).or_default().push((w.key.clone(), w.value.clone()));
+            }
+        }
+        Self::append(&mut self.shared.entries.lock().unwrap(), records, commit)
+    }
+
+    /// Appends a transaction's records (committed or aborted) and a marker on each of its
+    /// partitions; returns the records' offsets.
+    fn append(entries: &mut BTreeMap<i32, Vec<Entry>>, records: &[Record], commit: bool) -> Vec<i64> {
+        let mut offsets = Vec::new();
+        for r in records {
+            let part = entries.entry(r.partition).or_default();
+            offsets.push(part.len() as i64);
+            part.push(if commit { Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()) } else { Entry::Aborted });
+        }
+        let touched: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
+        for p in touched {
+            entries.entry(p).or_default().push(Entry::Marker);
+        }
+        offsets
+    }
+
+    fn logged(partition: i32, v: &[Entry]) -> Vec<LoggedEvent> {
+        v.iter()
+            .enumerate()
+            .filter_map(|(o, e)| if let Entry::Record(r) = e { Some((o, r)) } else { None })
+            .flat_map(|(o, rec)| {
+                rec.iter().map(move |(e, k)| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
+            })
+            .collect()
+    }
+
+    fn fenced(&self, writer: Writer) -> bool {
+        let current = self.shared.epochs.lock().unwrap().get(&writer).copied();
+        current.is_none() || self.mine.lock().unwrap().get(&writer).copied() != current
+    }
+}
+
+impl EventLog for FakeLog {
+    async fn prepare(&self, partitions: u32) -> Result<(), PrepareError> {
+        let writers: Vec<Writer> = std::iter::once(Writer::Shared).chain((0..partitions as i32).map(Writer::Partition)).collect();
+        for w in writers {
+            // init_transactions finishes what an older producer left in doubt.
+            let left = self.shared.pending.lock().unwrap().remove(&w);
+            if let Some((records, snapshots, commit)) = left {
+                self.append_txn(&records, &snapshots, commit);
+            }
+            let mut epochs = self.shared.epochs.lock().unwrap();
+            let e = epochs.entry(w).or_insert(0);
+            *e += 1;
+            self.mine.lock().unwrap().insert(w, *e);
+        }
+        Ok(())
+    }
+
+    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, _stall_after: Option<Duration>) -> TxnOutcome {
+        assert!(!records.is_empty() || !snapshots.is_empty(), "a transaction writes at least one record");
+        for w in &snapshots {
+            if let Writer::Partition(p) = writer {
+                assert_eq!(w.partition, p, "an isolated partition's writer writes only that partition's snapshots");
+            }
+        }
+        for r in &records {
+            assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
+            assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
+            assert!(r.events.windows(2).all(|w| w[0].canvas == w[1].canvas && w[1].version == w[0].version + 1));
+            if let Writer::Partition(p) = writer {
+                assert_eq!(r.partition, p, "an isolated partition's writer writes only that partition");
+            }
+        }
+        let n = self.shared.attempts.fetch_add(1, Ordering::SeqCst);
+        self.shared.writers.lock().unwrap().push(writer);
+        // Let other requests interleave, as a real network round trip would.
+        tokio::task::yield_now().await;
+        let gate = self.shared.gates.lock().unwrap().get(&n).cloned();
+        if let Some(g) = gate {
+            g.notified().await;
+        }
+        if self.fenced(writer) {
+            return TxnOutcome::Fenced { commit_sent: false };
+        }
+        let late = self.shared.pending.lock().unwrap().remove(&writer);
+        // An in-doubt transaction nobody resolved lands now, before this one.
+        if let Some((late, late_snaps, commit)) = late {
+            self.append_txn(&late, &late_snaps, commit);
+        }
+        let fate = (self.shared.fate)(n);
+        match fate {
+            Fate::Commit => TxnOutcome::Committed(self.append_txn(&records, &snapshots, true)),
+            Fate::Abort => {
+                self.append_txn(&records, &snapshots, false);
+                TxnOutcome::NotCommitted { why: "aborted".into(), stalled: Vec::new() }
+            }
+            Fate::StallLowest => {
+                self.append_txn(&records, &snapshots, false);
+                let lowest = records.iter().map(|r| r.partition).chain(snapshots.iter().map(|w| w.partition)).min().expect("records");
+                TxnOutcome::NotCommitted { why: format!("partition {lowest} stalled"), stalled: vec![lowest] }
+            }
+            Fate::InDoubtThenCommit | Fate::InDoubtThenAbort => {
+                self.shared.pending.lock().unwrap().insert(writer, (records, snapshots, fate == Fate::InDoubtThenCommit));
+                TxnOutcome::InDoubt("commit not confirmed".into())
+            }
+            Fate::FencedCommitted => {
+                self.append_txn(&records, &snapshots, true);
+                *self.shared.epochs.lock().unwrap().entry(writer).or_default() += 1;
+                TxnOutcome::Fenced { commit_sent: true }
+            }
+            Fate::FatalBeforeCommit => TxnOutcome::Fatal { why: "fatal idempotence error".into(), commit_sent: false },
+        }
+    }
+
+    async fn available(&self, _writer: Writer) {}
+
+    async fn resolve(&self, writer: Writer) -> Result<Resolution, String> {
+        tokio::task::yield_now().await;
+        if self.shared.stay_in_doubt.load(Ordering::SeqCst) > 0 {
+            self.shared.stay_in_doubt.fetch_sub(1, Ordering::SeqCst);
+            return Err("still in doubt".into());
+        }
+        let pending = self.shared.pending.lock().unwrap().remove(&writer);
+        let Some((records, snapshots, commit)) = pending else {
+            return Ok(Resolution::NotCommitted);
+        };
+        let offsets = self.append_txn(&records, &snapshots, commit);
+        Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
+    }
+
+    async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
+        let mut loaded = Loaded::default();
+        for p in 0..self.shared.partitions as i32 {
+            for e in self.snapshot_entries(p) {
+                loaded.add(p, e);
+            }
+        }
+        Ok(loaded)
+    }
+
+    async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {
+        let entries = self.shared.entries.lock().unwrap();
+        let mut out = Offsets::new();
+        for (p, v) in entries.iter() {
+            let found = v.iter().position(|e| matches!(e, Entry::Record(r) if r.first().is_some_and(|(ev, _)| ev.published_at_ms as i64 >= ms)));
+            if let Some(o) = found {
+                out.insert(*p, o as i64);
+            }
+        }
+        Ok(out)
+    }
+
+    async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
+        let entries = self.shared.entries.lock().unwrap().clone();
+        let low = self.shared.low.lock().unwrap().clone();
+        let mut end = TailEnd::default();
+        for p in 0..self.shared.partitions as i32 {
+            let v = entries.get(&p).cloned().unwrap_or_default();
+            let (start, gap) =
+                replay::start_of(tail.needed.get(&p).copied(), tail.wanted.get(&p).copied(), low.get(&p).copied().unwrap_or(0), v.len() as i64);
+            if gap == replay::Gap::Deleted {
+                end.truncated.push(p);
+            }
+            for e in Self::logged(p, &v).into_iter().filter(|e| e.offset >= start) {
+                sink(e);
+            }
+            end.records += v.iter().skip(start as usize).filter(|e| matches!(e, Entry::Record(_))).count() as u64;
+            end.positions.insert(p, v.len() as i64);
+        }
+        Ok((sink, end))
+    }
+
+    fn reset(&self) {
+        self.mine.lock().unwrap().clear();
+    }
+}

@@ -1,0 +1,194 @@
+//! The publisher's side of the Kafka log, as the version logic sees it: transactional writers,
+//! and `read_committed` readers.
+//!
+//! Writers ([`Writer`]): the *shared* one writes every healthy partition in one transaction per
+//! commit cycle; each partition also has a writer of its own, used while that partition is
+//! isolated (its records stalled a shared transaction, see [`crate::partition`]).
+//!
+//! - [`EventLog::prepare`] initialises every writer's transactional producers
+//!   (`init_transactions`): it fences every older producer with the same `transactional.id`
+//!   (another publisher process) and finishes whatever transaction such a producer left open, so
+//!   what a reader sees afterwards is final until this process writes again. Producers are
+//!   initialised only there, before the log is read: a process that initialised one later could
+//!   fence a newer publisher and write from stale heads, so any fatal producer error stops the
+//!   process instead (a restart prepares and reads again).
+//! - [`EventLog::transact`] writes records in one transaction and commits it; the answer is
+//!   definite ([`TxnOutcome::Committed`], [`TxnOutcome::NotCommitted`], [`TxnOutcome::Fenced`],
+//!   [`TxnOutcome::Fatal`] before the commit) except when the commit was sent and not confirmed in
+//!   time ([`TxnOutcome::InDoubt`]).
+//! - [`EventLog::resolve`] asks again about an in-doubt commit until the answer is definite.
+//! - The reads return committed records only, and the *position* each read ended at (past the
+//!   last commit marker, see [`shared::replay`]).
+//!
+//! [`EventLog`] is the seam the version logic is written against, so its rules are unit-tested
+//! with [`fake::FakeLog`]; [`kafka::KafkaLog`] is the real one (its transactions are in
+//! [`crate::txn`]).
+
+pub mod kafka;
+#[cfg(test)]
+pub mod fake;
+
+use shared::replay::Offsets;
+use shared::snapshot::Loaded;
+use shared::PixelEvent;
+use std::future::Future;
+use std::time::Duration;
+
+/// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one canvas
+/// with consecutive versions, on the canvas's partition, and the idempotency key of each (record
+/// headers, one per event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub partition: i32,
+    pub events: Vec<PixelEvent>,
+    pub keys: Vec<Option<String>>,
+}
+
+/// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a canvas's
+/// snapshot or a partition's checkpoint, on the same partition number as the canvas's events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotWrite {
+    pub partition: i32,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+/// How a transaction ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// Committed: the offset of each record, in order.
+    Committed(Vec<i64>),
+    /// Certainly not committed (aborted, or it never began): nothing of it is or ever becomes
+    /// visible to a `read_committed` reader. `stalled`: the partitions whose records were not
+    /// acknowledged within the stall bound, or failed (empty when the failure was not theirs).
+    NotCommitted { why: String, stalled: Vec<i32> },
+    /// The commit was sent and not confirmed in time. The writer keeps the transaction; ask
+    /// [`EventLog::resolve`] until the answer is definite, and write nothing else on the partition
+    /// meanwhile.
+    InDoubt(String),
+    /// Another producer with the writer's `transactional.id` took over. `commit_sent`: the commit
+    /// had been sent, so this transaction may have committed (the new producer finished it one
+    /// way or the other); otherwise it certainly did not.
+    Fenced { commit_sent: bool },
+    /// The producer failed for good (librdkafka's fatal errors other than fencing). `commit_sent`
+    /// as for [`TxnOutcome::Fenced`]; the process must stop (see the module docs).
+    Fatal { why: String, commit_sent: bool },
+}
+
+/// Which writer runs a transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Writer {
+    /// The shared writer (every partition not isolated).
+    Shared,
+    /// The writer of one isolated partition.
+    Partition(i32),
+}
+
+/// The definite end of an in-doubt transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolution {
+    /// It committed: the offset of each record.
+    Committed(Vec<i64>),
+    /// It did not commit.
+    NotCommitted,
+    /// Another producer took over; this process cannot learn the outcome any more.
+    Fenced,
+    /// The producer failed for good; the process must stop.
+    Fatal(String),
+}
+
+/// Initialising a partition's transactional producer failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PrepareError {
+    /// Another producer with the same `transactional.id` fenced this one meanwhile.
+    #[error("fenced by a newer producer with the same transactional.id")]
+    Fenced,
+    /// The broker did not answer in time, or refused (retry).
+    #[error("initialising the transactional producer: {0}")]
+    Failed(String),
+}
+
+/// Reading the log failed.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the log: {0}")]
+pub struct ReadError(pub String);
+
+/// One event read back (a group record gives one per event, all with the record's offset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedEvent {
+    pub partition: i32,
+    /// Offset of the record that carried the event.
+    pub offset: i64,
+    pub event: PixelEvent,
+    /// The `Idempotency-Key` the publish carried, if any (record header [`IDEMPOTENCY_HEADER`]).
+    pub idempotency_key: Option<String>,
+}
+
+/// Where a rebuild reads the events topic from, per partition: `needed` (the checkpoint: every
+/// record at or after it may be needed; absent = the log start) and `wanted` (earlier, for
+/// idempotency keys only: records there are not needed if retention deleted them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tail {
+    pub needed: Offsets,
+    pub wanted: Offsets,
+}
+
+/// How a tail read ended.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TailEnd {
+    /// The position each partition's read ended at.
+    pub positions: Offsets,
+    /// Partitions whose needed records had been deleted (the log starts after the checkpoint).
+    pub truncated: Vec<i32>,
+    /// Records read.
+    pub records: u64,
+}
+
+/// What the version logic needs from the log.
+pub trait EventLog: Send + Sync + 'static {
+    /// Initialises the transactional producers of every writer of a topic of `partitions`
+    /// partitions (`init_transactions`), fencing older producers of the same ids and finishing
+    /// their open transactions. Call it before reading the log at start-up, and only then.
+    fn prepare(&self, partitions: u32) -> impl Future<Output = Result<(), PrepareError>> + Send;
+
+    /// Writes `records` (events topic) and `snapshots` (snapshot topic) in one transaction of
+    /// `writer` and commits it; the offsets of a commit are the records'. With `stall_after`, a
+    /// transaction whose records are not all acknowledged by then is aborted
+    /// ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
+    fn transact(
+        &self,
+        writer: Writer,
+        records: Vec<Record>,
+        snapshots: Vec<SnapshotWrite>,
+        stall_after: Option<Duration>,
+    ) -> impl Future<Output = TxnOutcome> + Send;
+
+    /// Resolves once `writer` has a producer free for a transaction (not still aborting a stalled
+    /// one). A committer waits for it before it takes units, so units wait in their queues, where a
+    /// caller's deadline can still withdraw them as certainly not written.
+    fn available(&self, writer: Writer) -> impl Future<Output = ()> + Send;
+
+    /// One more attempt to learn how `writer`'s in-doubt transaction ended; `Err` while it is
+    /// still not known.
+    fn resolve(&self, writer: Writer) -> impl Future<Output = Result<Resolution, String>> + Send;
+
+    /// The snapshot topic's committed snapshots and checkpoints (empty when it does not exist).
+    fn read_snapshots(&self) -> impl Future<Output = Result<Loaded, ReadError>> + Send;
+
+    /// Per partition, the first offset whose record timestamp is at or after `ms` (Kafka's
+    /// offsets-for-times; the partition's end when there is none).
+    fn offsets_for_time(&self, ms: i64) -> impl Future<Output = Result<Offsets, ReadError>> + Send;
+
+    /// Streams the committed events of every partition from `plan`'s start ([`Tail`]) to its
+    /// end into `sink`, in log order per partition; returns the sink and where each partition's
+    /// read ended.
+    fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(
+        &self,
+        plan: Tail,
+        sink: F,
+    ) -> impl Future<Output = Result<(F, TailEnd), ReadError>> + Send;
+
+    /// Drops every producer after one failed for good, before the publisher starts over with
+    /// [`EventLog::prepare`] (as a restarted process would).
+    fn reset(&self);
+}
