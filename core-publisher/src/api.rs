@@ -375,7 +375,14 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
 }
 
 async fn metrics<L: EventLog>(State(v): State<Arc<Versions<L>>>, headers: HeaderMap) -> Response {
-    v.counters().metrics.render(&v, headers.get(axum::http::header::ACCEPT))
+    v.counters().metrics.render(&v.figures(), headers.get(axum::http::header::ACCEPT))
+}
+
+/// Counts a single publish's answer (`POST /canvases/{id}/pixels`) by its status.
+async fn count_publish<L: EventLog>(State(v): State<Arc<Versions<L>>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let resp = next.run(req).await;
+    v.counters().metrics.published("single", resp.status().as_u16());
+    resp
 }
 
 /// `GET /readyz` and its alias `GET /ready`: whether writes are accepted.
@@ -402,7 +409,7 @@ pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<Clien
     Router::new()
         .route(
             "/canvases/{id}/pixels",
-            post(post_pixel::<L>).layer(limited()).layer(axum::middleware::from_fn_with_state(versions.clone(), crate::metrics::count_publish::<L>)),
+            post(post_pixel::<L>).layer(limited()).layer(axum::middleware::from_fn_with_state(versions.clone(), count_publish::<L>)),
         )
         .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/canvases/{id}", get(get_canvas::<L>))

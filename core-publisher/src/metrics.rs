@@ -3,10 +3,8 @@
 //! [`PublisherMetrics`] lives in the committers' [`crate::committer::Counters`] (shared by the
 //! committers, the routes and start-up): publishes by status, the transactions' commit time,
 //! records and events per group commit, snapshots written, the rebuild time. The state figures
-//! (ready, canvases, partitions in doubt) are set from [`Versions`] at each scrape.
+//! (ready, canvases, partitions in doubt) are set from plain [`Figures`] at each scrape.
 
-use crate::log::EventLog;
-use crate::versions::Versions;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -100,28 +98,34 @@ impl PublisherMetrics {
         self.rebuild_seconds.set(took.as_secs_f64());
     }
 
-    /// Sets the gauges from `v` and encodes the registry.
-    pub fn render<L: EventLog>(&self, v: &Versions<L>, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
+    /// Sets the gauges from `figures` and encodes the registry.
+    pub fn render(&self, figures: &Figures, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
         let _one = self.scrape.lock().expect("scrape lock");
-        self.ready.set(i64::from(v.is_ready()));
-        self.canvases.set(v.canvas_count() as i64);
-        self.partitions.set(i64::from(v.partitions()));
-        self.in_doubt.set(v.in_doubt_partitions().len() as i64);
-        self.uncovered.set(v.uncovered_canvases() as i64);
-        self.incomplete.set(v.incomplete_canvases().len() as i64);
+        self.ready.set(i64::from(figures.ready));
+        self.canvases.set(figures.canvases as i64);
+        self.partitions.set(i64::from(figures.partitions));
+        self.in_doubt.set(figures.in_doubt as i64);
+        self.uncovered.set(figures.uncovered as i64);
+        self.incomplete.set(figures.incomplete as i64);
         shared::metrics::respond(&self.registry, accept)
     }
 }
 
-/// Counts a single publish's answer (`POST /canvases/{id}/pixels`) by its status.
-pub async fn count_publish<L: EventLog>(
-    axum::extract::State(v): axum::extract::State<std::sync::Arc<Versions<L>>>,
-    req: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let resp = next.run(req).await;
-    v.counters().metrics.published("single", resp.status().as_u16());
-    resp
+/// The publisher's state at a scrape, as the gauges show it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Figures {
+    /// Writes are accepted.
+    pub ready: bool,
+    /// Canvases with a version.
+    pub canvases: usize,
+    /// Partitions of the events topic (0 until known).
+    pub partitions: u32,
+    /// Partitions whose last transaction's outcome is not known yet.
+    pub in_doubt: usize,
+    /// Canvases with events no snapshot covers yet.
+    pub uncovered: usize,
+    /// Canvases whose early versions are gone with no snapshot covering them.
+    pub incomplete: usize,
 }
 
 #[cfg(test)]
@@ -136,6 +140,8 @@ mod tests {
         m.published("batch", 503);
         m.committed(3, 7);
         m.rebuilt(Duration::from_millis(1500));
+        let figures = Figures { ready: true, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0 };
+        let _ = m.render(&figures, None);
         let t = shared::metrics::text(&m.registry);
         for line in [
             "publisher_publishes_total{route=\"single\",status=\"201\"} 2",
@@ -143,6 +149,9 @@ mod tests {
             "publisher_commit_records_count 1",
             "publisher_commit_events_sum 7.0",
             "publisher_rebuild_seconds 1.5",
+            "publisher_ready 1",
+            "publisher_canvases 4",
+            "publisher_in_doubt_partitions 1",
         ] {
             assert!(t.contains(line), "{line} in\n{t}");
         }

@@ -17,6 +17,7 @@
 use crate::committer::{self, Counters, Ctx, Status};
 use crate::idempotency::{KeyStore, Lookup};
 use crate::log::{EventLog, LoggedEvent, PrepareError, ReadError, Tail};
+use crate::metrics::Figures;
 use crate::snapshots::{Coverage, SnapshotPolicy};
 use crate::partition::{Activity, IsolationPolicy, Mode, Partition, Pending};
 use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
@@ -574,6 +575,18 @@ impl<L: EventLog> Versions<L> {
     /// Number of canvases with at least one event.
     pub fn canvas_count(&self) -> usize {
         self.current().map_or(0, |c| c.partitions.iter().map(|p| p.canvas_count()).sum())
+    }
+
+    /// The state figures `GET /metrics` shows.
+    pub fn figures(&self) -> Figures {
+        Figures {
+            ready: self.is_ready(),
+            canvases: self.canvas_count(),
+            partitions: self.partitions(),
+            in_doubt: self.in_doubt_partitions().len(),
+            uncovered: self.uncovered_canvases(),
+            incomplete: self.incomplete.lock().expect("incomplete lock").len(),
+        }
     }
 }
 
