@@ -29,6 +29,7 @@ pub mod versions;
 
 use crate::config::Config;
 use crate::log::kafka::{ensure_topics, KafkaLog};
+use crate::txn::ProducerSettings;
 use crate::versions::{RebuildError, Versions};
 use backon::{ExponentialBuilder, Retryable};
 use std::sync::Arc;
@@ -57,14 +58,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times();
-    let kafka_log = KafkaLog::new(
-        settings.clone(),
-        config.topic.clone(),
-        config.snapshot_topic(),
-        config.transactional_id(),
-        config.produce_timeout(),
-        config.transaction_timeout(),
-    );
+    let kafka_log = KafkaLog::new(ProducerSettings {
+        kafka: settings.clone(),
+        topic: config.topic.clone(),
+        snapshot_topic: config.snapshot_topic(),
+        transactional_id: config.transactional_id(),
+        message_timeout: config.produce_timeout(),
+        transaction_timeout: config.transaction_timeout(),
+    });
     let timings = crate::versions::Timings {
         answer_timeout: config.answer_timeout(),
         stall_after: config.partition_stall(),

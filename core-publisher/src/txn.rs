@@ -44,6 +44,22 @@ const INIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long one attempt of [`TxnWriter::resolve`] asks the coordinator.
 const RESOLVE_ATTEMPT: Duration = Duration::from_secs(5);
 
+/// What every transactional producer of one publisher is made with.
+#[derive(Debug, Clone)]
+pub struct ProducerSettings {
+    pub kafka: KafkaSettings,
+    /// The events topic.
+    pub topic: String,
+    /// Where snapshots and checkpoints go ([`shared::snapshot`]).
+    pub snapshot_topic: String,
+    /// The base of the producers' `transactional.id`s (see [`crate::log::kafka::KafkaLog::transactional_id_of`]).
+    pub transactional_id: String,
+    /// `message.timeout.ms`: a record not acknowledged by then fails.
+    pub message_timeout: Duration,
+    /// `transaction.timeout.ms`: the coordinator aborts a transaction left open longer.
+    pub transaction_timeout: Duration,
+}
+
 /// A job for the writer's thread.
 enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
@@ -62,26 +78,14 @@ pub struct TxnWriter {
 
 impl TxnWriter {
     /// Starts the writer's thread; its producer is created by the first [`TxnWriter::prepare`].
-    pub fn start(
-        settings: KafkaSettings,
-        topic: String,
-        snapshot_topic: String,
-        transactional_id: String,
-        polling: Polling,
-        message_timeout: Duration,
-        transaction_timeout: Duration,
-    ) -> Self {
+    pub fn start(settings: Arc<ProducerSettings>, transactional_id: String, polling: Polling) -> Self {
         let (tx, rx) = mpsc::channel();
         let busy = Arc::new(AtomicUsize::new(0));
         let thread = format!("txn-{}", transactional_id.rsplit('-').next().unwrap_or("?"));
         let worker = Worker {
             settings,
-            topic,
-            snapshot_topic,
             transactional_id,
             polling,
-            message_timeout,
-            transaction_timeout,
             producer: None,
             seq: 0,
             in_doubt: None,
@@ -322,14 +326,10 @@ enum Dead {
 }
 
 struct Worker {
-    settings: KafkaSettings,
-    topic: String,
-    /// Where snapshots and checkpoints go ([`shared::snapshot`]).
-    snapshot_topic: String,
+    settings: Arc<ProducerSettings>,
+    /// This producer's `transactional.id`.
     transactional_id: String,
     polling: Polling,
-    message_timeout: Duration,
-    transaction_timeout: Duration,
     producer: Option<TxnProducer>,
     /// Sequence number of the current transaction.
     seq: usize,
@@ -423,11 +423,12 @@ impl Worker {
     fn create(&self) -> Result<TxnProducer, KafkaError> {
         let context = TxnContext { logs: FleetContext::default(), deliveries: Mutex::new(Deliveries::default()), delivered: Condvar::new() };
         let config = self.settings
+            .kafka
             .transactional_producer(
                 &format!("core-publisher-{}", self.transactional_id.rsplit('-').next().unwrap_or("?")),
                 &self.transactional_id,
-                self.message_timeout,
-                self.transaction_timeout,
+                self.settings.message_timeout,
+                self.settings.transaction_timeout,
             );
         Ok(match self.polling {
             Polling::Thread => TxnProducer::Thread(config.create_with_context(context)?),
@@ -525,7 +526,7 @@ impl Worker {
             d.results = vec![None; records.len() + snapshots.len()];
         }
         let began = Instant::now();
-        let deliver_by = began + self.message_timeout + Duration::from_secs(1);
+        let deliver_by = began + self.settings.message_timeout + Duration::from_secs(1);
         let stall_at = stall_after.map_or(deliver_by, |s| (began + s).min(deliver_by));
         for (i, r) in records.iter().enumerate() {
             if let Err(e) = self.send(producer, seq, i, r, deliver_by) {
@@ -593,7 +594,7 @@ impl Worker {
     fn send(&self, producer: &TxnProducer, seq: usize, index: usize, r: &Record, by: Instant) -> Result<(), KafkaError> {
         let first = r.events.first().expect("a record carries at least one event");
         let payload = PixelEvent::record_value(&r.events);
-        let mut record = BaseRecord::with_opaque_to(&self.topic, seq << INDEX_BITS | index)
+        let mut record = BaseRecord::with_opaque_to(&self.settings.topic, seq << INDEX_BITS | index)
             .partition(r.partition)
             .key(first.canvas.as_str())
             .payload(&payload)
@@ -611,7 +612,7 @@ impl Worker {
 
     /// Queues one snapshot-topic record (waiting while librdkafka's queue is full).
     fn send_snapshot(&self, producer: &TxnProducer, seq: usize, index: usize, w: &SnapshotWrite, by: Instant) -> Result<(), KafkaError> {
-        let record = Produced::<[u8]>::with_opaque_to(&self.snapshot_topic, seq << INDEX_BITS | index)
+        let record = Produced::<[u8]>::with_opaque_to(&self.settings.snapshot_topic, seq << INDEX_BITS | index)
             .partition(w.partition)
             .key(w.key.as_str())
             .payload(w.value.as_slice());
@@ -635,7 +636,7 @@ impl Worker {
     fn abort(&mut self, why: &str, stalled: Vec<i32>) -> Result<(), TxnOutcome> {
         let Some(producer) = self.producer.as_ref() else { return Ok(()) };
         tracing::warn!(transactional_id = %self.transactional_id, reason = why, "aborting the transaction");
-        match producer.abort_transaction(self.message_timeout) {
+        match producer.abort_transaction(self.settings.message_timeout) {
             Ok(()) => {
                 self.abort_pending = false;
                 Ok(())
@@ -653,7 +654,7 @@ impl Worker {
 
     /// Commits, retrying retriable errors until `message.timeout.ms` has passed.
     fn commit(&mut self, offsets: Vec<i64>) -> TxnOutcome {
-        let deadline = Instant::now() + self.message_timeout;
+        let deadline = Instant::now() + self.settings.message_timeout;
         if let Some(p) = self.producer.as_ref() {
             settle_reports(p);
         }

@@ -2,7 +2,7 @@
 //! ([`ensure_topics`]).
 
 use super::{EventLog, LoggedEvent, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
-use crate::txn::{Polling, TxnWriter};
+use crate::txn::{Polling, ProducerSettings, TxnWriter};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use shared::event::IDEMPOTENCY_HEADER;
@@ -37,27 +37,15 @@ struct Producers {
 /// [`TxnWriter`]s and one per partition (all created by [`EventLog::prepare`]); reads with
 /// `read_committed` consumers.
 pub struct KafkaLog {
-    settings: KafkaSettings,
-    topic: String,
-    snapshot_topic: String,
-    transactional_id: String,
-    message_timeout: Duration,
-    transaction_timeout: Duration,
+    settings: Arc<ProducerSettings>,
     writers: Mutex<HashMap<Writer, Producers>>,
 }
 
 impl KafkaLog {
     /// A log on `topic`, with its snapshots on `snapshot_topic`; see
     /// [`KafkaLog::transactional_id_of`] for its producers' ids.
-    pub fn new(
-        settings: KafkaSettings,
-        topic: String,
-        snapshot_topic: String,
-        transactional_id: String,
-        message_timeout: Duration,
-        transaction_timeout: Duration,
-    ) -> Self {
-        Self { settings, topic, snapshot_topic, transactional_id, message_timeout, transaction_timeout, writers: Mutex::new(HashMap::new()) }
+    pub fn new(settings: ProducerSettings) -> Self {
+        Self { settings: Arc::new(settings), writers: Mutex::new(HashMap::new()) }
     }
 
     /// The `transactional.id` of `writer`'s producer number `slot`: `<base>-shared-<slot>`, or
@@ -82,12 +70,8 @@ impl KafkaLog {
                 .map(|slot| {
                     Arc::new(TxnWriter::start(
                         self.settings.clone(),
-                        self.topic.clone(),
-                        self.snapshot_topic.clone(),
-                        Self::transactional_id_of(&self.transactional_id, writer, slot),
+                        Self::transactional_id_of(&self.settings.transactional_id, writer, slot),
                         if writer == Writer::Shared { Polling::Thread } else { Polling::Own },
-                        self.message_timeout,
-                        self.transaction_timeout,
                     ))
                 })
                 .collect(),
@@ -118,7 +102,7 @@ impl KafkaLog {
         &self,
         read: impl FnOnce(&BaseConsumer<FleetContext>) -> Result<T, ReadError> + Send + 'static,
     ) -> Result<T, ReadError> {
-        let settings = self.settings.clone();
+        let settings = self.settings.kafka.clone();
         tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer<FleetContext> =
                 settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| ReadError(e.to_string()))?;
@@ -206,7 +190,7 @@ impl EventLog for KafkaLog {
     }
 
     async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
-        let topic = self.snapshot_topic.clone();
+        let topic = self.settings.snapshot_topic.clone();
         self.with_reader(move |consumer| {
             shared::snapshot::load(consumer, &topic, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
         })
@@ -214,7 +198,7 @@ impl EventLog for KafkaLog {
     }
 
     async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {
-        let topic = self.topic.clone();
+        let topic = self.settings.topic.clone();
         self.with_reader(move |consumer| {
             let n = replay::partition_count(consumer, &topic, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))?;
             let mut tpl = rdkafka::TopicPartitionList::new();
@@ -235,7 +219,7 @@ impl EventLog for KafkaLog {
     }
 
     async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
-        let topic = self.topic.clone();
+        let topic = self.settings.topic.clone();
         self.with_reader(move |consumer| {
             let (plan, gaps) = replay::plan_wanting(consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
                 .map_err(|e| ReadError(e.to_string()))?;
