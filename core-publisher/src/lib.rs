@@ -22,6 +22,7 @@ pub mod idempotency;
 pub mod log;
 pub mod metrics;
 pub mod partition;
+pub mod rebuild;
 pub mod snapshots;
 pub mod txn;
 pub mod types;
