@@ -9,7 +9,7 @@ use crate::snapshots::Coverage;
 use crate::types::{Fingerprint, Published};
 use shared::canvas::Applied;
 use shared::{Canvas, CanvasDims, CanvasId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +35,8 @@ struct Rebuilt {
     coverage: Vec<Coverage>,
     /// Canvases whose versions skip (records deleted that no snapshot covers).
     incomplete: Vec<CanvasId>,
+    /// Canvases with an event newer than their head in the tail.
+    fresh: HashSet<CanvasId>,
     events: usize,
 }
 
@@ -56,6 +58,9 @@ impl Rebuilt {
                     }
                 }
                 cover.recorded(&le.event.canvas, le.offset, now);
+                if !self.fresh.contains(&le.event.canvas) {
+                    self.fresh.insert(le.event.canvas.clone());
+                }
                 self.events += 1;
                 true
             }
@@ -90,6 +95,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         heads: (0..n).map(|_| HashMap::new()).collect(),
         coverage: (0..n).map(|_| Coverage::default()).collect(),
         incomplete: Vec::new(),
+        fresh: HashSet::new(),
         events: 0,
     };
     // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
@@ -109,12 +115,15 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         ))));
     }
     let from_snapshots = loaded.canvases.len();
+    // Where each restored canvas's snapshot ends, to name those whose later records are gone.
+    let restored_at: Vec<(i32, CanvasId, i64)> = loaded.canvases.iter().map(|(c, (p, s))| (*p, c.clone(), s.offset)).collect();
     for (canvas, (p, snap)) in loaded.canvases {
         let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
         cover.restored(&canvas, snap.version, snap.epoch, snap.offset);
         heads.insert(canvas, snap.to_canvas());
     }
     let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
+    let needed_at = needed.clone();
     let state = Arc::new(Mutex::new(rebuilt));
     let (keys, sink_state) = (keys.clone(), state.clone());
     let now = std::time::Instant::now();
@@ -129,14 +138,13 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
             }
         })
         .await?;
-    if !end.truncated.is_empty() {
-        tracing::error!(partitions = ?end.truncated,
-            "records after these partitions' checkpoints were deleted (retention shorter than the snapshot interval?): canvases with versions there may have lost pixels");
-    }
     let rebuilt = std::mem::replace(
         &mut *state.lock().expect("rebuild state lock"),
-        Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), events: 0 },
+        Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), events: 0 },
     );
+    if !end.truncated.is_empty() {
+        return Err(deleted_tail(&end.truncated, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
+    }
     tracing::info!(canvases_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
         incomplete = rebuilt.incomplete.len(), "heads rebuilt from the snapshots and the log after them");
     let events_read = end.records as usize;
@@ -153,4 +161,36 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         })
         .collect();
     Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read })
+}
+
+/// The refusal of a rebuild whose `truncated` partitions lost records after their checkpoints
+/// (`checkpoints`; the read started at `starts`, the log start): those records were the only
+/// copy of versions no snapshot covers, so the heads read are behind the versions already handed
+/// out, and starting would hand them out again with other pixels. It names each partition with
+/// its checkpoint and log start, and the canvases restored there from a snapshot older than the
+/// log start with no later event read (`restored_at`: partition, canvas, the snapshot's end;
+/// `fresh`: canvases with an event in the tail). A canvas whose every record was deleted, with no
+/// snapshot, cannot be named: the refusal is per partition.
+fn deleted_tail(
+    truncated: &[i32],
+    checkpoints: &shared::replay::Offsets,
+    starts: &shared::replay::Offsets,
+    restored_at: &[(i32, CanvasId, i64)],
+    fresh: &HashSet<CanvasId>,
+) -> RebuildError {
+    let mut parts = Vec::new();
+    for p in truncated {
+        let start = starts.get(p).copied().unwrap_or(0);
+        let mut canvases: Vec<&str> =
+            restored_at.iter().filter(|(q, c, end)| q == p && *end < start && !fresh.contains(c)).map(|(_, c, _)| c.as_str()).collect();
+        canvases.sort_unstable();
+        let named = if canvases.is_empty() { "no canvas known from a snapshot".to_owned() } else { format!("canvases {}", canvases.join(", ")) };
+        parts.push(format!("partition {p} (checkpoint {}, log start {start}: {named})", checkpoints.get(p).copied().unwrap_or(0)));
+    }
+    RebuildError::Read(ReadError(format!(
+        "records after the snapshots' checkpoint were deleted on {} (retention shorter than SNAPSHOT_EVERY_MS, or DeleteRecords): the versions \
+         they held are known to no snapshot, so starting would hand them out again; refusing to start (docs/publisher.md: \"A log that lost \
+         uncovered records\")",
+        parts.join("; ")
+    )))
 }

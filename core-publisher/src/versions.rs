@@ -939,7 +939,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_restart_that_finds_needed_records_deleted_names_the_canvas() {
+    async fn a_restart_that_finds_needed_records_deleted_refuses_naming_the_partition() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let first = ready_on(log.clone(), WAIT).await;
         let c = id("c1");
@@ -947,12 +947,37 @@ mod tests {
             first.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
         }
         // No snapshot covers them (the default interval is a minute), and the log loses the
-        // first two records.
+        // first two records: versions 1 and 2 of c1, and any other canvas's records there, are
+        // known nowhere, so a canvas whose every record was there would start again at 1.
         let p = first.partition_of(&c);
         let second = (0..log.end_of(p)).filter(|o| log.record_at(p, *o).is_some()).nth(2).unwrap();
         log.delete_records(p, second);
-        let restarted = ready(log.another_publisher()).await;
-        assert_eq!(restarted.incomplete_canvases(), vec![c.clone()]);
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, Timings { answer_timeout: WAIT, ..Timings::default() });
+        let e = restarted.rebuild().await.expect_err("records no snapshot covers were deleted").to_string();
+        assert!(e.contains(&format!("partition {p} (checkpoint")) && e.contains(&format!("log start {second}")), "{e}");
+        assert!(!restarted.is_ready());
+    }
+
+    #[tokio::test]
+    async fn a_restart_whose_uncovered_tail_was_deleted_refuses_rather_than_reuse_versions() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let first = Versions::shared(log.clone(), DIMS, 3, snapshotting(3, Duration::from_secs(3600)));
+        first.rebuild().await.unwrap();
+        let c = id("c1");
+        let p = first.partition_of(&c);
+        for i in 0..5 {
+            first.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        let (snap, checkpoint) = latest_snapshot(&log, p, "c1");
+        assert_eq!((snap.map(|s| s.version), checkpoint.is_some()), (Some(3), true), "versions 4 and 5 are not covered");
+        // Every record after the checkpoint is deleted (retention shorter than the snapshot
+        // interval): versions 4 and 5 exist nowhere but in what clients already saw.
+        log.delete_records(p, log.end_of(p));
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, snapshotting(3, Duration::from_secs(3600)));
+        let e = restarted.rebuild().await.expect_err("a restart would hand out versions 4 and 5 again");
+        let e = e.to_string();
+        assert!(e.contains("c1") && e.contains(&format!("partition {p}")), "names the canvas and its partition: {e}");
+        assert!(!restarted.is_ready());
     }
 
     #[tokio::test]

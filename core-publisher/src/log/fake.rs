@@ -338,6 +338,7 @@ impl EventLog for FakeLog {
             if gap == replay::Gap::Deleted {
                 end.truncated.push(p);
             }
+            end.starts.insert(p, start);
             for e in Self::logged(p, &v).into_iter().filter(|e| e.offset >= start) {
                 sink(e);
             }

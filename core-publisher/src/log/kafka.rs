@@ -247,7 +247,7 @@ impl EventLog for KafkaLog {
                 },
             )
             .map_err(|e| ReadError(e.to_string()))?;
-            Ok((sink, TailEnd { positions: progress.positions, truncated, records: progress.count }))
+            Ok((sink, TailEnd { positions: progress.positions, truncated, starts: plan.starts.clone(), records: progress.count }))
         })
         .await
     }

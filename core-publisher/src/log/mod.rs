@@ -140,6 +140,8 @@ pub struct TailEnd {
     pub positions: Offsets,
     /// Partitions whose needed records had been deleted (the log starts after the checkpoint).
     pub truncated: Vec<i32>,
+    /// Where each partition's read started (for a truncated one: its log start).
+    pub starts: Offsets,
     /// Records read.
     pub records: u64,
 }
