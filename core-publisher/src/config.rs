@@ -51,8 +51,8 @@ pub struct Config {
     pub transactional_id: Option<String>,
     /// `transaction.timeout.ms`: how long the transaction coordinator lets a transaction stay open
     /// before aborting it on its own (a publisher killed or paused mid-transaction), ms. Must be
-    /// above twice `PRODUCE_TIMEOUT_MS` and at most the brokers' `transaction.max.timeout.ms`
-    /// (900000 by default).
+    /// above the longest a transaction stays open (twice `PRODUCE_TIMEOUT_MS` + 1,120 ms) and at
+    /// most the brokers' `transaction.max.timeout.ms` (900000 by default).
     #[arg(long, env = "TRANSACTION_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(1_000..=900_000))]
     pub transaction_timeout_ms: u64,
     /// A shared transaction whose records are not all acknowledged after this many ms is aborted,
@@ -127,10 +127,12 @@ impl Config {
                 self.partition_stall_ms, self.produce_timeout_ms
             ));
         }
-        if self.transaction_timeout_ms <= 2 * self.produce_timeout_ms {
+        let longest = crate::txn::longest_open(self.produce_timeout()).as_millis() as u64;
+        if self.transaction_timeout_ms <= longest {
             p.push(format!(
-                "TRANSACTION_TIMEOUT_MS (--transaction-timeout-ms) {} must be above twice PRODUCE_TIMEOUT_MS ({}): a transaction \
-                 may take that long to deliver and commit, and the coordinator would abort it first",
+                "TRANSACTION_TIMEOUT_MS (--transaction-timeout-ms) {} must be above {longest} ms, the longest a transaction stays \
+                 open with PRODUCE_TIMEOUT_MS {} (its deliveries until PRODUCE_TIMEOUT_MS + 1 s, then a commit or abort for up to \
+                 PRODUCE_TIMEOUT_MS more): the coordinator would abort it first",
                 self.transaction_timeout_ms, self.produce_timeout_ms
             ));
         }
@@ -263,10 +265,17 @@ mod tests {
     }
 
     #[test]
-    fn a_transaction_timeout_not_above_twice_the_produce_timeout_is_refused() {
+    fn a_transaction_timeout_not_above_the_longest_transaction_is_refused() {
         let p = parse(&["--produce-timeout-ms", "5000", "--transaction-timeout-ms", "10000"]).problems();
         assert!(p.iter().any(|m| m.contains("TRANSACTION_TIMEOUT_MS")), "{p:?}");
         assert!(parse(&["--produce-timeout-ms", "3000", "--transaction-timeout-ms", "10000"]).problems().is_empty());
+        // The real bound: deliveries until the produce timeout + 1 s, then a commit (or abort)
+        // retried for up to one more produce timeout, its last call at least 100 ms, after at
+        // most 20 ms of settling the reports: 2 x 5000 + 1120 ms.
+        for (txn, ok) in [(10_001, false), (11_120, false), (11_121, true)] {
+            let p = parse(&["--produce-timeout-ms", "5000", "--transaction-timeout-ms", &txn.to_string()]).problems();
+            assert_eq!(p.is_empty(), ok, "{txn}: {p:?}");
+        }
         let p = parse(&["--transactional-id", "has space"]).problems();
         assert!(p.iter().any(|m| m.contains("TRANSACTIONAL_ID")), "{p:?}");
     }

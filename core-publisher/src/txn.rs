@@ -60,6 +60,26 @@ pub struct ProducerSettings {
     pub transaction_timeout: Duration,
 }
 
+/// How long past `message.timeout.ms` a transaction waits for its delivery reports before it
+/// gives up on them (librdkafka fails a record at `message.timeout.ms`; the report can come a
+/// little after).
+const DELIVERY_GRACE: Duration = Duration::from_secs(1);
+/// At most this long is spent serving the last delivery reports before a commit
+/// ([`settle_reports`]).
+const SETTLE_AT_MOST: Duration = Duration::from_millis(20);
+/// The shortest commit attempt: a retried commit near its deadline still gets this long.
+const MIN_COMMIT_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// The longest a transaction of this writer stays open before it is committed, aborted, or
+/// reported in doubt, with `message_timeout` (`message.timeout.ms`): its deliveries (up to
+/// `message_timeout` + [`DELIVERY_GRACE`]), the reports settled ([`SETTLE_AT_MOST`]), then a
+/// commit retried, or an abort, for up to `message_timeout` more (its last call at least
+/// [`MIN_COMMIT_ATTEMPT`]). `transaction.timeout.ms` must be above it, or the coordinator aborts
+/// a transaction this writer still drives (which librdkafka reports as fencing).
+pub fn longest_open(message_timeout: Duration) -> Duration {
+    message_timeout + DELIVERY_GRACE + SETTLE_AT_MOST + message_timeout + MIN_COMMIT_ATTEMPT
+}
+
 /// A job for the writer's thread.
 enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
@@ -308,7 +328,7 @@ impl TxnProducer {
 /// committing at once cost a whole 100 ms step in about one commit of ten (measured on a single
 /// broker).
 fn settle_reports(producer: &TxnProducer) {
-    let until = Instant::now() + Duration::from_millis(20);
+    let until = Instant::now() + SETTLE_AT_MOST;
     loop {
         producer.poll_now();
         if producer.in_flight_count() == 0 || Instant::now() >= until {
@@ -526,7 +546,7 @@ impl Worker {
             d.results = vec![None; records.len() + snapshots.len()];
         }
         let began = Instant::now();
-        let deliver_by = began + self.settings.message_timeout + Duration::from_secs(1);
+        let deliver_by = began + self.settings.message_timeout + DELIVERY_GRACE;
         let stall_at = stall_after.map_or(deliver_by, |s| (began + s).min(deliver_by));
         for (i, r) in records.iter().enumerate() {
             if let Err(e) = self.send(producer, seq, i, r, deliver_by) {
@@ -660,7 +680,7 @@ impl Worker {
         }
         loop {
             let Some(producer) = self.producer.as_ref() else { return TxnOutcome::InDoubt("no producer".into()) };
-            let left = deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(100));
+            let left = deadline.saturating_duration_since(Instant::now()).max(MIN_COMMIT_ATTEMPT);
             let e = match producer.commit_transaction(left) {
                 Ok(()) => return TxnOutcome::Committed(offsets),
                 Err(e) => e,
