@@ -17,9 +17,14 @@
 //! | delivery | not all acknowledged within the stall bound (shared writer only) | abort → [`TxnOutcome::NotCommitted`] naming the partitions still waiting |
 //! | produce or delivery | any (timeout, no leader, too large) | abort → [`TxnOutcome::NotCommitted`] naming the failed records' partitions: the commit was never sent, so the transaction cannot commit; a record that reached the log anyway stays invisible |
 //! | commit | retriable (timed out, coordinator moving) | retried until `message.timeout.ms` after the commit began, then [`TxnOutcome::InDoubt`]; [`TxnWriter::resolve`] retries it further |
-//! | commit | requires abort | abort → [`TxnOutcome::NotCommitted`] |
+//! | commit | requires abort | abort → [`TxnOutcome::NotCommitted`] once the abort finished; [`TxnOutcome::InDoubt`] until then ([`TxnWriter::resolve`] finishes it) |
 //! | anywhere | fatal `_FENCED` (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`) | [`TxnOutcome::Fenced`]; the writer refuses everything after it |
 //! | anywhere | other fatal | [`TxnOutcome::Fatal`]; the writer refuses everything after it (the process stops; a producer is initialised only at start-up, see [`crate::log`]) |
+//!
+//! An abort runs in short calls with the producer served between them (purged records report
+//! too); one that does not finish within `message.timeout.ms` stays pending and the writer's idle
+//! loop finishes it, so the transaction does not stay open until the coordinator aborts it at
+//! `transaction.timeout.ms` (an epoch bump the next publish would meet as `_FENCED`).
 //!
 //! librdkafka reports the coordinator aborting a transaction that stayed open past
 //! `transaction.timeout.ms` (the publisher paused that long) as `_FENCED` too: it cannot be told
@@ -69,6 +74,44 @@ const DELIVERY_GRACE: Duration = Duration::from_secs(1);
 const SETTLE_AT_MOST: Duration = Duration::from_millis(20);
 /// The shortest commit attempt: a retried commit near its deadline still gets this long.
 const MIN_COMMIT_ATTEMPT: Duration = Duration::from_millis(100);
+
+/// One call of `abort_transaction`: between calls the writer serves its producer's delivery
+/// reports (purged records report too), which a single long call would wait for in vain.
+const ABORT_ATTEMPT: Duration = Duration::from_millis(200);
+
+/// How an abort that a transaction needed ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AbortEnd {
+    /// The coordinator aborted it: nothing of it is or becomes visible.
+    Finished,
+    /// Not finished yet (timed out, coordinator moving): the writer finishes it later.
+    Unfinished(String),
+    /// The producer is fenced or failed for good.
+    Dead(Dead),
+}
+
+/// What a transaction's outcome is once the abort it needed ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum AfterAbort {
+    NotCommitted,
+    /// Not known: ask again ([`TxnWriter::resolve`]), which finishes the abort first.
+    InDoubt,
+    Fenced,
+    Fatal(String),
+}
+
+/// The outcome of a transaction whose abort ended as `end`. `commit_sent`: a commit was
+/// attempted, so only a finished abort proves it did not commit; before any commit, the
+/// transaction cannot commit whatever the abort did (a pending abort is finished later). Pure.
+fn after_abort(end: &AbortEnd, commit_sent: bool) -> AfterAbort {
+    match end {
+        AbortEnd::Finished => AfterAbort::NotCommitted,
+        AbortEnd::Unfinished(_) if commit_sent => AfterAbort::InDoubt,
+        AbortEnd::Unfinished(_) => AfterAbort::NotCommitted,
+        AbortEnd::Dead(Dead::Fenced) => AfterAbort::Fenced,
+        AbortEnd::Dead(Dead::Fatal(why)) => AfterAbort::Fatal(why.clone()),
+    }
+}
 
 /// The longest a transaction of this writer stays open before it is committed, aborted, or
 /// reported in doubt, with `message_timeout` (`message.timeout.ms`): its deliveries (up to
@@ -397,6 +440,18 @@ impl Worker {
                     if let Some(p) = &self.producer {
                         p.poll_now();
                     }
+                    // A pending abort is finished here, not left until the next job: until it
+                    // is, the transaction stays open (holding its partitions' last stable
+                    // offset), and at `transaction.timeout.ms` the coordinator would abort it
+                    // with an epoch bump that the next publish would meet as fencing. An in-doubt
+                    // one is the committer's to resolve.
+                    if self.abort_pending && self.in_doubt.is_none() && self.dead.is_none() {
+                        busy.fetch_add(1, Ordering::AcqRel);
+                        if let AbortEnd::Finished = self.abort_once() {
+                            tracing::info!(transactional_id = %self.transactional_id, "the pending abort finished");
+                        }
+                        busy.fetch_sub(1, Ordering::AcqRel);
+                    }
                     continue;
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
@@ -651,24 +706,50 @@ impl Worker {
         }
     }
 
-    /// Aborts the current transaction (the commit was not sent, so it cannot commit). `Err`
-    /// carries the outcome when the abort itself failed: still not committed, or dead.
-    fn abort(&mut self, why: &str, stalled: Vec<i32>) -> Result<(), TxnOutcome> {
-        let Some(producer) = self.producer.as_ref() else { return Ok(()) };
+    /// Aborts the current transaction, in calls of [`ABORT_ATTEMPT`] with the producer served
+    /// between them, for up to `message.timeout.ms`. An abort not finished by then stays pending
+    /// (the idle loop, or the next transaction, finishes it).
+    fn abort_until_done(&mut self, why: &str) -> AbortEnd {
+        if self.producer.is_none() {
+            return AbortEnd::Finished;
+        }
         tracing::warn!(transactional_id = %self.transactional_id, reason = why, "aborting the transaction");
-        match producer.abort_transaction(self.settings.message_timeout) {
+        let deadline = Instant::now() + self.settings.message_timeout;
+        loop {
+            let end = self.abort_once();
+            if !matches!(end, AbortEnd::Unfinished(_)) || Instant::now() >= deadline {
+                return end;
+            }
+        }
+    }
+
+    /// One `abort_transaction` call of at most [`ABORT_ATTEMPT`], after serving the producer.
+    fn abort_once(&mut self) -> AbortEnd {
+        let Some(producer) = self.producer.as_ref() else { return AbortEnd::Finished };
+        producer.poll_now();
+        match producer.abort_transaction(ABORT_ATTEMPT) {
             Ok(()) => {
                 self.abort_pending = false;
-                Ok(())
+                AbortEnd::Finished
             }
             Err(e) => {
                 if self.note_dead(&e) {
-                    return Err(self.dead_outcome(false).expect("dead"));
+                    return AbortEnd::Dead(self.dead.clone().expect("dead"));
                 }
-                // Retriable: the next transaction finishes the abort first.
                 self.abort_pending = true;
-                Err(TxnOutcome::NotCommitted { why: format!("{why}; abort: {e}"), stalled })
+                AbortEnd::Unfinished(e.to_string())
             }
+        }
+    }
+
+    /// Aborts the current transaction before its commit was sent (so it cannot commit, finished
+    /// or not). `Err` carries the outcome when the abort did not finish: still not committed, or
+    /// dead.
+    fn abort(&mut self, why: &str, stalled: Vec<i32>) -> Result<(), TxnOutcome> {
+        match self.abort_until_done(why) {
+            AbortEnd::Finished => Ok(()),
+            AbortEnd::Unfinished(e) => Err(TxnOutcome::NotCommitted { why: format!("{why}; abort: {e}"), stalled }),
+            AbortEnd::Dead(_) => Err(self.dead_outcome(false).expect("dead")),
         }
     }
 
@@ -690,12 +771,17 @@ impl Worker {
                 return self.dead_outcome(true).expect("dead");
             }
             if requires_abort {
-                // The coordinator refused the commit: it did not happen.
+                // The coordinator refused the commit: only a finished abort proves it did not
+                // happen; until then the outcome is in doubt (resolve finishes the abort).
                 let why = format!("commit: {e}");
-                return match self.abort(&why, Vec::new()) {
-                    Ok(()) => TxnOutcome::NotCommitted { why, stalled: Vec::new() },
-                    Err(TxnOutcome::NotCommitted { why, stalled }) => TxnOutcome::NotCommitted { why, stalled },
-                    Err(_) => self.dead_outcome(true).expect("dead after abort"),
+                let end = self.abort_until_done(&why);
+                return match after_abort(&end, true) {
+                    AfterAbort::NotCommitted => TxnOutcome::NotCommitted { why, stalled: Vec::new() },
+                    AfterAbort::InDoubt => {
+                        self.in_doubt = Some(offsets);
+                        TxnOutcome::InDoubt(format!("{why}; the abort has not finished"))
+                    }
+                    AfterAbort::Fenced | AfterAbort::Fatal(_) => self.dead_outcome(true).expect("dead after abort"),
                 };
             }
             if retriable && Instant::now() < deadline {
@@ -714,6 +800,10 @@ impl Worker {
             None => {}
         }
         let Some(offsets) = self.in_doubt.clone() else { return Ok(Resolution::NotCommitted) };
+        if self.abort_pending {
+            // A commit refused as needing an abort, whose abort has not finished yet.
+            return self.resolve_by_abort("the abort of a refused commit");
+        }
         let Some(producer) = self.producer.as_ref() else { return Ok(Resolution::Fatal("no producer".into())) };
         match producer.commit_transaction(RESOLVE_ATTEMPT) {
             Ok(()) => {
@@ -729,15 +819,54 @@ impl Worker {
                     });
                 }
                 if requires_abort {
-                    self.in_doubt = None;
-                    return match self.abort(&format!("commit: {e}"), Vec::new()) {
-                        Ok(()) | Err(TxnOutcome::NotCommitted { .. }) => Ok(Resolution::NotCommitted),
-                        Err(TxnOutcome::Fenced { .. }) => Ok(Resolution::Fenced),
-                        Err(other) => Ok(Resolution::Fatal(format!("{other:?}"))),
-                    };
+                    return self.resolve_by_abort(&format!("commit: {e}"));
                 }
                 Err(e.to_string())
             }
         }
+    }
+
+    /// Resolves the in-doubt transaction by aborting it: definite only once the abort finished.
+    fn resolve_by_abort(&mut self, why: &str) -> Result<Resolution, String> {
+        let end = self.abort_until_done(why);
+        match after_abort(&end, true) {
+            AfterAbort::NotCommitted => {
+                self.in_doubt = None;
+                Ok(Resolution::NotCommitted)
+            }
+            AfterAbort::InDoubt => Err(format!("{why}: the abort has not finished ({end:?})")),
+            AfterAbort::Fenced => Ok(Resolution::Fenced),
+            AfterAbort::Fatal(why) => Ok(Resolution::Fatal(why)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_finished_abort_means_not_committed_once_a_commit_was_tried() {
+        let unfinished = AbortEnd::Unfinished("Local: Timed out".into());
+        let fatal = AbortEnd::Dead(Dead::Fatal("boom".into()));
+        let cases = [
+            (AbortEnd::Finished, false, AfterAbort::NotCommitted),
+            (AbortEnd::Finished, true, AfterAbort::NotCommitted),
+            // Before any commit the transaction cannot commit; the abort is finished later.
+            (unfinished.clone(), false, AfterAbort::NotCommitted),
+            // After a commit was tried, an unfinished abort proves nothing.
+            (unfinished, true, AfterAbort::InDoubt),
+            (AbortEnd::Dead(Dead::Fenced), true, AfterAbort::Fenced),
+            (AbortEnd::Dead(Dead::Fenced), false, AfterAbort::Fenced),
+            (fatal, true, AfterAbort::Fatal("boom".into())),
+        ];
+        for (end, commit_sent, want) in cases {
+            assert_eq!(after_abort(&end, commit_sent), want, "{end:?}, commit sent: {commit_sent}");
+        }
+    }
+
+    #[test]
+    fn the_longest_open_transaction_covers_deliveries_and_a_commit() {
+        assert_eq!(longest_open(Duration::from_secs(5)), Duration::from_millis(11_120));
     }
 }
