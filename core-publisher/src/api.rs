@@ -19,9 +19,11 @@
 //! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (512 KiB for a
 //! batch), 415 for a body that is not declared JSON, 503 with `Retry-After` when nothing can be
 //! written now: `not_ready` (starting), `fenced` (another publisher took over: send it there),
-//! `kafka_unavailable` (the transaction did not commit: nothing applied, retry) and
-//! `kafka_outcome_unknown` (the commit was not confirmed in time: retry with the same
-//! `Idempotency-Key`). Only the last one may have been applied.
+//! `kafka_unavailable` (the transaction did not commit: nothing applied, retry),
+//! `idempotency_store_full` (a new `Idempotency-Key` while the publisher holds
+//! `IDEMPOTENCY_KEYS_MAX` keys younger than the window: nothing applied, retry after
+//! `Retry-After`) and `kafka_outcome_unknown` (the commit was not confirmed in time: retry with
+//! the same `Idempotency-Key`). Only the last one may have been applied.
 
 use crate::log::EventLog;
 use crate::types::PublishError;
@@ -128,6 +130,9 @@ fn publish_error(e: PublishError) -> ApiError {
             a.retry_after_secs = Some(RETRY_AFTER_SECS);
             a
         }
+        PublishError::IdempotencyStoreFull { retry_after_secs, .. } => {
+            ApiError::unavailable("idempotency_store_full", e.to_string(), retry_after_secs)
+        }
         PublishError::CanvasLimit { .. } => ApiError::conflict("canvas_limit", e.to_string()),
         PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
     }
@@ -205,7 +210,7 @@ async fn post_pixel<L: EventLog>(
 /// in flight stops its canvas there: the canvas's later events are not attempted
 /// (`not_attempted`: 503 when the failure was a "not now", else 409), so a canvas never gets a
 /// later change of the batch without an earlier one. `Retry-After` is set when any event may be
-/// retried later.
+/// retried later (the longest any of them asks for).
 async fn post_batch<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     Extension(auth): Extension<ClientAuth>,
@@ -230,14 +235,14 @@ async fn post_batch<L: EventLog>(
         tracing::error!(error = %e, "a batch publish task failed");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the batch publish failed; GET /canvases/{id} shows each canvas's head")
     })?;
-    let retry = results.iter().any(|(_, retry)| *retry);
+    let retry = results.iter().filter_map(|(_, retry)| *retry).max();
     for (BatchResult::Published { status, .. } | BatchResult::Failed { status, .. }, _) in &results {
         v.counters().metrics.published("batch", *status);
     }
     let results: Vec<BatchResult> = results.into_iter().map(|(r, _)| r).collect();
     let mut resp = Json(serde_json::json!({ "results": results })).into_response();
-    if retry {
-        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, RETRY_AFTER_SECS.into());
+    if let Some(secs) = retry {
+        resp.headers_mut().insert(axum::http::header::RETRY_AFTER, secs.into());
     }
     Ok(resp)
 }
@@ -281,8 +286,8 @@ pub fn check_batch(req: &BatchRequest, dims: shared::CanvasDims) -> Result<(), A
 }
 
 /// Publishes checked batch `events`: each canvas's in one group, canvases side by side. Returns
-/// each event's result, in request order, and whether it asks for a retry later.
-async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, bool)> {
+/// each event's result, in request order, and the `Retry-After` it asks for, if any.
+async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, Option<u64>)> {
     // Each canvas's events, in batch order.
     let mut groups: Vec<Vec<usize>> = Vec::new();
     let mut group_of: HashMap<&CanvasId, usize> = HashMap::new();
@@ -300,39 +305,38 @@ async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>
             group.iter().map(|&i| (events[i].x, events[i].y, events[i].color, events[i].idempotency_key.as_deref())).collect();
         let results = v.publish_many(canvas, &pixels).await;
         let mut out = Vec::with_capacity(group.len());
-        // Set once an event of this canvas failed: whether that failure asked for a retry later.
-        let mut failed: Option<bool> = None;
+        // Set once an event of this canvas failed: the retry later that failure asked for.
+        let mut failed: Option<Option<u64>> = None;
         for (n, i) in group.into_iter().enumerate() {
-            let r = match results.get(n) {
+            let err = match results.get(n) {
                 Some(Ok((published, replayed))) => {
-                    BatchResult::Published { status: StatusCode::CREATED.as_u16(), published: published.clone(), replayed: *replayed }
+                    let status = StatusCode::CREATED.as_u16();
+                    out.push((i, (BatchResult::Published { status, published: published.clone(), replayed: *replayed }, None)));
+                    continue;
                 }
                 Some(Err(err)) => {
                     let err = publish_error(err.clone());
-                    failed = Some(err.retry_after_secs.is_some());
-                    BatchResult::failed(err)
+                    failed = Some(err.retry_after_secs);
+                    err
                 }
                 None => {
                     let message =
                         "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)";
-                    let skipped = if failed.unwrap_or(true) {
-                        ApiError::unavailable("not_attempted", message, RETRY_AFTER_SECS)
-                    } else {
-                        ApiError::conflict("not_attempted", message)
-                    };
-                    BatchResult::failed(skipped)
+                    match failed.unwrap_or(Some(RETRY_AFTER_SECS)) {
+                        Some(secs) => ApiError::unavailable("not_attempted", message, secs),
+                        None => ApiError::conflict("not_attempted", message),
+                    }
                 }
             };
-            out.push((i, r));
+            let retry = err.retry_after_secs;
+            out.push((i, (BatchResult::failed(err), retry)));
         }
         out
     }))
     .await;
-    let mut results: Vec<Option<(BatchResult, bool)>> = vec![None; events.len()];
+    let mut results: Vec<Option<(BatchResult, Option<u64>)>> = vec![None; events.len()];
     for (i, r) in done.into_iter().flatten() {
-        let retry = matches!(&r, BatchResult::Failed { status, .. } if *status == 503)
-            || matches!(&r, BatchResult::Failed { error, .. } if error.error == "idempotency_key_in_flight");
-        results[i] = Some((r, retry));
+        results[i] = Some(r);
     }
     results.into_iter().map(|r| r.expect("every event of the batch has a result")).collect()
 }
@@ -643,6 +647,55 @@ mod tests {
         let bad = app.clone().oneshot(post("has space", r##"{"x":1,"y":1,"color":"#000000"}"##)).await.unwrap();
         assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
         assert_eq!(v.log.events_of("c1"), vec![1], "one write for one key");
+    }
+
+    /// Issue 32: with the key store full of keys younger than the window, a new key gets 503
+    /// `idempotency_store_full` with `Retry-After` (single and batch), and an applied key still
+    /// replays.
+    #[tokio::test]
+    async fn a_new_key_is_refused_503_while_the_key_store_is_full() {
+        let v = Versions::new(FakeLog::new(6, |_| Fate::Commit), CanvasDims::default(), 6, crate::versions::Timings::default()).with_idempotency_keys(2);
+        let v = Arc::new(v);
+        v.rebuild().await.unwrap();
+        let app = router(v.clone());
+        let post = |key: &str, body: &'static str| {
+            let req = Request::builder()
+                .method("POST")
+                .uri("/canvases/c1/pixels")
+                .header("content-type", "application/json")
+                .header("idempotency-key", key)
+                .body(Body::from(body))
+                .unwrap();
+            let app = app.clone();
+            async move { app.oneshot(req).await.unwrap() }
+        };
+        let px = r##"{"x":1,"y":1,"color":"#000000"}"##;
+        for k in ["k1", "k2"] {
+            assert_eq!(post(k, px).await.status(), StatusCode::CREATED, "{k}");
+        }
+        let full = post("k3", px).await;
+        assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
+        let retry: u64 = full.headers()[header::RETRY_AFTER].to_str().unwrap().parse().unwrap();
+        assert!((599..=601).contains(&retry), "until the oldest key leaves the 600 s window: {retry}");
+        let j: serde_json::Value = serde_json::from_slice(&full.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(j["error"], "idempotency_store_full", "{j}");
+        let message = j["message"].as_str().unwrap();
+        assert!(message.contains("2 idempotency keys") && message.contains("600 s window") && message.contains("IDEMPOTENCY_KEYS_MAX"), "{message}");
+        // The applied key is still a replay.
+        let again = post("k1", px).await;
+        assert_eq!((again.status(), again.headers().get(REPLAYED).map(|h| h.to_str().unwrap().to_owned())), (StatusCode::CREATED, Some("true".into())));
+        // In a batch: the refused event and the canvas's later ones are 503, with Retry-After.
+        let mut keyed = ev("c2", 1);
+        keyed["idempotency_key"] = "k4".into();
+        let body = serde_json::json!({"events": [ev("c2", 0), keyed, ev("c2", 2), ev("c3", 0)]});
+        let (s, j, retry) = call(&app, "POST", "/pixels", body.to_string()).await;
+        assert_eq!(s, StatusCode::OK, "{j}");
+        let r = j["results"].as_array().unwrap();
+        let got: Vec<(Option<u64>, Option<&str>)> = r.iter().map(|r| (r["status"].as_u64(), r["error"].as_str())).collect();
+        assert_eq!(got, vec![(Some(201), None), (Some(503), Some("idempotency_store_full")), (Some(503), Some("not_attempted")), (Some(201), None)]);
+        assert!(retry.as_deref().is_some_and(|r| (599..=601).contains(&r.parse::<u64>().unwrap())), "{retry:?}");
+        assert_eq!(v.log.events_of("c1"), vec![1, 2]);
+        assert_eq!(v.log.events_of("c2"), vec![1]);
     }
 
     #[tokio::test]

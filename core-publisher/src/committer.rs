@@ -183,9 +183,10 @@ impl<L> Ctx<L> {
         if self.stop.is_cancelled() {
             return;
         }
+        let now_ms = shared::event::now_ms();
         for p in events {
             if let Some(k) = &p.key {
-                keys.finish(k, &p.fp, None);
+                keys.finish(k, &p.fp, None, now_ms);
             }
         }
     }
@@ -483,7 +484,7 @@ fn apply_committed<L>(ctx: &Ctx<L>, records: &[Record], offsets: &[i64]) {
 }
 
 fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: &[Record], offsets: &[i64]) {
-    let mut keys = ctx.keys();
+    let (mut keys, now_ms) = (ctx.keys(), shared::event::now_ms());
     for ((_, u), slots) in batch.units.into_iter().zip(placed) {
         let published: Vec<Published> = slots
             .iter()
@@ -491,7 +492,7 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
             .collect();
         for (p, pb) in u.events.iter().zip(&published) {
             if let Some(k) = &p.key {
-                keys.finish(k, &p.fp, Some(pb.clone()));
+                keys.finish(k, &p.fp, Some(pb.clone()), now_ms);
             }
         }
         let _ = u.done.send(Ok(published));
@@ -513,12 +514,13 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
             Ok(Resolution::Committed(offsets)) => {
                 apply_snapshots(ctx, planned);
                 apply_committed(ctx, records, &offsets);
-                let mut keys = ctx.keys();
+                // Finished here, now (as `answer_committed` would have).
+                let (mut keys, now_ms) = (ctx.keys(), shared::event::now_ms());
                 for (r, o) in records.iter().zip(&offsets) {
                     for (e, k) in r.events.iter().zip(&r.keys) {
                         if let Some(k) = k {
                             let fp = Fingerprint { canvas: e.canvas.clone(), x: e.x, y: e.y, color: e.color };
-                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o });
+                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o }, now_ms, now_ms);
                         }
                     }
                 }

@@ -58,6 +58,13 @@ pub enum PublishError {
     /// being resolved).
     #[error("a request with this Idempotency-Key is still running")]
     KeyInFlight,
+    /// A new `Idempotency-Key`, refused: the publisher holds `capacity` keys (`IDEMPOTENCY_KEYS_MAX`)
+    /// all younger than the window (`IDEMPOTENCY_WINDOW_MS`), and forgetting one would let its
+    /// retry be applied twice. Nothing was written; retry after `retry_after_secs`, when the
+    /// oldest key leaves the window.
+    #[error("the publisher holds {capacity} idempotency keys younger than its {window_secs} s window (IDEMPOTENCY_KEYS_MAX, \
+             IDEMPOTENCY_WINDOW_MS): a new key is refused; retry in {retry_after_secs} s")]
+    IdempotencyStoreFull { retry_after_secs: u64, capacity: usize, window_secs: u64 },
     /// The canvas has no event yet and the publisher already holds `limit` canvases
     /// (`MAX_CANVASES`): nothing was written.
     #[error("the publisher holds {limit} canvases, its limit (MAX_CANVASES); this publish would create another")]

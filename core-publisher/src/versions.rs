@@ -30,7 +30,8 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-/// Idempotency keys remembered (the most recent ones with an outcome).
+/// Default capacity of the idempotency-key store (`IDEMPOTENCY_KEYS_MAX`): keys with an outcome
+/// within the window held before new keys are refused ([`PublishError::IdempotencyStoreFull`]).
 pub const KEYS_REMEMBERED: usize = 100_000;
 
 /// One pixel of a publish: (x, y, colour, idempotency key).
@@ -47,8 +48,9 @@ pub struct Timings {
     pub stall_after: Duration,
     /// When canvases are snapshotted.
     pub snapshots: SnapshotPolicy,
-    /// How far back a restarted publisher reads the log for idempotency keys (beyond the
-    /// snapshots' checkpoints): a retry with the same key within it is still answered once.
+    /// How long an idempotency key is kept after its publish, and how far back a restarted
+    /// publisher reads the log for keys (beyond the snapshots' checkpoints): a retry with the same
+    /// key within it is answered once.
     pub key_window: Duration,
 }
 
@@ -112,6 +114,19 @@ impl<L: EventLog> Versions<L> {
         self
     }
 
+    /// Holds at most `capacity` idempotency keys with an outcome within the window
+    /// ([`KEYS_REMEMBERED`] by default): past it, publishes with a new key are refused
+    /// ([`PublishError::IdempotencyStoreFull`]) rather than keys forgotten. Set before the rebuild.
+    #[must_use]
+    pub fn with_idempotency_keys(mut self, capacity: usize) -> Self {
+        self.keys = Arc::new(Mutex::new(KeyStore::new(capacity, self.key_window_ms())));
+        self
+    }
+
+    fn key_window_ms(&self) -> u64 {
+        u64::try_from(self.timings.key_window.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The canvas limit ([`Versions::with_max_canvases`]; unlimited by default).
     pub fn max_canvases(&self) -> usize {
         self.max_canvases
@@ -124,7 +139,7 @@ impl<L: EventLog> Versions<L> {
             dims,
             partitions: std::sync::atomic::AtomicU32::new(partitions),
             ctx: std::sync::RwLock::new(None),
-            keys: Arc::new(Mutex::new(KeyStore::new(KEYS_REMEMBERED))),
+            keys: Arc::new(Mutex::new(KeyStore::new(KEYS_REMEMBERED, u64::try_from(timings.key_window.as_millis()).unwrap_or(u64::MAX)))),
             status: Arc::new(Status::default()),
             counters: Arc::new(Counters::default()),
             timings,
@@ -368,7 +383,8 @@ impl<L: EventLog> Versions<L> {
             }
             let fp = Fingerprint { canvas: canvas.clone(), x, y, color };
             if let Some(k) = key {
-                match self.lock_keys().begin(k, &fp) {
+                let lookup = self.lock_keys().begin(k, &fp, shared::event::now_ms());
+                match lookup {
                     Lookup::New => {}
                     Lookup::Replay(p) => {
                         results.push(Some(Ok((p, true))));
@@ -380,6 +396,10 @@ impl<L: EventLog> Versions<L> {
                     }
                     Lookup::InFlight => {
                         results.push(Some(Err(PublishError::KeyInFlight)));
+                        break;
+                    }
+                    Lookup::Full { retry_after_ms } => {
+                        results.push(Some(Err(self.store_full(retry_after_ms))));
                         break;
                     }
                 }
@@ -405,14 +425,23 @@ impl<L: EventLog> Versions<L> {
         results.into_iter().map(|r| r.expect("every pixel up to the first failure has a result")).collect()
     }
 
+    /// The refusal of a new key while the key store is full.
+    fn store_full(&self, retry_after_ms: u64) -> PublishError {
+        PublishError::IdempotencyStoreFull {
+            retry_after_secs: retry_after_ms.div_ceil(1_000),
+            capacity: self.lock_keys().capacity(),
+            window_secs: self.key_window_ms() / 1_000,
+        }
+    }
+
     /// Queues `events` of `canvas` for its partition's next transaction and waits for the answer
     /// (at most [`Timings::answer_timeout`]).
     async fn submit(&self, canvas: &CanvasId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
         let Some((ctx, p)) = self.partition(canvas) else {
-            let mut keys = self.lock_keys();
+            let (mut keys, now_ms) = (self.lock_keys(), shared::event::now_ms());
             for e in &events {
                 if let Some(k) = &e.key {
-                    keys.finish(k, &e.fp, None);
+                    keys.finish(k, &e.fp, None, now_ms);
                 }
             }
             return Err(PublishError::NotReady);
@@ -1226,6 +1255,44 @@ mod tests {
         let applied = v.log.committed().into_iter().flatten().filter(|(_, k)| k.as_deref() == Some("k")).count();
         assert_eq!(applied, 1, "the publish with key k was applied {applied} times (third request: {third:?})");
         assert_eq!(third, Err(PublishError::KeyInFlight));
+    }
+
+    /// Issue 32: a full key store refuses new keys rather than forgetting one within the window,
+    /// and a restarted publisher keeps every key of the window it reads, past the capacity.
+    #[tokio::test]
+    async fn a_full_key_store_refuses_new_keys_and_keeps_replaying_the_applied_ones() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let timings = Timings { answer_timeout: WAIT, ..Timings::default() };
+        let v = Versions::shared(log.clone(), DIMS, 3, timings).with_idempotency_keys(3);
+        v.rebuild().await.unwrap();
+        let c = id("c1");
+        let mut first = Vec::new();
+        for i in 0..3u32 {
+            first.push(v.publish_with_key(&c, i, 0, Color([1, 1, 1]), Some(&format!("k{i}"))).await.unwrap().0);
+        }
+        let refused = v.publish_with_key(&c, 3, 0, Color([1, 1, 1]), Some("k3")).await;
+        let Err(PublishError::IdempotencyStoreFull { retry_after_secs, capacity, window_secs }) = refused else { panic!("{refused:?}") };
+        assert!((599..=601).contains(&retry_after_secs), "until the oldest key leaves the 600 s window: {retry_after_secs}");
+        assert_eq!((capacity, window_secs), (3, 600));
+        // Known keys are answered as ever; publishes without a key go on.
+        assert_eq!(v.publish_with_key(&c, 0, 0, Color([1, 1, 1]), Some("k0")).await.unwrap(), (first[0].clone(), true));
+        assert_eq!(v.publish_with_key(&c, 7, 7, Color([1, 1, 1]), Some("k1")).await, Err(PublishError::KeyConflict));
+        assert_eq!(v.publish(&c, 3, 0, Color([1, 1, 1])).await.unwrap().version, 4);
+        // A group stops at the refused key.
+        let pixels: Vec<Pixel<'_>> = vec![(4, 0, Color([2, 2, 2]), None), (5, 0, Color([2, 2, 2]), Some("k5")), (6, 0, Color([2, 2, 2]), None)];
+        let results = v.publish_many(&c, &pixels).await;
+        assert_eq!(results.len(), 2, "nothing after the refusal is attempted");
+        assert!(matches!(results[1], Err(PublishError::IdempotencyStoreFull { .. })), "{results:?}");
+        assert_eq!(v.log.events_of("c1"), vec![1, 2, 3, 4, 5], "the refused keys wrote nothing");
+        // A restarted publisher with a smaller store learns all three keys from the log.
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, timings).with_idempotency_keys(2);
+        restarted.rebuild().await.unwrap();
+        for (i, p) in first.iter().enumerate() {
+            let i = i as u32;
+            assert_eq!(restarted.publish_with_key(&c, i, 0, Color([1, 1, 1]), Some(&format!("k{i}"))).await.unwrap(), (p.clone(), true), "k{i}");
+        }
+        assert!(matches!(restarted.publish_with_key(&c, 3, 0, Color([1, 1, 1]), Some("k3")).await, Err(PublishError::IdempotencyStoreFull { .. })));
+        assert_eq!(restarted.log.events_of("c1"), vec![1, 2, 3, 4, 5]);
     }
 
     #[tokio::test]
