@@ -696,6 +696,11 @@ mod tests {
         assert!(retry.as_deref().is_some_and(|r| (599..=601).contains(&r.parse::<u64>().unwrap())), "{retry:?}");
         assert_eq!(v.log.events_of("c1"), vec![1, 2]);
         assert_eq!(v.log.events_of("c2"), vec![1]);
+        let resp = app.clone().oneshot(Request::builder().uri("/metrics").body(Body::empty()).unwrap()).await.unwrap();
+        let text = String::from_utf8(resp.into_body().collect().await.unwrap().to_bytes().to_vec()).unwrap();
+        for line in ["publisher_idempotency_store_full_total 2", "publisher_idempotency_keys 2"] {
+            assert!(text.contains(line), "{line} in\n{text}");
+        }
     }
 
     #[tokio::test]

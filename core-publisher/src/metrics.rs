@@ -2,8 +2,9 @@
 //!
 //! [`PublisherMetrics`] lives in the committers' [`crate::committer::Counters`] (shared by the
 //! committers, the routes and start-up): publishes by status, the transactions' commit time,
-//! records and events per group commit, snapshots written, the rebuild time. The state figures
-//! (ready, canvases, partitions in doubt) are set from plain [`Figures`] at each scrape.
+//! records and events per group commit, snapshots written, the rebuild time, keyed publishes
+//! refused by a full idempotency-key store. The state figures (ready, canvases, partitions in
+//! doubt, idempotency keys held) are set from plain [`Figures`] at each scrape.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -33,12 +34,16 @@ pub struct PublisherMetrics {
     pub rebuilds: Counter,
     /// How long the last rebuild took, seconds.
     pub rebuild_seconds: SecondsGauge,
+    /// Keyed publishes refused because the idempotency-key store is full of keys younger than
+    /// the window.
+    pub idempotency_store_full: Counter,
     ready: Gauge,
     canvases: Gauge,
     in_doubt: Gauge,
     uncovered: Gauge,
     incomplete: Gauge,
     partitions: Gauge,
+    idempotency_keys: Gauge,
     /// One scrape at a time sets the gauges and encodes them.
     scrape: Mutex<()>,
 }
@@ -54,12 +59,14 @@ impl Default for PublisherMetrics {
             snapshots_written: Counter::default(),
             rebuilds: Counter::default(),
             rebuild_seconds: SecondsGauge::default(),
+            idempotency_store_full: Counter::default(),
             ready: Gauge::default(),
             canvases: Gauge::default(),
             in_doubt: Gauge::default(),
             uncovered: Gauge::default(),
             incomplete: Gauge::default(),
             partitions: Gauge::default(),
+            idempotency_keys: Gauge::default(),
             scrape: Mutex::new(()),
         };
         let mut r = Registry::with_prefix("publisher");
@@ -76,6 +83,12 @@ impl Default for PublisherMetrics {
         r.register("snapshots_written", "Canvas snapshots committed to the snapshot topic", m.snapshots_written.clone());
         r.register("rebuilds", "Rebuilds of the canvas versions from the log that finished", m.rebuilds.clone());
         r.register("rebuild_seconds", "How long the last rebuild of the canvas versions took", m.rebuild_seconds.clone());
+        r.register(
+            "idempotency_store_full",
+            "Keyed publishes refused because the idempotency-key store is full of keys younger than the window",
+            m.idempotency_store_full.clone(),
+        );
+        r.register("idempotency_keys", "Idempotency keys held (with an outcome within the window, and in flight)", m.idempotency_keys.clone());
         Self { registry: r, ..m }
     }
 }
@@ -107,6 +120,7 @@ impl PublisherMetrics {
         self.in_doubt.set(figures.in_doubt as i64);
         self.uncovered.set(figures.uncovered as i64);
         self.incomplete.set(figures.incomplete as i64);
+        self.idempotency_keys.set(figures.idempotency_keys as i64);
         shared::metrics::respond(&self.registry, accept)
     }
 }
@@ -126,6 +140,8 @@ pub struct Figures {
     pub uncovered: usize,
     /// Canvases whose early versions are gone with no snapshot covering them.
     pub incomplete: usize,
+    /// Idempotency keys held (with an outcome, and in flight).
+    pub idempotency_keys: usize,
 }
 
 #[cfg(test)]
@@ -140,7 +156,8 @@ mod tests {
         m.published("batch", 503);
         m.committed(3, 7);
         m.rebuilt(Duration::from_millis(1500));
-        let figures = Figures { ready: true, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0 };
+        m.idempotency_store_full.inc();
+        let figures = Figures { ready: true, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0, idempotency_keys: 12 };
         let _ = m.render(&figures, None);
         let t = shared::metrics::text(&m.registry);
         for line in [
@@ -152,6 +169,8 @@ mod tests {
             "publisher_ready 1",
             "publisher_canvases 4",
             "publisher_in_doubt_partitions 1",
+            "publisher_idempotency_store_full_total 1",
+            "publisher_idempotency_keys 12",
         ] {
             assert!(t.contains(line), "{line} in\n{t}");
         }

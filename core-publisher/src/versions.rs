@@ -425,8 +425,9 @@ impl<L: EventLog> Versions<L> {
         results.into_iter().map(|r| r.expect("every pixel up to the first failure has a result")).collect()
     }
 
-    /// The refusal of a new key while the key store is full.
+    /// The refusal of a new key while the key store is full (counted).
     fn store_full(&self, retry_after_ms: u64) -> PublishError {
+        self.counters.metrics.idempotency_store_full.inc();
         PublishError::IdempotencyStoreFull {
             retry_after_secs: retry_after_ms.div_ceil(1_000),
             capacity: self.lock_keys().capacity(),
@@ -494,6 +495,7 @@ impl<L: EventLog> Versions<L> {
             in_doubt: self.in_doubt_partitions().len(),
             uncovered: self.uncovered_canvases(),
             incomplete: self.incomplete.lock().expect("incomplete lock").len(),
+            idempotency_keys: self.lock_keys().len(),
         }
     }
 }
@@ -1284,6 +1286,8 @@ mod tests {
         assert_eq!(results.len(), 2, "nothing after the refusal is attempted");
         assert!(matches!(results[1], Err(PublishError::IdempotencyStoreFull { .. })), "{results:?}");
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3, 4, 5], "the refused keys wrote nothing");
+        assert_eq!(v.counters().metrics.idempotency_store_full.get(), 2, "each refusal is counted");
+        assert_eq!(v.figures().idempotency_keys, 3);
         // A restarted publisher with a smaller store learns all three keys from the log.
         let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, timings).with_idempotency_keys(2);
         restarted.rebuild().await.unwrap();
