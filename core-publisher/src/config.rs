@@ -85,6 +85,12 @@ pub struct Config {
     /// within this window after a restart is still applied once.
     #[arg(long, env = "IDEMPOTENCY_WINDOW_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(0..=604_800_000))]
     pub idempotency_window_ms: u64,
+    /// Idempotency keys with an outcome the publisher holds at most: each is kept for
+    /// `IDEMPOTENCY_WINDOW_MS`, and while this many are all younger than it, a publish with a new
+    /// key is refused (503 `idempotency_store_full`) rather than a key forgotten: keep it above the
+    /// keyed publishes per second times the window in seconds.
+    #[arg(long, env = "IDEMPOTENCY_KEYS_MAX", default_value_t = crate::versions::KEYS_REMEMBERED as u64, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub idempotency_keys_max: u64,
     /// librdkafka `debug` contexts for the publisher's Kafka clients (e.g. `eos,broker`), to
     /// diagnose them: their lines are `tracing` debug events of target `kafka`, so also set
     /// `RUST_LOG=info,kafka=debug`. Empty: off.
@@ -205,6 +211,7 @@ impl Config {
             ("SNAPSHOT_EVERY_VERSIONS", self.snapshot_every_versions.to_string()),
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
+            ("IDEMPOTENCY_KEYS_MAX", self.idempotency_keys_max.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
             ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
@@ -286,5 +293,14 @@ mod tests {
         assert!(p.iter().any(|m| m.contains("RETENTION_MS")), "{p:?}");
         assert!(parse(&["--retention-ms", "-1"]).problems().is_empty());
         assert_eq!(parse(&["--topic", "t"]).snapshot_topic(), "t-snapshots");
+    }
+
+    #[test]
+    fn the_idempotency_key_capacity_is_a_setting() {
+        assert_eq!(parse(&[]).idempotency_keys_max, 100_000);
+        assert_eq!(parse(&["--idempotency-keys-max", "5000"]).idempotency_keys_max, 5000);
+        assert!(parse(&["--idempotency-keys-max", "5000"]).describe().contains("IDEMPOTENCY_KEYS_MAX=5000"));
+        let refused = |v: &str| Config::try_parse_from(["core-publisher", "--idempotency-keys-max", v]).is_err();
+        assert!(refused("0") && refused("100000001") && refused("-1"));
     }
 }

@@ -73,7 +73,11 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         snapshots: config.snapshot_policy(),
         key_window: Duration::from_millis(config.idempotency_window_ms),
     };
-    let versions = Arc::new(Versions::new(kafka_log, config.dims(), 0, timings).with_max_canvases(config.max_canvases as usize));
+    let versions = Arc::new(
+        Versions::new(kafka_log, config.dims(), 0, timings)
+            .with_max_canvases(config.max_canvases as usize)
+            .with_idempotency_keys(config.idempotency_keys_max as usize),
+    );
 
     // The server answers at once (503 until ready); the topic and the heads come from Kafka.
     let prepare = {
