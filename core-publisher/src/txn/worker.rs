@@ -1,77 +1,30 @@
-//! One transactional producer (KIP-98), on a thread of its own.
-//!
-//! The publisher's writers ([`crate::log::Writer`]) are made of these: the shared writer has two
-//! taking turns (`transactional.id` `<TRANSACTIONAL_ID>-shared-0` and `-1`), each partition one of
-//! its own (`<TRANSACTIONAL_ID>-p<partition>`), used while it is isolated. The ids derive from the
-//! setting and numbers only, never from anything local, so a second publisher process fences the
-//! first producer by producer.
-//!
-//! A transaction here is: `begin_transaction`; produce every record (`acks=all`, each to its own
-//! partition); wait for every delivery report; `commit_transaction`. The librdkafka calls block,
-//! so they run on the writer's thread; [`TxnWriter`]'s async methods hand it jobs and await the
-//! answers. How each failure is classed (librdkafka's `rd_kafka_error_is_retriable` /
-//! `txn_requires_abort` / `is_fatal`):
-//!
-//! | where | error | outcome |
-//! |---|---|---|
-//! | delivery | not all acknowledged within the stall bound (shared writer only) | abort → [`TxnOutcome::NotCommitted`] naming the partitions still waiting |
-//! | produce or delivery | any (timeout, no leader, too large) | abort → [`TxnOutcome::NotCommitted`] naming the failed records' partitions: the commit was never sent, so the transaction cannot commit; a record that reached the log anyway stays invisible |
-//! | commit | retriable (timed out, coordinator moving) | retried until `message.timeout.ms` after the commit began, then [`TxnOutcome::InDoubt`]; [`TxnWriter::resolve`] retries it further |
-//! | commit | requires abort | abort → [`TxnOutcome::NotCommitted`] once the abort finished; [`TxnOutcome::InDoubt`] until then ([`TxnWriter::resolve`] finishes it) |
-//! | anywhere | fatal `_FENCED` (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`) | [`TxnOutcome::Fenced`]; the writer refuses everything after it |
-//! | anywhere | other fatal | [`TxnOutcome::Fatal`]; the writer refuses everything after it (the process stops; a producer is initialised only at start-up, see [`crate::log`]) |
-//!
-//! An abort runs in short calls with the producer served between them (purged records report
-//! too); one that does not finish within `message.timeout.ms` stays pending and the writer's idle
-//! loop finishes it, so the transaction does not stay open until the coordinator aborts it at
-//! `transaction.timeout.ms` (an epoch bump the next publish would meet as `_FENCED`).
-//!
-//! librdkafka reports the coordinator aborting a transaction that stayed open past
-//! `transaction.timeout.ms` (the publisher paused that long) as `_FENCED` too: it cannot be told
-//! apart from another publisher taking over, and is treated the same.
+//! The writer's thread: one transactional producer's transactions, aborts and in-doubt
+//! commits, as the table in [`super`] says.
 
+use super::producer::{settle_reports, Polling, ProducerSettings, TxnContext, TxnProducer, Deliveries, Produced, IDLE_POLL, INDEX_BITS, SETTLE_AT_MOST};
 use crate::log::{PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders, ToBytes};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientContext, Message};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::BaseRecord;
 use shared::event::IDEMPOTENCY_HEADER;
-use shared::kafka::{FleetContext, KafkaSettings};
+use shared::kafka::FleetContext;
 use shared::PixelEvent;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
+
 /// How long one `init_transactions` call may take (it waits for the coordinator to finish what an
 /// older producer left open).
 const INIT_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long one attempt of [`TxnWriter::resolve`] asks the coordinator.
+/// How long one attempt of [`super::TxnWriter::resolve`] asks the coordinator.
 const RESOLVE_ATTEMPT: Duration = Duration::from_secs(5);
-
-/// What every transactional producer of one publisher is made with.
-#[derive(Debug, Clone)]
-pub struct ProducerSettings {
-    pub kafka: KafkaSettings,
-    /// The events topic.
-    pub topic: String,
-    /// Where snapshots and checkpoints go ([`shared::snapshot`]).
-    pub snapshot_topic: String,
-    /// The base of the producers' `transactional.id`s (see [`crate::log::kafka::KafkaLog::transactional_id_of`]).
-    pub transactional_id: String,
-    /// `message.timeout.ms`: a record not acknowledged by then fails.
-    pub message_timeout: Duration,
-    /// `transaction.timeout.ms`: the coordinator aborts a transaction left open longer.
-    pub transaction_timeout: Duration,
-}
 
 /// How long past `message.timeout.ms` a transaction waits for its delivery reports before it
 /// gives up on them (librdkafka fails a record at `message.timeout.ms`; the report can come a
 /// little after).
 const DELIVERY_GRACE: Duration = Duration::from_secs(1);
-/// At most this long is spent serving the last delivery reports before a commit
-/// ([`settle_reports`]).
-const SETTLE_AT_MOST: Duration = Duration::from_millis(20);
 /// The shortest commit attempt: a retried commit near its deadline still gets this long.
 const MIN_COMMIT_ATTEMPT: Duration = Duration::from_millis(100);
 
@@ -94,7 +47,7 @@ enum AbortEnd {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum AfterAbort {
     NotCommitted,
-    /// Not known: ask again ([`TxnWriter::resolve`]), which finishes the abort first.
+    /// Not known: ask again ([`super::TxnWriter::resolve`]), which finishes the abort first.
     InDoubt,
     Fenced,
     Fatal(String),
@@ -123,263 +76,41 @@ pub fn longest_open(message_timeout: Duration) -> Duration {
     message_timeout + DELIVERY_GRACE + SETTLE_AT_MOST + message_timeout + MIN_COMMIT_ATTEMPT
 }
 
+
 /// A job for the writer's thread.
-enum Job {
+pub(super) enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
     Transact(Vec<Record>, Vec<SnapshotWrite>, Option<Duration>, oneshot::Sender<TxnOutcome>),
     Resolve(oneshot::Sender<Result<Resolution, String>>),
 }
 
-/// One transactional producer, driven from its own thread.
-pub struct TxnWriter {
-    jobs: Mutex<mpsc::Sender<Job>>,
-    /// Jobs handed over and not finished yet, clean-up included (the abort of a stalled
-    /// transaction can outlast its answer). A count, not a flag the thread clears when its queue
-    /// looks empty: a job handed over between that look and the clearing would run "not busy".
-    busy: Arc<AtomicUsize>,
-}
-
-impl TxnWriter {
-    /// Starts the writer's thread; its producer is created by the first [`TxnWriter::prepare`].
-    pub fn start(settings: Arc<ProducerSettings>, transactional_id: String, polling: Polling) -> Self {
-        let (tx, rx) = mpsc::channel();
-        let busy = Arc::new(AtomicUsize::new(0));
-        let thread = format!("txn-{}", transactional_id.rsplit('-').next().unwrap_or("?"));
-        let worker = Worker {
-            settings,
-            transactional_id,
-            polling,
-            producer: None,
-            seq: 0,
-            in_doubt: None,
-            abort_pending: false,
-            dead: None,
-            deferred_abort: None,
-        };
-        std::thread::Builder::new()
-            .name(thread)
-            .spawn({
-                let busy = busy.clone();
-                move || worker.run(rx, &busy)
-            })
-            .expect("spawn a transactional writer thread");
-        Self { jobs: Mutex::new(tx), busy }
-    }
-
-    /// Whether the thread is working on a job (or cleaning up after one).
-    pub fn is_busy(&self) -> bool {
-        self.busy.load(Ordering::Acquire) > 0
-    }
-
-    async fn ask<T>(&self, job: impl FnOnce(oneshot::Sender<T>) -> Job, gone: T) -> T {
-        let (tx, rx) = oneshot::channel();
-        self.busy.fetch_add(1, Ordering::AcqRel);
-        if self.jobs.lock().expect("jobs lock").send(job(tx)).is_err() {
-            self.busy.fetch_sub(1, Ordering::AcqRel);
-            return gone;
-        }
-        rx.await.unwrap_or(gone)
-    }
-
-    /// `init_transactions`: fences older producers of this `transactional.id` and finishes their
-    /// open transaction.
-    pub async fn prepare(&self) -> Result<(), PrepareError> {
-        self.ask(Job::Prepare, Err(PrepareError::Failed("the writer thread ended".into()))).await
-    }
-
-    /// Writes `records` in one transaction and commits it (aborting when not every record is
-    /// acknowledged within `stall_after`, when given).
-    pub async fn transact(&self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
-        self.ask(|tx| Job::Transact(records, snapshots, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
-    }
-
-    /// One more attempt to learn how the in-doubt transaction ended.
-    pub async fn resolve(&self) -> Result<Resolution, String> {
-        self.ask(Job::Resolve, Err("the writer thread ended".into())).await
-    }
-}
-
-/// Delivery reports of the transaction in progress.
-#[derive(Default)]
-struct Deliveries {
-    /// Which transaction the reports belong to (reports of an older one are ignored).
-    seq: usize,
-    results: Vec<Option<Result<i64, String>>>,
-}
-
-/// The producer's context: librdkafka's logs as `tracing` events, and delivery reports into
-/// [`Deliveries`] (the opaque is `seq << 20 | record index`), signalled on `delivered`.
-struct TxnContext {
-    logs: FleetContext,
-    deliveries: Mutex<Deliveries>,
-    delivered: Condvar,
-}
-
-/// A record as a writer produces it: key = canvas id (or the checkpoint key), value `P`.
-type Produced<'a, P> = BaseRecord<'a, str, P, usize>;
-
-/// Records per transaction are below 2^20 (the opaque's low bits; a transaction carries at most
-/// [`crate::partition::MAX_TXN_EVENTS`] events).
-const INDEX_BITS: u32 = 20;
-
-impl ClientContext for TxnContext {
-    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, msg: &str) {
-        self.logs.log(level, fac, msg);
-    }
-
-    fn error(&self, error: KafkaError, reason: &str) {
-        self.logs.error(error, reason);
-    }
-}
-
-impl ProducerContext for TxnContext {
-    type DeliveryOpaque = usize;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
-        let (seq, index) = (opaque >> INDEX_BITS, opaque & ((1 << INDEX_BITS) - 1));
-        let mut d = self.deliveries.lock().expect("deliveries lock");
-        if d.seq != seq {
-            return;
-        }
-        if let Some(slot) = d.results.get_mut(index) {
-            *slot = Some(match result {
-                Ok(m) => Ok(m.offset()),
-                Err((e, _)) => Err(e.to_string()),
-            });
-        }
-        if d.results.iter().all(Option::is_some) {
-            self.delivered.notify_all();
-        }
-    }
-}
-
-/// How a writer's producer is polled (delivery reports, logs, errors).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Polling {
-    /// By rdkafka's polling thread: a delivery report wakes the writer at once. That thread's
-    /// `poll` spins through the last millisecond of every 100 ms wait, about 1 % of a core per
-    /// producer even when idle: for the busy shared writer.
-    Thread,
-    /// By the writer's own thread: while it waits for delivery reports it polls every
-    /// [`POLL_PAUSE`], and an idle one every [`IDLE_POLL`] (no cost when idle): for the isolated
-    /// partitions' writers, which are idle nearly always.
-    Own,
-}
-
-/// How long the writer sleeps between polls while it waits for delivery reports ([`Polling::Own`]).
-const POLL_PAUSE: Duration = Duration::from_micros(200);
-/// How often an idle writer polls its producer ([`Polling::Own`]).
-const IDLE_POLL: Duration = Duration::from_millis(200);
-
-/// A transactional producer, polled as its [`Polling`] says.
-enum TxnProducer {
-    Thread(ThreadedProducer<TxnContext>),
-    Own(BaseProducer<TxnContext>),
-}
-
-macro_rules! with_producer {
-    ($p:expr, $inner:ident => $e:expr) => {
-        match $p {
-            TxnProducer::Thread($inner) => $e,
-            TxnProducer::Own($inner) => $e,
-        }
+/// Starts a writer's thread for the producer `transactional_id` (created by its first prepare
+/// job); returns where its jobs go and its count of jobs not finished.
+pub(super) fn spawn(settings: Arc<ProducerSettings>, transactional_id: String, polling: Polling) -> (mpsc::Sender<Job>, Arc<AtomicUsize>) {
+    let (tx, rx) = mpsc::channel();
+    let busy = Arc::new(AtomicUsize::new(0));
+    let thread = format!("txn-{}", transactional_id.rsplit('-').next().unwrap_or("?"));
+    let worker = Worker {
+        settings,
+        transactional_id,
+        polling,
+        producer: None,
+        seq: 0,
+        in_doubt: None,
+        abort_pending: false,
+        dead: None,
+        deferred_abort: None,
     };
+    std::thread::Builder::new()
+        .name(thread)
+        .spawn({
+            let busy = busy.clone();
+            move || worker.run(rx, &busy)
+        })
+        .expect("spawn a transactional writer thread");
+    (tx, busy)
 }
 
-impl TxnProducer {
-    fn context(&self) -> &TxnContext {
-        with_producer!(self, p => p.context().as_ref())
-    }
-
-    fn init_transactions(&self, timeout: Duration) -> Result<(), KafkaError> {
-        with_producer!(self, p => p.init_transactions(timeout))
-    }
-
-    fn begin_transaction(&self) -> Result<(), KafkaError> {
-        with_producer!(self, p => p.begin_transaction())
-    }
-
-    fn commit_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        with_producer!(self, p => p.commit_transaction(timeout))
-    }
-
-    fn abort_transaction(&self, timeout: Duration) -> Result<(), KafkaError> {
-        with_producer!(self, p => p.abort_transaction(timeout))
-    }
-
-    #[allow(clippy::result_large_err)] // rdkafka's own signature: the record comes back to be retried
-    // rdkafka's `send` hands the record back in the error the same way.
-    #[allow(clippy::result_large_err)]
-    fn send<'a, P: ToBytes + ?Sized>(&self, record: Produced<'a, P>) -> Result<(), (KafkaError, Produced<'a, P>)> {
-        with_producer!(self, p => p.send(record))
-    }
-
-    /// Queues `record`, waiting while librdkafka's queue is full, until `by`.
-    fn queue<P: ToBytes + ?Sized>(&self, mut record: Produced<'_, P>, by: Instant) -> Result<(), KafkaError> {
-        loop {
-            match self.send(record) {
-                Ok(()) => return Ok(()),
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) if Instant::now() < by => {
-                    record = back;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((e, _)) => return Err(e),
-            }
-        }
-    }
-
-    fn poll_now(&self) {
-        if let TxnProducer::Own(p) = self {
-            p.poll(Duration::ZERO);
-        }
-    }
-
-    fn in_flight_count(&self) -> i32 {
-        with_producer!(self, p => p.in_flight_count())
-    }
-
-    /// Waits until every delivery report of the transaction is in, or `until`.
-    fn wait_deliveries(&self, until: Instant) {
-        let ctx = self.context();
-        match self {
-            TxnProducer::Thread(_) => {
-                let mut d = ctx.deliveries.lock().expect("deliveries lock");
-                while d.results.iter().any(Option::is_none) {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
-                    d = ctx.delivered.wait_timeout(d, left).expect("deliveries lock").0;
-                }
-            }
-            TxnProducer::Own(p) => loop {
-                p.poll(Duration::ZERO);
-                let done = ctx.deliveries.lock().expect("deliveries lock").results.iter().all(Option::is_some);
-                if done || Instant::now() >= until {
-                    break;
-                }
-                std::thread::sleep(POLL_PAUSE);
-            },
-        }
-    }
-}
-
-/// Serves the producer's events until librdkafka counts nothing of it as outstanding, at most
-/// 20 ms. rdkafka's `commit_transaction` first flushes, and its flush, while `rd_kafka_outq_len` is
-/// above zero, polls in steps of 100 ms that do not end early; the last delivery report still
-/// counts while its poll finishes handling it (microseconds after our callback saw it), so
-/// committing at once cost a whole 100 ms step in about one commit of ten (measured on a single
-/// broker).
-fn settle_reports(producer: &TxnProducer) {
-    let until = Instant::now() + SETTLE_AT_MOST;
-    loop {
-        producer.poll_now();
-        if producer.in_flight_count() == 0 || Instant::now() >= until {
-            return;
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
 
 /// Why a producer accepts nothing more.
 #[derive(Debug, Clone, PartialEq, Eq)]
