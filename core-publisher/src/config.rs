@@ -77,10 +77,14 @@ pub struct Config {
     /// A canvas is snapshotted once this many versions passed since its last snapshot...
     #[arg(long, env = "SNAPSHOT_EVERY_VERSIONS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_every_versions: u64,
-    /// ...or once its oldest event not in a snapshot is this old, ms, whichever comes first: a
-    /// recovering reader replays at most about this much of any partition.
+    /// ...or once its oldest event not in a snapshot is this old, ms...
     #[arg(long, env = "SNAPSHOT_EVERY_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=86_400_000))]
     pub snapshot_every_ms: u64,
+    /// ...or once this many offsets of its partition (records and transaction markers) follow
+    /// that event, whichever comes first: a recovering reader replays at most about this much of
+    /// any partition, however fast it is written.
+    #[arg(long, env = "SNAPSHOT_EVERY_RECORDS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub snapshot_every_records: u64,
     /// How far back, ms, a restarted publisher reads the log for `Idempotency-Key`s: a retry
     /// within this window after a restart is still applied once.
     #[arg(long, env = "IDEMPOTENCY_WINDOW_MS", default_value_t = 600_000, value_parser = clap::value_parser!(u64).range(0..=604_800_000))]
@@ -166,6 +170,7 @@ impl Config {
         crate::snapshots::SnapshotPolicy {
             every_versions: self.snapshot_every_versions,
             every: Duration::from_millis(self.snapshot_every_ms),
+            every_records: self.snapshot_every_records,
             ..Default::default()
         }
     }
@@ -210,6 +215,7 @@ impl Config {
             ("MAX_CANVASES", self.max_canvases.to_string()),
             ("SNAPSHOT_EVERY_VERSIONS", self.snapshot_every_versions.to_string()),
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
+            ("SNAPSHOT_EVERY_RECORDS", self.snapshot_every_records.to_string()),
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("IDEMPOTENCY_KEYS_MAX", self.idempotency_keys_max.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
@@ -293,6 +299,8 @@ mod tests {
         assert!(p.iter().any(|m| m.contains("RETENTION_MS")), "{p:?}");
         assert!(parse(&["--retention-ms", "-1"]).problems().is_empty());
         assert_eq!(parse(&["--topic", "t"]).snapshot_topic(), "t-snapshots");
+        assert_eq!(parse(&[]).snapshot_policy().every_records, 100_000);
+        assert_eq!(parse(&["--snapshot-every-records", "5000"]).snapshot_policy().every_records, 5_000);
     }
 
     #[test]

@@ -306,14 +306,14 @@ impl Partition {
 
     /// The snapshots a transaction on this partition should carry at `now`: the canvases of
     /// `writing` (the canvases it writes events of) that are due by count, and the oldest ones
-    /// due by age, at most `policy.max_per_txn`; then the checkpoint they lead to. Empty when
+    /// due by age or records, at most `policy.max_per_txn`; then the checkpoint they lead to. Empty when
     /// none is due. Each is of the committed head, which covers every committed record.
     pub fn plan_snapshots(&self, writing: &[&CanvasId], policy: &SnapshotPolicy, now: Instant) -> PlannedSnapshots {
         let book = self.lock_book();
         let mut chosen: Vec<&CanvasId> = Vec::new();
         let is_due = |c: &CanvasId| {
             book.heads.get(c).is_some_and(|h| {
-                snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.uncovered_for(c, now))
+                snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end))
             })
         };
         for c in writing {
@@ -321,7 +321,7 @@ impl Partition {
                 chosen.push(c);
             }
         }
-        let by_age = book.coverage.due_by_age(now, policy.every, policy.max_per_txn);
+        let by_age = book.coverage.due_oldest(now, book.end, policy, policy.max_per_txn);
         for c in &by_age {
             if chosen.len() < policy.max_per_txn && !chosen.contains(&c) && is_due(c) {
                 chosen.push(c);
@@ -361,10 +361,11 @@ impl Partition {
         }
     }
 
-    /// Whether a canvas waits for a snapshot by age at `now` (the committer then writes a
-    /// transaction of snapshots alone, so an idle partition's checkpoint moves too).
+    /// Whether a canvas waits for a snapshot by age or records at `now` (the committer then
+    /// writes a transaction of snapshots alone, so an idle partition's checkpoint moves too).
     pub fn snapshots_due(&self, policy: &SnapshotPolicy, now: Instant) -> bool {
-        !self.lock_book().coverage.due_by_age(now, policy.every, 1).is_empty()
+        let book = self.lock_book();
+        !book.coverage.due_oldest(now, book.end, policy, 1).is_empty()
     }
 
     /// Canvases with records no snapshot covers yet.

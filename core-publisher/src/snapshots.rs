@@ -7,9 +7,10 @@
 //! commits), so it covers every record of the canvas committed so far.
 //!
 //! [`due`] is the policy, a pure function: a canvas is snapshotted once `every_versions` versions
-//! passed since its last snapshot, or once its oldest record not covered by one is `every` old,
-//! whichever comes first (the count bounds how many events a reader replays for a busy canvas; the
-//! time bounds how far back any partition's replay starts, idle canvases included).
+//! passed since its last snapshot, or once its oldest record not covered by one is `every` old or
+//! `every_records` offsets behind its partition's end, whichever comes first (the count bounds how
+//! many events a reader replays for a busy canvas; the time bounds how far back any partition's
+//! replay starts, idle canvases included; the records bound it on a partition written fast).
 //!
 //! [`Coverage`] keeps, per partition, each canvas's last snapshot and its oldest uncovered record:
 //! the checkpoint is the oldest uncovered record's offset (or the partition's end when every
@@ -26,6 +27,10 @@ pub struct SnapshotPolicy {
     pub every_versions: u64,
     /// Age of the oldest uncovered record that makes one due.
     pub every: Duration,
+    /// Offsets of the partition's log after a canvas's oldest uncovered record (its records and
+    /// transaction markers) that make one due: bounds a rebuild's read by records too, not only
+    /// by time, however fast the partition is written.
+    pub every_records: u64,
     /// Most snapshots one transaction carries (the rest wait for the next)...
     pub max_per_txn: usize,
     /// ...and their most bytes, encoded (at least one is always taken), so that large canvases
@@ -35,16 +40,26 @@ pub struct SnapshotPolicy {
 
 impl Default for SnapshotPolicy {
     fn default() -> Self {
-        Self { every_versions: 1_000, every: Duration::from_secs(60), max_per_txn: 64, max_bytes_per_txn: 1 << 20 }
+        Self { every_versions: 1_000, every: Duration::from_secs(60), every_records: 100_000, max_per_txn: 64, max_bytes_per_txn: 1 << 20 }
     }
 }
 
+/// How far behind a canvas's oldest record not covered by its snapshot is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behind {
+    /// How long ago it was committed.
+    pub age: Duration,
+    /// Offsets of its partition's log from it to the end.
+    pub offsets: u64,
+}
+
 /// Whether a canvas at `version`, last snapshotted at `snapshot_version`, whose oldest record not
-/// covered by that snapshot was committed `uncovered_for` ago (`None`: every record is covered),
-/// needs a snapshot now.
-pub fn due(policy: &SnapshotPolicy, version: u64, snapshot_version: u64, uncovered_for: Option<Duration>) -> bool {
+/// covered by that snapshot is `uncovered` behind (`None`: every record is covered), needs a
+/// snapshot now: by versions, by the record's age, or by the records after it.
+pub fn due(policy: &SnapshotPolicy, version: u64, snapshot_version: u64, uncovered: Option<Behind>) -> bool {
     version > snapshot_version
-        && (version - snapshot_version >= policy.every_versions || uncovered_for.is_some_and(|age| age >= policy.every))
+        && (version - snapshot_version >= policy.every_versions
+            || uncovered.is_some_and(|b| b.age >= policy.every || b.offsets >= policy.every_records))
 }
 
 /// What the publisher knows of one canvas's snapshots.
@@ -120,17 +135,22 @@ impl Coverage {
         self.marks.get(canvas).map_or(0, |m| m.last_offset + 1)
     }
 
-    /// How long `canvas`'s oldest uncovered record has been so, at `now`.
-    pub fn uncovered_for(&self, canvas: &CanvasId, now: Instant) -> Option<Duration> {
-        self.marks.get(canvas)?.first_uncovered.map(|(_, at)| now.saturating_duration_since(at))
+    /// How far behind `canvas`'s oldest uncovered record is at `now`, in a partition ending at
+    /// `end`.
+    pub fn behind(&self, canvas: &CanvasId, now: Instant, end: i64) -> Option<Behind> {
+        self.marks.get(canvas)?.first_uncovered.map(|(offset, at)| Behind {
+            age: now.saturating_duration_since(at),
+            offsets: end.saturating_sub(offset).max(0) as u64,
+        })
     }
 
-    /// Canvases whose oldest uncovered record is at least `every` old at `now`, oldest first, at
-    /// most `limit`.
-    pub fn due_by_age(&self, now: Instant, every: Duration, limit: usize) -> Vec<CanvasId> {
+    /// Canvases whose oldest uncovered record is at least `policy.every` old at `now`, or at
+    /// least `policy.every_records` offsets behind `end`, oldest first, at most `limit`: the ones
+    /// holding the checkpoint back.
+    pub fn due_oldest(&self, now: Instant, end: i64, policy: &SnapshotPolicy, limit: usize) -> Vec<CanvasId> {
         self.uncovered
             .values()
-            .take_while(|c| self.uncovered_for(c, now).is_some_and(|age| age >= every))
+            .take_while(|c| self.behind(c, now, end).is_some_and(|b| b.age >= policy.every || b.offsets >= policy.every_records))
             .take(limit)
             .cloned()
             .collect()
@@ -158,22 +178,25 @@ mod tests {
 
     #[test]
     fn due_table() {
-        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), max_per_txn: 8, max_bytes_per_txn: 1 << 20 };
+        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), every_records: 1_000, max_per_txn: 8, max_bytes_per_txn: 1 << 20 };
         let s = Duration::from_secs;
-        // (version, snapshot version, uncovered for) → due
+        let b = |secs, offsets| Some(Behind { age: s(secs), offsets });
+        // (version, snapshot version, oldest uncovered record behind) → due
         let table = [
             (0, 0, None, false),
             (5, 5, None, false),
-            (99, 0, Some(s(1)), false),
-            (100, 0, Some(s(1)), true),
-            (150, 50, Some(s(0)), true),
-            (51, 50, Some(s(59)), false),
-            (51, 50, Some(s(60)), true),
-            // A canvas whose every record is covered is never due, however old.
-            (50, 50, Some(s(600)), false),
+            (99, 0, b(1, 10), false),
+            (100, 0, b(1, 10), true),
+            (150, 50, b(0, 0), true),
+            (51, 50, b(59, 999), false),
+            (51, 50, b(60, 10), true),
+            // By records: a partition written fast moves its checkpoint before the time is up.
+            (51, 50, b(1, 1_000), true),
+            // A canvas whose every record is covered is never due, however old or far behind.
+            (50, 50, b(600, 100_000), false),
         ];
-        for (version, snap, age, want) in table {
-            assert_eq!(due(&p, version, snap, age), want, "version {version}, snapshot {snap}, age {age:?}");
+        for (version, snap, behind, want) in table {
+            assert_eq!(due(&p, version, snap, behind), want, "version {version}, snapshot {snap}, {behind:?}");
         }
     }
 
@@ -200,15 +223,19 @@ mod tests {
     }
 
     #[test]
-    fn canvases_are_due_by_age_oldest_first() {
+    fn canvases_are_due_by_age_or_records_oldest_first() {
         let t0 = Instant::now();
         let mut c = Coverage::default();
         c.recorded(&id("old"), 1, t0);
         c.recorded(&id("mid"), 2, t0 + Duration::from_secs(30));
         c.recorded(&id("new"), 3, t0 + Duration::from_secs(59));
         let at = t0 + Duration::from_secs(90);
-        assert_eq!(c.due_by_age(at, Duration::from_secs(60), 10), vec![id("old"), id("mid")]);
-        assert_eq!(c.due_by_age(at, Duration::from_secs(60), 1), vec![id("old")]);
+        let policy = SnapshotPolicy { every: Duration::from_secs(60), every_records: 100, ..SnapshotPolicy::default() };
+        assert_eq!(c.due_oldest(at, 10, &policy, 10), vec![id("old"), id("mid")]);
+        assert_eq!(c.due_oldest(at, 10, &policy, 1), vec![id("old")]);
+        // By records: 100 offsets behind the end at 102 are old and mid, whatever their age.
+        assert_eq!(c.due_oldest(t0, 102, &policy, 10), vec![id("old"), id("mid")]);
+        assert_eq!(c.due_oldest(t0, 101, &policy, 10), vec![id("old")]);
         c.restored(&id("r"), 4, 2, 9);
         assert_eq!(c.position(&id("r")), 9);
         assert_eq!((c.snapshot_version(&id("r")), c.resets(&id("r")), c.resets(&id("old"))), (4, 2, 0));

@@ -862,6 +862,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_partition_written_fast_is_snapshotted_by_records_so_the_checkpoint_stays_near_its_end() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        // Neither the version count nor the age would make a snapshot due in this test.
+        let policy = SnapshotPolicy { every_versions: 1_000_000, every: Duration::from_secs(3600), every_records: 20, ..SnapshotPolicy::default() };
+        let v = Versions::shared(log.clone(), DIMS, 1, Timings { answer_timeout: WAIT, snapshots: policy, ..Timings::default() });
+        v.rebuild().await.unwrap();
+        // 40 canvases, 3 versions each: 120 events, each in a transaction of its own (a record
+        // and a marker), about 240 offsets.
+        for round in 0..3u32 {
+            for c in 0..40u32 {
+                v.publish(&id(&format!("c{c}")), round, 0, Color([c as u8, 0, 0])).await.unwrap();
+            }
+        }
+        let end = log.end_of(0);
+        let (_, checkpoint) = latest_snapshot(&log, 0, "");
+        let checkpoint = checkpoint.expect("a checkpoint written");
+        // Every canvas whose oldest uncovered record is 20 offsets behind the end is due, so the
+        // checkpoint trails the end by about 20 offsets (plus what the last transactions added).
+        assert!(end - checkpoint <= 40, "checkpoint {checkpoint}, end {end}");
+        assert!(v.counters().to_json()["snapshots"].as_u64().unwrap() > 0);
+    }
+
+    #[tokio::test]
     async fn an_idle_canvas_is_snapshotted_by_age_so_the_checkpoint_moves() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(1_000, Duration::from_millis(50)));
