@@ -19,6 +19,7 @@ pub mod committer;
 pub mod config;
 pub mod fuzzing;
 pub mod idempotency;
+pub mod keylog;
 pub mod log;
 pub mod metrics;
 pub mod partition;

@@ -8,6 +8,7 @@
 //! A partition is in at most one transaction at a time: only its current committer takes its
 //! units, and its mode changes only while it is in none.
 
+use crate::keylog::{KeyBook, KeyWrites};
 use crate::log::{Record, SnapshotWrite};
 use crate::snapshots::{self, Coverage, SnapshotPolicy};
 use crate::types::{Fingerprint, PublishError, Published};
@@ -115,6 +116,8 @@ struct Book {
     coverage: Coverage,
     /// The position after the last record known to be in the log.
     end: i64,
+    /// The idempotency keys of its records on their way into the snapshot topic.
+    keys: KeyBook,
 }
 
 /// Snapshots planned for one transaction on one partition: (canvas, version) of each, and the
@@ -124,6 +127,8 @@ pub struct PlannedSnapshots {
     pub partition: i32,
     pub canvases: Vec<(CanvasId, u64)>,
     pub writes: Vec<SnapshotWrite>,
+    /// The key records that go with the checkpoint move (also in `writes`).
+    pub keys: KeyWrites,
 }
 
 /// One partition: its queue of units, its committed heads, its mode.
@@ -149,16 +154,16 @@ struct Queue {
 impl Partition {
     /// Partition `id`, whose canvases (of size `dims`) are at `heads`, its log read up to `end`.
     pub fn new(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, end: i64) -> Self {
-        Self::restored(id, dims, heads, Coverage::default(), end)
+        Self::restored(id, dims, heads, Coverage::default(), end, KeyBook::default())
     }
 
     /// As [`Partition::new`], with what the snapshots cover (from the rebuild).
-    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, coverage: Coverage, end: i64) -> Self {
+    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, coverage: Coverage, end: i64, keys: KeyBook) -> Self {
         Self {
             id,
             dims,
             queue: Mutex::new(Queue::default()),
-            book: Mutex::new(Book { heads, coverage, end }),
+            book: Mutex::new(Book { heads, coverage, end, keys }),
             mode: Mutex::new(Mode::Shared),
             activity: Mutex::new(Activity::Idle),
             isolated_wake: Notify::new(),
@@ -301,6 +306,7 @@ impl Partition {
         if let Some(first) = record.events.first() {
             book.coverage.recorded(&first.canvas, offset, Instant::now());
         }
+        book.keys.record(offset, key_entries(record.events.iter().zip(record.keys.iter().map(Option::as_deref)), offset));
         book.end = book.end.max(offset + 1);
     }
 
@@ -345,6 +351,8 @@ impl Partition {
             planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value });
         }
         let checkpoint = book.coverage.checkpoint_after(&taken, book.end);
+        planned.keys = book.keys.plan(self.id, checkpoint, shared::event::now_ms(), policy.key_window.as_millis() as u64);
+        planned.writes.extend(planned.keys.writes.iter().cloned());
         planned.writes.push(SnapshotWrite {
             partition: self.id,
             key: shared::snapshot::CHECKPOINT_KEY.to_owned(),
@@ -359,6 +367,7 @@ impl Partition {
         for (c, v) in &planned.canvases {
             book.coverage.snapshotted(c, *v);
         }
+        book.keys.applied(&planned.keys);
     }
 
     /// Whether a canvas waits for a snapshot by age or records at `now` (the committer then
@@ -372,6 +381,24 @@ impl Partition {
     pub fn uncovered_count(&self) -> usize {
         self.lock_book().coverage.uncovered_count()
     }
+}
+
+/// The key entries of the keyed events of one record at `offset`: (event, its key).
+pub fn key_entries<'a>(events: impl Iterator<Item = (&'a PixelEvent, Option<&'a str>)>, offset: i64) -> Vec<shared::snapshot::KeyEntry> {
+    events
+        .filter_map(|(ev, key)| {
+            key.map(|k| shared::snapshot::KeyEntry {
+                key: k.to_owned(),
+                canvas: ev.canvas.as_str().to_owned(),
+                x: ev.x,
+                y: ev.y,
+                color: ev.color.0,
+                version: ev.version,
+                offset,
+                at_ms: ev.published_at_ms,
+            })
+        })
+        .collect()
 }
 
 /// Applies one event read from or written to the log (at `offset`) to its canvas's head in

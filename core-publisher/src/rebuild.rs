@@ -4,10 +4,12 @@
 
 use crate::idempotency::KeyStore;
 use crate::log::{EventLog, LoggedEvent, PrepareError, ReadError, Tail};
-use crate::partition::Partition;
+use crate::keylog::KeyBook;
+use crate::partition::{key_entries, Partition};
 use crate::snapshots::Coverage;
 use crate::types::{Fingerprint, Published};
 use shared::canvas::Applied;
+use shared::snapshot::KeyEntry;
 use shared::{Canvas, CanvasDims, CanvasId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,8 @@ struct Rebuilt {
     incomplete: Vec<CanvasId>,
     /// Canvases with an event newer than their head in the tail.
     fresh: HashSet<CanvasId>,
+    /// Per partition, the keyed events read (below the checkpoint: only for the key store).
+    keyed: Vec<Vec<KeyEntry>>,
     events: usize,
 }
 
@@ -88,14 +92,37 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     // streamed (never the whole topic in memory); the tail starts earlier where the log
     // still has records within the idempotency-key window.
     let loaded = log.read_snapshots().await?;
-    let key_from_ms = shared::event::now_ms().saturating_sub(key_window.as_millis() as u64) as i64;
-    let wanted = log.offsets_for_time(key_from_ms).await?;
+    let now_ms = shared::event::now_ms();
+    let key_from_ms = now_ms.saturating_sub(key_window.as_millis() as u64) as i64;
+    let mut wanted = log.offsets_for_time(key_from_ms).await?;
+    // The keys of the window below each checkpoint come from the key records, where they are
+    // complete (from the partition's "complete from" offset on): the log is read for keys only
+    // below that, where a publisher without key records wrote within the window.
+    wanted.retain(|p, w| loaded.keys_from.get(p).is_none_or(|from| *w < *from));
+    let mut live: Vec<Vec<(String, u64)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut from_records = 0usize;
+    {
+        let mut store = keys.lock().expect("key store lock");
+        for (p, rec) in &loaded.keys {
+            if let Some(l) = live.get_mut(*p as usize) {
+                l.push((rec.name.clone(), rec.newest_ms()));
+            }
+            for e in &rec.entries {
+                let Ok(canvas) = CanvasId::parse(&e.canvas) else { continue };
+                let fp = Fingerprint { canvas: canvas.clone(), x: e.x, y: e.y, color: shared::Color(e.color) };
+                let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
+                store.learn(&e.key, fp, published, e.at_ms, now_ms);
+                from_records += 1;
+            }
+        }
+    }
     let mut rebuilt = Rebuilt {
         dims,
         heads: (0..n).map(|_| HashMap::new()).collect(),
         coverage: (0..n).map(|_| Coverage::default()).collect(),
         incomplete: Vec::new(),
         fresh: HashSet::new(),
+        keyed: (0..n).map(|_| Vec::new()).collect(),
         events: 0,
     };
     // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
@@ -129,35 +156,50 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     let now = std::time::Instant::now();
     let (_, end) = log
         .read_tail(Tail { needed, wanted }, move |le: LoggedEvent| {
-            sink_state.lock().expect("rebuild state lock").apply(&le, now);
+            let mut state = sink_state.lock().expect("rebuild state lock");
+            state.apply(&le, now);
             if let Some(k) = &le.idempotency_key {
                 let ev = &le.event;
                 let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
                 let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
                 keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
+                if let Some(keyed) = state.keyed.get_mut(le.partition as usize) {
+                    keyed.push(key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset).remove(0));
+                }
             }
         })
         .await?;
     let rebuilt = std::mem::replace(
         &mut *state.lock().expect("rebuild state lock"),
-        Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), events: 0 },
+        Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), keyed: Vec::new(), events: 0 },
     );
     if !end.truncated.is_empty() {
         return Err(deleted_tail(&end.truncated, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
     }
     tracing::info!(canvases_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
-        incomplete = rebuilt.incomplete.len(), "heads rebuilt from the snapshots and the log after them");
+        incomplete = rebuilt.incomplete.len(), keys_from_key_records = from_records,
+        "heads rebuilt from the snapshots and the log after them");
     let events_read = end.records as usize;
     let ends = end.positions;
+    let mut keyed = rebuilt.keyed;
     let partitions: Vec<Arc<Partition>> = rebuilt
         .heads
         .into_iter()
         .zip(rebuilt.coverage)
+        .zip(live)
         .enumerate()
-        .map(|(p, (h, mut c))| {
+        .map(|(p, ((h, mut c), live))| {
             let end = ends.get(&(p as i32)).copied().unwrap_or(0);
             c.clamp_to(end);
-            Arc::new(Partition::restored(p as i32, dims, h, c, end))
+            // The keys of the records the next checkpoint moves past: those at or after where
+            // the heads' read started (the checkpoint; the log start where it moved back).
+            let checkpoint = needed_at.get(&(p as i32)).copied().unwrap_or(0);
+            let from = if checkpoint > end { 0 } else { checkpoint };
+            let mut book = KeyBook::restored(live, loaded.keys_from.get(&(p as i32)).copied(), from);
+            for e in std::mem::take(&mut keyed[p]).into_iter().filter(|e| e.offset >= from) {
+                book.record(e.offset, vec![e]);
+            }
+            Arc::new(Partition::restored(p as i32, dims, h, c, end, book))
         })
         .collect();
     Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read })

@@ -36,11 +36,14 @@ pub struct SnapshotPolicy {
     /// ...and their most bytes, encoded (at least one is always taken), so that large canvases
     /// do not make a transaction's records slow to acknowledge.
     pub max_bytes_per_txn: usize,
+    /// The idempotency-key window: a checkpoint move carries the keys it moves past that are
+    /// younger than this into the snapshot topic ([`crate::keylog`]).
+    pub key_window: Duration,
 }
 
 impl Default for SnapshotPolicy {
     fn default() -> Self {
-        Self { every_versions: 1_000, every: Duration::from_secs(60), every_records: 100_000, max_per_txn: 64, max_bytes_per_txn: 1 << 20 }
+        Self { every_versions: 1_000, every: Duration::from_secs(60), every_records: 100_000, max_per_txn: 64, max_bytes_per_txn: 1 << 20, key_window: Duration::from_secs(600) }
     }
 }
 
@@ -178,7 +181,7 @@ mod tests {
 
     #[test]
     fn due_table() {
-        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), every_records: 1_000, max_per_txn: 8, max_bytes_per_txn: 1 << 20 };
+        let p = SnapshotPolicy { every_versions: 100, every: Duration::from_secs(60), every_records: 1_000, max_per_txn: 8, max_bytes_per_txn: 1 << 20, key_window: Duration::from_secs(600) };
         let s = Duration::from_secs;
         let b = |secs, offsets| Some(Behind { age: s(secs), offsets });
         // (version, snapshot version, oldest uncovered record behind) → due

@@ -248,7 +248,7 @@ impl<L: EventLog> Versions<L> {
             status: self.status.clone(),
             counters: self.counters.clone(),
             policy: IsolationPolicy::with_stall_after(self.timings.stall_after),
-            snapshots: self.timings.snapshots,
+            snapshots: SnapshotPolicy { key_window: self.timings.key_window, ..self.timings.snapshots },
             shared_wake: Notify::new(),
             stop: self.stop.child_token(),
         });
@@ -808,6 +808,7 @@ mod tests {
                     assert!(checkpoint.is_none_or(|have| c.offset >= have), "a checkpoint never goes back");
                     checkpoint = Some(c.offset);
                 }
+                shared::snapshot::Entry::Keys(_) | shared::snapshot::Entry::KeysFrom(_) => {}
             }
         }
         (snap, checkpoint)
@@ -882,6 +883,48 @@ mod tests {
         // checkpoint trails the end by about 20 offsets (plus what the last transactions added).
         assert!(end - checkpoint <= 40, "checkpoint {checkpoint}, end {end}");
         assert!(v.counters().to_json()["snapshots"].as_u64().unwrap() > 0);
+    }
+
+    #[tokio::test]
+    async fn keys_below_the_checkpoint_come_back_from_the_snapshot_topic_not_the_log() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let timings = snapshotting(2, Duration::from_secs(3600));
+        let first = Versions::shared(log.clone(), DIMS, 1, timings);
+        first.rebuild().await.unwrap();
+        let c = id("c1");
+        let (keyed, replayed) = first.publish_with_key(&c, 1, 1, Color([9, 9, 9]), Some("k-1")).await.unwrap();
+        assert!(!replayed);
+        for x in 0..5 {
+            first.publish(&c, x, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        let (_, checkpoint) = latest_snapshot(&log, 0, "c1");
+        let checkpoint = checkpoint.expect("a checkpoint");
+        assert!(checkpoint > keyed.offset, "the checkpoint moved past the keyed record");
+        // Every record below the checkpoint is deleted, as retention would: within the key
+        // window, only the snapshot topic still knows k-1.
+        log.delete_records(0, checkpoint);
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings);
+        let read = restarted.rebuild().await.unwrap();
+        assert!(read <= 2, "the log is read from the checkpoint only: {read} records");
+        let (again, replayed) = restarted.publish_with_key(&c, 1, 1, Color([9, 9, 9]), Some("k-1")).await.unwrap();
+        assert_eq!((again.version, replayed), (keyed.version, true), "a retry within the window is answered, not applied again");
+        assert_eq!(restarted.publish_with_key(&c, 2, 2, Color([9, 9, 9]), Some("k-1")).await, Err(PublishError::KeyConflict));
+    }
+
+    #[tokio::test]
+    async fn a_restart_reads_the_log_from_the_checkpoints_not_back_through_the_key_window() {
+        let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
+        let timings = snapshotting(1, Duration::from_secs(3600));
+        let first = Versions::shared(log.clone(), DIMS, 3, timings);
+        first.rebuild().await.unwrap();
+        for i in 0..30u32 {
+            first.publish(&id(&format!("c{}", i % 6)), i % 8, 0, Color([i as u8, 0, 0])).await.unwrap();
+        }
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, timings);
+        let read = restarted.rebuild().await.unwrap();
+        // Every version is snapshotted, by the transaction after it: what is left to read is each
+        // canvas's last record, 6 of the 30 (all within the key window).
+        assert_eq!(read, 6, "records read");
     }
 
     #[tokio::test]

@@ -175,6 +175,15 @@ pub fn check_snapshot_record(data: &[u8]) {
                 .expect("a re-encoded checkpoint decodes");
             assert_eq!(again, Some(Entry::Checkpoint(c)));
         }
+        Ok(Some(Entry::Keys(k))) => {
+            assert_eq!(k.name.as_bytes(), key);
+            let again = snapshot::decode(Some(key), Some(&k.encode())).expect("a re-encoded key record decodes");
+            assert_eq!(again, Some(Entry::Keys(k)));
+        }
+        Ok(Some(Entry::KeysFrom(o))) => {
+            let again = snapshot::decode(Some(key), Some(&snapshot::encode_keys_from(o))).expect("a re-encoded keys-from decodes");
+            assert_eq!(again, Some(Entry::KeysFrom(o)));
+        }
         Err(e) => assert!(!e.to_string().is_empty()),
     }
     match snapshot::decode(Some(key), None) {

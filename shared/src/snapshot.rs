@@ -17,15 +17,28 @@
 //! highest version per canvas ([`Loaded::add`]), so a record that compaction has not merged yet,
 //! or any late writer, cannot make a snapshot go back.
 //!
+//! - key = [`KEYS_PREFIX`]`<from>-<n>`: a [`KeyRecord`], the idempotency keys of the partition's
+//!   records from offset `from` up to the checkpoint written with it (the keys the checkpoint's
+//!   move took out of a rebuild's read), so a restarted publisher learns the keys of its window
+//!   without reading the window's events; tombstoned once every key in it is older than the
+//!   window;
+//! - key = [`KEYS_FROM_KEY`]: the offset from which the partition's key records are complete
+//!   (written once, by the first publisher that wrote key records): a rebuild reads the log for
+//!   keys only below it.
+//!
 //! Value format, version [`FORMAT_VERSION`] (readers accept every version up to theirs and refuse
-//! later ones, so a rolling deploy upgrades readers first):
+//! later ones, so a rolling deploy upgrades readers first). Canvas snapshots and checkpoints are
+//! written as version 1, which every reader reads; key records as version 2, which readers older
+//! than them refuse by their version instead of misreading them:
 //!
 //! ```text
-//! byte 0        format version (1)
+//! byte 0        format version (1; 2 for key records)
 //! bytes 1..5    header length n, u32 big-endian
 //! bytes 5..5+n  header, JSON:
 //!               canvas:  {"canvas","version","epoch","width","height","offset","compression":"lz4"}
 //!               checkpoint: {"checkpoint": <offset>}
+//!               keys: {"keys": [{"key","canvas","x","y","color":[r,g,b],"version","offset","at_ms"}]}
+//!               keys from: {"keys_from": <offset>}
 //! bytes 5+n..   canvas only: the canonical pixel bytes (see [`crate::canvas`]), LZ4 block format
 //!               with the uncompressed length prepended (u32 little-endian; lz4_flex's
 //!               `compress_prepend_size`)
@@ -39,11 +52,75 @@ use rdkafka::message::Message;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The value format this build writes (and the newest it reads).
-pub const FORMAT_VERSION: u8 = 1;
+/// The newest value format this build reads (and writes, for key records).
+pub const FORMAT_VERSION: u8 = 2;
+
+/// The format of canvas snapshots and checkpoints, which every reader since the first reads.
+const BASE_FORMAT: u8 = 1;
 
 /// The key of a partition's checkpoint record (not a valid canvas id, so it never collides).
 pub const CHECKPOINT_KEY: &str = "#checkpoint";
+
+/// The prefix of a key record's key (not a valid canvas id).
+pub const KEYS_PREFIX: &str = "#keys-";
+
+/// The key of a partition's "key records complete from" record.
+pub const KEYS_FROM_KEY: &str = "#keys-from";
+
+/// One idempotency key as a key record carries it: the request it applied and its answer.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct KeyEntry {
+    pub key: String,
+    pub canvas: String,
+    pub x: u32,
+    pub y: u32,
+    pub color: [u8; 3],
+    pub version: u64,
+    /// Offset of the events-topic record that carried it.
+    pub offset: i64,
+    /// Its time (the event's `published_at_ms`): it is kept for the window after it.
+    pub at_ms: u64,
+}
+
+/// A key record: the idempotency keys of a stretch of one partition's records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    /// Its key in the topic ([`KEYS_PREFIX`]`<from>-<n>`).
+    pub name: String,
+    pub entries: Vec<KeyEntry>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeysHeader {
+    keys: Vec<KeyEntry>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct KeysFromHeader {
+    keys_from: i64,
+}
+
+impl KeyRecord {
+    /// The name of the `n`th key record of the stretch starting at `from`.
+    pub fn name_of(from: i64, n: usize) -> String {
+        format!("{KEYS_PREFIX}{from}-{n}")
+    }
+
+    /// The record value.
+    pub fn encode(&self) -> Vec<u8> {
+        frame_as(FORMAT_VERSION, &serde_json::to_vec(&KeysHeader { keys: self.entries.clone() }).expect("serialises"), &[])
+    }
+
+    /// The time of its newest key (0 when empty).
+    pub fn newest_ms(&self) -> u64 {
+        self.entries.iter().map(|e| e.at_ms).max().unwrap_or(0)
+    }
+}
+
+/// The value of a [`KEYS_FROM_KEY`] record.
+pub fn encode_keys_from(offset: i64) -> Vec<u8> {
+    frame_as(FORMAT_VERSION, &serde_json::to_vec(&KeysFromHeader { keys_from: offset }).expect("serialises"), &[])
+}
 
 /// Largest side of a canvas whose snapshot the topic accepts: 1024 × 1024 × 3 bytes is 3 MiB,
 /// which LZ4 can only grow by a few bytes per KiB.
@@ -87,6 +164,9 @@ pub struct Checkpoint {
 pub enum Entry {
     Canvas(Snapshot),
     Checkpoint(Checkpoint),
+    Keys(KeyRecord),
+    /// The offset from which the partition's key records are complete.
+    KeysFrom(i64),
 }
 
 /// Why a snapshot-topic record could not be read.
@@ -130,8 +210,12 @@ struct CheckpointHeader {
 }
 
 fn frame(header: &[u8], body: &[u8]) -> Vec<u8> {
+    frame_as(BASE_FORMAT, header, body)
+}
+
+fn frame_as(format: u8, header: &[u8], body: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(5 + header.len() + body.len());
-    out.push(FORMAT_VERSION);
+    out.push(format);
     out.extend_from_slice(&(header.len() as u32).to_be_bytes());
     out.extend_from_slice(header);
     out.extend_from_slice(body);
@@ -191,6 +275,14 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
         let h: CheckpointHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
         return Ok(Some(Entry::Checkpoint(Checkpoint { offset: h.checkpoint })));
     }
+    if key == KEYS_FROM_KEY {
+        let h: KeysFromHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
+        return Ok(Some(Entry::KeysFrom(h.keys_from)));
+    }
+    if key.starts_with(KEYS_PREFIX) {
+        let h: KeysHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
+        return Ok(Some(Entry::Keys(KeyRecord { name: key.to_owned(), entries: h.keys })));
+    }
     let canvas = CanvasId::parse(key).map_err(|_| SnapshotError::BadKey(key.into()))?;
     let h: CanvasHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
     if h.canvas != key {
@@ -224,6 +316,10 @@ pub struct Loaded {
     pub canvases: HashMap<CanvasId, (i32, Snapshot)>,
     /// The latest checkpoint per partition (partitions without one: replay from the log start).
     pub checkpoints: Offsets,
+    /// The key records not tombstoned, with their partition.
+    pub keys: Vec<(i32, KeyRecord)>,
+    /// Per partition, the offset from which its key records are complete.
+    pub keys_from: Offsets,
     /// Records read (including the ones a later record replaced).
     pub records: u64,
     /// Records skipped as unreadable.
@@ -247,6 +343,23 @@ impl Loaded {
             Entry::Checkpoint(c) => {
                 self.checkpoints.insert(partition, c.offset);
             }
+            Entry::Keys(k) => {
+                self.keys.retain(|(p, have)| !(*p == partition && have.name == k.name));
+                self.keys.push((partition, k));
+            }
+            Entry::KeysFrom(o) => {
+                self.keys_from.insert(partition, o);
+            }
+        }
+    }
+}
+
+impl Loaded {
+    /// A tombstone of `key` read on `partition`: a key record it names is gone. (A canvas's or a
+    /// checkpoint's tombstone changes nothing here: the publisher writes none.)
+    pub fn tombstone(&mut self, partition: i32, key: &str) {
+        if key.starts_with(KEYS_PREFIX) {
+            self.keys.retain(|(p, k)| !(*p == partition && k.name == key));
         }
     }
 }
@@ -296,7 +409,7 @@ pub fn load_partitions<C: ConsumerContext>(
     let mut loaded = Loaded::default();
     let mut on_record = |msg: &rdkafka::message::BorrowedMessage<'_>| match decode(msg.key(), msg.payload()) {
         Ok(Some(entry)) => loaded.add(msg.partition(), entry),
-        Ok(None) => {}
+        Ok(None) => loaded.tombstone(msg.partition(), msg.key().and_then(|k| std::str::from_utf8(k).ok()).unwrap_or_default()),
         Err(e) => {
             loaded.skipped += 1;
             tracing::warn!(topic, partition = msg.partition(), offset = msg.offset(), error = %e, "skipping an unreadable snapshot record");
@@ -450,6 +563,29 @@ mod tests {
             loaded.canvases.iter().map(|(k, (_, s))| (k.as_str(), s.version)).collect();
         assert_eq!(versions, [("a", 4), ("b", 3), ("c", 1)].into_iter().collect(), "{} records read", loaded.records);
         assert_eq!(loaded.records, 4);
+    }
+
+    #[test]
+    fn key_records_round_trip_as_format_2_and_a_tombstone_removes_them() {
+        let entry = KeyEntry { key: "k-1".into(), canvas: "c1".into(), x: 1, y: 2, color: [3, 4, 5], version: 7, offset: 40, at_ms: 1_000 };
+        let rec = KeyRecord { name: KeyRecord::name_of(40, 0), entries: vec![entry.clone()] };
+        let value = rec.encode();
+        assert_eq!(value[0], 2, "key records are format 2");
+        assert_eq!(Snapshot::of(&id("a"), &painted(1), 0, 1).encode()[0], 1, "canvas snapshots stay format 1");
+        assert_eq!(decode(Some(rec.name.as_bytes()), Some(&value)).unwrap(), Some(Entry::Keys(rec.clone())));
+        assert_eq!(decode(Some(KEYS_FROM_KEY.as_bytes()), Some(&encode_keys_from(12))).unwrap(), Some(Entry::KeysFrom(12)));
+        assert_eq!(rec.newest_ms(), 1_000);
+        let mut l = Loaded::default();
+        l.add(3, Entry::Keys(rec.clone()));
+        l.add(3, Entry::KeysFrom(12));
+        l.add(4, Entry::Keys(rec.clone()));
+        assert_eq!((l.keys.len(), l.keys_from[&3]), (2, 12));
+        l.tombstone(3, &rec.name);
+        assert_eq!(l.keys, vec![(4, rec)], "only partition 3's record is gone");
+        // A reader of format 1 refuses a key record by its version, not as a bad canvas id.
+        let mut old = value.clone();
+        old[0] = FORMAT_VERSION + 1;
+        assert!(matches!(decode(Some(b"#keys-40-0"), Some(&old)), Err(SnapshotError::NewerFormat(_))));
     }
 
     #[test]

@@ -307,9 +307,14 @@ impl EventLog for FakeLog {
 
     async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
         let mut loaded = Loaded::default();
+        let snaps = self.shared.snapshots.lock().unwrap().clone();
         for p in 0..self.shared.partitions as i32 {
-            for e in self.snapshot_entries(p) {
-                loaded.add(p, e);
+            for (k, v) in snaps.get(&p).into_iter().flatten() {
+                if v.is_empty() {
+                    loaded.tombstone(p, k);
+                } else if let Ok(Some(e)) = shared::snapshot::decode(Some(k.as_bytes()), Some(v)) {
+                    loaded.add(p, e);
+                }
             }
         }
         Ok(loaded)

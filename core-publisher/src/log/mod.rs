@@ -45,11 +45,13 @@ pub struct Record {
 }
 
 /// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a canvas's
-/// snapshot or a partition's checkpoint, on the same partition number as the canvas's events.
+/// snapshot, a partition's checkpoint or a key record, on the same partition number as the
+/// canvas's events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotWrite {
     pub partition: i32,
     pub key: String,
+    /// The value; empty for a tombstone (no value: no record of the topic is empty).
     pub value: Vec<u8>,
 }
 

@@ -420,8 +420,9 @@ impl Worker {
     fn send_snapshot(&self, producer: &TxnProducer, seq: usize, index: usize, w: &SnapshotWrite, by: Instant) -> Result<(), KafkaError> {
         let record = Produced::<[u8]>::with_opaque_to(&self.settings.snapshot_topic, seq << INDEX_BITS | index)
             .partition(w.partition)
-            .key(w.key.as_str())
-            .payload(w.value.as_slice());
+            .key(w.key.as_str());
+        // An empty value is a tombstone: no payload at all.
+        let record = if w.value.is_empty() { record } else { record.payload(w.value.as_slice()) };
         producer.queue(record, by)
     }
 

@@ -1,0 +1,177 @@
+//! The idempotency keys a partition's checkpoint moves past, carried into the snapshot topic.
+//!
+//! A rebuild reads the events log from each partition's checkpoint on. The idempotency keys of
+//! the records below it, within the key window, would otherwise have to be read back from the log
+//! (the whole window: minutes of events at any write rate). So every transaction that moves a
+//! partition's checkpoint also writes the keys of the records it moves past as key records
+//! ([`shared::snapshot::KeyRecord`]), and a rebuild learns them from the snapshot topic.
+//!
+//! [`KeyBook`] is one partition's side of it: the keyed records at or after the checkpoint
+//! (pending), the key records in the topic and their newest key's time (live: tombstoned once
+//! that is older than the window), and whether the partition's "complete from" record is still to
+//! be written. [`KeyBook::plan`] is pure: the writes for a checkpoint move; [`KeyBook::applied`]
+//! takes a committed plan in.
+
+use crate::log::SnapshotWrite;
+use shared::snapshot::{encode_keys_from, KeyEntry, KeyRecord, KEYS_FROM_KEY};
+use std::collections::BTreeMap;
+
+/// Most keys one key record carries (about 150 bytes each: far below the topic's record limit).
+pub const KEYS_PER_RECORD: usize = 5_000;
+
+/// One partition's keys on their way into the snapshot topic.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeyBook {
+    /// Keyed records at or after the last checkpoint: offset → their keys.
+    pending: BTreeMap<i64, Vec<KeyEntry>>,
+    /// Key records in the topic: name → its newest key's time.
+    live: BTreeMap<String, u64>,
+    /// The offset to write as the partition's "key records complete from", once: set when the
+    /// topic had none (a fresh partition, or one a publisher without key records wrote).
+    from_to_write: Option<i64>,
+}
+
+/// The key-record writes of one checkpoint move.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct KeyWrites {
+    /// The checkpoint they go with: pending keys below it are written.
+    pub below: i64,
+    /// Key records written: name and newest key's time.
+    pub records: Vec<(String, u64)>,
+    /// Key records tombstoned (every key in them older than the window).
+    pub tombstones: Vec<String>,
+    /// Whether the "complete from" record is written.
+    pub wrote_from: bool,
+    /// The snapshot-topic records, in order.
+    pub writes: Vec<SnapshotWrite>,
+}
+
+impl KeyBook {
+    /// A partition's book after a rebuild: the key records read (`live`: name and newest time),
+    /// and `complete_from` (the partition's "complete from" record), or `None` when it has none,
+    /// in which case `checkpoint` (where this publisher's reads start) is written as one with
+    /// the first checkpoint move.
+    pub fn restored(live: impl IntoIterator<Item = (String, u64)>, complete_from: Option<i64>, checkpoint: i64) -> Self {
+        Self { pending: BTreeMap::new(), live: live.into_iter().collect(), from_to_write: complete_from.is_none().then_some(checkpoint) }
+    }
+
+    /// The keys of a committed record at `offset` (at or after the checkpoint).
+    pub fn record(&mut self, offset: i64, entries: Vec<KeyEntry>) {
+        if !entries.is_empty() {
+            self.pending.entry(offset).or_default().extend(entries);
+        }
+    }
+
+    /// Keyed records waiting for a checkpoint move.
+    pub fn pending_records(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// The writes that go with moving partition `partition`'s checkpoint to `checkpoint` at
+    /// `now_ms`: the pending keys below it within `window_ms` (in records of at most
+    /// [`KEYS_PER_RECORD`]), tombstones of the key records whose keys are all older than the
+    /// window, and the "complete from" record if it is due. Pure.
+    pub fn plan(&self, partition: i32, checkpoint: i64, now_ms: u64, window_ms: u64) -> KeyWrites {
+        let oldest_kept = now_ms.saturating_sub(window_ms);
+        let mut out = KeyWrites { below: checkpoint, ..KeyWrites::default() };
+        if let Some(from) = self.from_to_write {
+            out.wrote_from = true;
+            out.writes.push(SnapshotWrite { partition, key: KEYS_FROM_KEY.to_owned(), value: encode_keys_from(from) });
+        }
+        let moving: Vec<(i64, &KeyEntry)> =
+            self.pending.range(..checkpoint).flat_map(|(o, es)| es.iter().map(move |e| (*o, e))).filter(|(_, e)| e.at_ms >= oldest_kept).collect();
+        if let Some(&(first, _)) = moving.first() {
+            for (n, chunk) in moving.chunks(KEYS_PER_RECORD).enumerate() {
+                let rec = KeyRecord { name: KeyRecord::name_of(first, n), entries: chunk.iter().map(|(_, e)| (*e).clone()).collect() };
+                out.records.push((rec.name.clone(), rec.newest_ms()));
+                out.writes.push(SnapshotWrite { partition, key: rec.name.clone(), value: rec.encode() });
+            }
+        }
+        for (name, newest) in &self.live {
+            if *newest < oldest_kept {
+                out.tombstones.push(name.clone());
+                out.writes.push(SnapshotWrite { partition, key: name.clone(), value: Vec::new() });
+            }
+        }
+        out
+    }
+
+    /// `writes` committed.
+    pub fn applied(&mut self, writes: &KeyWrites) {
+        self.pending = self.pending.split_off(&writes.below);
+        for (name, newest) in &writes.records {
+            self.live.insert(name.clone(), *newest);
+        }
+        for name in &writes.tombstones {
+            self.live.remove(name);
+        }
+        if writes.wrote_from {
+            self.from_to_write = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(k: &str, offset: i64, at_ms: u64) -> KeyEntry {
+        KeyEntry { key: k.into(), canvas: "c1".into(), x: 0, y: 0, color: [1, 2, 3], version: 1, offset, at_ms }
+    }
+
+    fn keys_of(w: &KeyWrites) -> Vec<String> {
+        w.writes
+            .iter()
+            .filter(|s| s.key.starts_with(shared::snapshot::KEYS_PREFIX) && s.key != KEYS_FROM_KEY && !s.value.is_empty())
+            .flat_map(|s| match shared::snapshot::decode(Some(s.key.as_bytes()), Some(&s.value)) {
+                Ok(Some(shared::snapshot::Entry::Keys(r))) => r.entries.into_iter().map(|e| e.key).collect::<Vec<_>>(),
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_checkpoint_move_writes_the_keys_it_moves_past_within_the_window() {
+        let mut b = KeyBook::restored([], Some(0), 0);
+        b.record(3, vec![key("old", 3, 1_000)]);
+        b.record(5, vec![key("a", 5, 9_000), key("b", 5, 9_000)]);
+        b.record(9, vec![key("later", 9, 9_500)]);
+        // Window 5 s at 10 s: "old" (1 s) is past it; "later" is at the new checkpoint.
+        let w = b.plan(2, 9, 10_000, 5_000);
+        assert_eq!(keys_of(&w), vec!["a", "b"]);
+        assert_eq!(w.records, vec![("#keys-5-0".to_owned(), 9_000)]);
+        assert!(!w.wrote_from && w.tombstones.is_empty());
+        assert!(w.writes.iter().all(|s| s.partition == 2));
+        b.applied(&w);
+        assert_eq!(b.pending_records(), 1, "the record at the checkpoint waits for the next move");
+        // Once every key in it is older than the window, the key record is tombstoned.
+        let w2 = b.plan(2, 9, 14_001, 5_000);
+        assert_eq!(w2.tombstones, vec!["#keys-5-0".to_owned()]);
+        assert!(w2.writes.iter().any(|s| s.key == "#keys-5-0" && s.value.is_empty()));
+        b.applied(&w2);
+        assert!(b.plan(2, 9, 20_000, 5_000).writes.is_empty());
+    }
+
+    #[test]
+    fn the_complete_from_record_is_written_once_where_the_topic_had_none() {
+        let mut b = KeyBook::restored([("#keys-1-0".to_owned(), 50_000)], None, 42);
+        let w = b.plan(0, 42, 60_000, 600_000);
+        assert!(w.wrote_from);
+        assert_eq!(shared::snapshot::decode(Some(KEYS_FROM_KEY.as_bytes()), Some(&w.writes[0].value)).unwrap(), Some(shared::snapshot::Entry::KeysFrom(42)));
+        b.applied(&w);
+        assert!(!b.plan(0, 42, 60_000, 600_000).wrote_from);
+        assert!(!KeyBook::restored([], Some(7), 42).plan(0, 42, 0, 1).wrote_from, "a topic that has one gets none");
+    }
+
+    #[test]
+    fn many_keys_are_split_into_records_of_a_bounded_size() {
+        let mut b = KeyBook::restored([], Some(0), 0);
+        for o in 0..(KEYS_PER_RECORD as i64 + 10) {
+            b.record(o, vec![key(&format!("k{o}"), o, 1_000)]);
+        }
+        let w = b.plan(0, i64::MAX, 1_000, 600_000);
+        assert_eq!(w.records.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), vec!["#keys-0-0", "#keys-0-1"]);
+        assert_eq!(keys_of(&w).len(), KEYS_PER_RECORD + 10);
+        assert!(w.writes.iter().all(|s| s.value.len() < shared::snapshot::MAX_RECORD_BYTES));
+    }
+}
