@@ -1,6 +1,8 @@
-//! The start-up read behind [`crate::versions::Versions::rebuild`]: every canvas's head from the
-//! snapshot topic, then the events log after each partition's checkpoint (and back to the
-//! idempotency-key window for the keys), into the partitions the committers start from.
+//! The start-up read behind [`crate::versions::Versions::rebuild`]: every canvas's head and the
+//! idempotency keys below each checkpoint from the snapshot topic ([`crate::keylog`]), then the
+//! events log after each partition's checkpoint (and, where a log was written before key records
+//! existed, back through the key window for its keys), into the partitions the committers start
+//! from.
 
 use crate::idempotency::KeyStore;
 use crate::log::{EventLog, LoggedEvent, PrepareError, ReadError, Tail};
@@ -88,9 +90,9 @@ pub struct Restored {
 /// # Errors
 /// [`RebuildError::Read`] when the log cannot be read, or a snapshot cannot be used.
 pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
-    // Heads from the snapshots, then the log's tail after each partition's checkpoint,
-    // streamed (never the whole topic in memory); the tail starts earlier where the log
-    // still has records within the idempotency-key window.
+    // Heads and keys from the snapshot topic, then the log's tail after each partition's
+    // checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where
+    // the window's keys are not all in key records.
     let loaded = log.read_snapshots().await?;
     let now_ms = shared::event::now_ms();
     let key_from_ms = now_ms.saturating_sub(key_window.as_millis() as u64) as i64;
