@@ -31,7 +31,8 @@ pub struct KeyBook {
     from_to_write: Option<i64>,
 }
 
-/// The key-record writes of one checkpoint move.
+/// The key-record writes of one checkpoint move: the "complete from" record, tombstones, then
+/// key records, in that order.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct KeyWrites {
     /// The checkpoint they go with: pending keys below it are written.
@@ -78,6 +79,14 @@ impl KeyBook {
             out.wrote_from = true;
             out.writes.push(SnapshotWrite { partition, key: KEYS_FROM_KEY.to_owned(), value: encode_keys_from(from) });
         }
+        // Tombstones first: a key record of an older history (the events topic recreated) can
+        // have the name of one written now, which must outlive it.
+        for (name, newest) in &self.live {
+            if *newest < oldest_kept {
+                out.tombstones.push(name.clone());
+                out.writes.push(SnapshotWrite { partition, key: name.clone(), value: Vec::new() });
+            }
+        }
         let moving: Vec<(i64, &KeyEntry)> =
             self.pending.range(..checkpoint).flat_map(|(o, es)| es.iter().map(move |e| (*o, e))).filter(|(_, e)| e.at_ms >= oldest_kept).collect();
         if let Some(&(first, _)) = moving.first() {
@@ -87,23 +96,17 @@ impl KeyBook {
                 out.writes.push(SnapshotWrite { partition, key: rec.name.clone(), value: rec.encode() });
             }
         }
-        for (name, newest) in &self.live {
-            if *newest < oldest_kept {
-                out.tombstones.push(name.clone());
-                out.writes.push(SnapshotWrite { partition, key: name.clone(), value: Vec::new() });
-            }
-        }
         out
     }
 
     /// `writes` committed.
     pub fn applied(&mut self, writes: &KeyWrites) {
         self.pending = self.pending.split_off(&writes.below);
-        for (name, newest) in &writes.records {
-            self.live.insert(name.clone(), *newest);
-        }
         for name in &writes.tombstones {
             self.live.remove(name);
+        }
+        for (name, newest) in &writes.records {
+            self.live.insert(name.clone(), *newest);
         }
         if writes.wrote_from {
             self.from_to_write = None;
@@ -161,6 +164,18 @@ mod tests {
         b.applied(&w);
         assert!(!b.plan(0, 42, 60_000, 600_000).wrote_from);
         assert!(!KeyBook::restored([], Some(7), 42).plan(0, 42, 0, 1).wrote_from, "a topic that has one gets none");
+    }
+
+    #[test]
+    fn a_tombstone_of_an_old_record_comes_before_a_new_record_of_the_same_name() {
+        // An old history's record, to be tombstoned (its time forced out of the window).
+        let mut b = KeyBook::restored([("#keys-0-0".to_owned(), 0)], None, 0);
+        b.record(0, vec![key("new", 0, 9_000)]);
+        let w = b.plan(0, 5, 10_000, 5_000);
+        let order: Vec<(&str, bool)> = w.writes.iter().map(|s| (s.key.as_str(), s.value.is_empty())).collect();
+        assert_eq!(order, vec![(KEYS_FROM_KEY, false), ("#keys-0-0", true), ("#keys-0-0", false)]);
+        b.applied(&w);
+        assert_eq!(b.live.get("#keys-0-0"), Some(&9_000), "the new record is live");
     }
 
     #[test]

@@ -101,23 +101,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     // complete (from the partition's "complete from" offset on): the log is read for keys only
     // below that, where a publisher without key records wrote within the window.
     wanted.retain(|p, w| loaded.keys_from.get(p).is_none_or(|from| *w < *from));
-    let mut live: Vec<Vec<(String, u64)>> = (0..n).map(|_| Vec::new()).collect();
-    let mut from_records = 0usize;
-    {
-        let mut store = keys.lock().expect("key store lock");
-        for (p, rec) in &loaded.keys {
-            if let Some(l) = live.get_mut(*p as usize) {
-                l.push((rec.name.clone(), rec.newest_ms()));
-            }
-            for e in &rec.entries {
-                let Ok(canvas) = CanvasId::parse(&e.canvas) else { continue };
-                let fp = Fingerprint { canvas: canvas.clone(), x: e.x, y: e.y, color: shared::Color(e.color) };
-                let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
-                store.learn(&e.key, fp, published, e.at_ms, now_ms);
-                from_records += 1;
-            }
-        }
-    }
+
     let mut rebuilt = Rebuilt {
         dims,
         heads: (0..n).map(|_| HashMap::new()).collect(),
@@ -154,7 +138,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
     let needed_at = needed.clone();
     let state = Arc::new(Mutex::new(rebuilt));
-    let (keys, sink_state) = (keys.clone(), state.clone());
+    let (sink_keys, sink_state) = (keys.clone(), state.clone());
     let now = std::time::Instant::now();
     let (_, end) = log
         .read_tail(Tail { needed, wanted }, move |le: LoggedEvent| {
@@ -164,7 +148,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
                 let ev = &le.event;
                 let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
                 let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
-                keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
+                sink_keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
                 if let Some(keyed) = state.keyed.get_mut(le.partition as usize) {
                     keyed.push(key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset).remove(0));
                 }
@@ -177,6 +161,32 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     );
     if !end.truncated.is_empty() {
         return Err(deleted_tail(&end.truncated, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
+    }
+    // The keys of the key records, except on a partition whose log moved back under its
+    // checkpoint (the events topic recreated with the snapshot topic kept): those belong to the
+    // old history; they are tombstoned with the first checkpoint of the new one.
+    let moved: Vec<bool> = (0..n as i32).map(|p| needed_at.get(&p).is_some_and(|cp| *cp > end.positions.get(&p).copied().unwrap_or(0))).collect();
+    let moved_back = |p: i32| moved.get(p as usize).copied().unwrap_or(false);
+    let mut live: Vec<Vec<(String, u64)>> = (0..n).map(|_| Vec::new()).collect();
+    let mut from_records = 0usize;
+    {
+        let mut store = keys.lock().expect("key store lock");
+        for (p, rec) in &loaded.keys {
+            let old_history = moved_back(*p);
+            if let Some(l) = live.get_mut(*p as usize) {
+                l.push((rec.name.clone(), if old_history { 0 } else { rec.newest_ms() }));
+            }
+            if old_history {
+                continue;
+            }
+            for e in &rec.entries {
+                let Ok(canvas) = CanvasId::parse(&e.canvas) else { continue };
+                let fp = Fingerprint { canvas: canvas.clone(), x: e.x, y: e.y, color: shared::Color(e.color) };
+                let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
+                store.learn(&e.key, fp, published, e.at_ms, now_ms);
+                from_records += 1;
+            }
+        }
     }
     tracing::info!(canvases_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
         incomplete = rebuilt.incomplete.len(), keys_from_key_records = from_records,
@@ -197,7 +207,8 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
             // the heads' read started (the checkpoint; the log start where it moved back).
             let checkpoint = needed_at.get(&(p as i32)).copied().unwrap_or(0);
             let from = if checkpoint > end { 0 } else { checkpoint };
-            let mut book = KeyBook::restored(live, loaded.keys_from.get(&(p as i32)).copied(), from);
+            let complete_from = if moved_back(p as i32) { None } else { loaded.keys_from.get(&(p as i32)).copied() };
+            let mut book = KeyBook::restored(live, complete_from, from);
             for e in std::mem::take(&mut keyed[p]).into_iter().filter(|e| e.offset >= from) {
                 book.record(e.offset, vec![e]);
             }

@@ -912,6 +912,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn key_records_of_an_old_history_are_not_learned_on_a_recreated_events_topic() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let timings = snapshotting(2, Duration::from_secs(3600));
+        let first = Versions::shared(log.clone(), DIMS, 1, timings);
+        first.rebuild().await.unwrap();
+        let c = id("c1");
+        first.publish_with_key(&c, 1, 1, Color([9, 9, 9]), Some("k-1")).await.unwrap();
+        for x in 0..5 {
+            first.publish(&c, x, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        assert!(log.snapshot_entries(0).iter().any(|e| matches!(e, shared::snapshot::Entry::Keys(_))), "a key record was written");
+        log.recreate_events_topic();
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings);
+        restarted.rebuild().await.unwrap();
+        let (p, replayed) = restarted.publish_with_key(&c, 1, 1, Color([9, 9, 9]), Some("k-1")).await.unwrap();
+        assert!(!replayed, "the old history's answer (version {}) is not this log's", p.version);
+        // The old history's key records go with the new history's first checkpoint.
+        for x in 0..4 {
+            restarted.publish(&c, x, 2, Color([2, 0, 0])).await.unwrap();
+        }
+        let again = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings);
+        again.rebuild().await.unwrap();
+        assert_eq!(again.publish_with_key(&c, 1, 1, Color([9, 9, 9]), Some("k-1")).await.unwrap(), (p, true), "the new history's answer");
+    }
+
+    #[tokio::test]
     async fn a_restart_reads_the_log_from_the_checkpoints_not_back_through_the_key_window() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let timings = snapshotting(1, Duration::from_secs(3600));

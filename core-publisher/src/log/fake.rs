@@ -145,6 +145,13 @@ impl FakeLog {
         self.committed().len()
     }
 
+    /// The events topic deleted and created again, the snapshot topic kept: every partition's
+    /// log starts over at offset 0.
+    pub fn recreate_events_topic(&self) {
+        self.shared.entries.lock().unwrap().clear();
+        self.shared.low.lock().unwrap().clear();
+    }
+
     /// Deletes the records of `partition` below `before` (Kafka's DeleteRecords).
     pub fn delete_records(&self, partition: i32, before: i64) {
         let mut low = self.shared.low.lock().unwrap();
