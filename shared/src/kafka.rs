@@ -381,6 +381,15 @@ impl KafkaSettings {
         c
     }
 
+    /// A client that reads a partition's high watermark only (`isolation.level=read_uncommitted`:
+    /// `fetch_watermarks` returns the high watermark instead of the last stable offset). Never use
+    /// it to read records: it would deliver those of open and aborted transactions.
+    pub fn high_watermark_reader(&self, client_id: &str) -> ClientConfig {
+        let mut c = self.reader(client_id);
+        c.set("isolation.level", "read_uncommitted");
+        c
+    }
+
     /// An admin client (topic creation, metadata).
     pub fn admin(&self, client_id: &str) -> ClientConfig {
         self.base(client_id)
@@ -501,6 +510,41 @@ pub async fn topic_config(settings: &KafkaSettings, client_id: &str, topic: &str
     let results = admin.describe_configs([&ResourceSpecifier::Topic(topic)], &opts).await.map_err(|e| e.to_string())?;
     let resource = results.into_iter().next().ok_or("no answer")?.map_err(|e| e.to_string())?;
     Ok(resource.get(key).and_then(|e| e.value.clone()))
+}
+
+/// The value of `key` in each broker's configuration (DescribeConfigs on every broker of the
+/// cluster's metadata): per broker id, `Ok(None)` when the broker reports no such entry, `Err` when
+/// it did not answer (librdkafka's mock cluster has no DescribeConfigs).
+///
+/// # Errors
+/// When the brokers cannot be listed.
+pub async fn broker_config(settings: &KafkaSettings, client_id: &str, key: &str) -> Result<Vec<(i32, Result<Option<String>, String>)>, String> {
+    use rdkafka::admin::{AdminClient, AdminOptions, OwnedResourceSpecifier, ResourceSpecifier};
+    let admin: std::sync::Arc<AdminClient<FleetContext>> = std::sync::Arc::new(
+        settings.admin(&format!("{client_id}-admin")).create_with_context(FleetContext::default()).map_err(|e| e.to_string())?,
+    );
+    let lister = admin.clone();
+    let ids: Vec<i32> = tokio::task::spawn_blocking(move || {
+        let md = lister.inner().fetch_metadata(None, Duration::from_secs(10)).map_err(|e| e.to_string())?;
+        Ok::<_, String>(md.brokers().iter().map(|b| b.id()).collect())
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    // librdkafka sends a broker's resource to that broker: one broker per request.
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(10)));
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let results = admin.describe_configs([&ResourceSpecifier::Broker(id)], &opts).await.map_err(|e| e.to_string());
+        let value = match results.map(|r| r.into_iter().next()) {
+            Err(e) => Err(e),
+            Ok(None) => Err("no answer".to_owned()),
+            Ok(Some(Err(e))) => Err(e.to_string()),
+            Ok(Some(Ok(res))) if matches!(res.specifier, OwnedResourceSpecifier::Broker(b) if b == id) => Ok(res.get(key).and_then(|e| e.value.clone())),
+            Ok(Some(Ok(res))) => Err(format!("answered for {:?}, asked for broker {id}", res.specifier)),
+        };
+        out.push((id, value));
+    }
+    Ok(out)
 }
 
 /// Ensures `topic` exists (creating it with `partitions` × `replication` and `configs` when it
