@@ -8,7 +8,8 @@
 //! newer publisher fences it, it answers 503 `fenced` and exits.
 //!
 //! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`types`]
-//! (answers and errors), [`versions`] (the version authority: start-up, publish, truth),
+//! (answers and errors), [`verification`] (the broker setting checked at start), [`versions`] (the
+//! version authority: start-up, publish, truth),
 //! [`partition`] (a partition's queue, heads and isolation policy), [`committer`] (the shared
 //! committer and the isolated partitions' ones), [`idempotency`] (`Idempotency-Key`), [`log`] (the
 //! Kafka side as the version logic sees it), [`txn`] (one transactional producer), [`metrics`]
@@ -27,6 +28,7 @@ pub mod rebuild;
 pub mod snapshots;
 pub mod txn;
 pub mod types;
+pub mod verification;
 pub mod versions;
 
 use crate::config::Config;
@@ -49,10 +51,12 @@ pub const FENCED_EXIT_AFTER: Duration = Duration::from_secs(2);
 ///
 /// The HTTP server starts at once (answering 503 until ready); creating the topic, initialising
 /// the transactional producers and rebuilding the heads retry with backoff until the broker
-/// answers.
+/// answers, and until no other producer's transaction holds the log
+/// ([`rebuild::refuse_open_transactions`]).
 ///
 /// # Errors
-/// When the server cannot run (the listener failed).
+/// When the server cannot run (the listener failed), or a broker has partition verification off
+/// ([`verification`]): the process then stops at once instead of retrying.
 pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationToken) -> anyhow::Result<()> {
     let settings = config.kafka();
     let retry = ExponentialBuilder::default()
@@ -80,9 +84,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             .with_idempotency_keys(config.idempotency_keys_max as usize),
     );
 
+    // Set when the start is refused for good (a broker setting): the process then stops with it.
+    let refused: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+
     // The server answers at once (503 until ready); the topic and the heads come from Kafka.
     let prepare = {
-        let (versions, shutdown, config) = (versions.clone(), shutdown.clone(), config.clone());
+        let (versions, shutdown, config, refused) = (versions.clone(), shutdown.clone(), config.clone(), refused.clone());
         async move {
             let snapshot_topic = config.snapshot_topic();
             let ensure = || {
@@ -99,6 +106,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             if partitions != config.partitions {
                 tracing::warn!(topic = %config.topic, configured = config.partitions, actual = partitions,
                     "topic exists with another partition count; using the topic's");
+            }
+            // Once the broker answers: refuse to start on a broker without partition
+            // verification, for good (no retry changes a setting; see `verification`).
+            if let Err(e) = crate::verification::check(&settings).await {
+                tracing::error!(error = %e, "refusing to start");
+                *refused.lock().expect("refusal lock") = Some(e.to_string());
+                shutdown.cancel();
+                return;
             }
             versions.set_partitions(partitions);
             tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
@@ -170,6 +185,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let limiter = Arc::new(config.rate.limiter());
     tokio::spawn(limiter.clone().run_cleanup(shutdown.clone()));
     shared::serve::serve(listener, api::router_with(versions, tokens, limiter), config.serve.limits(), shutdown.cancelled_owned()).await?;
+    if let Some(why) = refused.lock().expect("refusal lock").take() {
+        anyhow::bail!("refused to start: {why}");
+    }
     tracing::info!("publisher stopped");
     Ok(())
 }
