@@ -41,6 +41,14 @@ enum Entry {
     Record(FakeRecord),
     Aborted,
     Marker,
+    /// A record of another producer's transaction, still open.
+    Open(FakeRecord),
+}
+
+/// The last stable offset of a partition's `entries`: the first record of an open transaction,
+/// else the end.
+fn stable_of(entries: &[Entry]) -> i64 {
+    entries.iter().position(|e| matches!(e, Entry::Open(_))).unwrap_or(entries.len()) as i64
 }
 
 struct Shared {
@@ -179,6 +187,26 @@ impl FakeLog {
         self.shared.entries.lock().unwrap().get(&partition).map_or(0, |v| v.len() as i64)
     }
 
+    /// Another producer (not a publisher) begins a transaction on `partition` and writes
+    /// `record` in it, leaving it open: `read_committed` readers stop before it (the partition's
+    /// last stable offset) until [`FakeLog::end_foreign`].
+    pub fn open_foreign(&self, partition: i32, record: FakeRecord) {
+        self.shared.entries.lock().unwrap().entry(partition).or_default().push(Entry::Open(record));
+    }
+
+    /// Ends the other producer's open transaction on `partition`: committed or aborted, with its
+    /// marker.
+    pub fn end_foreign(&self, partition: i32, commit: bool) {
+        let mut entries = self.shared.entries.lock().unwrap();
+        let part = entries.entry(partition).or_default();
+        for e in part.iter_mut() {
+            if let Entry::Open(r) = e {
+                *e = if commit { Entry::Record(std::mem::take(r)) } else { Entry::Aborted };
+            }
+        }
+        part.push(Entry::Marker);
+    }
+
     /// Appends a transaction: its records (committed or aborted) and a marker on each of
     /// their partitions, and, when it commits, its snapshots; returns the records' offsets.
     fn append_txn(&self, records: &[Record], snapshots: &[SnapshotWrite], commit: bool) -> Vec<i64> {
@@ -312,6 +340,15 @@ impl EventLog for FakeLog {
         Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
     }
 
+    async fn open_transactions(&self) -> Result<Vec<OpenTxn>, ReadError> {
+        let entries = self.shared.entries.lock().unwrap();
+        Ok(entries
+            .iter()
+            .map(|(p, v)| OpenTxn { topic: "fake".into(), partition: *p, stable: stable_of(v), high: v.len() as i64 })
+            .filter(|o| o.stable < o.high)
+            .collect())
+    }
+
     async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
         let mut loaded = Loaded::default();
         let snaps = self.shared.snapshots.lock().unwrap().clone();
@@ -344,7 +381,9 @@ impl EventLog for FakeLog {
         let low = self.shared.low.lock().unwrap().clone();
         let mut end = TailEnd::default();
         for p in 0..self.shared.partitions as i32 {
-            let v = entries.get(&p).cloned().unwrap_or_default();
+            let mut v = entries.get(&p).cloned().unwrap_or_default();
+            // A read_committed reader ends at the last stable offset.
+            v.truncate(stable_of(&v) as usize);
             let (start, gap) =
                 replay::start_of(tail.needed.get(&p).copied(), tail.wanted.get(&p).copied(), low.get(&p).copied().unwrap_or(0), v.len() as i64);
             if gap == replay::Gap::Deleted {

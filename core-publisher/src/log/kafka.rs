@@ -1,7 +1,7 @@
 //! [`EventLog`] on a real Kafka-protocol broker ([`KafkaLog`]), and the topics it needs
 //! ([`ensure_topics`]).
 
-use super::{EventLog, LoggedEvent, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
+use super::{EventLog, LoggedEvent, OpenTxn, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
 use crate::txn::{Polling, ProducerSettings, TxnWriter};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -187,6 +187,32 @@ impl EventLog for KafkaLog {
             }
         }
         r
+    }
+
+    async fn open_transactions(&self) -> Result<Vec<OpenTxn>, ReadError> {
+        let (settings, topic) = (self.settings.kafka.clone(), self.settings.topic.clone());
+        let timeout = Duration::from_secs(10);
+        tokio::task::spawn_blocking(move || {
+            let err = |e: &dyn std::fmt::Display| ReadError(e.to_string());
+            let committed: BaseConsumer<FleetContext> =
+                settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| err(&e))?;
+            let uncommitted: BaseConsumer<FleetContext> =
+                settings.high_watermark_reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| err(&e))?;
+            let n = replay::partition_count(&committed, &topic, timeout).map_err(|e| err(&e))?;
+            let mut open = Vec::new();
+            for p in 0..n as i32 {
+                // High watermark first: a transaction that ends between the two reads moves the
+                // stable offset up to (or past) it, and is not named.
+                let (_, high) = uncommitted.fetch_watermarks(&topic, p, timeout).map_err(|e| err(&e))?;
+                let (_, stable) = committed.fetch_watermarks(&topic, p, timeout).map_err(|e| err(&e))?;
+                if stable < high {
+                    open.push(OpenTxn { topic: topic.clone(), partition: p, stable, high });
+                }
+            }
+            Ok(open)
+        })
+        .await
+        .map_err(|e| ReadError(e.to_string()))?
     }
 
     async fn read_snapshots(&self) -> Result<Loaded, ReadError> {

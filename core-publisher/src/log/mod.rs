@@ -18,7 +18,8 @@
 //!   time ([`TxnOutcome::InDoubt`]).
 //! - [`EventLog::resolve`] asks again about an in-doubt commit until the answer is definite.
 //! - The reads return committed records only, and the *position* each read ended at (past the
-//!   last commit marker, see [`shared::replay`]).
+//!   last commit marker, see [`shared::replay`]). [`EventLog::open_transactions`] names the
+//!   partitions where an open transaction holds that readable end below the log's end.
 //!
 //! [`EventLog`] is the seam the version logic is written against, so its rules are unit-tested
 //! with [`fake::FakeLog`]; [`kafka::KafkaLog`] is the real one (its transactions are in
@@ -148,6 +149,17 @@ pub struct TailEnd {
     pub records: u64,
 }
 
+/// A partition of the events topic with a transaction open: its last stable offset (`stable`,
+/// the first offset of the oldest open transaction, where `read_committed` readers stop) is below
+/// its high watermark (`high`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpenTxn {
+    pub topic: String,
+    pub partition: i32,
+    pub stable: i64,
+    pub high: i64,
+}
+
 /// What the version logic needs from the log.
 pub trait EventLog: Send + Sync + 'static {
     /// Initialises the transactional producers of every writer of a topic of `partitions`
@@ -175,6 +187,11 @@ pub trait EventLog: Send + Sync + 'static {
     /// One more attempt to learn how `writer`'s in-doubt transaction ended; `Err` while it is
     /// still not known.
     fn resolve(&self, writer: Writer) -> impl Future<Output = Result<Resolution, String>> + Send;
+
+    /// The partitions of the events topic whose last stable offset is below their high watermark
+    /// (a transaction is open there), in partition order; empty when none is. The high watermark
+    /// is read before the last stable offset, so a transaction that ends meanwhile is not named.
+    fn open_transactions(&self) -> impl Future<Output = Result<Vec<OpenTxn>, ReadError>> + Send;
 
     /// The snapshot topic's committed snapshots and checkpoints (empty when it does not exist).
     fn read_snapshots(&self) -> impl Future<Output = Result<Loaded, ReadError>> + Send;
