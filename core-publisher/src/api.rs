@@ -5,10 +5,10 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
+//! | `GET /health` | `200 {"ready","state","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers (liveness probes; [`shared::probe`]) |
-//! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
+//! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, its message naming why the last start attempt failed, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! With client tokens required (`CLIENT_TOKEN_*`, [`shared::client_token`]) both publishes need
 //! `Authorization: Bearer <jwt>` allowing `publish` on the canvas (on every event's canvas for a
@@ -358,6 +358,7 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     Json(serde_json::json!({
         "ready": v.is_ready(),
         "state": state,
+        "start_error": v.start_problem(),
         "in_doubt_partitions": v.in_doubt_partitions(),
         "partition_writers": v.partition_reports(),
         "transactions": v.counters().to_json(),
@@ -396,7 +397,10 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
     } else if v.is_fenced() {
         Err(publish_error(PublishError::Fenced))
     } else {
-        let why = shared::kafka::with_recent_client_error("the publisher is preparing the topic or rebuilding canvas versions");
+        let why = match v.start_problem() {
+            Some(problem) => format!("the publisher cannot start yet: {problem}"),
+            None => shared::kafka::with_recent_client_error("the publisher is preparing the topic or rebuilding canvas versions"),
+        };
         Err(ApiError::unavailable("not_ready", why, RETRY_AFTER_SECS))
     }
 }
@@ -591,6 +595,27 @@ mod tests {
         v.rebuild().await.unwrap();
         let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
         assert_eq!((s, j["ready"].as_bool()), (StatusCode::OK, Some(true)));
+    }
+
+    /// A start held by another producer's open transaction says so in `/ready`'s message and in
+    /// `/health`'s `start_error`, naming the partition, until the transaction ends.
+    #[tokio::test]
+    async fn a_start_held_by_an_open_transaction_names_it_in_ready_and_health() {
+        let (app, v) = make_app(Fate::Commit, false).await;
+        let stray = shared::PixelEvent { canvas: shared::CanvasId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: shared::Color([9, 9, 9]), published_at_ms: 0 };
+        v.log.open_foreign(4, vec![(stray, None)]);
+        assert!(v.rebuild().await.is_err());
+        let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
+        let message = j["message"].as_str().unwrap_or_default();
+        assert_eq!((s, j["error"].as_str()), (StatusCode::SERVICE_UNAVAILABLE, Some("not_ready")), "{j}");
+        assert!(message.contains("partition 4") && message.contains("last stable offset 0, high watermark 1"), "{j}");
+        let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!(h["state"], "preparing", "{h}");
+        assert!(h["start_error"].as_str().is_some_and(|e| e.contains("partition 4")), "{h}");
+        v.log.end_foreign(4, true);
+        v.rebuild().await.expect("ended: the rebuild goes on");
+        let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!((h["ready"].as_bool(), h["start_error"].is_null()), (Some(true), true), "{h}");
     }
 
     /// The orchestrators' probes: `/livez` answers whenever the process does; `/readyz` (and

@@ -2,10 +2,11 @@
 //! idempotency keys below each checkpoint from the snapshot topic ([`crate::keylog`]), then the
 //! events log after each partition's checkpoint (and, where a log was written before key records
 //! existed, back through the key window for its keys), into the partitions the committers start
-//! from.
+//! from. It does not read a log where another producer's transaction is open
+//! ([`refuse_open_transactions`]).
 
 use crate::idempotency::KeyStore;
-use crate::log::{EventLog, LoggedEvent, PrepareError, ReadError, Tail};
+use crate::log::{EventLog, LoggedEvent, OpenTxn, PrepareError, ReadError, Tail};
 use crate::keylog::KeyBook;
 use crate::partition::{key_entries, Partition};
 use crate::snapshots::Coverage;
@@ -29,6 +30,11 @@ pub enum RebuildError {
     /// Another publisher took over while this one was starting: it must not write.
     #[error("fenced by another publisher while starting")]
     Fenced,
+    /// Another producer's transaction is open on these partitions, on two reads
+    /// [`RECHECK_OPEN_AFTER`] apart ([`refuse_open_transactions`]; retry: it ends when that
+    /// producer commits or aborts, when an operator aborts it, or at its transaction timeout).
+    #[error("{}", describe_hanging(.0))]
+    Hanging(Vec<OpenTxn>),
 }
 
 
@@ -88,8 +94,11 @@ pub struct Restored {
 /// log's tail after each checkpoint, teaching `keys` the idempotency keys within `key_window`.
 ///
 /// # Errors
-/// [`RebuildError::Read`] when the log cannot be read, or a snapshot cannot be used.
+/// [`RebuildError::Read`] when the log cannot be read, or a snapshot cannot be used;
+/// [`RebuildError::Hanging`] while another producer's transaction holds a partition's readable
+/// end ([`refuse_open_transactions`]).
 pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+    refuse_open_transactions(log).await?;
     // Heads and keys from the snapshot topic, then the log's tail after each partition's
     // checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where
     // the window's keys are not all in key records.
@@ -248,4 +257,115 @@ fn deleted_tail(
          uncovered records\")",
         parts.join("; ")
     )))
+}
+
+/// How long after a partition is first seen with a transaction open it is looked at again before
+/// the transaction is called hanging: a transaction's commit markers reach its partitions one by
+/// one, so a last stable offset can trail the end for a moment after the transaction ended.
+pub const RECHECK_OPEN_AFTER: Duration = Duration::from_millis(500);
+
+/// The partitions open on both reads (`first`, then `second`), with the second read's offsets.
+/// Pure.
+pub fn still_open(first: &[OpenTxn], second: &[OpenTxn]) -> Vec<OpenTxn> {
+    second.iter().filter(|o| first.iter().any(|f| f.partition == o.partition)).cloned().collect()
+}
+
+/// Refuses to read a log where another producer's transaction is open: records committed after
+/// its first one are invisible to a `read_committed` reader until it ends, so the heads read
+/// would be behind versions already handed out. Called after [`EventLog::prepare`], which ended
+/// whatever this publisher's own transactional ids left open, so an open transaction is
+/// another producer's. A partition is looked at again [`RECHECK_OPEN_AFTER`] later before the
+/// transaction is called hanging.
+///
+/// # Errors
+/// [`RebuildError::Hanging`] naming the partitions; [`RebuildError::Read`] when the offsets
+/// cannot be read.
+pub async fn refuse_open_transactions<L: EventLog>(log: &L) -> Result<(), RebuildError> {
+    let first = log.open_transactions().await?;
+    if first.is_empty() {
+        return Ok(());
+    }
+    tokio::time::sleep(RECHECK_OPEN_AFTER).await;
+    let hanging = still_open(&first, &log.open_transactions().await?);
+    if hanging.is_empty() {
+        Ok(())
+    } else {
+        Err(RebuildError::Hanging(hanging))
+    }
+}
+
+/// The text of [`RebuildError::Hanging`].
+fn describe_hanging(open: &[OpenTxn]) -> String {
+    let parts: Vec<String> = open
+        .iter()
+        .map(|o| format!("partition {} of {} (last stable offset {}, high watermark {})", o.partition, o.topic, o.stable, o.high))
+        .collect();
+    let first = open.first().map_or_else(|| ("<topic>".to_owned(), 0, 0), |o| (o.topic.clone(), o.partition, o.stable));
+    format!(
+        "a transaction of another producer is open on {}: records committed after its start are invisible to a read_committed \
+         reader until it ends, so rebuilding now would hand their versions out again; not rebuilding until it ends (retrying). \
+         See it with kafka-transactions.sh --bootstrap-server <broker> describe-producers --topic {} --partition {} (or find-hanging \
+         --topic {}), end it with kafka-transactions.sh --bootstrap-server <broker> abort --topic {} --partition {} --start-offset {}; \
+         its transaction coordinator aborts it by itself after the producer's transaction.timeout.ms",
+        parts.join("; "),
+        first.0,
+        first.1,
+        first.0,
+        first.0,
+        first.1,
+        first.2
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::log::fake::{Fate, FakeLog};
+    use crate::versions::{Timings, Versions};
+    use shared::{CanvasDims, CanvasId, Color, PixelEvent};
+    use std::sync::Arc;
+
+    const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
+
+    /// Another producer's transaction, open on the canvas's partition, holds the last stable
+    /// offset below a version this publisher committed after it: a rebuild then would read the
+    /// canvas's head one version short and hand that version out again.
+    #[tokio::test]
+    async fn a_rebuild_refuses_a_log_held_open_by_another_producers_transaction_until_it_ends() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let first = Versions::shared(log.clone(), DIMS, 1, Timings::default());
+        first.rebuild().await.expect("an empty log rebuilds");
+        let c1 = CanvasId::parse("c1").unwrap();
+        assert_eq!(first.publish(&c1, 0, 0, Color([1, 1, 1])).await.expect("v1").version, 1);
+        let stray = PixelEvent { canvas: CanvasId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
+        log.open_foreign(0, vec![(stray, None)]);
+        assert_eq!(first.publish(&c1, 1, 0, Color([2, 2, 2])).await.expect("v2").version, 2);
+        // Record v1 at 0, its marker at 1, the open record at 2, v2 at 3, its marker at 4.
+        drop(first);
+
+        let second = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, Timings::default());
+        let started = std::time::Instant::now();
+        let e = second.rebuild().await.err().expect("no rebuild from a log whose end an open transaction hides");
+        assert!(started.elapsed() >= super::RECHECK_OPEN_AFTER, "looked twice before calling it hanging");
+        let text = e.to_string();
+        for part in ["partition 0", "last stable offset 2", "high watermark 5", "kafka-transactions.sh", "abort"] {
+            assert!(text.contains(part), "{part:?} not in: {text}");
+        }
+        assert!(!second.is_ready());
+        assert_eq!(second.start_problem().as_deref(), Some(text.as_str()), "the reason is kept for /health and /ready");
+
+        log.end_foreign(0, false);
+        second.rebuild().await.expect("the transaction ended: the rebuild goes on");
+        assert_eq!(second.start_problem(), None);
+        assert_eq!(second.publish(&c1, 2, 0, Color([3, 3, 3])).await.expect("v3").version, 3, "v2 was read, not handed out again");
+    }
+
+    /// A transaction seen open once, then ended (its markers were being written), is not hanging;
+    /// one open on both reads is, with the second read's offsets.
+    #[test]
+    fn only_a_partition_open_on_both_reads_is_hanging() {
+        let open = |partition, stable, high| crate::log::OpenTxn { topic: "t".into(), partition, stable, high };
+        assert_eq!(super::still_open(&[open(0, 5, 9)], &[]), vec![]);
+        assert_eq!(super::still_open(&[open(0, 5, 9), open(2, 1, 3)], &[open(2, 1, 4), open(3, 0, 1)]), vec![open(2, 1, 4)]);
+        assert_eq!(super::still_open(&[], &[open(1, 0, 1)]), vec![], "not open on the first read: not looked at twice");
+    }
 }

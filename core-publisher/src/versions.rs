@@ -88,6 +88,8 @@ pub struct Versions<L> {
     timings: Timings,
     /// Canvases found with versions missing from the log and no snapshot covering them.
     incomplete: Mutex<Vec<CanvasId>>,
+    /// Why the last rebuild failed, until one succeeds.
+    start_problem: Mutex<Option<String>>,
     /// A publish that would create a canvas past this many is refused ([`PublishError::CanvasLimit`]).
     max_canvases: usize,
     /// Stops the committers (cancelled on drop).
@@ -144,6 +146,7 @@ impl<L: EventLog> Versions<L> {
             counters: Arc::new(Counters::default()),
             timings,
             incomplete: Mutex::new(Vec::new()),
+            start_problem: Mutex::new(None),
             max_canvases: usize::MAX,
             stop: CancellationToken::new(),
         }
@@ -224,8 +227,15 @@ impl<L: EventLog> Versions<L> {
     /// accepts writes. Returns the number of events read.
     ///
     /// # Errors
-    /// [`RebuildError`]: retry, except [`RebuildError::Fenced`].
+    /// [`RebuildError`]: retry, except [`RebuildError::Fenced`]. The error is kept until a rebuild
+    /// succeeds ([`Versions::start_problem`]).
     pub async fn rebuild(&self) -> Result<usize, RebuildError> {
+        let r = self.rebuild_once().await;
+        *self.start_problem.lock().expect("start problem lock") = r.as_ref().err().map(ToString::to_string);
+        r
+    }
+
+    async fn rebuild_once(&self) -> Result<usize, RebuildError> {
         if self.current().is_some() {
             return Ok(0);
         }
@@ -259,6 +269,13 @@ impl<L: EventLog> Versions<L> {
         *self.ctx.write().expect("ctx lock") = Some(ctx);
         self.status.set_ready();
         Ok(events_read)
+    }
+
+    /// Why the last [`Versions::rebuild`] failed, until one succeeds (`/health`'s `start_error`,
+    /// `/ready`'s message): a broker that does not answer, or another producer's transaction
+    /// holding the log ([`RebuildError::Hanging`]).
+    pub fn start_problem(&self) -> Option<String> {
+        self.start_problem.lock().expect("start problem lock").clone()
     }
 
     /// Canvases whose versions skip in the log where no snapshot covers them (their early pixels
