@@ -163,8 +163,127 @@ fn readers_see_committed_records_only_and_complete_at_markers() {
         assert_eq!(r["version"], 6, "{r}");
         publisher.terminate(Duration::from_secs(5)).await;
 
+        a_publisher_waits_out_a_foreign_transaction_and_refuses_a_broker_without_verification(&broker).await;
         idle_partitions_end_in_markers_and_are_not_stalled(&broker).await;
     });
+}
+
+/// A publisher process on `topic` (one partition, 8×8 canvases), not started.
+fn publisher_on(broker: &Broker, name: &str, topic: &str, tl: std::sync::Arc<Timeline>) -> Service {
+    let port = e2e::broker::free_port().expect("a port");
+    let env = [
+        ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
+        ("KAFKA_TOPIC", topic.to_owned()),
+        ("TOPIC_PARTITIONS", "1".to_owned()),
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("CANVAS_WIDTH", "8".to_owned()),
+        ("CANVAS_HEIGHT", "8".to_owned()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    Service::new(name, "core-publisher", port, env, tl)
+}
+
+/// Sets (`Some`) or removes (`None`: back to the broker's static setting, true by default) the
+/// per-broker `transaction.partition.verification.enable` of every broker, and waits until each
+/// reports `want` (the setting is dynamic: no restart). AlterConfigs replaces a broker's dynamic
+/// settings; the brokers of this test have none of their own.
+async fn set_verification(bootstrap: &str, value: Option<&str>, want: &str) {
+    const SETTING: &str = "transaction.partition.verification.enable";
+    let settings = KafkaSettings::new(bootstrap);
+    let brokers = shared::kafka::broker_config(&settings, "e2e-verify", SETTING).await.expect("the brokers");
+    let admin: rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> = settings.admin("e2e-verify-admin").create().expect("admin");
+    let opts = rdkafka::admin::AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
+    for (id, _) in &brokers {
+        let mut alter = rdkafka::admin::AlterConfig::new(rdkafka::admin::ResourceSpecifier::Broker(*id));
+        if let Some(v) = value {
+            alter = alter.set(SETTING, v);
+        }
+        for r in admin.alter_configs([&alter], &opts).await.expect("AlterConfigs") {
+            r.expect("the broker setting altered");
+        }
+    }
+    eventually(&format!("every broker to report {SETTING}={want}"), Duration::from_secs(20), || {
+        let settings = settings.clone();
+        async move {
+            let now = shared::kafka::broker_config(&settings, "e2e-verify", SETTING).await?;
+            Ok(now.iter().all(|(_, v)| v.as_ref().ok().and_then(|v| v.as_deref()) == Some(want)).then_some(()))
+        }
+    })
+    .await
+    .expect("the setting changed");
+}
+
+/// On the same broker: (a) another producer's transaction, open on the events topic, holds a
+/// publisher started meanwhile out of ready, and its `/health` and `/ready` name the partition;
+/// once that transaction is aborted the publisher becomes ready. (b) With the broker's
+/// `transaction.partition.verification.enable` turned off, a publisher exits at once, non-zero,
+/// naming the setting; it is turned back on for the cases after this one.
+async fn a_publisher_waits_out_a_foreign_transaction_and_refuses_a_broker_without_verification(broker: &Broker) {
+    let started = Instant::now();
+    let topic = format!("hang-{:08x}", rand::random::<u32>());
+    create_topic(&broker.bootstrap, &topic, 1, 1).await.expect("a topic");
+    let (bootstrap, t) = (broker.bootstrap.clone(), topic.clone());
+    // Another producer (not a publisher: its own transactional.id) leaves a transaction open.
+    let foreign = tokio::task::spawn_blocking(move || {
+        let p = producer(&bootstrap, &format!("{t}-foreign"));
+        p.begin_transaction().expect("begin");
+        let value = event("stray", 1);
+        p.send(BaseRecord::<str, String>::to(&t).partition(0).key("stray").payload(&value)).map_err(|(e, _)| e).expect("send");
+        let sent = Instant::now();
+        while p.in_flight_count() > 0 && sent.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        p
+    })
+    .await
+    .expect("a foreign transaction open");
+
+    let tl = Timeline::new(true);
+    let mut publisher = publisher_on(broker, "publisher-held", &topic, tl.clone());
+    publisher.start().expect("the publisher starts");
+    let (http, url) = (reqwest::Client::new(), publisher.url());
+    let health = eventually("the publisher to name the open transaction", Duration::from_secs(30), || {
+        let (http, url) = (http.clone(), url.clone());
+        async move {
+            let h = get_json(&http, &format!("{url}/health")).await?;
+            Ok(h["start_error"].as_str().is_some_and(|e| e.contains("partition 0 of")).then_some(h))
+        }
+    })
+    .await
+    .expect("the hanging partition named in /health");
+    let why = health["start_error"].as_str().unwrap_or_default();
+    assert!(why.contains(&format!("partition 0 of {topic} (last stable offset 0, high watermark 1)")) && why.contains("abort"), "{health}");
+    assert_eq!((health["ready"].as_bool(), health["state"].as_str()), (Some(false), Some("preparing")), "{health}");
+    let ready = get_json(&http, &format!("{url}/ready")).await.expect("/ready");
+    assert!(ready["error"] == "not_ready" && ready["message"].as_str().is_some_and(|m| m.contains("partition 0 of")), "{ready}");
+
+    tl.mark("the foreign producer aborts its transaction");
+    tokio::task::spawn_blocking(move || foreign.abort_transaction(Duration::from_secs(10)).expect("abort"))
+        .await
+        .expect("aborted");
+    eventually("the publisher to accept writes once the transaction ended", Duration::from_secs(30), || {
+        let (http, url) = (http.clone(), url.clone());
+        async move { Ok(get_json(&http, &format!("{url}/ready")).await?["ready"].as_bool().unwrap_or(false).then_some(())) }
+    })
+    .await
+    .expect("ready");
+    let h = get_json(&http, &format!("{url}/health")).await.expect("health");
+    assert!(h["start_error"].is_null(), "{h}");
+    publisher.terminate(Duration::from_secs(5)).await;
+
+    // (b) Partition verification off: the publisher stops, non-zero, naming the setting.
+    set_verification(&broker.bootstrap, Some("false"), "false").await;
+    let mut refused = publisher_on(broker, "publisher-unverified", &topic, tl.clone());
+    refused.start().expect("the publisher starts");
+    let status = refused.exited_within(Duration::from_secs(30)).await;
+    set_verification(&broker.bootstrap, None, "true").await;
+    let status = status.expect("the publisher exits by itself");
+    assert!(!status.success(), "{status}");
+    let said = tl.logs_of("publisher-unverified").join("\n");
+    assert!(said.contains("transaction.partition.verification.enable=false") && said.contains("--add-config transaction.partition.verification.enable=true"), "{said}");
+    tl.mark(format!("open-transaction and verification cases took {:?}", started.elapsed()));
 }
 
 /// A fleet on the same broker: once publishing stops, every partition ends in a commit marker
