@@ -4,8 +4,11 @@
 //! the versioned event to Kafka keyed by canvas id inside a Kafka transaction, and answers only
 //! after the transaction committed. On start it creates the topic when missing, initialises its
 //! transactional producers (fencing any older publisher on the topic) and rebuilds
-//! every canvas's head from the committed log before it accepts writes (503 until then). When a
-//! newer publisher fences it, it answers 503 `fenced` and exits.
+//! every canvas's head from the committed log before it accepts writes (503 until then). It
+//! refuses to start on a broker without transaction partition verification ([`verification`]),
+//! and does not rebuild while another producer's transaction holds the log
+//! ([`rebuild::refuse_open_transactions`]). When a newer publisher fences it, it answers 503
+//! `fenced` and exits.
 //!
 //! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`types`]
 //! (answers and errors), [`verification`] (the broker setting checked at start), [`versions`] (the

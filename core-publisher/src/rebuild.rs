@@ -344,7 +344,7 @@ mod tests {
 
         let second = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, Timings::default());
         let started = std::time::Instant::now();
-        let e = second.rebuild().await.err().expect("no rebuild from a log whose end an open transaction hides");
+        let e = second.rebuild().await.expect_err("no rebuild from a log whose end an open transaction hides");
         assert!(started.elapsed() >= super::RECHECK_OPEN_AFTER, "looked twice before calling it hanging");
         let text = e.to_string();
         for part in ["partition 0", "last stable offset 2", "high watermark 5", "kafka-transactions.sh", "abort"] {
