@@ -397,10 +397,10 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
     } else if v.is_fenced() {
         Err(publish_error(PublishError::Fenced))
     } else {
-        let why = match v.start_problem() {
+        let why = shared::kafka::with_recent_client_error(match v.start_problem() {
             Some(problem) => format!("the publisher cannot start yet: {problem}"),
-            None => shared::kafka::with_recent_client_error("the publisher is preparing the topic or rebuilding canvas versions"),
-        };
+            None => "the publisher is preparing the topic or rebuilding canvas versions".to_owned(),
+        });
         Err(ApiError::unavailable("not_ready", why, RETRY_AFTER_SECS))
     }
 }
