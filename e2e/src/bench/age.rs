@@ -47,7 +47,8 @@ pub enum Build {
 }
 
 impl Build {
-    fn label(self) -> &'static str {
+    /// `after` or `before`, as the rows and the progress say it.
+    pub fn label(self) -> &'static str {
         match self {
             Build::After => "after",
             Build::Before => "before",

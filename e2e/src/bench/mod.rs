@@ -1,7 +1,7 @@
 //! The benchmarks (`cargo run --release -p e2e --bin bench`): fan-out, latency, replay, memory,
 //! failover — the fleet side by side with Centrifugo and Socket.IO, on the same broker and machine,
-//! in one run — the publisher's own throughput (publish), and how recovery grows with the length
-//! of the log (age).
+//! in one run — the publisher's own throughput (publish), how recovery grows with the length
+//! of the log (age), and the publisher's failover on a log it has just written (writer).
 //!
 //! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
 //! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
@@ -23,6 +23,7 @@ pub mod report;
 pub mod servers;
 pub mod subs;
 pub mod sys;
+pub mod writer;
 
 use crate::broker::Broker;
 use std::sync::Mutex;
@@ -60,6 +61,11 @@ pub struct Size {
     pub age_canvases: usize,
     /// How much the age measure's log grows before its second kill, events.
     pub age_growth: u64,
+    /// Log sizes of the writer measure, events published before each kill of the publisher (the
+    /// first is the baseline of its memory target).
+    pub writer_events: Vec<u64>,
+    /// Canvases the writer measure's events are spread over.
+    pub writer_canvases: usize,
 }
 
 impl Size {
@@ -87,6 +93,8 @@ impl Size {
             age_events: vec![10_000, 1_000_000, 5_000_000],
             age_canvases: 10_000,
             age_growth: 3_000_000,
+            writer_events: vec![10_000, 2_000_000],
+            writer_canvases: 10_000,
         }
     }
 
@@ -110,6 +118,8 @@ impl Size {
             age_events: vec![200, 20_000],
             age_canvases: 200,
             age_growth: 20_000,
+            writer_events: vec![2_000, 20_000],
+            writer_canvases: 200,
         }
     }
 }
@@ -127,6 +137,9 @@ pub enum Measure {
     /// Recovery vs log age: publisher and node recovery, memory and failover as the log grows
     /// (ours only; not in the default set: it takes about 15 minutes at full size).
     Age,
+    /// The publisher's failover on a log it has just written: kill -9 → first write accepted,
+    /// memory and versions after 10,000 and 2,000,000 events (ours only; not in the default set).
+    Writer,
 }
 
 /// What every measure needs.
@@ -138,7 +151,7 @@ pub struct Ctx {
     pub peers: bool,
     /// Canvas width = height, pixels (64 by default: a 16 KiB snapshot frame).
     pub canvas_side: u32,
-    /// An earlier build's binaries, measured beside this one's (the age measure).
+    /// An earlier build's binaries, measured beside this one's (the age and writer measures).
     pub before: Option<std::path::PathBuf>,
     errors: Mutex<Vec<String>>,
 }
@@ -238,6 +251,7 @@ pub async fn run(ctx: &Ctx, measures: &[Measure]) -> Vec<report::Row> {
             Measure::Failover => failover::run(ctx).await,
             Measure::Publish => publish::run(ctx).await,
             Measure::Age => age::run(ctx, ctx.before.as_ref()).await,
+            Measure::Writer => writer::run(ctx, ctx.before.as_ref()).await,
         });
         println!("[bench] {m:?} done in {:.0} s", started.elapsed().as_secs_f64());
     }

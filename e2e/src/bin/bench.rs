@@ -39,7 +39,7 @@ struct Args {
     #[arg(long = "rate", value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     rates: Vec<u32>,
     /// The binaries of an earlier build (a directory with core-publisher, ws-node and gateway),
-    /// measured beside this build's by the age measure.
+    /// measured beside this build's by the age and writer measures.
     #[arg(long)]
     before: Option<PathBuf>,
     /// Where results.json and results.md go.
