@@ -17,7 +17,8 @@
 #      (screenshots in target/browser-artifacts/).
 #   6. The benchmark tool once at its tiny size, against Centrifugo and Socket.IO too (they are
 #      installed from the Go module proxy and npm on first use), so it cannot rot; then its
-#      recovery-vs-log-age measure (not in the default set) at its tiny size.
+#      recovery-vs-log-age and publisher-failover measures (not in the default set) at their tiny
+#      size (the failover one adds about 15 s).
 #   7. Three short random fault schedules on Apache Kafka (target/release/chaos --kafka real;
 #      CHAOS_SEED picks the first seed, default 1): kills, freezes, graceful restarts and drains of
 #      nodes, two gateways behind HAProxy and the publisher, node links to Kafka frozen, slowed or
@@ -58,8 +59,8 @@ cargo test --release --workspace -- --nocapture "$@"
 step "the benchmark tool at its tiny size, peers included (target/release/bench --size tiny)"
 target/release/bench --size tiny --out target/bench/tiny
 
-step "the recovery-vs-log-age measure at its tiny size (target/release/bench --size tiny --only age --no-peers)"
-target/release/bench --size tiny --only age --no-peers --out target/bench/tiny-age
+step "the recovery-vs-log-age and publisher-failover measures at their tiny size (target/release/bench --size tiny --only age --only writer --no-peers)"
+target/release/bench --size tiny --only age --only writer --no-peers --out target/bench/tiny-age
 
 step "three short random fault schedules (target/release/chaos --kafka real --seed ${CHAOS_SEED:-1} --schedules 3)"
 target/release/chaos --kafka real --seed "${CHAOS_SEED:-1}" --schedules 3
