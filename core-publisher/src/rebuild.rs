@@ -168,8 +168,14 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         &mut *state.lock().expect("rebuild state lock"),
         Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), keyed: Vec::new(), events: 0 },
     );
-    if !end.truncated.is_empty() {
-        return Err(deleted_tail(&end.truncated, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
+    let (marker_only, lost): (Vec<i32>, Vec<i32>) =
+        end.truncated.iter().partition(|p| only_a_marker_deleted(**p, &needed_at, &end.starts, &restored_at));
+    if !marker_only.is_empty() {
+        tracing::info!(partitions = ?marker_only,
+            "the log of these idle partitions was deleted up to past their checkpoint's commit marker (retention): every canvas there is in its snapshot");
+    }
+    if !lost.is_empty() {
+        return Err(deleted_tail(&lost, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
     }
     // The keys of the key records, except on a partition whose log moved back under its
     // checkpoint (the events topic recreated with the snapshot topic kept): those belong to the
@@ -225,6 +231,19 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         })
         .collect();
     Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read })
+}
+
+/// Whether the only record deleted after partition `p`'s checkpoint was the commit marker at
+/// it: the checkpoint was written with every canvas of `p` covered (it equals the newest
+/// snapshot's end, `restored_at`: the offset after the partition's last record then, where that
+/// record's transaction put its marker), and the log now starts right after it (`starts`). An
+/// idle partition whose whole log retention deleted looks like this, and lost nothing: a record
+/// written after that checkpoint would have been snapshotted, moving the checkpoint past it,
+/// long before retention could delete it. Pure.
+fn only_a_marker_deleted(p: i32, checkpoints: &shared::replay::Offsets, starts: &shared::replay::Offsets, restored_at: &[(i32, CanvasId, i64)]) -> bool {
+    let Some(&checkpoint) = checkpoints.get(&p) else { return false };
+    let newest_snapshot_end = restored_at.iter().filter(|(q, _, _)| *q == p).map(|(_, _, end)| *end).max();
+    newest_snapshot_end == Some(checkpoint) && starts.get(&p).is_some_and(|start| *start <= checkpoint + 1)
 }
 
 /// The refusal of a rebuild whose `truncated` partitions lost records after their checkpoints
@@ -323,6 +342,29 @@ mod tests {
     use crate::versions::{Timings, Versions};
     use shared::{CanvasDims, CanvasId, Color, PixelEvent};
     use std::sync::Arc;
+    use super::only_a_marker_deleted;
+
+    #[test]
+    fn only_a_deleted_commit_marker_after_a_checkpoint_at_the_end_is_harmless() {
+        let c = |s: &str| CanvasId::parse(s).unwrap();
+        let offsets = |v: &[(i32, i64)]| v.iter().copied().collect::<shared::replay::Offsets>();
+        let restored = vec![(0, c("a"), 7), (0, c("b"), 11), (1, c("x"), 4)];
+        // (partition, checkpoints, log starts) -> harmless
+        let table = [
+            (0, offsets(&[(0, 11)]), offsets(&[(0, 12)]), true),
+            // More than the marker: data after the checkpoint may be gone.
+            (0, offsets(&[(0, 11)]), offsets(&[(0, 13)]), false),
+            // The checkpoint is not at the newest snapshot's end: a canvas was uncovered there.
+            (1, offsets(&[(1, 6)]), offsets(&[(1, 7)]), false),
+            // No checkpoint: records before any snapshot were deleted.
+            (0, offsets(&[]), offsets(&[(0, 1)]), false),
+            // No snapshot on the partition.
+            (2, offsets(&[(2, 3)]), offsets(&[(2, 4)]), false),
+        ];
+        for (p, cps, starts, want) in table {
+            assert_eq!(only_a_marker_deleted(p, &cps, &starts, &restored), want, "partition {p}: {cps:?} {starts:?}");
+        }
+    }
 
     const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
 

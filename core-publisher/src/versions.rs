@@ -1079,6 +1079,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_idle_covered_partition_whose_whole_log_retention_deleted_starts() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let timings = snapshotting(1_000, Duration::from_millis(50));
+        let first = Versions::shared(log.clone(), DIMS, 1, timings);
+        first.rebuild().await.unwrap();
+        let c = id("c1");
+        for x in 0..3 {
+            first.publish(&c, x, 0, Color([1, 0, 0])).await.unwrap();
+        }
+        until("every canvas covered", || first.uncovered_canvases() == 0).await;
+        let (snap, checkpoint) = latest_snapshot(&log, 0, "c1");
+        assert_eq!(snap.map(|s| s.version), Some(3));
+        // The checkpoint, written with everything covered, is the offset after the last record:
+        // its transaction's commit marker. A week later retention deletes the whole log, marker
+        // included (Kafka rolls the active segment when all of it has expired).
+        assert_eq!(checkpoint, Some(log.end_of(0) - 1));
+        log.delete_records(0, log.end_of(0));
+        let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings);
+        restarted.rebuild().await.expect("only a commit marker was deleted after the checkpoint");
+        assert_eq!(restarted.publish(&c, 0, 1, Color([2, 0, 0])).await.unwrap().version, 4);
+    }
+
+    #[tokio::test]
     async fn a_restart_that_finds_needed_records_deleted_refuses_naming_the_partition() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let first = ready_on(log.clone(), WAIT).await;
