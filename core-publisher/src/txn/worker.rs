@@ -164,9 +164,13 @@ fn classes(e: &KafkaError) -> (bool, bool, bool) {
 
 impl Worker {
     fn run(mut self, jobs: mpsc::Receiver<Job>, busy: &AtomicUsize) {
+        // While an abort is pending the writer counts as busy, so a transaction goes to another
+        // producer of the writer (or waits, see `EventLog::available`) instead of to one that
+        // must finish the abort first.
+        let mut holding = false;
         loop {
             let job = match jobs.recv_timeout(IDLE_POLL) {
-                Ok(job) => job,
+                Ok(job) => Some(job),
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Some(p) = &self.producer {
                         p.poll_now();
@@ -177,18 +181,27 @@ impl Worker {
                     // with an epoch bump that the next publish would meet as fencing. An in-doubt
                     // one is the committer's to resolve.
                     if self.abort_pending && self.in_doubt.is_none() && self.dead.is_none() {
-                        busy.fetch_add(1, Ordering::AcqRel);
                         if let AbortEnd::Finished = self.abort_once() {
                             tracing::info!(transactional_id = %self.transactional_id, "the pending abort finished");
                         }
-                        busy.fetch_sub(1, Ordering::AcqRel);
                     }
-                    continue;
+                    None
                 }
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             };
-            self.handle(job);
-            busy.fetch_sub(1, Ordering::AcqRel);
+            if let Some(job) = job {
+                self.handle(job);
+                busy.fetch_sub(1, Ordering::AcqRel);
+            }
+            let pending = self.abort_pending && self.dead.is_none();
+            if pending != holding {
+                if pending {
+                    busy.fetch_add(1, Ordering::AcqRel);
+                } else {
+                    busy.fetch_sub(1, Ordering::AcqRel);
+                }
+                holding = pending;
+            }
         }
         // The writer was dropped: the producer goes with the thread (librdkafka purges what is
         // queued; an open transaction is aborted by the coordinator or the next publisher).
