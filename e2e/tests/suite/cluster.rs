@@ -130,6 +130,100 @@ fn replicas_survive_a_killed_leader_and_a_paused_follower() {
         let (_, _, isr) = broker.wait_isr(&topic, 0, 3, Duration::from_secs(60)).await.expect("the resumed follower rejoins the ISR");
         assert!(isr.contains(&follower), "node {follower} is back in sync: {isr:?}");
         assert_eq!(consume(&broker.bootstrap, &topic, 0, 60).await, expected(0..60), "every record, once, in order");
+
+        an_isolated_partition_s_abort_finishes_before_the_coordinator_would(&broker).await;
         println!("[test] passed in {:.1} s (cluster start included)", started.elapsed().as_secs_f64());
     });
+}
+
+/// The transaction timeout of the publisher in [`an_isolated_partition_s_abort_finishes_before_the_coordinator_would`].
+const TXN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// A publish answered by the publisher at `url`: (status, body).
+async fn publish(http: &reqwest::Client, url: &str, canvas: &str) -> (u16, serde_json::Value) {
+    let body = serde_json::json!({"x": 1, "y": 1, "color": "#ff0000"});
+    match http.post(format!("{url}/canvases/{canvas}/pixels")).json(&body).timeout(Duration::from_secs(30)).send().await {
+        Ok(r) => (r.status().as_u16(), r.json().await.unwrap_or(serde_json::Value::Null)),
+        Err(e) => (0, serde_json::json!({ "error": e.to_string() })),
+    }
+}
+
+/// A partition whose leader is gone (a topic of one replica) fails its transaction before the
+/// commit; that transaction's abort must finish (from the writer's idle loop once it can), not
+/// stay open until the coordinator aborts it at `transaction.timeout.ms` with an epoch bump,
+/// which the next publish to that partition would meet as fencing (the process would exit).
+/// Nothing is sent to the partition for longer than the transaction timeout; then its leader
+/// comes back and a publish to it is 201, by the same process.
+async fn an_isolated_partition_s_abort_finishes_before_the_coordinator_would(broker: &Broker) {
+    let started = Instant::now();
+    let topic = format!("isolated-{:08x}", rand::random::<u32>());
+    create_topic(&broker.bootstrap, &topic, 3, 1).await.expect("a topic of one replica per partition");
+    let tl = e2e::procs::Timeline::new(true);
+    let port = e2e::broker::free_port().expect("a port");
+    let env = [
+        ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
+        ("KAFKA_TOPIC", topic.clone()),
+        ("TOPIC_PARTITIONS", "3".to_owned()),
+        ("TOPIC_REPLICATION_FACTOR", "1".to_owned()),
+        ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
+        ("CANVAS_WIDTH", "8".to_owned()),
+        ("CANVAS_HEIGHT", "8".to_owned()),
+        ("PRODUCE_TIMEOUT_MS", "3000".to_owned()),
+        ("TRANSACTION_TIMEOUT_MS", TXN_TIMEOUT.as_millis().to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let mut publisher = e2e::procs::Service::new("publisher-isolated", "core-publisher", port, env, tl.clone());
+    publisher.start().expect("the publisher starts");
+    let (http, url) = (reqwest::Client::new(), publisher.url());
+    e2e::procs::wait_ready(&http, &url, "the publisher to accept writes", Duration::from_secs(60)).await.expect("ready");
+    // A canvas on each partition, and the partitions' leaders.
+    let mut on: std::collections::BTreeMap<i32, String> = std::collections::BTreeMap::new();
+    for i in 0..100 {
+        let c = format!("c{i}");
+        on.entry(shared::partitioner::partition_for(c.as_bytes(), 3) as i32).or_insert(c);
+    }
+    let (victim_p, victim_c) = (0, on[&0].clone());
+    for c in on.values() {
+        assert_eq!(publish(&http, &url, c).await.0, 201, "a first publish to {c}");
+    }
+    let (leader, _, _) = broker.partition_replicas(&topic, victim_p).await.expect("the victim partition's leader");
+    let other = on.iter().find(|(p, _)| **p != victim_p).map(|(_, c)| c.clone()).expect("a canvas on another partition");
+
+    // The victim partition's only replica dies: its publish fails before any commit.
+    tl.mark(&format!("kill -9 of node {leader}, the only replica of {topic}/{victim_p}"));
+    broker.kill_node(leader).await.expect("kill the leader");
+    let (status, body) = publish(&http, &url, &victim_c).await;
+    assert_eq!(status, 503, "a publish to the partition without a leader is refused: {body}");
+    // Nothing more to the victim for longer than the transaction timeout; the publisher keeps
+    // serving other partitions whose leaders live.
+    let quiet = Instant::now();
+    while quiet.elapsed() < TXN_TIMEOUT + Duration::from_secs(5) {
+        let (s, b) = publish(&http, &url, &other).await;
+        assert!(s == 201 || s == 503, "{s} {b}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tl.mark(&format!("restart of node {leader}"));
+    broker.restart_node(leader).await.expect("restart the node");
+    broker
+        .wait_partition(&topic, victim_p, "the victim partition's leader back", Duration::from_secs(60), |l, _, _| l >= 0)
+        .await
+        .expect("a leader again");
+    // The same process writes to it again: no fencing, no exit.
+    let answered = e2e::procs::eventually("a publish to the partition to be 201 again", Duration::from_secs(60), || {
+        let (http, url, c) = (http.clone(), url.clone(), victim_c.clone());
+        async move {
+            let (s, b) = publish(&http, &url, &c).await;
+            println!("[test] publish to {c}: {s} {b}");
+            Ok((s == 201).then_some(b))
+        }
+    })
+    .await
+    .expect("201 again");
+    assert!(publisher.exited_within(Duration::from_millis(10)).await.is_none(), "the publisher still runs");
+    let health = e2e::procs::get_json(&http, &format!("{url}/health")).await.expect("/health");
+    assert_eq!(health["state"].as_str(), Some("ready"), "{health}");
+    println!("[test] isolated partition: 201 again ({answered}) after {:.1} s, no fencing", started.elapsed().as_secs_f64());
+    publisher.terminate(Duration::from_secs(5)).await;
 }
