@@ -124,20 +124,7 @@ fn readers_see_committed_records_only_and_complete_at_markers() {
 
         // A publisher started on this log rebuilds the committed heads only: c1 at 5, c2 at 1,
         // and continues at 6.
-        let tl = Timeline::new(true);
-        let port = e2e::broker::free_port().expect("a port");
-        let env = [
-            ("KAFKA_BOOTSTRAP", broker.bootstrap.clone()),
-            ("KAFKA_TOPIC", topic.clone()),
-            ("TOPIC_PARTITIONS", "1".to_owned()),
-            ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
-            ("CANVAS_WIDTH", "8".to_owned()),
-            ("CANVAS_HEIGHT", "8".to_owned()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_owned(), v))
-        .collect();
-        let mut publisher = Service::new("publisher", "core-publisher", port, env, tl);
+        let mut publisher = publisher_on(&broker, "publisher", &topic, Timeline::new(true));
         publisher.start().expect("the publisher starts");
         let http = reqwest::Client::new();
         let url = publisher.url();
