@@ -9,6 +9,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::{ClientConfig, ClientContext};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+pub use crate::consumer::{out_of_range, serve_queued_events};
 
 /// Default topic of pixel events.
 pub const DEFAULT_TOPIC: &str = "canvas-events";
@@ -73,17 +74,6 @@ pub fn with_recent_client_error(what: impl std::fmt::Display) -> String {
     match recent_client_error(Duration::from_secs(60)) {
         Some(e) => format!("{what} (the Kafka client's last error: {e})"),
         None => what.to_string(),
-    }
-}
-
-/// Serves the events librdkafka queued on `consumer`: its log lines and errors reach the client
-/// context only when the client is polled, so a client that failed before it was ever polled
-/// (a metadata request refused by SASL or TLS) has its cause recorded ([`recent_client_error`])
-/// only after this. Messages polled here are dropped: call it on a consumer that is given up on.
-pub fn serve_queued_events<C: ConsumerContext>(consumer: &BaseConsumer<C>) {
-    // A zero-timeout poll serves at most one queued event; a few hundred cover a failed start.
-    for _ in 0..256 {
-        let _ = consumer.poll(Duration::ZERO);
     }
 }
 
@@ -394,18 +384,6 @@ impl KafkaSettings {
     pub fn admin(&self, client_id: &str) -> ClientConfig {
         self.base(client_id)
     }
-}
-
-/// Whether a consumer's error says a partition's position is out of range (below the log start:
-/// records deleted by retention; or past the end). With `auto.offset.reset=error` librdkafka stops
-/// fetching that partition until it is assigned or seeked again.
-pub fn out_of_range(e: &rdkafka::error::KafkaError) -> bool {
-    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-    matches!(
-        e,
-        KafkaError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
-            | KafkaError::MessageConsumptionFatal(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange)
-    )
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ pub mod auth;
 pub mod canvas;
 pub mod client_token;
 pub mod client_addr;
+pub mod consumer;
 pub mod control;
 pub mod epoch;
 pub mod event;

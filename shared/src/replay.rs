@@ -138,7 +138,7 @@ pub fn partition_count<C: ConsumerContext>(
     timeout: Duration,
 ) -> Result<u32, ReplayError> {
     let md = consumer.fetch_metadata(Some(topic), timeout).map_err(|source| {
-        crate::kafka::serve_queued_events(consumer); // the cause behind the failure, for /health
+        crate::consumer::serve_queued_events(consumer); // the cause behind the failure, for /health
         ReplayError::Metadata { topic: topic.into(), source }
     })?;
     let n = md
@@ -195,7 +195,7 @@ pub fn plan_wanting<C: ConsumerContext>(
     let mut gaps = Gaps::default();
     let watermarks = |p: i32| {
         consumer.fetch_watermarks(topic, p, timeout).map_err(|source| {
-            crate::kafka::serve_queued_events(consumer);
+            crate::consumer::serve_queued_events(consumer);
             ReplayError::Watermarks { topic: topic.into(), partition: p, source }
         })
     };
@@ -338,7 +338,7 @@ pub fn run<C: ConsumerContext>(
                         return Ok(());
                     }
                 }
-                Some(Err(e)) if crate::kafka::out_of_range(&e) => return Err(ReplayError::LogStartMoved(e.to_string())),
+                Some(Err(e)) if crate::consumer::out_of_range(&e) => return Err(ReplayError::LogStartMoved(e.to_string())),
                 Some(Err(e)) => {
                     tracing::warn!(error = %e, "replay: consumer reported an error (librdkafka retries)");
                 }
