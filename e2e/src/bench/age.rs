@@ -47,6 +47,12 @@ pub enum Build {
 }
 
 impl Build {
+    /// The builds a run measures: the binaries in `before` first, when given, then this one's
+    /// (no directory: the harness's own).
+    pub fn all(before: Option<&PathBuf>) -> Vec<(Build, Option<&Path>)> {
+        before.map(|d| (Build::Before, Some(d.as_path()))).into_iter().chain(std::iter::once((Build::After, None))).collect()
+    }
+
     /// `after` or `before`, as the rows and the progress say it.
     pub fn label(self) -> &'static str {
         match self {
@@ -295,8 +301,7 @@ async fn measure_failover(ctx: &Ctx, build: Build, dir: Option<&Path>) -> anyhow
 
 /// Runs the measure for this build and, with `before`, for the binaries there; returns the rows.
 pub async fn run(ctx: &Ctx, before: Option<&PathBuf>) -> Vec<Row> {
-    let builds: Vec<(Build, Option<&Path>)> =
-        before.map(|d| (Build::Before, Some(d.as_path()))).into_iter().chain(std::iter::once((Build::After, None))).collect();
+    let builds = Build::all(before);
     let n = ctx.size.age_canvases;
     let canvases: Vec<String> = (0..n).map(|i| format!("canvas-{i}")).collect();
     let mut recoveries = Vec::new();

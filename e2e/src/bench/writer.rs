@@ -280,8 +280,7 @@ async fn measure(ctx: &Ctx, events: u64, build: Build, dir: Option<&Path>) -> an
 
 /// Runs the measure for this build and, with `before`, for the binaries there; returns the rows.
 pub async fn run(ctx: &Ctx, before: Option<&PathBuf>) -> Vec<Row> {
-    let builds: Vec<(Build, Option<&Path>)> =
-        before.map(|d| (Build::Before, Some(d.as_path()))).into_iter().chain(std::iter::once((Build::After, None))).collect();
+    let builds = Build::all(before);
     let mut takeovers = Vec::new();
     for events in ctx.size.writer_events.iter().copied() {
         for (build, dir) in &builds {
