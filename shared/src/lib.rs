@@ -13,6 +13,9 @@
 //! - [`partitioner`]: canvas id → partition, the same murmur2 hash as Kafka's Java client;
 //! - [`api`]: JSON bodies exchanged over HTTP between gateway and nodes (`/health`, drain);
 //! - [`http`]: the one JSON error answer of every HTTP API, and body parsing that names the field;
+//! - [`control`]: the control topic (the gateway leader's claims and decisions) and the fence;
+//!   [`fence`]: the admin routes' guard against a deposed leader (fencing token, one action per
+//!   decision id), for ws-node and the publisher;
 //! - [`auth`]: the admin token (`Authorization: Bearer`, constant-time compare);
 //! - [`admin_guard`]: what every admin route refuses before its handler (an `Origin`, a POST not
 //!   declared JSON, a foreign `Host` on the loopback admin listener);
@@ -41,6 +44,7 @@ pub mod consumer;
 pub mod control;
 pub mod epoch;
 pub mod event;
+pub mod fence;
 pub mod fuzzing;
 pub mod http;
 pub mod kafka;

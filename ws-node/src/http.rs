@@ -12,7 +12,7 @@
 //! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, the canvas incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise), and once a
-//! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`crate::fence`]). With no
+//! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`shared::fence`]). With no
 //! `ADMIN_TOKEN` they are not on the public router (404 there) but on [`admin_router`], which
 //! [`crate::run`] serves on the loopback `ADMIN_LISTEN_ADDR`. On both, [`shared::admin_guard`]
 //! refuses what a browser page could send: a POST not declared `application/json` (415), any
@@ -73,8 +73,8 @@ fn admin_routes(node: &Arc<Node>, listener: Listener, mode: AdminGuard) -> Route
         .route("/admin/start-recovery", post(start_recovery))
         .route("/admin/drain", post(drain))
         .route("/admin/hold", post(hold))
-        // A deposed leader's token is refused; each decision is carried out once ([`crate::fence`]).
-        .route_layer(axum::middleware::from_fn_with_state((node.guard.clone(), listener), crate::fence::guard))
+        // A deposed leader's token is refused; each decision is carried out once ([`shared::fence`]).
+        .route_layer(axum::middleware::from_fn_with_state((node.guard.clone(), listener), shared::fence::guard))
         // Outside the fence: a refused request is no decision, and is not remembered as one.
         .route_layer(axum::middleware::from_fn_with_state(mode, shared::admin_guard::guard))
 }

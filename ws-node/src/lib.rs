@@ -8,13 +8,13 @@
 //! Modules, each importing only those above it: [`config`], [`state`] (one canvas and its recent
 //! events), [`counters`] (event counts), [`outbox`] (a session's ordered writer), [`ownership`]
 //! (each partition's role: owned, held, paused, bridged), [`progress`] (DEGRADED: stalls and
-//! pauses), [`lifecycle`] (the node's state machine), [`fence`] (admin requests of a deposed
-//! leader), [`admission`] (session capacity: seats); [`fanout`] (the node-wide writer); [`hub`]
-//! (canvases, sessions, positions); [`session`] (one WebSocket), [`drain`] (hand-over steps),
-//! [`catchup`] (replay up to the targets), [`snapshot`] (a takeover's start from the snapshots),
-//! [`readers`] (the group-less readers' assignment); [`standby`] (the other partitions kept
-//! current); [`broadcast`] (live consumer and rebalances); [`node`] (ties them together);
-//! [`metrics`] (`GET /metrics`) and [`http`] (routes).
+//! pauses), [`lifecycle`] (the node's state machine), [`admission`] (session capacity: seats);
+//! [`fanout`] (the node-wide writer); [`hub`] (canvases, sessions, positions); [`session`] (one
+//! WebSocket), [`drain`] (hand-over steps), [`catchup`] (replay up to the targets), [`snapshot`]
+//! (a takeover's start from the snapshots), [`readers`] (the group-less readers' assignment);
+//! [`standby`] (the other partitions kept current); [`broadcast`] (live consumer and rebalances);
+//! [`node`] (ties them together); [`metrics`] (`GET /metrics`) and [`http`] (routes). The admin
+//! routes' guard against a deposed gateway leader is [`shared::fence`].
 
 pub mod admission;
 pub mod broadcast;
@@ -23,7 +23,6 @@ pub mod config;
 pub mod counters;
 pub mod drain;
 pub mod fanout;
-pub mod fence;
 pub mod http;
 pub mod fuzzing;
 pub mod heal;
@@ -65,7 +64,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     // The claim reader runs until the HTTP server has stopped (admin routes check its fence).
     let claims = CancellationToken::new();
     if !node.config.control_topic.is_empty() {
-        fence::spawn_claim_reader(node.config.kafka(), &node.config.node_id, node.config.control_topic.clone(), node.guard.fence.clone(), claims.clone());
+        shared::fence::spawn_claim_reader(
+            node.config.kafka(),
+            &node.config.node_id,
+            node.config.control_topic.clone(),
+            node.guard.fence.clone(),
+            claims.clone(),
+            "NODE",
+        );
     }
     let app = http::router(node.clone());
     let limits = node.config.serve.limits();

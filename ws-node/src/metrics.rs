@@ -62,7 +62,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// A registry of `node_id`'s series (prefix `ws_node`, label `node`), with `counters`.
-    pub fn new(node_id: &str, counters: &Counters, guard: &crate::fence::Guard) -> Self {
+    pub fn new(node_id: &str, counters: &Counters, guard: &shared::fence::Guard) -> Self {
         let mut r = Registry::with_prefix_and_labels("ws_node", [("node".into(), node_id.to_owned().into())].into_iter());
         let s = Scraped::default();
         r.register("up", "1 while the node answers (its /health is always 200)", s.up.clone());

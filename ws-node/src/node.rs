@@ -45,8 +45,8 @@ pub struct Node {
     pub client_tokens: Option<shared::client_token::ClientTokens>,
     /// Sees the process's pauses (SIGSTOP, starvation) by its own clock ([`crate::progress`]).
     watch: Arc<crate::progress::Watch>,
-    /// The admin routes' fence and decision answers ([`crate::fence`]).
-    pub guard: Arc<crate::fence::Guard>,
+    /// The admin routes' fence and decision answers ([`shared::fence`]).
+    pub guard: Arc<shared::fence::Guard>,
 }
 
 impl Node {
@@ -70,7 +70,7 @@ impl Node {
             seats,
             shutdown,
             watch: crate::progress::Watch::start(),
-            guard: Arc::new(crate::fence::Guard::new(reads_control)),
+            guard: Arc::new(shared::fence::Guard::new(reads_control, "NODE")),
         });
         tokio::spawn(Self::watch_history(Arc::downgrade(&node), Duration::from_millis(node.config.history_check_ms), node.shutdown.clone()));
         tokio::spawn(Self::heal_incomplete(Arc::downgrade(&node), Duration::from_millis(node.config.heal_every_ms), node.shutdown.clone()));

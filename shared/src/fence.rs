@@ -1,8 +1,9 @@
-//! The admin routes' guard against a deposed gateway leader, and their once-per-decision rule.
+//! The admin routes' guard against a deposed gateway leader, and their once-per-decision rule,
+//! for every process a gateway leader sends admin requests to (`ws-node`, `core-publisher`).
 //!
 //! A leader's admin request carries its fencing token and the id of the decision it carries out
-//! ([`shared::control`]). The node accepts a token only when it is the latest claim its own reader
-//! has read from the control topic ([`spawn_claim_reader`]): an older one is 409 `stale_leader`,
+//! ([`crate::control`]). The process accepts a token only when it is the latest claim its own
+//! reader has read from the control topic ([`spawn_claim_reader`]): an older one is 409 `stale_leader`,
 //! one that no claim backs (the reader is past its offset, or does not reach it within
 //! [`FENCE_WAIT`]) is 409 `unknown_claim`, so a forged token locks nobody out. Until the reader
 //! has reached the topic's end (after a start) a request with a token gets 503
@@ -11,8 +12,15 @@
 //! operator on the host). A request whose decision id was seen before gets the first one's answer, without doing the
 //! action again; a repeat that arrives while the first is still running waits for its answer.
 //! The action itself runs to its end even when the caller goes away (a leader killed in the
-//! middle of a drain does not leave it half done).
+//! middle of a node's drain does not leave it half done).
+//!
+//! Each user names itself by a role (`"NODE"`, `"PUBLISHER"`): `[{role}]` tags the log lines, and
+//! its lowercase word names the process in refusals ("this node"). Each registers
+//! [`Guard::refusals`] in its own metrics registry under its own prefix.
 
+use crate::control::{Fence, Fencing, Listener, DECISION_HEADER, FENCING_HEADER};
+use crate::http::ApiError;
+use crate::metrics::{label, Labels};
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -20,9 +28,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use shared::control::{Fence, Fencing, Listener, DECISION_HEADER, FENCING_HEADER};
-use shared::http::ApiError;
-use shared::metrics::{label, Labels};
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
@@ -46,9 +51,14 @@ pub struct Guard {
     pub fence: Arc<Fence>,
     answers: Mutex<lru::LruCache<String, Remembered>>,
     /// Admin requests the fence refused, by error (`stale_leader`, `unknown_claim`,
-    /// `fencing_token_required`, `control_topic_catching_up`): `GET /metrics` shows them as
-    /// `ws_node_fencing_refusals`, so a test or an operator sees a deposed leader knocking.
+    /// `fencing_token_required`, `control_topic_catching_up`): each user's `GET /metrics` shows
+    /// them under its own name (ws-node's `ws_node_fencing_refusals`), so a test or an operator
+    /// sees a deposed leader knocking.
     pub refusals: Family<Labels, Counter>,
+    /// The tag of the log lines (`NODE`, `PUBLISHER`).
+    role: &'static str,
+    /// The role's word in refusals (`node`, `publisher`).
+    noun: String,
 }
 
 /// The errors of [`Guard::refusals`], each present (at 0) from the start.
@@ -63,14 +73,22 @@ fn digest(method: &axum::http::Method, path: &str, body: &[u8]) -> u64 {
 }
 
 impl Guard {
-    /// A guard whose fence a claim reader feeds (`reading`), or one with no control topic to read.
-    pub fn new(reading: bool) -> Self {
+    /// A guard whose fence a claim reader feeds (`reading`), or one with no control topic to read;
+    /// `role` (`"NODE"`, `"PUBLISHER"`) tags its log lines and, in lowercase, names the process
+    /// in its refusals.
+    pub fn new(reading: bool, role: &'static str) -> Self {
         let fence = if reading { Fence::reading() } else { Fence::without_topic() };
         let refusals = Family::<Labels, Counter>::default();
         for error in REFUSALS {
             refusals.get_or_create(&label("error", error)).inc_by(0);
         }
-        Self { fence: Arc::new(fence), answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))), refusals }
+        Self {
+            fence: Arc::new(fence),
+            answers: Mutex::new(lru::LruCache::new(NonZeroUsize::new(REMEMBERED).expect("non-zero"))),
+            refusals,
+            role,
+            noun: role.to_lowercase(),
+        }
     }
 
     fn refused(&self, error: &'static str) {
@@ -112,12 +130,13 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         (Fencing::Accept, _) => {}
         (Fencing::TokenRequired { latest }, _) => {
             guard.refused("fencing_token_required");
-            tracing::warn!("[NODE] refused an admin request without a fencing token on the public port (the leader's claim is at {})", latest);
+            tracing::warn!("[{}] refused an admin request without a fencing token on the public port (the leader's claim is at {})", guard.role, latest);
             return ApiError::conflict(
                 "fencing_token_required",
                 format!(
                     "a gateway leader has claimed (fencing token {latest}): admin requests from other hosts must carry its token; \
-                     send operator requests to a gateway (the leader carries them out), or use the node's loopback admin listener"
+                     send operator requests to a gateway (the leader carries them out), or use the {}'s loopback admin listener",
+                    guard.noun
                 ),
             )
             .into_response();
@@ -125,7 +144,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         (Fencing::Stale { latest }, t) => {
             let t = t.unwrap_or_default();
             guard.refused("stale_leader");
-            tracing::warn!("[NODE] refused an admin request with fencing token {} (a newer leader claimed at {})", t, latest);
+            tracing::warn!("[{}] refused an admin request with fencing token {} (a newer leader claimed at {})", guard.role, t, latest);
             return ApiError::conflict(
                 "stale_leader",
                 format!("fencing token {t} is older than the latest leader's claim ({latest}): this gateway is no longer the leader"),
@@ -136,11 +155,11 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
             let t = t.unwrap_or_default();
             guard.refused("unknown_claim");
             let view = guard.fence.view();
-            tracing::warn!("[NODE] refused an admin request with fencing token {} that no leader's claim backs (claims read up to offset {})", t, view.read_to);
+            tracing::warn!("[{}] refused an admin request with fencing token {} that no leader's claim backs (claims read up to offset {})", guard.role, t, view.read_to);
             let why = if view.reading {
-                format!("fencing token {t} is not a leader's claim this node has read from the control topic (read up to offset {})", view.read_to)
+                format!("fencing token {t} is not a leader's claim this {} has read from the control topic (read up to offset {})", guard.noun, view.read_to)
             } else {
-                format!("fencing token {t} cannot be checked: this node reads no control topic (CONTROL_TOPIC is empty)")
+                format!("fencing token {t} cannot be checked: this {} reads no control topic (CONTROL_TOPIC is empty)", guard.noun)
             };
             return ApiError::conflict("unknown_claim", why).into_response();
         }
@@ -148,7 +167,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
             guard.refused("control_topic_catching_up");
             return ApiError::unavailable(
                 "control_topic_catching_up",
-                "this node has not read the control topic (the leaders' claims) to its end yet; try again shortly",
+                format!("this {} has not read the control topic (the leaders' claims) to its end yet; try again shortly", guard.noun),
                 1,
             )
             .into_response();
@@ -160,7 +179,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         None => (req, 0),
         Some(_) => {
             let (parts, body) = req.into_parts();
-            let Ok(bytes) = axum::body::to_bytes(body, shared::http::MAX_BODY_BYTES).await else {
+            let Ok(bytes) = axum::body::to_bytes(body, crate::http::MAX_BODY_BYTES).await else {
                 return ApiError::bad_request("invalid_body", "the admin request's body could not be read").into_response();
             };
             let d = digest(&parts.method, parts.uri.path(), &bytes);
@@ -182,7 +201,7 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
         Some(id) => {
             let (first, cell) = guard.answers.lock().expect("answers lock").get_or_insert(id.clone(), || (request_digest, Default::default())).clone();
             if first != request_digest {
-                tracing::warn!("[NODE] refused an admin request that reuses decision id {} for another request", id);
+                tracing::warn!("[{}] refused an admin request that reuses decision id {} for another request", guard.role, id);
                 return ApiError::conflict(
                     "decision_id_reused",
                     format!("decision id {id} was used for another request (another route or body); each decision needs an id of its own"),
@@ -202,19 +221,27 @@ pub async fn guard(State((guard, listener)): State<(Arc<Guard>, Listener)>, req:
 }
 
 /// Reads the leaders' claims from the control topic into `fence` (a thread of its own, until
-/// `stop` is cancelled): the claims it reads are the only tokens the node accepts, and a deposed
-/// leader is refused even by a node the new one has not called yet.
-pub fn spawn_claim_reader(settings: shared::kafka::KafkaSettings, node_id: &str, topic: String, fence: Arc<Fence>, stop: tokio_util::sync::CancellationToken) {
+/// `stop` is cancelled): the claims it reads are the only tokens the process accepts, and a
+/// deposed leader is refused even by a process the new one has not called yet. Its Kafka client
+/// id is `{client_id_prefix}-claims`; `role` tags its log lines as in [`Guard::new`].
+pub fn spawn_claim_reader(
+    settings: crate::kafka::KafkaSettings,
+    client_id_prefix: &str,
+    topic: String,
+    fence: Arc<Fence>,
+    stop: tokio_util::sync::CancellationToken,
+    role: &'static str,
+) {
     let reader = fence.clone();
-    shared::control::spawn_follower(
+    crate::control::spawn_follower(
         settings,
-        format!("{node_id}-claims"),
+        format!("{client_id_prefix}-claims"),
         topic,
         stop,
         move |offset, record| {
             let offset = offset.max(0) as u64;
-            if let Ok(shared::control::ControlRecord::Claim { gateway, .. }) = record {
-                tracing::info!("[NODE] gateway {} is the leader now (fencing token {})", gateway, offset);
+            if let Ok(crate::control::ControlRecord::Claim { gateway, .. }) = record {
+                tracing::info!("[{}] gateway {} is the leader now (fencing token {})", role, gateway, offset);
                 reader.claimed(offset);
             }
             reader.read_to(offset + 1);
@@ -280,7 +307,7 @@ mod tests {
     #[tokio::test]
     async fn a_decision_id_reused_for_another_request_is_refused() {
         use tower::ServiceExt;
-        let (guard, n) = (Arc::new(Guard::new(false)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let (guard, n) = (Arc::new(Guard::new(false, "NODE")), Arc::new(std::sync::atomic::AtomicU32::new(0)));
         let app = app(guard, n.clone());
         let send = |body: &'static str| {
             let app = app.clone();
@@ -302,7 +329,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_decision_is_done_once_and_a_stale_token_is_refused() {
-        let (guard, n) = (Arc::new(Guard::new(true)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let (guard, n) = (Arc::new(Guard::new(true, "NODE")), Arc::new(std::sync::atomic::AtomicU32::new(0)));
         let app = app(guard.clone(), n.clone());
         // Not read to the end yet: a token is not judged now.
         assert_eq!(call(&app, &[(FENCING_HEADER, "5")]).await.0, StatusCode::SERVICE_UNAVAILABLE);
@@ -335,8 +362,16 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn refusals_name_the_process_by_its_role() {
+        let (guard, n) = (Arc::new(Guard::new(false, "PUBLISHER")), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let (status, body) = call(&app(guard, n), &[(FENCING_HEADER, "5")]).await;
+        assert_eq!(status, StatusCode::CONFLICT);
+        assert!(body.contains("unknown_claim") && body.contains("this publisher reads no control topic"), "{body}");
+    }
+
+    #[tokio::test]
     async fn without_a_claim_a_request_without_a_token_acts() {
-        let (guard, n) = (Arc::new(Guard::new(true)), Arc::new(std::sync::atomic::AtomicU32::new(0)));
+        let (guard, n) = (Arc::new(Guard::new(true, "NODE")), Arc::new(std::sync::atomic::AtomicU32::new(0)));
         let app = app(guard.clone(), n.clone());
         guard.fence.reached_end(0);
         assert_eq!(call(&app, &[]).await, (StatusCode::OK, "call 1".into()), "no leader has claimed: a standalone gateway's fleet");
