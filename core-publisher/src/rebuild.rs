@@ -88,6 +88,12 @@ pub struct Restored {
     pub incomplete: Vec<CanvasId>,
     /// Events read from the log.
     pub events_read: usize,
+    /// Where each partition's read of the events ended.
+    pub positions: shared::replay::Offsets,
+    /// Where each partition's read of the snapshot topic ended.
+    pub snapshot_positions: shared::replay::Offsets,
+    /// Each partition's checkpoint as read (where the keys its key book holds start).
+    pub checkpoints: shared::replay::Offsets,
 }
 
 /// Reads the heads of a topic of `n` partitions and canvases of `dims`: the snapshots, then the
@@ -99,10 +105,20 @@ pub struct Restored {
 /// end ([`refuse_open_transactions`]).
 pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     refuse_open_transactions(log).await?;
+    read_heads_now(log, dims, n, key_window, keys).await
+}
+
+/// As [`read_heads`], without waiting for other producers' open transactions to end: a standby
+/// ([`crate::follow`]) reads while the active publisher's transactions come and go, and reads on
+/// after them (a promotion checks for open transactions once it has fenced that publisher).
+///
+/// # Errors
+/// As [`read_heads`], except [`RebuildError::Hanging`].
+pub async fn read_heads_now<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     // Heads and keys from the snapshot topic, then the log's tail after each partition's
     // checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where
     // the window's keys are not all in key records.
-    let loaded = log.read_snapshots().await?;
+    let (loaded, snapshot_positions) = log.read_snapshots_from(shared::replay::Offsets::new()).await?;
     let now_ms = shared::event::now_ms();
     let key_from_ms = now_ms.saturating_sub(key_window.as_millis() as u64) as i64;
     let mut wanted = log.offsets_for_time(key_from_ms).await?;
@@ -150,7 +166,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
     let (sink_keys, sink_state) = (keys.clone(), state.clone());
     let now = std::time::Instant::now();
     let (_, end) = log
-        .read_tail(Tail { needed, wanted }, move |le: LoggedEvent| {
+        .read_tail(Tail { needed, wanted, following: false }, move |le: LoggedEvent| {
             let mut state = sink_state.lock().expect("rebuild state lock");
             state.apply(&le, now);
             if let Some(k) = &le.idempotency_key {
@@ -207,8 +223,9 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
         incomplete = rebuilt.incomplete.len(), keys_from_key_records = from_records,
         "heads rebuilt from the snapshots and the log after them");
     let events_read = end.records as usize;
-    let ends = end.positions;
+    let ends = end.positions.clone();
     let mut keyed = rebuilt.keyed;
+    let mut key_from = shared::replay::Offsets::new();
     let partitions: Vec<Arc<Partition>> = rebuilt
         .heads
         .into_iter()
@@ -222,6 +239,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
             // the heads' read started (the checkpoint; the log start where it moved back).
             let checkpoint = needed_at.get(&(p as i32)).copied().unwrap_or(0);
             let from = if checkpoint > end { 0 } else { checkpoint };
+            key_from.insert(p as i32, from);
             let complete_from = if moved_back(p as i32) { None } else { loaded.keys_from.get(&(p as i32)).copied() };
             let mut book = KeyBook::restored(live, complete_from, from);
             for e in std::mem::take(&mut keyed[p]).into_iter().filter(|e| e.offset >= from) {
@@ -230,7 +248,7 @@ pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_wind
             Arc::new(Partition::restored(p as i32, dims, h, c, end, book))
         })
         .collect();
-    Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read })
+    Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read, positions: end.positions, snapshot_positions, checkpoints: key_from })
 }
 
 /// Whether the only record deleted after partition `p`'s checkpoint was the commit marker at

@@ -324,6 +324,9 @@ pub struct Loaded {
     pub records: u64,
     /// Records skipped as unreadable.
     pub skipped: u64,
+    /// The key records tombstoned, with their partition, in the order read (a reader that reads
+    /// on from where an earlier load ended removes them from what it learned then).
+    pub tombstoned: Vec<(i32, String)>,
 }
 
 impl Loaded {
@@ -360,6 +363,7 @@ impl Loaded {
     pub fn tombstone(&mut self, partition: i32, key: &str) {
         if key.starts_with(KEYS_PREFIX) {
             self.keys.retain(|(p, k)| !(*p == partition && k.name == key));
+            self.tombstoned.push((partition, key.to_owned()));
         }
     }
 }
@@ -397,9 +401,26 @@ pub fn load_partitions<C: ConsumerContext>(
     stall_timeout: Duration,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Loaded, ReplayError> {
-    let (mut plan, _) = match replay::plan(consumer, topic, &Offsets::new(), Duration::from_secs(10)) {
+    load_from(consumer, topic, partitions, &Offsets::new(), stall_timeout, cancelled).map(|(loaded, _)| loaded)
+}
+
+/// As [`load_partitions`], from offset `from[p]` of each partition (absent: its start), and where
+/// the read ended (the offset to read on from next time). A reader that keeps up with the topic
+/// (a standby publisher) calls it again from there.
+///
+/// # Errors
+/// As [`load`].
+pub fn load_from<C: ConsumerContext>(
+    consumer: &BaseConsumer<C>,
+    topic: &str,
+    partitions: Option<&[i32]>,
+    from: &Offsets,
+    stall_timeout: Duration,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(Loaded, Offsets), ReplayError> {
+    let (mut plan, _) = match replay::plan(consumer, topic, from, Duration::from_secs(10)) {
         Ok(p) => p,
-        Err(ReplayError::NoTopic { .. }) => return Ok(Loaded::default()),
+        Err(ReplayError::NoTopic { .. }) => return Ok((Loaded::default(), from.clone())),
         Err(e) => return Err(e),
     };
     if let Some(only) = partitions {
@@ -432,7 +453,9 @@ pub fn load_partitions<C: ConsumerContext>(
         }
         progress = replay::run(consumer, topic, &next, stall_timeout, cancelled, &mut on_record, |_| {})?;
     }
-    Ok(loaded)
+    let mut ended = plan.starts;
+    ended.extend(progress.positions);
+    Ok((loaded, ended))
 }
 
 #[cfg(test)]

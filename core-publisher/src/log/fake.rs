@@ -349,19 +349,23 @@ impl EventLog for FakeLog {
             .collect())
     }
 
-    async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
+    async fn read_snapshots_from(&self, from: Offsets) -> Result<(Loaded, Offsets), ReadError> {
         let mut loaded = Loaded::default();
+        let mut ended = Offsets::new();
         let snaps = self.shared.snapshots.lock().unwrap().clone();
         for p in 0..self.shared.partitions as i32 {
-            for (k, v) in snaps.get(&p).into_iter().flatten() {
+            let records = snaps.get(&p).map_or(&[][..], Vec::as_slice);
+            let start = from.get(&p).copied().unwrap_or(0).clamp(0, records.len() as i64) as usize;
+            for (k, v) in &records[start..] {
                 if v.is_empty() {
                     loaded.tombstone(p, k);
                 } else if let Ok(Some(e)) = shared::snapshot::decode(Some(k.as_bytes()), Some(v)) {
                     loaded.add(p, e);
                 }
             }
+            ended.insert(p, records.len() as i64);
         }
-        Ok(loaded)
+        Ok((loaded, ended))
     }
 
     async fn offsets_for_time(&self, ms: i64) -> Result<Offsets, ReadError> {

@@ -215,10 +215,10 @@ impl EventLog for KafkaLog {
         .map_err(|e| ReadError(e.to_string()))?
     }
 
-    async fn read_snapshots(&self) -> Result<Loaded, ReadError> {
+    async fn read_snapshots_from(&self, from: Offsets) -> Result<(Loaded, Offsets), ReadError> {
         let topic = self.settings.snapshot_topic.clone();
         self.with_reader(move |consumer| {
-            shared::snapshot::load(consumer, &topic, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
+            shared::snapshot::load_from(consumer, &topic, None, &from, Duration::from_secs(30), &|| false).map_err(|e| ReadError(e.to_string()))
         })
         .await
     }
@@ -251,8 +251,13 @@ impl EventLog for KafkaLog {
                 .map_err(|e| ReadError(e.to_string()))?;
             let truncated = gaps.truncated;
             let total = replay::Progress::new(&plan).remaining();
-            tracing::info!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
-                "reading the log after the snapshots");
+            if tail.following {
+                tracing::debug!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
+                    "standby: reading on");
+            } else {
+                tracing::info!(starts = %replay::fmt_offsets(&plan.starts), targets = %replay::fmt_offsets(&plan.targets), records = total,
+                    "reading the log after the snapshots");
+            }
             let mut last = std::time::Instant::now();
             let progress = replay::run(
                 consumer,
@@ -266,7 +271,7 @@ impl EventLog for KafkaLog {
                     }
                 },
                 |pr| {
-                    if last.elapsed() >= Duration::from_secs(1) && !pr.is_complete() {
+                    if !tail.following && last.elapsed() >= Duration::from_secs(1) && !pr.is_complete() {
                         tracing::info!(read = pr.count, total, "reading the log");
                         last = std::time::Instant::now();
                     }

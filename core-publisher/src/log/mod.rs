@@ -134,6 +134,9 @@ pub struct LoggedEvent {
 pub struct Tail {
     pub needed: Offsets,
     pub wanted: Offsets,
+    /// A standby's read on from where the last one ended ([`crate::follow`]): logged at debug
+    /// level (it runs several times a second).
+    pub following: bool,
 }
 
 /// How a tail read ended.
@@ -193,8 +196,11 @@ pub trait EventLog: Send + Sync + 'static {
     /// is read before the last stable offset, so a transaction that ends meanwhile is not named.
     fn open_transactions(&self) -> impl Future<Output = Result<Vec<OpenTxn>, ReadError>> + Send;
 
-    /// The snapshot topic's committed snapshots and checkpoints (empty when it does not exist).
-    fn read_snapshots(&self) -> impl Future<Output = Result<Loaded, ReadError>> + Send;
+    /// The snapshot topic's committed records (snapshots, checkpoints, key records) from offset
+    /// `from[p]` of each partition (absent: its start) to its end (empty when the topic does not
+    /// exist), and where that read ended: a standby publisher reads on from there
+    /// ([`crate::follow`]).
+    fn read_snapshots_from(&self, from: Offsets) -> impl Future<Output = Result<(Loaded, Offsets), ReadError>> + Send;
 
     /// Per partition, the first offset whose record timestamp is at or after `ms` (Kafka's
     /// offsets-for-times; the partition's end when there is none).
