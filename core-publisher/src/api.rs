@@ -104,9 +104,15 @@ impl BatchResult {
 
 use shared::rate_limit::PublishLimiter;
 
-fn publish_error(e: PublishError) -> ApiError {
+pub(crate) fn publish_error(e: PublishError) -> ApiError {
     match e {
         PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
+        PublishError::Standby => ApiError::unavailable(
+            "standby",
+            "this publisher is a standby (--standby): it follows the log and accepts writes only once the gateway leader \
+             promotes it; nothing was applied, send the request to the active publisher",
+            RETRY_AFTER_SECS,
+        ),
         PublishError::Fenced => ApiError::unavailable(
             "fenced",
             "another publisher took over this topic; this one accepts no writes and is stopping: nothing was applied, \
@@ -223,11 +229,8 @@ async fn post_batch<L: EventLog>(
         allow(grant.as_ref(), &e.canvas)?;
     }
     check_batch(&req, v.dims())?;
-    if v.is_fenced() {
-        return Err(publish_error(PublishError::Fenced));
-    }
-    if !v.is_ready() {
-        return Err(publish_error(PublishError::NotReady));
+    if let Some(e) = v.not_writable() {
+        return Err(publish_error(e));
     }
     // Run to the end even if the client goes away: a publish cut off while Kafka writes its
     // record would leave the canvas's head behind the log.
@@ -358,6 +361,7 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     Json(serde_json::json!({
         "ready": v.is_ready(),
         "state": state,
+        "role": v.role().as_str(),
         "start_error": v.start_problem(),
         "in_doubt_partitions": v.in_doubt_partitions(),
         "partition_writers": v.partition_reports(),
@@ -396,6 +400,8 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
         Ok(shared::probe::ready())
     } else if v.is_fenced() {
         Err(publish_error(PublishError::Fenced))
+    } else if let Some(e @ PublishError::Standby) = v.not_writable() {
+        Err(publish_error(e))
     } else {
         let why = shared::kafka::with_recent_client_error(match v.start_problem() {
             Some(problem) => format!("the publisher cannot start yet: {problem}"),

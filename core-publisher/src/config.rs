@@ -104,6 +104,25 @@ pub struct Config {
     pub serve: shared::serve::ServeArgs,
     #[command(flatten)]
     pub rate: shared::rate_limit::RateArgs,
+    /// Start as a standby: follow the log without writing (writes and `/ready` get 503
+    /// `standby`) until the gateway leader promotes it (`POST /admin/promote`), then fence the
+    /// active publisher and take over. Give every publisher of a deployment the same topic and
+    /// transactional id.
+    #[arg(long, env = "PUBLISHER_STANDBY")]
+    pub standby: bool,
+    /// Token `POST /admin/promote` requires as `Authorization: Bearer <token>`; the gateway sends
+    /// its own `ADMIN_TOKEN`, so set the same. Unset or empty: the admin route is not on
+    /// `LISTEN_ADDR` but on `ADMIN_LISTEN_ADDR`.
+    #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
+    /// Loopback address of the admin listener, served only when no `ADMIN_TOKEN` is set.
+    #[arg(long = "admin-listen", env = "ADMIN_LISTEN_ADDR", default_value = "127.0.0.1:9080")]
+    pub admin_listen: SocketAddr,
+    /// The gateways' control topic: a standby reads the leaders' claims from it and takes a
+    /// promotion only under the latest leader's fencing token (empty: not read; then only a
+    /// request without a token promotes, as from a standalone gateway).
+    #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
+    pub control_topic: String,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -157,7 +176,16 @@ impl Config {
             p.extend(shared::kafka::topic_name_problem(t).map(|e| format!("SNAPSHOT_TOPIC (--snapshot-topic): {e}")));
         }
         p.extend(self.client_tokens.problems());
+        if self.admin_token().is_none() {
+            p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
+        }
+        p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
         p
+    }
+
+    /// The admin token, when one is set (not empty).
+    pub fn admin_token(&self) -> Option<shared::auth::AdminToken> {
+        shared::auth::AdminToken::from_setting(self.admin_token.as_deref())
     }
 
     /// The snapshot topic.
@@ -219,6 +247,10 @@ impl Config {
             ("IDEMPOTENCY_WINDOW_MS", self.idempotency_window_ms.to_string()),
             ("IDEMPOTENCY_KEYS_MAX", self.idempotency_keys_max.to_string()),
             ("KAFKA_DEBUG", self.kafka_debug.clone()),
+            ("PUBLISHER_STANDBY", self.standby.to_string()),
+            ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
+            ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
+            ("CONTROL_TOPIC", self.control_topic.clone()),
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
             ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
             ("BODY_READ_TIMEOUT_MS", self.serve.body_read_timeout_ms.to_string()),

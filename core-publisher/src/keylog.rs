@@ -99,6 +99,25 @@ impl KeyBook {
         out
     }
 
+    /// What a standby read of another publisher's writes to the snapshot topic
+    /// ([`crate::follow`]): its checkpoint moved to `checkpoint` (the keys below it are in key
+    /// records now), key records `records` written and `tombstones` removed, and whether the
+    /// partition's "complete from" record exists (`from_written`).
+    pub fn followed(&mut self, checkpoint: Option<i64>, records: &[(String, u64)], tombstones: &[String], from_written: bool) {
+        if let Some(c) = checkpoint {
+            self.pending = self.pending.split_off(&c);
+        }
+        for name in tombstones {
+            self.live.remove(name);
+        }
+        for (name, newest) in records {
+            self.live.insert(name.clone(), *newest);
+        }
+        if from_written {
+            self.from_to_write = None;
+        }
+    }
+
     /// `writes` committed.
     pub fn applied(&mut self, writes: &KeyWrites) {
         self.pending = self.pending.split_off(&writes.below);

@@ -18,9 +18,11 @@
 //! Kafka side as the version logic sees it), [`txn`] (one transactional producer), [`metrics`]
 //! (`GET /metrics`).
 
+pub mod admin;
 pub mod api;
 pub mod committer;
 pub mod config;
+pub mod follow;
 pub mod fuzzing;
 pub mod idempotency;
 pub mod keylog;
@@ -28,7 +30,9 @@ pub mod log;
 pub mod metrics;
 pub mod partition;
 pub mod rebuild;
+pub mod role;
 pub mod snapshots;
+pub mod standby;
 pub mod txn;
 pub mod types;
 pub mod verification;
@@ -81,11 +85,10 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         snapshots: config.snapshot_policy(),
         key_window: Duration::from_millis(config.idempotency_window_ms),
     };
-    let versions = Arc::new(
-        Versions::new(kafka_log, config.dims(), 0, timings)
-            .with_max_canvases(config.max_canvases as usize)
-            .with_idempotency_keys(config.idempotency_keys_max as usize),
-    );
+    let versions = Versions::new(kafka_log, config.dims(), 0, timings)
+        .with_max_canvases(config.max_canvases as usize)
+        .with_idempotency_keys(config.idempotency_keys_max as usize);
+    let versions = Arc::new(if config.standby { versions.as_standby() } else { versions });
 
     // Set when the start is refused for good (a broker setting): the process then stops with it.
     let refused: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
@@ -119,6 +122,14 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                 return;
             }
             versions.set_partitions(partitions);
+            if config.standby {
+                tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
+                    "standby: following the log without writing (writes and /ready get 503 standby) until the gateway leader promotes it");
+                versions.follow(&shutdown).await;
+                if shutdown.is_cancelled() {
+                    return;
+                }
+            }
             tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
                 "initialising the transactional producers (this fences an older publisher), then rebuilding canvas \
                  versions from the committed log; writes get 503 until done");
@@ -183,11 +194,39 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         });
     }
 
-    tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, "publisher listening");
+    tracing::info!(addr = %listener.local_addr()?, topic = %config.topic, standby = config.standby, "publisher listening");
     let tokens = config.client_tokens.load().map_err(anyhow::Error::msg)?;
     let limiter = Arc::new(config.rate.limiter());
     tokio::spawn(limiter.clone().run_cleanup(shutdown.clone()));
-    shared::serve::serve(listener, api::router_with(versions, tokens, limiter), config.serve.limits(), shutdown.cancelled_owned()).await?;
+    // The admin route (a standby's promotion) checks the gateway leader's fencing token against
+    // the claims this process reads from the control topic itself.
+    let guard = Arc::new(shared::fence::Guard::new(!config.control_topic.is_empty(), "PUBLISHER"));
+    let claims = CancellationToken::new();
+    if !config.control_topic.is_empty() {
+        shared::fence::spawn_claim_reader(config.kafka(), "core-publisher", config.control_topic.clone(), guard.fence.clone(), claims.clone(), "PUBLISHER");
+    }
+    let limits = config.serve.limits();
+    let mut app = api::router_with(versions.clone(), tokens, limiter);
+    match config.admin_token() {
+        Some(token) => {
+            app = app.merge(
+                admin::routes(versions.clone(), guard.clone(), shared::control::Listener::Public, shared::admin_guard::AdminGuard::Token)
+                    .route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
+            );
+        }
+        None => {
+            let admin = shared::shutdown::listen(config.admin_listen)?;
+            tracing::info!(addr = %admin.local_addr()?, "admin route (POST /admin/promote) on the loopback listener (no ADMIN_TOKEN)");
+            let (routes, stop) = (admin::loopback_router(versions.clone(), guard.clone()), shutdown.clone());
+            tokio::spawn(async move {
+                if let Err(e) = shared::serve::serve(admin, routes, limits, stop.cancelled_owned()).await {
+                    tracing::error!(error = %e, "admin listener failed");
+                }
+            });
+        }
+    }
+    shared::serve::serve(listener, app, limits, shutdown.cancelled_owned()).await?;
+    claims.cancel();
     if let Some(why) = refused.lock().expect("refusal lock").take() {
         anyhow::bail!("refused to start: {why}");
     }

@@ -110,14 +110,14 @@ pub enum Activity {
 }
 
 /// The committed state of a partition's canvases.
-struct Book {
-    heads: HashMap<CanvasId, Canvas>,
+pub(crate) struct Book {
+    pub(crate) heads: HashMap<CanvasId, Canvas>,
     /// Their snapshots, and what those do not cover yet.
-    coverage: Coverage,
+    pub(crate) coverage: Coverage,
     /// The position after the last record known to be in the log.
-    end: i64,
+    pub(crate) end: i64,
     /// The idempotency keys of its records on their way into the snapshot topic.
-    keys: KeyBook,
+    pub(crate) keys: KeyBook,
 }
 
 /// Snapshots planned for one transaction on one partition: (canvas, version) of each, and the
@@ -290,6 +290,11 @@ impl Partition {
     /// Canvases with at least one committed event.
     pub fn canvas_count(&self) -> usize {
         self.lock_book().heads.len()
+    }
+
+    /// Runs `f` on the committed state: a standby applies what it reads there ([`crate::follow`]).
+    pub(crate) fn with_book<R>(&self, f: impl FnOnce(&mut Book) -> R) -> R {
+        f(&mut self.lock_book())
     }
 
     /// Where a read of what is not known yet starts.

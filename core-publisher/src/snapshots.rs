@@ -123,6 +123,28 @@ impl Coverage {
         }
     }
 
+    /// A snapshot of `canvas` at `version` of reset `resets` that another publisher committed,
+    /// read by a standby ([`crate::follow`]): `first` is the oldest record of the canvas it does
+    /// not cover, with when it was read (`None`: it covers every record read).
+    pub fn followed(&mut self, canvas: &CanvasId, version: u64, resets: u64, first: Option<(i64, Instant)>) {
+        let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets, last_offset: -1, first_uncovered: None });
+        mark.snapshot_version = mark.snapshot_version.max(version);
+        mark.resets = resets;
+        if let Some((offset, _)) = mark.first_uncovered.take() {
+            self.uncovered.remove(&offset);
+        }
+        if let Some((offset, at)) = first {
+            mark.first_uncovered = Some((offset, at));
+            mark.last_offset = mark.last_offset.max(offset);
+            self.uncovered.insert(offset, canvas.clone());
+        }
+    }
+
+    /// The oldest record of `canvas` its snapshot does not cover, with when it was learned.
+    pub fn first_uncovered(&self, canvas: &CanvasId) -> Option<(i64, Instant)> {
+        self.marks.get(canvas).and_then(|m| m.first_uncovered)
+    }
+
     /// The version of `canvas`'s latest snapshot (0: none).
     pub fn snapshot_version(&self, canvas: &CanvasId) -> u64 {
         self.marks.get(canvas).map_or(0, |m| m.snapshot_version)

@@ -38,6 +38,10 @@ pub enum PublishError {
     /// nothing was applied; retry later.
     #[error("the publisher is rebuilding canvas versions from the log")]
     NotReady,
+    /// This publisher stands by (`--standby`) until the gateway leader promotes it: nothing was
+    /// applied; send writes to the active publisher.
+    #[error("this publisher is a standby: it accepts writes once promoted")]
+    Standby,
     /// Another publisher process took over the topic's transactional id: this one accepts no
     /// more writes (nothing was applied; send it to the publisher that accepts writes).
     #[error("another publisher took over this topic's transactional id; this one accepts no writes")]

@@ -18,7 +18,9 @@ use crate::committer::{self, Counters, Ctx, Status};
 use crate::idempotency::{KeyStore, Lookup};
 use crate::log::{EventLog, PrepareError};
 use crate::metrics::Figures;
+use crate::follow::Follower;
 use crate::rebuild;
+use crate::role::Role;
 pub use crate::rebuild::RebuildError;
 use crate::snapshots::SnapshotPolicy;
 use crate::partition::{Activity, IsolationPolicy, Mode, Partition, Pending};
@@ -77,23 +79,29 @@ pub struct PartitionReport {
 /// The version authority for every canvas.
 pub struct Versions<L> {
     pub(crate) log: Arc<L>,
-    dims: CanvasDims,
+    pub(crate) dims: CanvasDims,
     /// Partition count of the topic; 0 until known (then the publisher is not ready anyway).
     partitions: std::sync::atomic::AtomicU32,
     /// The committers' shared state, once rebuilt (none while starting, or starting over).
     ctx: std::sync::RwLock<Option<Arc<Ctx<L>>>>,
-    keys: Arc<Mutex<KeyStore>>,
+    pub(crate) keys: Arc<Mutex<KeyStore>>,
     status: Arc<Status>,
     counters: Arc<Counters>,
-    timings: Timings,
+    pub(crate) timings: Timings,
     /// Canvases found with versions missing from the log and no snapshot covering them.
-    incomplete: Mutex<Vec<CanvasId>>,
+    pub(crate) incomplete: Mutex<Vec<CanvasId>>,
     /// Why the last rebuild failed, until one succeeds.
     start_problem: Mutex<Option<String>>,
     /// A publish that would create a canvas past this many is refused ([`PublishError::CanvasLimit`]).
     max_canvases: usize,
     /// Stops the committers (cancelled on drop).
     stop: CancellationToken,
+    /// Writing, or standing by ([`crate::standby`]).
+    pub(crate) role: Mutex<Role>,
+    /// Notified when a promotion is asked for.
+    pub(crate) promotion: Notify,
+    /// A standby's reading of the log, handed to the committers by a promotion.
+    pub(crate) follower: tokio::sync::Mutex<Option<Follower>>,
 }
 
 impl<L> Drop for Versions<L> {
@@ -149,6 +157,9 @@ impl<L: EventLog> Versions<L> {
             start_problem: Mutex::new(None),
             max_canvases: usize::MAX,
             stop: CancellationToken::new(),
+            role: Mutex::new(Role::Active { promoted: false }),
+            promotion: Notify::new(),
+            follower: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -248,7 +259,11 @@ impl<L: EventLog> Versions<L> {
             }
             Err(e) => return Err(RebuildError::Prepare(e)),
         }
-        let restored = rebuild::read_heads(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await?;
+        // A promoted standby reads on from where it is; otherwise the snapshots and the log after.
+        let restored = match self.follower.lock().await.take() {
+            Some(follower) => self.read_on_promoted(follower).await?,
+            None => rebuild::read_heads(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await?,
+        };
         *self.incomplete.lock().expect("incomplete lock") = restored.incomplete;
         let (events_read, partitions) = (restored.events_read, restored.partitions);
         let ctx = Arc::new(Ctx {
@@ -267,6 +282,10 @@ impl<L: EventLog> Versions<L> {
             tokio::spawn(committer::run_isolated(ctx.clone(), p.clone()));
         }
         *self.ctx.write().expect("ctx lock") = Some(ctx);
+        {
+            let mut role = self.role.lock().expect("role lock");
+            *role = crate::role::on_ready(*role);
+        }
         self.status.set_ready();
         Ok(events_read)
     }
@@ -328,10 +347,12 @@ impl<L: EventLog> Versions<L> {
         Some((ctx, p))
     }
 
-    /// Why nothing can be written now, if so.
-    fn not_writable(&self) -> Option<PublishError> {
+    /// Why nothing can be written now, if so (fenced, a standby, not ready).
+    pub fn not_writable(&self) -> Option<PublishError> {
         if self.status.is_fenced() {
             Some(PublishError::Fenced)
+        } else if matches!(self.role(), Role::Standby | Role::Promoting) {
+            Some(PublishError::Standby)
         } else if !self.status.is_ready() {
             Some(PublishError::NotReady)
         } else {

@@ -1,0 +1,297 @@
+//! A standby publisher's reading of the log ([`Follower`]): every canvas's head, what the
+//! snapshots cover and the idempotency keys, kept current while another publisher writes, with no
+//! transactional producer, so that a promotion reads only the last moments of the log instead of
+//! everything after the checkpoints.
+//!
+//! [`Follower::start`] reads as a rebuild does ([`crate::rebuild::read_heads_now`]). Each
+//! [`Follower::read_on`] then reads the snapshot topic, then the events topic, from where the last
+//! read ended (`read_committed`: what the active publisher committed). What the snapshot topic
+//! says is kept exact:
+//! - a snapshot of a canvas covers its records before the snapshot's offset. The follower keeps
+//!   the offsets of the records it read after its start, per canvas, until a snapshot covers them,
+//!   so the oldest record a snapshot leaves uncovered is known, as the active publisher knows it;
+//! - the two topics are read one after the other, so a snapshot or a checkpoint read is applied
+//!   only once the events read has passed the offset it covers (until then it waits, in order);
+//! - a checkpoint moves the keys below it out of the partition's key book (the active publisher
+//!   wrote them as key records, which the book now lists for their tombstones).
+//!
+//! A read that finds records after its position deleted (a standby paused past the retention) or
+//! the log moved back (the topic recreated) is an error: the standby starts again from the
+//! snapshots. [`Follower::into_restored`] hands the partitions to the committers after a
+//! promotion's last read.
+
+use crate::idempotency::KeyStore;
+use crate::log::{EventLog, LoggedEvent, ReadError, Tail};
+use crate::partition::{key_entries, Partition};
+use crate::rebuild::{read_heads_now, RebuildError, Restored};
+use crate::types::{Fingerprint, Published};
+use shared::canvas::Applied;
+use shared::replay::Offsets;
+use shared::snapshot::Loaded;
+use shared::{Canvas, CanvasDims, CanvasId};
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How often a standby reads on.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
+
+/// A snapshot-topic entry read, waiting until the events read has passed what it covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Waiting {
+    /// A canvas's snapshot at `version` of reset `resets`, covering its records before `offset`.
+    Snapshot { canvas: CanvasId, version: u64, resets: u64, offset: i64 },
+    /// The partition's checkpoint.
+    Checkpoint(i64),
+}
+
+impl Waiting {
+    /// The events position it needs read first.
+    fn needs(&self) -> i64 {
+        match self {
+            Waiting::Snapshot { offset, .. } | Waiting::Checkpoint(offset) => *offset,
+        }
+    }
+}
+
+/// What the follower keeps of one partition besides its [`Partition`].
+#[derive(Debug, Default)]
+struct Track {
+    /// Where the events read ends (the next offset to read).
+    position: i64,
+    /// Where the start's read ended: the offsets of the records read then are not kept.
+    start_end: i64,
+    /// The records read after the start that no applied snapshot covers, per canvas: (offset,
+    /// when read), oldest first.
+    recent: HashMap<CanvasId, VecDeque<(i64, Instant)>>,
+    /// Snapshot-topic entries read, in order, waiting for the events read.
+    waiting: VecDeque<Waiting>,
+    /// The latest checkpoint applied: keys of the records below it are in key records.
+    checkpoint: i64,
+}
+
+/// The standby's reading of the log.
+pub struct Follower {
+    dims: CanvasDims,
+    pub(crate) partitions: Vec<Arc<Partition>>,
+    tracks: Vec<Track>,
+    snapshot_positions: Offsets,
+    incomplete: Vec<CanvasId>,
+    /// Events read since the start (the start's read included).
+    pub events: u64,
+}
+
+/// The events of one read on, applied as they stream in.
+struct Applier {
+    dims: CanvasDims,
+    partitions: Vec<Arc<Partition>>,
+    tracks: Vec<Track>,
+    incomplete: Vec<CanvasId>,
+    keys: Arc<Mutex<KeyStore>>,
+    now: Instant,
+    events: u64,
+}
+
+impl Applier {
+    fn apply(&mut self, le: &LoggedEvent) {
+        let p = le.partition as usize;
+        let (Some(part), Some(track)) = (self.partitions.get(p), self.tracks.get_mut(p)) else { return };
+        let ev = &le.event;
+        if let Some(k) = &le.idempotency_key {
+            let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
+            let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+            self.keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
+        }
+        let (dims, now) = (self.dims, self.now);
+        let gap = part.with_book(|book| {
+            let head = book.heads.entry(ev.canvas.clone()).or_insert_with(|| Canvas::new(dims));
+            let applied = head.apply(ev);
+            if applied == Applied::Duplicate {
+                return None;
+            }
+            let recent = track.recent.entry(ev.canvas.clone()).or_default();
+            if recent.back().is_none_or(|(o, _)| *o != le.offset) {
+                recent.push_back((le.offset, now));
+                book.coverage.recorded(&ev.canvas, le.offset, now);
+            }
+            if let Some(k) = &le.idempotency_key {
+                if le.offset >= track.checkpoint {
+                    book.keys.record(le.offset, key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset));
+                }
+            }
+            book.end = book.end.max(le.offset + 1);
+            match applied {
+                Applied::Gap { expected } => Some(expected),
+                _ => None,
+            }
+        });
+        self.events += 1;
+        if let Some(expected) = gap {
+            tracing::error!(canvas = %ev.canvas, expected, got = ev.version, partition = le.partition, offset = le.offset,
+                "standby: this canvas's versions skip in the log (records deleted?): its pixels before version {} are lost", ev.version);
+            if !self.incomplete.contains(&ev.canvas) {
+                self.incomplete.push(ev.canvas.clone());
+            }
+        }
+    }
+}
+
+impl Follower {
+    /// Reads the snapshots and the log after them, as a rebuild does, without waiting for the
+    /// active publisher's open transactions, teaching `keys` the keys within `key_window`.
+    ///
+    /// # Errors
+    /// As [`read_heads_now`].
+    pub async fn start<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Self, RebuildError> {
+        let restored = read_heads_now(log, dims, n, key_window, keys).await?;
+        let tracks = (0..n as i32)
+            .map(|p| {
+                let position = restored.positions.get(&p).copied().unwrap_or(0);
+                Track { position, start_end: position, checkpoint: restored.checkpoints.get(&p).copied().unwrap_or(0), ..Track::default() }
+            })
+            .collect();
+        Ok(Self {
+            dims,
+            partitions: restored.partitions,
+            tracks,
+            snapshot_positions: restored.snapshot_positions,
+            incomplete: restored.incomplete,
+            events: restored.events_read as u64,
+        })
+    }
+
+    /// Reads the snapshot topic, then the events topic, from where the last read ended, to their
+    /// ends; returns the events read.
+    ///
+    /// # Errors
+    /// [`RebuildError::Read`] when a topic cannot be read, or when the events after the position
+    /// were deleted or the log moved back under it: start again then.
+    pub async fn read_on<L: EventLog>(&mut self, log: &L, keys: &Arc<Mutex<KeyStore>>) -> Result<u64, RebuildError> {
+        let (loaded, ended) = log.read_snapshots_from(self.snapshot_positions.clone()).await?;
+        self.learn_snapshots(loaded);
+        self.snapshot_positions = ended;
+
+        let needed: Offsets = self.tracks.iter().enumerate().map(|(p, t)| (p as i32, t.position)).collect();
+        let applier = Arc::new(Mutex::new(Applier {
+            dims: self.dims,
+            partitions: self.partitions.clone(),
+            tracks: std::mem::take(&mut self.tracks),
+            incomplete: std::mem::take(&mut self.incomplete),
+            keys: keys.clone(),
+            now: Instant::now(),
+            events: 0,
+        }));
+        let sink = applier.clone();
+        let read = log.read_tail(Tail { needed: needed.clone(), wanted: Offsets::new(), following: true }, move |le: LoggedEvent| {
+            sink.lock().expect("applier lock").apply(&le);
+        });
+        let result = read.await;
+        let back = std::mem::replace(
+            &mut *applier.lock().expect("applier lock"),
+            Applier { dims: self.dims, partitions: Vec::new(), tracks: Vec::new(), incomplete: Vec::new(), keys: keys.clone(), now: Instant::now(), events: 0 },
+        );
+        self.tracks = back.tracks;
+        self.incomplete = back.incomplete;
+        self.events += back.events;
+        let (_, end) = result?;
+        if !end.truncated.is_empty() {
+            return Err(RebuildError::Read(ReadError(format!(
+                "records after the standby's position were deleted on partitions {:?} (it was paused longer than the retention?): reading again from the snapshots",
+                end.truncated
+            ))));
+        }
+        let moved: Vec<i32> = needed.iter().filter(|(p, at)| end.starts.get(p).is_some_and(|s| s < at)).map(|(p, _)| *p).collect();
+        if !moved.is_empty() {
+            return Err(RebuildError::Read(ReadError(format!(
+                "the log of partitions {moved:?} ends before the standby's position (the topic was recreated?): reading again from the snapshots"
+            ))));
+        }
+        for (p, track) in self.tracks.iter_mut().enumerate() {
+            if let Some(&at) = end.positions.get(&(p as i32)) {
+                track.position = track.position.max(at);
+            }
+            if let Some(part) = self.partitions.get(p) {
+                let position = track.position;
+                part.with_book(|book| book.end = book.end.max(position));
+            }
+        }
+        self.settle();
+        Ok(back.events)
+    }
+
+    /// Takes in what a read of the snapshot topic found: key records at once, snapshots and
+    /// checkpoints in order behind the events read.
+    fn learn_snapshots(&mut self, loaded: Loaded) {
+        if loaded.skipped > 0 {
+            tracing::warn!(records = loaded.skipped, "standby: snapshot records it cannot read were skipped (their canvases count as not covered)");
+        }
+        for (p, (track, part)) in self.tracks.iter_mut().zip(&self.partitions).enumerate() {
+            let p = p as i32;
+            let records: Vec<(String, u64)> = loaded.keys.iter().filter(|(q, _)| *q == p).map(|(_, k)| (k.name.clone(), k.newest_ms())).collect();
+            let tombstones: Vec<String> = loaded.tombstoned.iter().filter(|(q, _)| *q == p).map(|(_, name)| name.clone()).collect();
+            let from_written = loaded.keys_from.contains_key(&p);
+            if !records.is_empty() || !tombstones.is_empty() || from_written {
+                part.with_book(|book| book.keys.followed(None, &records, &tombstones, from_written));
+            }
+            for (canvas, (q, snap)) in &loaded.canvases {
+                if *q == p && snap.dims == self.dims {
+                    track.waiting.push_back(Waiting::Snapshot { canvas: canvas.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
+                }
+            }
+            if let Some(&c) = loaded.checkpoints.get(&p) {
+                track.waiting.push_back(Waiting::Checkpoint(c));
+            }
+        }
+    }
+
+    /// Applies the waiting snapshot-topic entries the events read has passed.
+    fn settle(&mut self) {
+        for (track, part) in self.tracks.iter_mut().zip(&self.partitions) {
+            while track.waiting.front().is_some_and(|w| w.needs() <= track.position) {
+                let Some(w) = track.waiting.pop_front() else { break };
+                match w {
+                    Waiting::Snapshot { canvas, version, resets, offset } => part.with_book(|book| {
+                        let recent = track.recent.entry(canvas.clone()).or_default();
+                        while recent.front().is_some_and(|(o, _)| *o < offset) {
+                            recent.pop_front();
+                        }
+                        // A record read at the start (its offset not kept) may still be the first
+                        // one not covered: keep it until a snapshot covers the whole start's read.
+                        let from_start = book.coverage.first_uncovered(&canvas).filter(|(o, _)| *o < track.start_end);
+                        let first = match from_start {
+                            Some(f) if offset < track.start_end => Some(f),
+                            _ => recent.front().copied(),
+                        };
+                        if recent.is_empty() {
+                            track.recent.remove(&canvas);
+                        }
+                        book.coverage.followed(&canvas, version, resets, first);
+                    }),
+                    Waiting::Checkpoint(c) => {
+                        track.checkpoint = c;
+                        part.with_book(|book| book.keys.followed(Some(c), &[], &[], false));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Where the events read ended, per partition.
+    pub fn positions(&self) -> Offsets {
+        self.tracks.iter().enumerate().map(|(p, t)| (p as i32, t.position)).collect()
+    }
+
+    /// The partitions the committers start from, after a promotion's last read on.
+    pub fn into_restored(self) -> Restored {
+        let positions = self.positions();
+        let checkpoints = self.tracks.iter().enumerate().map(|(p, t)| (p as i32, t.checkpoint)).collect();
+        Restored {
+            partitions: self.partitions,
+            incomplete: self.incomplete,
+            events_read: self.events as usize,
+            positions,
+            snapshot_positions: self.snapshot_positions,
+            checkpoints,
+        }
+    }
+}
