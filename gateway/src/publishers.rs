@@ -2,21 +2,28 @@
 //! forwarded request.
 //!
 //! A deployment runs one publisher, or for a moment several on one topic: a newer one fences the
-//! older (which then answers every write with 503 `fenced` and exits), and one still rebuilding
-//! answers 503 `not_ready`; neither applied anything. The gateway keeps a *preferred* publisher —
-//! the last one that accepted a write, or the one a background probe of every publisher's
-//! `/ready` found ready — and tries it first.
+//! older (which then answers every write with 503 `fenced` and exits), one still rebuilding
+//! answers 503 `not_ready`, and a standby (started with `--standby`: it follows the log without
+//! writing until promoted) answers 503 `standby`; none of them applied anything. The gateway keeps
+//! a *preferred* publisher — the last one that accepted a write, or the one a background probe of
+//! every publisher's `/ready` found ready — and tries it first.
+//!
+//! The probe learns each publisher's [`PublisherState`] from its `/ready` ([`ready_state`]): 200
+//! `ready`; 503 `standby`, `not_ready` or `fenced`; `unreachable` (no connection, or no answer
+//! within `POLL_TIMEOUT_MS`); `other` (any other answer). `/api/fleet` shows it as each
+//! publisher's `state`, and the fleet promotes a standby when none is ready
+//! ([`crate::fleet`]'s promotion rule).
 //!
 //! A request moves on to the next publisher only when the answer proves nothing was applied: the
-//! connection could not be established, or 503 `fenced` / `not_ready`. Each publisher is tried at
-//! most once per request. Whatever may have been applied goes back to the client as it came and
-//! is never sent to another publisher: a timeout or a broken connection after the request went
-//! out (504 `publisher_outcome_unknown`), 503 `kafka_outcome_unknown`, any other answer. When
-//! every publisher refused, the client gets the last refusal (503 + `Retry-After`), or 503
-//! `publisher_unavailable` when none could be reached.
+//! connection could not be established, or 503 `fenced` / `not_ready` / `standby`. Each publisher
+//! is tried at most once per request. Whatever may have been applied goes back to the client as
+//! it came and is never sent to another publisher: a timeout or a broken connection after the
+//! request went out (504 `publisher_outcome_unknown`), 503 `kafka_outcome_unknown`, any other
+//! answer. When every publisher refused, the client gets the last refusal (503 + `Retry-After`),
+//! or 503 `publisher_unavailable` when none could be reached.
 //!
-//! The policy is pure ([`choose`], [`classify_answer`], [`probe_choice`]) and tested as tables;
-//! [`Publishers`] runs it.
+//! The policy is pure ([`choose`], [`classify_answer`], [`ready_state`], [`probe_choice`]) and
+//! tested as tables; [`Publishers`] runs it.
 
 use crate::config::Config;
 use axum::http::{HeaderValue, StatusCode};
@@ -34,6 +41,8 @@ pub enum NotApplied {
     Fenced,
     /// 503 `not_ready`: the publisher is still rebuilding; nothing was applied.
     NotReady,
+    /// 503 `standby`: a standby publisher follows the log and applies nothing until promoted.
+    Standby,
 }
 
 impl NotApplied {
@@ -43,6 +52,56 @@ impl NotApplied {
             Self::Unreachable => "unreachable",
             Self::Fenced => "fenced",
             Self::NotReady => "not_ready",
+            Self::Standby => "standby",
+        }
+    }
+}
+
+/// What a publisher's `/ready` (or a forwarded request's answer) last said about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublisherState {
+    /// 200 `{"ready":true}`: it accepts writes.
+    Ready,
+    /// 503 `standby`: it follows the log without writing until promoted (`POST /admin/promote`).
+    Standby,
+    /// 503 `not_ready`: it is still rebuilding.
+    NotReady,
+    /// 503 `fenced`: a newer publisher took over the topic; it is about to exit.
+    Fenced,
+    /// No connection, or no answer within `POLL_TIMEOUT_MS`.
+    Unreachable,
+    /// Any other answer (another status or error code, a body that is not the expected one).
+    Other,
+}
+
+impl PublisherState {
+    /// Its name, as in `/api/fleet` and the logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Ready => "ready",
+            Self::Standby => "standby",
+            Self::NotReady => "not_ready",
+            Self::Fenced => "fenced",
+            Self::Unreachable => "unreachable",
+            Self::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for PublisherState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<NotApplied> for PublisherState {
+    fn from(why: NotApplied) -> Self {
+        match why {
+            NotApplied::Unreachable => Self::Unreachable,
+            NotApplied::Fenced => Self::Fenced,
+            NotApplied::NotReady => Self::NotReady,
+            NotApplied::Standby => Self::Standby,
         }
     }
 }
@@ -85,8 +144,8 @@ pub fn choose(count: usize, preferred: Option<usize>, tried: &[(usize, Outcome)]
         .map_or(Choice::Stop, Choice::Try)
 }
 
-/// What a publisher's answer (`status`, JSON `body`) proves: 503 with `error` `fenced` or
-/// `not_ready` means nothing was applied; anything else is an answer for the client.
+/// What a publisher's answer (`status`, JSON `body`) proves: 503 with `error` `fenced`,
+/// `not_ready` or `standby` means nothing was applied; anything else is an answer for the client.
 pub fn classify_answer(status: u16, body: &[u8]) -> Outcome {
     if status != 503 {
         return Outcome::Answered;
@@ -94,7 +153,28 @@ pub fn classify_answer(status: u16, body: &[u8]) -> Outcome {
     match serde_json::from_slice::<shared::api::ErrorBody>(body).map(|b| b.error) {
         Ok(code) if code == "fenced" => Outcome::NotApplied(NotApplied::Fenced),
         Ok(code) if code == "not_ready" => Outcome::NotApplied(NotApplied::NotReady),
+        Ok(code) if code == "standby" => Outcome::NotApplied(NotApplied::Standby),
         _ => Outcome::Answered,
+    }
+}
+
+/// The state an answer of `GET /ready` (`status`, JSON `body`) shows: 200 `{"ready":true}` is
+/// [`PublisherState::Ready`]; 503 with `error` `standby`, `not_ready` or `fenced` that state;
+/// anything else [`PublisherState::Other`]. (No answer at all is
+/// [`PublisherState::Unreachable`], decided by the caller.)
+pub fn ready_state(status: u16, body: &[u8]) -> PublisherState {
+    match status {
+        200 => match serde_json::from_slice::<serde_json::Value>(body) {
+            Ok(v) if v["ready"] == true => PublisherState::Ready,
+            _ => PublisherState::Other,
+        },
+        503 => match serde_json::from_slice::<shared::api::ErrorBody>(body).map(|b| b.error).as_deref() {
+            Ok("standby") => PublisherState::Standby,
+            Ok("not_ready") => PublisherState::NotReady,
+            Ok("fenced") => PublisherState::Fenced,
+            _ => PublisherState::Other,
+        },
+        _ => PublisherState::Other,
     }
 }
 
@@ -153,11 +233,18 @@ impl IntoResponse for Answer {
 /// One publisher as the gateway knows it.
 #[derive(Debug, Default)]
 struct View {
-    /// Whether it accepts writes, as last seen (a probe or a forwarded request).
-    ready: bool,
+    /// What it said last (a probe or a forwarded request); `None` until the first probe.
+    state: Option<PublisherState>,
     last_error: Option<String>,
-    /// When `ready` was last learned; a probe that started before does not overwrite it.
+    /// When `state` was last learned; a probe that started before does not overwrite it.
     learned: Option<Instant>,
+}
+
+impl View {
+    /// Whether it accepts writes, as last seen.
+    fn ready(&self) -> bool {
+        self.state == Some(PublisherState::Ready)
+    }
 }
 
 struct Entry {
@@ -220,12 +307,12 @@ impl Publishers {
 
     /// Records what a forwarded request or a probe (`since`: when it started) learned of
     /// publisher `i`; a probe does not overwrite what a request learned after it started.
-    fn learn(&self, i: usize, ready: bool, error: Option<String>, since: Instant) {
+    fn learn(&self, i: usize, state: PublisherState, error: Option<String>, since: Instant) {
         let mut v = self.entries[i].view.lock().expect("publisher view lock");
         if v.learned.is_some_and(|l| l > since) {
             return;
         }
-        *v = View { ready, last_error: error, learned: Some(since) };
+        *v = View { state: Some(state), last_error: error, learned: Some(since) };
     }
 
     /// Forwards `req` by [`choose`] and returns the answer for the client (see the module docs).
@@ -243,12 +330,12 @@ impl Publishers {
                     match outcome {
                         Outcome::NotApplied(why) => {
                             tracing::info!(publisher = url, reason = why.as_str(), "publisher refused; nothing was applied");
-                            self.learn(i, false, Some(format!("answered 503 {}", why.as_str())), started);
+                            self.learn(i, why.into(), Some(format!("answered 503 {}", why.as_str())), started);
                             refusal = Some(answer);
                         }
                         _ => {
                             if req.is_write() && answer.status.is_success() {
-                                self.learn(i, true, None, started);
+                                self.learn(i, PublisherState::Ready, None, started);
                                 self.prefer(i, "it accepted a write");
                             }
                             reply = Some(answer.into_response());
@@ -258,7 +345,7 @@ impl Publishers {
                 }
                 Err(Failed::Unreachable(e)) => {
                     tracing::warn!(publisher = url, error = %e, "publisher could not be reached; nothing was sent");
-                    self.learn(i, false, Some(e), started);
+                    self.learn(i, PublisherState::Unreachable, Some(e), started);
                     Outcome::NotApplied(NotApplied::Unreachable)
                 }
                 Err(Failed::Ambiguous(e)) => {
@@ -325,36 +412,45 @@ impl Publishers {
         }
     }
 
-    /// Probes every publisher's `/ready` once (at most the poll timeout each, side by side) and
-    /// updates the preferred one by [`probe_choice`].
-    pub async fn probe(&self) {
+    /// Probes every publisher's `/ready` once (at most the poll timeout each, side by side),
+    /// updates the preferred one by [`probe_choice`], and returns what each answered, in
+    /// configured order.
+    pub async fn probe(&self) -> Vec<PublisherState> {
         let started = Instant::now();
         let answers = futures::future::join_all(self.entries.iter().map(|e| self.ready(&e.url))).await;
-        for (i, answer) in answers.into_iter().enumerate() {
-            match answer {
-                Ok(()) => self.learn(i, true, None, started),
-                Err(e) => self.learn(i, false, Some(e), started),
-            }
+        let states: Vec<PublisherState> = answers.iter().map(|(state, _)| *state).collect();
+        for (i, (state, error)) in answers.into_iter().enumerate() {
+            self.learn(i, state, error, started);
         }
-        let ready: Vec<bool> = self.entries.iter().map(|e| e.view.lock().expect("publisher view lock").ready).collect();
+        let ready: Vec<bool> = self.entries.iter().map(|e| e.view.lock().expect("publisher view lock").ready()).collect();
         self.prefer_by(|current| probe_choice(current, &ready).filter(|i| ready.get(*i) == Some(&true)), "/ready answered 200");
+        states
     }
 
-    /// `GET {url}/ready`: `Ok` when it answers 200 `{"ready":true}`.
-    async fn ready(&self, url: &str) -> Result<(), String> {
-        let resp = self.http.get(format!("{url}/ready")).timeout(self.probe_timeout).send().await.map_err(|e| {
-            if e.is_timeout() && !e.is_connect() { format!("/ready timed out after {} ms", self.probe_timeout.as_millis()) } else { error_text(&e) }
-        })?;
+    /// `GET {url}/ready`: its [`ready_state`], and the error to show when it is not ready.
+    async fn ready(&self, url: &str) -> (PublisherState, Option<String>) {
+        let resp = match self.http.get(format!("{url}/ready")).timeout(self.probe_timeout).send().await {
+            Ok(resp) => resp,
+            Err(e) => {
+                let text = if e.is_timeout() && !e.is_connect() { format!("/ready timed out after {} ms", self.probe_timeout.as_millis()) } else { error_text(&e) };
+                return (PublisherState::Unreachable, Some(text));
+            }
+        };
         let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| format!("reading /ready: {e}"))?;
-        if status != reqwest::StatusCode::OK {
-            let code = serde_json::from_slice::<shared::api::ErrorBody>(&body).map(|b| b.error).unwrap_or_default();
-            return Err(format!("/ready answered {status} {code}").trim_end().to_owned());
-        }
-        match serde_json::from_slice::<serde_json::Value>(&body) {
-            Ok(v) if v["ready"] == true => Ok(()),
-            _ => Err("/ready answered 200 without \"ready\":true".to_owned()),
-        }
+        let body = match resp.bytes().await {
+            Ok(body) => body,
+            Err(e) => return (PublisherState::Other, Some(format!("reading /ready: {e}"))),
+        };
+        let state = ready_state(status.as_u16(), &body);
+        let error = match state {
+            PublisherState::Ready => None,
+            _ if status == reqwest::StatusCode::OK => Some("/ready answered 200 without \"ready\":true".to_owned()),
+            _ => {
+                let code = serde_json::from_slice::<shared::api::ErrorBody>(&body).map(|b| b.error).unwrap_or_default();
+                Some(format!("/ready answered {status} {code}").trim_end().to_owned())
+            }
+        };
+        (state, error)
     }
 
     /// Probes on the poll interval until `shutdown`.
@@ -364,13 +460,13 @@ impl Publishers {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                _ = ticker.tick() => self.probe().await,
+                _ = ticker.tick() => { self.probe().await; }
             }
         }
     }
 
-    /// The publishers for `/api/fleet`: `[{"url","ready","preferred","last_error"}]`, in
-    /// configured order.
+    /// The publishers for `/api/fleet`: `[{"url","ready","state","preferred","last_error"}]`, in
+    /// configured order; `state` is a [`PublisherState`]'s name (`null` before the first probe).
     pub fn snapshot(&self) -> serde_json::Value {
         let preferred = self.preferred();
         let list: Vec<serde_json::Value> = self
@@ -379,7 +475,7 @@ impl Publishers {
             .enumerate()
             .map(|(i, e)| {
                 let v = e.view.lock().expect("publisher view lock");
-                serde_json::json!({"url": e.url, "ready": v.ready, "preferred": preferred == Some(i), "last_error": v.last_error})
+                serde_json::json!({"url": e.url, "ready": v.ready(), "state": v.state, "preferred": preferred == Some(i), "last_error": v.last_error})
             })
             .collect();
         serde_json::Value::Array(list)
@@ -414,12 +510,13 @@ enum Failed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use NotApplied::{Fenced, NotReady, Unreachable};
+    use NotApplied::{Fenced, NotReady, Standby, Unreachable};
     use Outcome::{Ambiguous, Answered};
 
     const NA_FENCED: Outcome = Outcome::NotApplied(Fenced);
     const NA_READY: Outcome = Outcome::NotApplied(NotReady);
     const NA_CONN: Outcome = Outcome::NotApplied(Unreachable);
+    const NA_STANDBY: Outcome = Outcome::NotApplied(Standby);
 
     /// (publishers, preferred, attempts so far, next)
     type ChoiceCase = (usize, Option<usize>, &'static [(usize, Outcome)], Choice);
@@ -435,6 +532,7 @@ mod tests {
             (2, Some(0), &[(0, NA_FENCED)], Choice::Try(1)),
             (2, Some(0), &[(0, NA_READY)], Choice::Try(1)),
             (2, Some(0), &[(0, NA_CONN)], Choice::Try(1)),
+            (2, Some(0), &[(0, NA_STANDBY)], Choice::Try(1)),
             (3, Some(1), &[(1, NA_FENCED)], Choice::Try(2)),
             (3, Some(2), &[(2, NA_CONN)], Choice::Try(0)),
             (3, Some(2), &[(2, NA_CONN), (0, NA_READY)], Choice::Try(1)),
@@ -477,6 +575,8 @@ mod tests {
         let cases: &[(u16, &str, Outcome)] = &[
             (503, r#"{"error":"fenced","message":"a newer publisher took over"}"#, NA_FENCED),
             (503, r#"{"error":"not_ready","message":"rebuilding"}"#, NA_READY),
+            (503, r#"{"error":"standby","message":"a standby: promote it to write"}"#, NA_STANDBY),
+            (409, r#"{"error":"standby","message":"m"}"#, Answered),
             (503, r#"{"error":"kafka_outcome_unknown","message":"m"}"#, Answered),
             (503, r#"{"error":"kafka_unavailable","message":"m"}"#, Answered),
             (503, "not json", Answered),
@@ -490,6 +590,30 @@ mod tests {
         for (status, body, want) in cases {
             assert_eq!(classify_answer(*status, body.as_bytes()), *want, "{status} {body}");
         }
+    }
+
+    #[test]
+    fn ready_state_table() {
+        use PublisherState as S;
+        let cases: &[(u16, &str, PublisherState)] = &[
+            (200, r#"{"ready":true}"#, S::Ready),
+            (200, r#"{"ready":false}"#, S::Other),
+            (200, "not json", S::Other),
+            (503, r#"{"error":"standby","message":"following the log; POST /admin/promote"}"#, S::Standby),
+            (503, r#"{"error":"not_ready","message":"rebuilding"}"#, S::NotReady),
+            (503, r#"{"error":"fenced","message":"a newer publisher took over"}"#, S::Fenced),
+            (503, r#"{"error":"kafka_unavailable","message":"m"}"#, S::Other),
+            (503, "", S::Other),
+            (500, r#"{"error":"standby","message":"m"}"#, S::Other),
+            (404, "", S::Other),
+        ];
+        for (status, body, want) in cases {
+            assert_eq!(ready_state(*status, body.as_bytes()), *want, "{status} {body}");
+        }
+        let names: Vec<String> =
+            [S::Ready, S::Standby, S::NotReady, S::Fenced, S::Unreachable, S::Other].iter().map(|s| serde_json::to_value(s).unwrap().as_str().unwrap().to_owned()).collect();
+        assert_eq!(names, ["ready", "standby", "not_ready", "fenced", "unreachable", "other"]);
+        assert!([S::Ready, S::Standby, S::NotReady, S::Fenced, S::Unreachable, S::Other].iter().all(|s| serde_json::to_value(s).unwrap() == s.as_str()));
     }
 
     #[test]

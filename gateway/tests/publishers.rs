@@ -254,6 +254,7 @@ async fn the_probe_prefers_the_publisher_whose_ready_answers_200() {
     assert_eq!((first.writes(), second.writes()), (0, 1), "the preferred one is tried first");
     let list = publishers_view(&gw).await;
     assert_eq!((list[0]["ready"].as_bool(), list[1]["ready"].as_bool()), (Some(false), Some(true)), "{list:?}");
+    assert_eq!((list[0]["state"].as_str(), list[1]["state"].as_str()), (Some("not_ready"), Some("ready")), "{list:?}");
     assert!(list[0]["last_error"].as_str().unwrap_or_default().contains("503"), "{list:?}");
 }
 
