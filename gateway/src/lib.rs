@@ -15,7 +15,7 @@
 //! [`leader`] (the election), [`node_admin`] (calls to the nodes' admin routes), [`health`]
 //! (whether the gateway's view of the fleet is fresh), [`history`] (the last minutes, for the
 //! charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
-//! request), [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes),
+//! request), [`promotion`] (when a standby publisher is promoted, pure), [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes),
 //! [`assets`] (the pages and the browser client, built in), [`metrics`] (`GET /metrics`).
 
 pub mod admission;
@@ -33,6 +33,7 @@ pub mod leader;
 pub mod lifecycle;
 pub mod metrics;
 pub mod node_admin;
+pub mod promotion;
 pub mod proxy;
 pub mod publishers;
 pub mod redaction;
