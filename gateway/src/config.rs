@@ -101,6 +101,12 @@ pub struct Config {
     /// each request goes to the one that accepts writes.
     #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080", value_parser = parse_publishers)]
     pub publisher_url: PublisherUrls,
+    /// Where to reach the publishers' admin routes (`POST /admin/promote`), comma-separated, one
+    /// per `PUBLISHER_URL` entry in the same order: a publisher without `ADMIN_TOKEN` serves them
+    /// on a loopback listener (`http://127.0.0.1:9080`), so this gateway must run on the same
+    /// host. Unset or empty: each publisher's own URL.
+    #[arg(long, env = "PUBLISHER_ADMIN_URLS", value_parser = parse_publishers)]
+    pub publisher_admin_urls: Option<PublisherUrls>,
     /// How long a forwarded single publish or canvas read may take before the client gets 504
     /// `publisher_outcome_unknown`, ms.
     #[arg(long, env = "PUBLISHER_TIMEOUT_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
@@ -282,6 +288,17 @@ impl Config {
                 p.push(format!("PUBLISHER_URL (--publisher-url) lists {url} twice"));
             }
         }
+        let admin = self.publisher_admin_urls.iter().flat_map(|a| &a.0).collect::<Vec<_>>();
+        if !admin.is_empty() && admin.len() != urls.len() {
+            p.push(format!(
+                "PUBLISHER_ADMIN_URLS (--publisher-admin-urls) must list one URL per PUBLISHER_URL entry, in the same order (it lists {}, PUBLISHER_URL {})",
+                admin.len(),
+                urls.len()
+            ));
+        }
+        for url in admin.iter().filter(|u| !is_http_url(u)) {
+            p.push(format!("PUBLISHER_ADMIN_URLS (--publisher-admin-urls) {url:?} must start with http:// or https:// and name a host"));
+        }
         if self.poll_timeout_ms > self.poll_interval_ms {
             p.push(format!(
                 "POLL_TIMEOUT_MS ({}) must not exceed POLL_INTERVAL_MS ({}): polls would overlap",
@@ -356,6 +373,13 @@ impl Config {
         self.node_admin_urls.iter().flat_map(|n| &n.0).find(|a| a.id == node.id).map_or(node.url.as_str(), |a| a.url.as_str())
     }
 
+    /// The base URL of the admin routes of publisher `i` (in `PUBLISHER_URL` order): its
+    /// `PUBLISHER_ADMIN_URLS` entry, else its URL; `None` for an index past the list.
+    pub fn publisher_admin_url(&self, i: usize) -> Option<&str> {
+        let admin = self.publisher_admin_urls.as_ref().map(|a| &a.0).filter(|a| !a.is_empty());
+        admin.map_or(self.publisher_url.0.get(i), |a| a.get(i)).map(String::as_str)
+    }
+
     /// The effective configuration, one `VARIABLE=value` per line.
     pub fn describe(&self) -> String {
         let nodes: Vec<String> = self.nodes.0.iter().map(|n| format!("{}={}", n.id, n.url)).collect();
@@ -367,6 +391,7 @@ impl Config {
             ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
             ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
             ("PUBLISHER_URL", self.publisher_url.0.join(",")),
+            ("PUBLISHER_ADMIN_URLS", self.publisher_admin_urls.as_ref().map(|a| a.0.join(",")).unwrap_or_default()),
             ("PUBLISHER_TIMEOUT_MS", self.publisher_timeout_ms.to_string()),
             ("PUBLISHER_BATCH_TIMEOUT_MS", self.publisher_batch_timeout_ms.to_string()),
             ("POLL_INTERVAL_MS", self.poll_interval_ms.to_string()),
@@ -532,6 +557,32 @@ mod tests {
         let c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--admin-token", "t", "--admin-listen", "0.0.0.0:9000"]).unwrap();
         assert!(c.problems().is_empty(), "{:?}", c.problems());
         assert!(c.describe().lines().any(|l| l == "ADMIN_TOKEN=<set>"));
+    }
+
+    #[test]
+    fn publisher_admin_urls_are_one_per_publisher_in_order() {
+        let parse = |args: &[&str]| {
+            let mut all = vec!["gateway", "--nodes", "ws-1=http://h:1", "--publisher-url", "http://a:1,http://b:2"];
+            all.extend_from_slice(args);
+            Config::try_parse_from(all).unwrap()
+        };
+        let c = parse(&[]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!((c.publisher_admin_url(0), c.publisher_admin_url(1), c.publisher_admin_url(2)), (Some("http://a:1"), Some("http://b:2"), None));
+        assert!(c.describe().lines().any(|l| l == "PUBLISHER_ADMIN_URLS="), "{}", c.describe());
+        let c = parse(&["--publisher-admin-urls", ""]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!(c.publisher_admin_url(1), Some("http://b:2"), "empty: each publisher's own URL");
+        let c = parse(&["--publisher-admin-urls", "http://127.0.0.1:9080/, http://127.0.0.1:9081"]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert_eq!((c.publisher_admin_url(0), c.publisher_admin_url(1)), (Some("http://127.0.0.1:9080"), Some("http://127.0.0.1:9081")));
+        assert!(c.describe().lines().any(|l| l == "PUBLISHER_ADMIN_URLS=http://127.0.0.1:9080,http://127.0.0.1:9081"), "{}", c.describe());
+        let p = parse(&["--publisher-admin-urls", "http://127.0.0.1:9080"]).problems();
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert!(p[0].contains("one URL per PUBLISHER_URL entry, in the same order (it lists 1, PUBLISHER_URL 2)"), "{p:?}");
+        let p = parse(&["--publisher-admin-urls", "ftp://x,http://"]).problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].contains("\"ftp://x\" must start with http") && p[1].contains("\"http://\""), "{p:?}");
     }
 
     #[test]
