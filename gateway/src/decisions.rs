@@ -40,11 +40,14 @@ pub enum Action {
     SessionsMoved,
     CircuitOpened,
     CircuitClosed,
+    PromotePublisher,
+    PromotePublisherCompleted,
+    PromotePublisherFailed,
 }
 
 impl Action {
     /// Every action, for the tests and the docs.
-    pub const ALL: [Action; 21] = [
+    pub const ALL: [Action; 24] = [
         Action::Transition,
         Action::StartRecovery,
         Action::StartRecoverySent,
@@ -66,6 +69,9 @@ impl Action {
         Action::SessionsMoved,
         Action::CircuitOpened,
         Action::CircuitClosed,
+        Action::PromotePublisher,
+        Action::PromotePublisherCompleted,
+        Action::PromotePublisherFailed,
     ];
 
     /// Its name in records.
@@ -92,6 +98,9 @@ impl Action {
             Action::SessionsMoved => "sessions_moved",
             Action::CircuitOpened => "circuit_opened",
             Action::CircuitClosed => "circuit_closed",
+            Action::PromotePublisher => "promote_publisher",
+            Action::PromotePublisherCompleted => "promote_publisher_completed",
+            Action::PromotePublisherFailed => "promote_publisher_failed",
         }
     }
 
@@ -216,7 +225,10 @@ pub struct DecisionRecord {
     /// `failback_failed`, `failback_not_needed` (local: a node back HEALTHY owning the same
     /// partitions), `drain`, `drain_completed`, `drain_failed`, `eject`, `eject_completed`,
     /// `eject_failed`, `held_down` (after an ejection: no start-recovery until `detail.until_ms`),
-    /// `sessions_moved`, `circuit_opened`, `circuit_closed`.
+    /// `sessions_moved`, `circuit_opened`, `circuit_closed`, `promote_publisher` (a standby
+    /// publisher promoted when none accepted writes; `node` is the publisher's URL),
+    /// `promote_publisher_completed` (it answered 200, or 202 while it finishes by itself),
+    /// `promote_publisher_failed`.
     pub action: String,
     pub reason: String,
     /// Extra facts (states, partitions, counts).

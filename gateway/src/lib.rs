@@ -5,14 +5,16 @@
 //! again; ejection of a node whose consumer stalled) and acts (start-recovery, scoped failback
 //! drains, maintenance and ejection drains), recording every decision with its reason. It proxies each client's WebSocket to the node that owns the client's canvas.
 //!
-//! It forwards the pages' publishes and canvas reads to the publisher that accepts writes.
+//! It forwards the pages' publishes and canvas reads to the publisher that accepts writes, and
+//! promotes a standby publisher when none has accepted writes for three probes in a row.
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`breaker`] (a circuit breaker per node
 //! on the proxy path, pure) under [`handshakes`] (the handshake rate bound and breaker of every
 //! node), [`admission`] (wait queues for full nodes, failback pacing), [`refusal`] (why a
 //! handshake got no upstream), [`sessions`] (the proxied sessions), [`fleet`] (views, polling,
 //! actions, routing), [`decisions`] (the decision log, the control topic's writer and reader),
-//! [`leader`] (the election), [`node_admin`] (calls to the nodes' admin routes), [`health`]
+//! [`leader`] (the election), [`node_admin`] (calls to the nodes' admin routes),
+//! [`publisher_admin`] (a standby publisher's promotion), [`health`]
 //! (whether the gateway's view of the fleet is fresh), [`history`] (the last minutes, for the
 //! charts), [`proxy`] (WebSocket pass-through), [`publishers`] (which publisher gets a forwarded
 //! request), [`promotion`] (when a standby publisher is promoted, pure), [`redaction`] (what `/api/fleet` hides without the admin token), [`api`] (routes),
@@ -35,6 +37,7 @@ pub mod metrics;
 pub mod node_admin;
 pub mod promotion;
 pub mod proxy;
+pub mod publisher_admin;
 pub mod publishers;
 pub mod redaction;
 pub mod refusal;
@@ -86,9 +89,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     }
     start_election(&fleet, &shutdown);
     tasks.spawn(fleet.clone().run_poller(shutdown.clone()));
-    let probed = fleet.clone();
-    let probe_shutdown = shutdown.clone();
-    tasks.spawn(async move { probed.publishers.run_prober(probe_shutdown).await });
+    tasks.spawn(fleet.clone().run_publisher_probe(shutdown.clone()));
     tasks.spawn(fleet.limiter.clone().run_cleanup(shutdown.clone()));
     let limits = fleet.config.serve.limits();
     if fleet.admin_token.is_none() {

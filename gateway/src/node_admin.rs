@@ -8,6 +8,24 @@ use shared::api::{DrainReport, DrainRequest, HoldReport, HoldRequest};
 use shared::http::ApiError;
 use std::time::Duration;
 
+/// A POST to an admin route of the fleet (a node's, or a publisher's: [`crate::publisher_admin`])
+/// through `http`: `Authorization: Bearer <token>` when `token` is set, and the decision it
+/// carries out, its id in [`shared::control::DECISION_HEADER`] and, when it was decided under
+/// one, the leader's fencing token in [`shared::control::FENCING_HEADER`].
+pub fn admin_post(http: &reqwest::Client, token: Option<&shared::auth::AdminToken>, url: &str, decided: Option<&Decided>) -> reqwest::RequestBuilder {
+    let mut req = http.post(url);
+    if let Some(t) = token {
+        req = req.bearer_auth(t.expose());
+    }
+    if let Some(d) = decided {
+        req = req.header(shared::control::DECISION_HEADER, &d.id);
+        if let Some(t) = d.token {
+            req = req.header(shared::control::FENCING_HEADER, t.to_string());
+        }
+    }
+    req
+}
+
 /// A node as its admin routes know it.
 #[derive(Debug, Clone, Copy)]
 pub struct Node<'a> {
@@ -28,20 +46,9 @@ impl NodeAdmin {
         Self { http, token }
     }
 
-    /// A POST to a node's admin route, with the admin token when one is set, and the decision it
-    /// carries out.
+    /// A POST to a node's admin route ([`admin_post`]).
     fn post(&self, url: &str, decided: Option<&Decided>) -> reqwest::RequestBuilder {
-        let mut req = self.http.post(url);
-        if let Some(t) = &self.token {
-            req = req.bearer_auth(t.expose());
-        }
-        if let Some(d) = decided {
-            req = req.header(shared::control::DECISION_HEADER, &d.id);
-            if let Some(t) = d.token {
-                req = req.header(shared::control::FENCING_HEADER, t.to_string());
-            }
-        }
-        req
+        admin_post(&self.http, self.token.as_ref(), url, decided)
     }
 
     /// `POST /admin/start-recovery` with the body `{}` (the nodes take only admin POSTs declared

@@ -11,8 +11,8 @@
 //! The probe learns each publisher's [`PublisherState`] from its `/ready` ([`ready_state`]): 200
 //! `ready`; 503 `standby`, `not_ready` or `fenced`; `unreachable` (no connection, or no answer
 //! within `POLL_TIMEOUT_MS`); `other` (any other answer). `/api/fleet` shows it as each
-//! publisher's `state`, and the fleet promotes a standby when none is ready
-//! ([`crate::fleet`]'s promotion rule).
+//! publisher's `state`; the fleet probes on the poll interval and promotes a standby when
+//! none is ready ([`crate::promotion`]).
 //!
 //! A request moves on to the next publisher only when the answer proves nothing was applied: the
 //! connection could not be established, or 503 `fenced` / `not_ready` / `standby`. Each publisher
@@ -259,7 +259,6 @@ pub struct Publishers {
     /// Its connect timeout is the poll timeout: a publisher that does not accept a connection
     /// in that time counts as unreachable (nothing was sent), and the request moves on.
     http: reqwest::Client,
-    probe_interval: Duration,
     probe_timeout: Duration,
 }
 
@@ -275,7 +274,6 @@ impl Publishers {
             entries,
             preferred: Mutex::new(None),
             http,
-            probe_interval: config.poll_interval(),
             probe_timeout: config.poll_timeout(),
         })
     }
@@ -453,18 +451,6 @@ impl Publishers {
         (state, error)
     }
 
-    /// Probes on the poll interval until `shutdown`.
-    pub async fn run_prober(&self, shutdown: tokio_util::sync::CancellationToken) {
-        let mut ticker = tokio::time::interval(self.probe_interval);
-        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = ticker.tick() => { self.probe().await; }
-            }
-        }
-    }
-
     /// The publishers for `/api/fleet`: `[{"url","ready","state","preferred","last_error"}]`, in
     /// configured order; `state` is a [`PublisherState`]'s name (`null` before the first probe).
     pub fn snapshot(&self) -> serde_json::Value {
@@ -489,7 +475,7 @@ impl Publishers {
 
 /// An HTTP client error with its causes (reqwest's own text does not name them: "error sending
 /// request for url (...): connection refused").
-fn error_text(e: &reqwest::Error) -> String {
+pub(crate) fn error_text(e: &reqwest::Error) -> String {
     let mut text = e.to_string();
     let mut source = std::error::Error::source(e);
     while let Some(s) = source {

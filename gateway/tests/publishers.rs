@@ -294,3 +294,137 @@ async fn the_admin_api_needs_the_token_and_the_fleet_view_hides_addresses_withou
     let r = http.post(&drain).bearer_auth(ADMIN_TOKEN).json(&serde_json::json!({})).send().await.unwrap();
     assert_ne!(r.status(), 401);
 }
+
+/// A standby publisher: `/ready` and writes answer 503 `standby` until a `POST /admin/promote`
+/// it answers with 200 (then 200 and 201); each promotion request is kept.
+#[derive(Clone)]
+struct StandbyState {
+    /// The status `POST /admin/promote` answers: 200 (promoted), 202 (promoted a moment
+    /// later) or 409 (`not_standby`: it stays as it is).
+    answer: u16,
+    active: Arc<std::sync::atomic::AtomicBool>,
+    promotions: Arc<std::sync::Mutex<Vec<(std::time::Instant, HeaderMap, serde_json::Value)>>>,
+}
+
+struct Standby {
+    url: String,
+    state: StandbyState,
+    _stop: tokio_util::sync::DropGuard,
+}
+
+impl Standby {
+    fn promotions(&self) -> Vec<(std::time::Instant, HeaderMap, serde_json::Value)> {
+        self.state.promotions.lock().unwrap().clone()
+    }
+}
+
+async fn standby_publisher(answer: u16) -> Standby {
+    let state = StandbyState { answer, active: Arc::default(), promotions: Arc::default() };
+    let refuse = || error(StatusCode::SERVICE_UNAVAILABLE, "standby", 1);
+    let app = Router::new()
+        .route(
+            "/ready",
+            get(move |State(s): State<StandbyState>| async move {
+                if s.active.load(Ordering::SeqCst) { Json(serde_json::json!({"ready": true})).into_response() } else { refuse() }
+            }),
+        )
+        .route(
+            "/canvases/{id}/pixels",
+            post(move |State(s): State<StandbyState>| async move {
+                if s.active.load(Ordering::SeqCst) { (StatusCode::CREATED, Json(serde_json::json!({"version": 1}))).into_response() } else { refuse() }
+            }),
+        )
+        .route(
+            "/admin/promote",
+            post(|State(s): State<StandbyState>, headers: HeaderMap, Json(body): Json<serde_json::Value>| async move {
+                s.promotions.lock().unwrap().push((std::time::Instant::now(), headers, body));
+                match s.answer {
+                    200 => {
+                        s.active.store(true, Ordering::SeqCst);
+                        Json(serde_json::json!({"active": true})).into_response()
+                    }
+                    202 => {
+                        let active = s.active.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                            active.store(true, Ordering::SeqCst);
+                        });
+                        (StatusCode::ACCEPTED, Json(serde_json::json!({"active": false, "promoting": true}))).into_response()
+                    }
+                    _ => error(StatusCode::CONFLICT, "not_standby", 0),
+                }
+            }),
+        )
+        .with_state(state.clone());
+    let (url, guard) = support::on_loopback(app).await;
+    Standby { url, state, _stop: guard }
+}
+
+/// The decisions of `/api/fleet` (newest first) with `action`.
+async fn decisions_of(gw: &str, action: &str) -> Vec<serde_json::Value> {
+    let f: serde_json::Value =
+        reqwest::Client::new().get(format!("{gw}/api/fleet")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    f["decisions"].as_array().unwrap().iter().filter(|d| d["action"] == action).cloned().collect()
+}
+
+#[tokio::test]
+async fn a_standby_is_promoted_after_three_probes_without_a_ready_publisher() {
+    for answer in [200, 202] {
+        let (dead, standby) = (closed_url().await, standby_publisher(answer).await);
+        let started = std::time::Instant::now();
+        let (gw, _g) = gateway(&[&dead, &standby.url]).await;
+        wait_preferred(&gw, &standby.url).await;
+        let promotions = standby.promotions();
+        assert_eq!(promotions.len(), 1, "{answer}: one promotion");
+        let (at, headers, body) = &promotions[0];
+        // Probes at 0, 200 and 400 ms at the earliest: the third miss.
+        assert!(at.duration_since(started) >= Duration::from_millis(400), "{answer}: promoted after {:?}", at.duration_since(started));
+        assert_eq!(headers["authorization"], format!("Bearer {ADMIN_TOKEN}").as_str());
+        assert_eq!(headers["content-type"], "application/json");
+        assert!(headers.get("x-decision-id").is_some() && headers.get("x-fencing-token").is_none(), "standalone: a decision id, no token: {headers:?}");
+        assert_eq!(*body, serde_json::json!({}));
+        let decided = decisions_of(&gw, "promote_publisher").await;
+        assert_eq!(decided.len(), 1, "{decided:?}");
+        let d = &decided[0];
+        assert_eq!((d["node"].as_str(), d["id"].as_str()), (Some(standby.url.as_str()), headers["x-decision-id"].to_str().ok()), "{d}");
+        assert_eq!((d["detail"]["misses"].as_u64(), &d["detail"]["states"]), (Some(3), &serde_json::json!(["unreachable", "standby"])), "{d}");
+        assert!(d["reason"].as_str().unwrap().starts_with("no publisher accepted writes in the last 3 polls"), "{d}");
+        let done = decisions_of(&gw, "promote_publisher_completed").await;
+        assert_eq!((done.len(), done[0]["of"].as_str(), done[0]["detail"]["promoting"].as_bool()), (1, d["id"].as_str(), Some(answer == 202)), "{done:?}");
+        let list = publishers_view(&gw).await;
+        assert_eq!((list[0]["state"].as_str(), list[1]["state"].as_str()), (Some("unreachable"), Some("ready")), "{list:?}");
+        let (status, _, _) = publish(&gw).await;
+        assert_eq!(status, StatusCode::CREATED, "{answer}: the promoted one takes writes");
+        // Without the admin token the decisions name the publisher, not its address.
+        let f: serde_json::Value = reqwest::get(format!("{gw}/api/fleet")).await.unwrap().json().await.unwrap();
+        assert!(!f.to_string().contains("127.0.0.1"), "{f}");
+        let d = f["decisions"].as_array().unwrap().iter().find(|d| d["action"] == "promote_publisher").cloned().unwrap();
+        assert_eq!((d["node"].as_str(), d["detail"]["publisher"].as_str()), (Some("publisher-2"), Some("publisher-2")), "{d}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_promotion_is_tried_again_only_after_three_more_misses() {
+    let (dead, standby) = (closed_url().await, standby_publisher(409).await);
+    let (gw, _g) = gateway(&[&dead, &standby.url]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while standby.promotions().len() < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "no second attempt: {:?}", standby.promotions().len());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let p = standby.promotions();
+    let gap = p[1].0.duration_since(p[0].0);
+    assert!(gap >= Duration::from_millis(550), "three more probes of 200 ms between the attempts, not {gap:?}");
+    let failed = decisions_of(&gw, "promote_publisher_failed").await;
+    assert!(!failed.is_empty(), "{failed:?}");
+    assert_eq!((failed[0]["detail"]["status"].as_u64(), failed[0]["detail"]["code"].as_str()), (Some(409), Some("not_standby")), "{failed:?}");
+    assert!(failed[0]["reason"].as_str().unwrap().contains("not_standby"), "{failed:?}");
+
+    // With a publisher that accepts writes, a standby is left alone.
+    let (active, standby) = (fake(Act::Accept, true).await, standby_publisher(200).await);
+    let (gw, _g) = gateway(&[&active.url, &standby.url]).await;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(standby.promotions().is_empty());
+    let list = publishers_view(&gw).await;
+    assert_eq!((list[0]["state"].as_str(), list[1]["state"].as_str()), (Some("ready"), Some("standby")), "{list:?}");
+}

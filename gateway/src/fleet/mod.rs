@@ -13,11 +13,13 @@
 //!
 //! Files: this one holds the state and the decision log's writing and reading; [`poll`] the polls
 //! and what they feed (lifecycle rules, ejection, stand-ins, breakers, wake-ups); [`act`] the
-//! actions (start-recovery, failback, ejection, maintenance drain); [`view`] the `/api/fleet`
-//! body, the health verdict's inputs and the metrics' figures.
+//! actions (start-recovery, failback, ejection, maintenance drain); [`promote`] the publishers'
+//! probe and the promotion of a standby publisher when none accepts writes; [`view`] the
+//! `/api/fleet` body, the health verdict's inputs and the metrics' figures.
 
 mod act;
 mod poll;
+mod promote;
 mod view;
 
 use crate::config::{Config, NodeAddr};
@@ -80,6 +82,8 @@ pub struct Fleet {
     http: reqwest::Client,
     /// Calls to the nodes' admin routes.
     admin: crate::node_admin::NodeAdmin,
+    /// Calls to the publishers' admin route (a standby's promotion).
+    publisher_admin: crate::publisher_admin::PublisherAdmin,
     refresh: Notify,
     /// Counts completed polls (scheduled or refresh): the proxy waits for the next one to re-route.
     polled: tokio::sync::watch::Sender<u64>,
@@ -151,6 +155,7 @@ impl Fleet {
         };
         let http = reqwest::Client::builder().pool_idle_timeout(shared::serve::CLIENT_POOL_IDLE).build().expect("build the HTTP client");
         let admin = crate::node_admin::NodeAdmin::new(http.clone(), config.admin_token());
+        let publisher_admin = crate::publisher_admin::PublisherAdmin::new(http.clone(), config.admin_token());
         Arc::new(Self {
             decisions: crate::decisions::Decisions::new(config.decision_log as usize),
             leadership,
@@ -164,6 +169,7 @@ impl Fleet {
             limiter,
             nodes,
             admin,
+            publisher_admin,
             http,
             refresh: Notify::new(),
             polled: tokio::sync::watch::Sender::new(0),
