@@ -115,7 +115,8 @@ pub struct Config {
     /// `LISTEN_ADDR` but on `ADMIN_LISTEN_ADDR`.
     #[arg(long, env = "ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
-    /// Loopback address of the admin listener, served only when no `ADMIN_TOKEN` is set.
+    /// Loopback address of the admin listener, served only by a standby when no `ADMIN_TOKEN` is
+    /// set.
     #[arg(long = "admin-listen", env = "ADMIN_LISTEN_ADDR", default_value = "127.0.0.1:9080")]
     pub admin_listen: SocketAddr,
     /// The gateways' control topic: a standby reads the leaders' claims from it and takes a

@@ -214,6 +214,9 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                     .route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
             );
         }
+        // Without a token, only a standby serves the route (on loopback): an active publisher has
+        // nothing to be promoted to, and two publishers on one host would want the same port.
+        None if !config.standby => {}
         None => {
             let admin = shared::shutdown::listen(config.admin_listen)?;
             tracing::info!(addr = %admin.local_addr()?, "admin route (POST /admin/promote) on the loopback listener (no ADMIN_TOKEN)");

@@ -129,7 +129,14 @@ impl Fleet {
             let mut env = common(&[("LISTEN_ADDR", format!("127.0.0.1:{port}")), ("TOPIC_REPLICATION_FACTOR", broker.kind.replication_factor().to_string())]);
             env.extend(spec.publisher_env.iter().cloned());
             let name = if i == 0 { "publisher".to_owned() } else { format!("publisher-{}", i + 1) };
-            publishers.push(Service::new(&name, &bin("core-publisher"), port, env, timeline.clone()));
+            // Without a token a standby's promotion route is on a loopback port of its own.
+            let admin = if spec.admin_token.is_none() { Some(free_port()?) } else { None };
+            if let Some(a) = admin {
+                env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
+            }
+            let mut publisher = Service::new(&name, &bin("core-publisher"), port, env, timeline.clone());
+            publisher.admin_port = admin;
+            publishers.push(publisher);
         }
         let publisher = publishers.remove(0);
         let more_publishers = publishers;
@@ -190,6 +197,9 @@ impl Fleet {
             if let Some(a) = gw_admin {
                 gateway.env.insert("ADMIN_LISTEN_ADDR".into(), format!("127.0.0.1:{a}"));
                 gateway.env.insert("NODE_ADMIN_URLS".into(), admin_list.join(","));
+                let publisher_admin: Vec<String> =
+                    std::iter::once(&publisher).chain(&more_publishers).filter_map(|p| Some(format!("http://127.0.0.1:{}", p.admin_port?))).collect();
+                gateway.env.insert("PUBLISHER_ADMIN_URLS".into(), publisher_admin.join(","));
                 gateway.admin_port = Some(a);
             }
             gateways.push(gateway);

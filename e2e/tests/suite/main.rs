@@ -25,6 +25,7 @@ mod peers;
 mod retention;
 mod scenario;
 mod snapshot_loads;
+mod standby;
 mod transactions;
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
