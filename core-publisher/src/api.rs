@@ -5,10 +5,10 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
+//! | `GET /health` | `200 {"ready","state","role","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `role`: `active`, `standby` or `promoting` ([`crate::role`]); `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers (liveness probes; [`shared::probe`]) |
-//! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, its message naming why the last start attempt failed, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
+//! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, its message naming why the last start attempt failed, `standby` while a standby follows the log, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! With client tokens required (`CLIENT_TOKEN_*`, [`shared::client_token`]) both publishes need
 //! `Authorization: Bearer <jwt>` allowing `publish` on the canvas (on every event's canvas for a
@@ -18,7 +18,8 @@
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
 //! unknown path, 409 for a reused `Idempotency-Key`, 413 for a body over 4 KiB (512 KiB for a
 //! batch), 415 for a body that is not declared JSON, 503 with `Retry-After` when nothing can be
-//! written now: `not_ready` (starting), `fenced` (another publisher took over: send it there),
+//! written now: `not_ready` (starting), `standby` (a standby until promoted: send it to the active
+//! publisher), `fenced` (another publisher took over: send it there),
 //! `kafka_unavailable` (the transaction did not commit: nothing applied, retry),
 //! `idempotency_store_full` (a new `Idempotency-Key` while the publisher holds
 //! `IDEMPOTENCY_KEYS_MAX` keys younger than the window: nothing applied, retry after

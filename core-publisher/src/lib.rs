@@ -8,7 +8,8 @@
 //! refuses to start on a broker without transaction partition verification ([`verification`]),
 //! and does not rebuild while another producer's transaction holds the log
 //! ([`rebuild::refuse_open_transactions`]). When a newer publisher fences it, it answers 503
-//! `fenced` and exits.
+//! `fenced` and exits. Started with `--standby` it follows the log instead of writing
+//! ([`follow`], [`standby`], [`role`]) until the gateway leader promotes it ([`admin`]).
 //!
 //! Modules: [`config`] (flags and environment), [`api`] (HTTP routes and errors), [`types`]
 //! (answers and errors), [`verification`] (the broker setting checked at start), [`versions`] (the
@@ -199,10 +200,12 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     let limiter = Arc::new(config.rate.limiter());
     tokio::spawn(limiter.clone().run_cleanup(shutdown.clone()));
     // The admin route (a standby's promotion) checks the gateway leader's fencing token against
-    // the claims this process reads from the control topic itself.
-    let guard = Arc::new(shared::fence::Guard::new(!config.control_topic.is_empty(), "PUBLISHER"));
+    // the claims a standby reads from the control topic itself (an active publisher refuses a
+    // promotion anyway: it reads none).
+    let reads_claims = config.standby && !config.control_topic.is_empty();
+    let guard = Arc::new(shared::fence::Guard::new(reads_claims, "PUBLISHER"));
     let claims = CancellationToken::new();
-    if !config.control_topic.is_empty() {
+    if reads_claims {
         shared::fence::spawn_claim_reader(config.kafka(), "core-publisher", config.control_topic.clone(), guard.fence.clone(), claims.clone(), "PUBLISHER");
     }
     let limits = config.serve.limits();
