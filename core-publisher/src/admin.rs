@@ -28,8 +28,9 @@ use shared::http::{method_not_allowed, ApiError, JsonBody};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How long a promotion request waits for the publisher to accept writes before it answers 202.
-pub const PROMOTE_WAIT: Duration = Duration::from_secs(8);
+/// How long a promotion request waits for the publisher to accept writes before it answers 202
+/// (with the fence's wait, within the gateway's 10 s timeout of the request).
+pub const PROMOTE_WAIT: Duration = Duration::from_secs(5);
 
 /// The admin routes on `listener` (`mode`: where they are served), behind `guard`'s fence.
 pub fn routes<L: EventLog>(versions: Arc<Versions<L>>, guard: Arc<Guard>, listener: Listener, mode: AdminGuard) -> Router {

@@ -404,9 +404,12 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
     } else if let Some(e @ PublishError::Standby) = v.not_writable() {
         Err(publish_error(e))
     } else {
-        let why = shared::kafka::with_recent_client_error(match v.start_problem() {
-            Some(problem) => format!("the publisher cannot start yet: {problem}"),
-            None => "the publisher is preparing the topic or rebuilding canvas versions".to_owned(),
+        let promoting = v.role() == crate::role::Role::Promoting;
+        let why = shared::kafka::with_recent_client_error(match (v.start_problem(), promoting) {
+            (Some(problem), true) => format!("promoted from standby; it cannot take over yet: {problem}"),
+            (None, true) => "promoted from standby: fencing the active publisher, then reading the log to its end".to_owned(),
+            (Some(problem), false) => format!("the publisher cannot start yet: {problem}"),
+            (None, false) => "the publisher is preparing the topic or rebuilding canvas versions".to_owned(),
         });
         Err(ApiError::unavailable("not_ready", why, RETRY_AFTER_SECS))
     }

@@ -61,6 +61,9 @@ struct Track {
     position: i64,
     /// Where the start's read ended: the offsets of the records read then are not kept.
     start_end: i64,
+    /// The canvases the start's read left with records no snapshot covers, and the offset of
+    /// each one's last record then: a later snapshot past it covers all of them.
+    start_last: HashMap<CanvasId, i64>,
     /// The records read after the start that no applied snapshot covers, per canvas: (offset,
     /// when read), oldest first.
     recent: HashMap<CanvasId, VecDeque<(i64, Instant)>>,
@@ -147,7 +150,16 @@ impl Follower {
         let tracks = (0..n as i32)
             .map(|p| {
                 let position = restored.positions.get(&p).copied().unwrap_or(0);
-                Track { position, start_end: position, checkpoint: restored.checkpoints.get(&p).copied().unwrap_or(0), ..Track::default() }
+                let start_last = restored.partitions.get(p as usize).map_or_else(HashMap::new, |part| {
+                    part.with_book(|book| book.coverage.uncovered_last().into_iter().collect())
+                });
+                Track {
+                    position,
+                    start_end: position,
+                    start_last,
+                    checkpoint: restored.checkpoints.get(&p).copied().unwrap_or(0),
+                    ..Track::default()
+                }
             })
             .collect();
         Ok(Self {
@@ -255,13 +267,18 @@ impl Follower {
                         while recent.front().is_some_and(|(o, _)| *o < offset) {
                             recent.pop_front();
                         }
-                        // A record read at the start (its offset not kept) may still be the first
-                        // one not covered: keep it until a snapshot covers the whole start's read.
+                        // A record the start's read found uncovered (its offset not kept) may still
+                        // be the first one not covered, while the snapshot does not reach past the
+                        // canvas's last record of that read; past it, every one of them is covered.
+                        let start_last = track.start_last.get(&canvas).copied();
                         let from_start = book.coverage.first_uncovered(&canvas).filter(|(o, _)| *o < track.start_end);
-                        let first = match from_start {
-                            Some(f) if offset < track.start_end => Some(f),
+                        let first = match (from_start, start_last) {
+                            (Some(f), Some(last)) if offset <= last => Some(f),
                             _ => recent.front().copied(),
                         };
+                        if start_last.is_some_and(|last| offset > last) {
+                            track.start_last.remove(&canvas);
+                        }
                         if recent.is_empty() {
                             track.recent.remove(&canvas);
                         }

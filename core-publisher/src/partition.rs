@@ -379,7 +379,11 @@ impl Partition {
     /// writes a transaction of snapshots alone, so an idle partition's checkpoint moves too).
     pub fn snapshots_due(&self, policy: &SnapshotPolicy, now: Instant) -> bool {
         let book = self.lock_book();
-        !book.coverage.due_oldest(now, book.end, policy, 1).is_empty()
+        // Due as `plan_snapshots` judges it (a newer version than the snapshot's too), so a wake
+        // always finds something to write.
+        book.coverage.due_oldest(now, book.end, policy, policy.max_per_txn).iter().any(|c| {
+            book.heads.get(c).is_some_and(|h| snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end)))
+        })
     }
 
     /// Canvases with records no snapshot covers yet.

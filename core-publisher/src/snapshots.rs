@@ -140,6 +140,11 @@ impl Coverage {
         }
     }
 
+    /// Each canvas with a record no snapshot covers, and the offset of its last record.
+    pub fn uncovered_last(&self) -> Vec<(CanvasId, i64)> {
+        self.uncovered.values().filter_map(|c| Some((c.clone(), self.marks.get(c)?.last_offset))).collect()
+    }
+
     /// The oldest record of `canvas` its snapshot does not cover, with when it was learned.
     pub fn first_uncovered(&self, canvas: &CanvasId) -> Option<(i64, Instant)> {
         self.marks.get(canvas).and_then(|m| m.first_uncovered)

@@ -211,6 +211,88 @@ mod tests {
         stop.cancel();
     }
 
+    fn checkpoints(log: &FakeLog, p: i32) -> Vec<i64> {
+        log.snapshot_entries(p).into_iter().filter_map(|e| if let shared::snapshot::Entry::Checkpoint(c) = e { Some(c.offset) } else { None }).collect()
+    }
+
+    /// This process's CPU time (user + system), in 1/100 s.
+    fn cpu_ticks() -> u64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split_whitespace().collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    }
+
+    /// A promotion whose check for other producers' open transactions fails returns that error
+    /// (the start-up retries it) instead of waiting for ever on its own follower's lock.
+    #[tokio::test]
+    async fn a_promotion_whose_open_transaction_check_fails_returns_its_error() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let active = Versions::shared(log.clone(), DIMS, 1, Timings::default());
+        active.rebuild().await.unwrap();
+        active.publish(&id("c1"), 0, 0, Color([1, 1, 1])).await.unwrap();
+        let standby = Arc::new(Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, Timings::default()).as_standby());
+        let stop = CancellationToken::new();
+        let following = tokio::spawn({
+            let (s, stop) = (standby.clone(), stop.clone());
+            async move { s.follow(&stop).await }
+        });
+        tokio::time::sleep(super::FOLLOW_EVERY * 3).await;
+        let stray = shared::PixelEvent { canvas: id("stray"), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
+        log.open_foreign(0, vec![(stray, None)]);
+        assert_eq!(standby.promote(), PromoteAnswer::Started);
+        following.await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(5), standby.rebuild()).await.expect("the promotion's rebuild returns");
+        assert!(matches!(r, Err(crate::rebuild::RebuildError::Hanging(_))), "{r:?}");
+        log.end_foreign(0, false);
+        standby.rebuild().await.expect("retried once the transaction ended");
+        assert_eq!(standby.publish(&id("c1"), 1, 0, Color([2, 2, 2])).await.unwrap().version, 2, "from the follower's heads");
+    }
+
+    /// A canvas written before the standby started and idle since, snapshotted by age afterwards:
+    /// the promoted publisher knows it covered, keeps the active one's checkpoint, does not spin,
+    /// and a restart after retention deleted below that checkpoint starts.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_idle_canvas_snapshotted_after_the_standby_started_is_covered_after_the_promotion() {
+        let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
+        let policy = SnapshotPolicy { every_versions: 1000, every: Duration::from_millis(100), ..SnapshotPolicy::default() };
+        let timings = Timings { snapshots: policy, ..Timings::default() };
+        let active = Versions::shared(log.clone(), DIMS, 1, timings);
+        active.rebuild().await.unwrap();
+        active.publish(&id("idle"), 0, 0, Color([1, 1, 1])).await.unwrap();
+        let standby = Arc::new(Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings).as_standby());
+        let stop = CancellationToken::new();
+        let following = tokio::spawn({
+            let (s, stop) = (standby.clone(), stop.clone());
+            async move { s.follow(&stop).await }
+        });
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        assert!(log.snapshot_entries(0).iter().any(|e| matches!(e, shared::snapshot::Entry::Canvas(s) if s.canvas.as_str() == "idle")), "snapshotted by age");
+        let active_checkpoint = *checkpoints(&log, 0).last().unwrap();
+        {
+            let slot = standby.follower.lock().await;
+            let followed = slot.as_ref().unwrap().partitions[0].with_book(|b| b.coverage.checkpoint_after(&[], b.end));
+            assert!(followed >= active_checkpoint, "the standby's checkpoint {followed} is below the active one's {active_checkpoint}");
+        }
+        drop(active);
+        assert_eq!(standby.promote(), PromoteAnswer::Started);
+        following.await.unwrap();
+        standby.rebuild().await.unwrap();
+        assert_eq!(standby.uncovered_canvases(), 0);
+        let before = cpu_ticks();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let spent = cpu_ticks() - before;
+        assert!(spent < 30, "an idle promoted publisher used {spent} ticks in 1 s");
+        standby.publish(&id("busy"), 0, 0, Color([2, 2, 2])).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(2500)).await;
+        let promoted_checkpoint = *checkpoints(&log, 0).last().unwrap();
+        assert!(promoted_checkpoint >= active_checkpoint, "the checkpoint went back: {promoted_checkpoint} < {active_checkpoint}");
+        log.delete_records(0, active_checkpoint);
+        drop(standby);
+        let next = Versions::shared(Arc::new(log.another_publisher()), DIMS, 1, timings);
+        next.rebuild().await.expect("a restart after retention deleted below the active one's checkpoint");
+        stop.cancel();
+    }
+
     #[tokio::test]
     async fn an_active_publisher_refuses_a_promotion() {
         let v = Versions::shared(Arc::new(FakeLog::new(1, |_| Fate::Commit)), DIMS, 1, Timings::default());

@@ -260,7 +260,9 @@ impl<L: EventLog> Versions<L> {
             Err(e) => return Err(RebuildError::Prepare(e)),
         }
         // A promoted standby reads on from where it is; otherwise the snapshots and the log after.
-        let restored = match self.follower.lock().await.take() {
+        // Taken out first: the promotion's read puts it back on an error, under the same lock.
+        let followed = self.follower.lock().await.take();
+        let restored = match followed {
             Some(follower) => self.read_on_promoted(follower).await?,
             None => rebuild::read_heads(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await?,
         };
@@ -347,11 +349,12 @@ impl<L: EventLog> Versions<L> {
         Some((ctx, p))
     }
 
-    /// Why nothing can be written now, if so (fenced, a standby, not ready).
+    /// Why nothing can be written now, if so (fenced, a standby, not ready: starting, or
+    /// promoting, which the gateway then no longer takes for a standby to promote).
     pub fn not_writable(&self) -> Option<PublishError> {
         if self.status.is_fenced() {
             Some(PublishError::Fenced)
-        } else if matches!(self.role(), Role::Standby | Role::Promoting) {
+        } else if self.role() == Role::Standby {
             Some(PublishError::Standby)
         } else if !self.status.is_ready() {
             Some(PublishError::NotReady)
