@@ -138,6 +138,10 @@ fn replicas_survive_a_killed_leader_and_a_paused_follower() {
 
 /// The transaction timeout of the publisher in [`an_isolated_partition_s_abort_finishes_before_the_coordinator_would`].
 const TXN_TIMEOUT: Duration = Duration::from_secs(15);
+/// Its `PRODUCE_TIMEOUT_MS` (`message.timeout.ms`).
+const PRODUCE_TIMEOUT: Duration = Duration::from_secs(3);
+/// Its `PARTITION_STALL_MS` (the default).
+const PARTITION_STALL: Duration = Duration::from_secs(1);
 
 /// A publish answered by the publisher at `url`: (status, body).
 async fn publish(http: &reqwest::Client, url: &str, canvas: &str) -> (u16, serde_json::Value) {
@@ -148,12 +152,76 @@ async fn publish(http: &reqwest::Client, url: &str, canvas: &str) -> (u16, serde
     }
 }
 
+/// A batch (`POST /pixels`) of one event on each of `canvases`, answered by the publisher at
+/// `url`: (status, the per-event results in order).
+async fn publish_batch(http: reqwest::Client, url: String, canvases: Vec<String>) -> (u16, Vec<serde_json::Value>) {
+    let events: Vec<serde_json::Value> = canvases.iter().map(|c| serde_json::json!({"canvas": c, "x": 2, "y": 2, "color": "#00ff00"})).collect();
+    match http.post(format!("{url}/pixels")).json(&serde_json::json!({ "events": events })).timeout(Duration::from_secs(30)).send().await {
+        Ok(r) => {
+            let status = r.status().as_u16();
+            let body: serde_json::Value = r.json().await.unwrap_or(serde_json::Value::Null);
+            (status, body["results"].as_array().cloned().unwrap_or_else(|| vec![body]))
+        }
+        Err(e) => (0, vec![serde_json::json!({ "error": e.to_string() })]),
+    }
+}
+
+/// The node that coordinates the transactions of `transactional_id`: the leader of its partition
+/// of `__transaction_state` (Kafka's `partitionFor`: the id's Java `String.hashCode`, made
+/// non-negative, modulo the partition count).
+async fn coordinator(broker: &Broker, reader: &BaseConsumer, transactional_id: &str) -> i32 {
+    let tp = coordinator_partition(reader, transactional_id);
+    broker.partition_replicas("__transaction_state", tp).await.expect("a coordinator").0
+}
+
+/// The partition of `__transaction_state` that holds `transactional_id`'s transactions.
+fn coordinator_partition(reader: &BaseConsumer, transactional_id: &str) -> i32 {
+    let hash = transactional_id.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+    let hash = if hash == i32::MIN { 0 } else { hash.abs() };
+    let metadata = reader.fetch_metadata(Some("__transaction_state"), Duration::from_secs(10)).expect("__transaction_state's metadata");
+    let partitions = metadata.topics().first().map_or(0, |t| t.partitions().len()) as i32;
+    assert!(partitions > 0, "__transaction_state has partitions");
+    hash % partitions
+}
+
+/// Polls `topic`/`partition`'s last stable offset (the high watermark a `read_committed` reader
+/// is given) until it is past `offset`, for at most `timeout`: (the LSO first read, when it was
+/// first past `offset`).
+async fn lso_past(reader: std::sync::Arc<BaseConsumer>, topic: &str, partition: i32, offset: i64, timeout: Duration) -> (i64, Instant) {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut first = None;
+        loop {
+            assert!(started.elapsed() < timeout, "{topic}/{partition}: the LSO is not past {offset} after {timeout:?} (first read {first:?})");
+            match reader.fetch_watermarks(&topic, partition, Duration::from_secs(5)) {
+                Ok((_, lso)) => {
+                    first.get_or_insert(lso);
+                    if lso > offset {
+                        return (first.unwrap_or(lso), Instant::now());
+                    }
+                }
+                Err(e) => println!("[test] watermarks of {topic}/{partition}: {e} (retrying)"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+    .await
+    .expect("the reader thread")
+}
+
 /// A partition whose leader is gone (a topic of one replica) fails its transaction before the
 /// commit; that transaction's abort must finish (from the writer's idle loop once it can), not
 /// stay open until the coordinator aborts it at `transaction.timeout.ms` with an epoch bump,
 /// which the next publish to that partition would meet as fencing (the process would exit).
 /// Nothing is sent to the partition for longer than the transaction timeout; then its leader
 /// comes back and a publish to it is 201, by the same process.
+///
+/// On the way it measures what a stalled shared transaction costs the other partitions: their
+/// callers wait at most about `PARTITION_STALL_MS`, but what they commit after the stall is
+/// hidden from `read_committed` readers until the stalled transaction's abort markers are written
+/// (its records on the healthy partition hold that partition's last stable offset), which waits
+/// for the stalled records' delivery reports (`PRODUCE_TIMEOUT_MS`); the test prints that time.
 async fn an_isolated_partition_s_abort_finishes_before_the_coordinator_would(broker: &Broker) {
     let started = Instant::now();
     let topic = format!("isolated-{:08x}", rand::random::<u32>());
@@ -168,7 +236,8 @@ async fn an_isolated_partition_s_abort_finishes_before_the_coordinator_would(bro
         ("LISTEN_ADDR", format!("127.0.0.1:{port}")),
         ("CANVAS_WIDTH", "8".to_owned()),
         ("CANVAS_HEIGHT", "8".to_owned()),
-        ("PRODUCE_TIMEOUT_MS", "3000".to_owned()),
+        ("PRODUCE_TIMEOUT_MS", PRODUCE_TIMEOUT.as_millis().to_string()),
+        ("PARTITION_STALL_MS", PARTITION_STALL.as_millis().to_string()),
         ("TRANSACTION_TIMEOUT_MS", TXN_TIMEOUT.as_millis().to_string()),
     ]
     .into_iter()
@@ -184,18 +253,99 @@ async fn an_isolated_partition_s_abort_finishes_before_the_coordinator_would(bro
         let c = format!("c{i}");
         on.entry(shared::partitioner::partition_for(c.as_bytes(), 3) as i32).or_insert(c);
     }
-    let (victim_p, victim_c) = (0, on[&0].clone());
     for c in on.values() {
         assert_eq!(publish(&http, &url, c).await.0, 201, "a first publish to {c}");
     }
-    let (leader, _, _) = broker.partition_replicas(&topic, victim_p).await.expect("the victim partition's leader");
-    let other = on.iter().find(|(p, _)| **p != victim_p).map(|(_, c)| c.clone()).expect("a canvas on another partition");
+    // A `read_committed` reader: the high watermark it reads is the last stable offset (LSO).
+    let reader: std::sync::Arc<BaseConsumer> =
+        std::sync::Arc::new(KafkaSettings::new(&broker.bootstrap).reader("cluster-lso").create().expect("a reader"));
+    // The victim: a partition whose node coordinates neither shared producer's transactions, so
+    // that once the node is fenced only the victim partition is without a leader and the shared
+    // producers' coordinators have not moved; the lowest such partition, preferably one whose
+    // node does not coordinate its own isolated producer either.
+    let mut leaders = std::collections::BTreeMap::new();
+    for p in on.keys() {
+        leaders.insert(*p, broker.partition_replicas(&topic, *p).await.expect("a partition's leader").0);
+    }
+    let base = format!("core-publisher-{topic}");
+    let shared_coordinators = [
+        coordinator(broker, &reader, &format!("{base}-shared-0")).await,
+        coordinator(broker, &reader, &format!("{base}-shared-1")).await,
+    ];
+    let mut candidates = Vec::new();
+    for (p, l) in &leaders {
+        if !shared_coordinators.contains(l) {
+            let own = coordinator(broker, &reader, &format!("{base}-p{p}")).await;
+            candidates.push((own == *l, *p));
+        }
+    }
+    candidates.sort_unstable();
+    let &(_, victim_p) = candidates.first().unwrap_or_else(|| panic!("no partition off the coordinators {shared_coordinators:?}: {leaders:?}"));
+    let (victim_c, leader) = (on[&victim_p].clone(), leaders[&victim_p]);
+    // A healthy partition: one whose only replica is on another node.
+    let (healthy_p, other) =
+        on.iter().find(|(p, _)| leaders[p] != leader).map(|(p, c)| (*p, c.clone())).expect("a partition led by another node");
+    println!(
+        "[test] victim {topic}/{victim_p} (node {leader}), healthy {topic}/{healthy_p} (node {}); leaders {leaders:?}; the shared producers' coordinators: nodes {shared_coordinators:?}",
+        leaders[&healthy_p]
+    );
+    reader.fetch_watermarks(&topic, healthy_p, Duration::from_secs(10)).expect("the healthy partition's LSO");
 
-    // The victim partition's only replica dies: its publish fails before any commit.
+    // The victim partition's only replica dies. Until the controller fences the node (the broker
+    // session timeout), it stays in every in-sync replica set it was in, `__transaction_state`'s
+    // too, and every transaction waits on it, not only the victim's (its partitions cannot be
+    // added to the transaction); once it is fenced, only the victim partition is without a leader.
     tl.mark(&format!("kill -9 of node {leader}, the only replica of {topic}/{victim_p}"));
+    let killed = Instant::now();
     broker.kill_node(leader).await.expect("kill the leader");
-    let (status, body) = publish(&http, &url, &victim_c).await;
-    assert_eq!(status, 503, "a publish to the partition without a leader is refused: {body}");
+    for id in ["shared-0", "shared-1"] {
+        let tp = coordinator_partition(&reader, &format!("{base}-{id}"));
+        broker
+            .wait_partition("__transaction_state", tp, &format!("node {leader} out of the ISR of {id}'s coordinator"), Duration::from_secs(60), |l, _, isr| {
+                l >= 0 && !isr.contains(&leader)
+            })
+            .await
+            .expect("the killed node fenced");
+    }
+    tl.mark(format!("node {leader} fenced: out of the shared producers' coordinators' ISRs {:.1} s after the kill", killed.elapsed().as_secs_f64()));
+    // Then, at once, one batch with an event on the victim's canvas and one on the healthy
+    // partition's (queued side by side, so in one shared transaction): the victim's record is not
+    // acknowledged, the transaction is answered "not committed" after PARTITION_STALL_MS, the
+    // healthy event goes into the next shared transaction (the other shared producer) and the
+    // victim partition is isolated; its publish fails before any commit.
+    let batch_sent = Instant::now();
+    let batch = tokio::spawn(publish_batch(http.clone(), url.clone(), vec![other.clone(), victim_c.clone()]));
+    // A publish to the healthy partition while that transaction stalls: its caller waits at most
+    // about PARTITION_STALL_MS, and is answered 201.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let asked = Instant::now();
+    let (status, body) = publish(&http, &url, &other).await;
+    let (answered, waited) = (Instant::now(), asked.elapsed());
+    assert_eq!(status, 201, "a publish to healthy {topic}/{healthy_p} during the stall: {body}");
+    assert_eq!(body["partition"].as_i64(), Some(i64::from(healthy_p)), "{body}");
+    let offset = body["offset"].as_i64().expect("the 201's offset");
+    println!("[test] a publish to healthy {topic}/{healthy_p} sent during the stall was answered 201 after {} ms (offset {offset})", waited.as_millis());
+    assert!(waited < PARTITION_STALL + Duration::from_millis(1500), "the callers' bound: {} ms", waited.as_millis());
+    // Readers see it only once the stalled transaction's abort markers are written: the aborted
+    // records sit on the healthy partition before it, holding its LSO.
+    let (held_at, visible) = lso_past(reader.clone(), &topic, healthy_p, offset, Duration::from_secs(30)).await;
+    let hidden = visible.duration_since(answered);
+    println!(
+        "[test] the 201 at offset {offset} of {topic}/{healthy_p} became visible to read_committed readers {} ms after it was answered, \
+         {} ms after the stalled transaction's batch was sent (LSO held at {held_at}; PRODUCE_TIMEOUT_MS {}, PARTITION_STALL_MS {})",
+        hidden.as_millis(),
+        visible.duration_since(batch_sent).as_millis(),
+        PRODUCE_TIMEOUT.as_millis(),
+        PARTITION_STALL.as_millis()
+    );
+    assert!(held_at <= offset, "the stalled transaction's record on {topic}/{healthy_p} held its LSO ({held_at}) below the 201's offset {offset}");
+    assert!(hidden < PRODUCE_TIMEOUT + Duration::from_secs(3), "hidden from readers for {} ms", hidden.as_millis());
+    let (status, results) = batch.await.expect("the batch task");
+    let batch_took = batch_sent.elapsed();
+    println!("[test] the batch was answered {status} after {} ms: {results:?}", batch_took.as_millis());
+    assert_eq!(status, 200, "{results:?}");
+    assert_eq!(results[0]["status"].as_u64(), Some(201), "the batch's healthy event is committed: {results:?}");
+    assert_eq!(results[1]["status"].as_u64(), Some(503), "a publish to the partition without a leader is refused: {results:?}");
     // Nothing more to the victim for longer than the transaction timeout; the publisher keeps
     // serving other partitions whose leaders live.
     let quiet = Instant::now();
