@@ -4,7 +4,7 @@
 //! committers, the routes and start-up): publishes by status, the transactions' commit time,
 //! records and events per group commit, snapshots written, the rebuild time, keyed publishes
 //! refused by a full idempotency-key store. The state figures (ready, canvases, partitions in
-//! doubt, idempotency keys held) are set from plain [`Figures`] at each scrape.
+//! doubt, idempotency keys held, standing by) are set from plain [`Figures`] at each scrape.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -38,6 +38,7 @@ pub struct PublisherMetrics {
     /// the window.
     pub idempotency_store_full: Counter,
     ready: Gauge,
+    standby: Gauge,
     canvases: Gauge,
     in_doubt: Gauge,
     uncovered: Gauge,
@@ -61,6 +62,7 @@ impl Default for PublisherMetrics {
             rebuild_seconds: SecondsGauge::default(),
             idempotency_store_full: Counter::default(),
             ready: Gauge::default(),
+            standby: Gauge::default(),
             canvases: Gauge::default(),
             in_doubt: Gauge::default(),
             uncovered: Gauge::default(),
@@ -71,6 +73,7 @@ impl Default for PublisherMetrics {
         };
         let mut r = Registry::with_prefix("publisher");
         r.register("ready", "1 while writes are accepted (rebuilt, neither fenced nor failed)", m.ready.clone());
+        r.register("standby", "1 while a standby (--standby) follows the log, until promoted", m.standby.clone());
         r.register("canvases", "Canvases with a version", m.canvases.clone());
         r.register("partitions", "Partitions of the events topic", m.partitions.clone());
         r.register("in_doubt_partitions", "Partitions whose last transaction's outcome is not known yet", m.in_doubt.clone());
@@ -115,6 +118,7 @@ impl PublisherMetrics {
     pub fn render(&self, figures: &Figures, accept: Option<&axum::http::HeaderValue>) -> axum::response::Response {
         let _one = self.scrape.lock().expect("scrape lock");
         self.ready.set(i64::from(figures.ready));
+        self.standby.set(i64::from(figures.standby));
         self.canvases.set(figures.canvases as i64);
         self.partitions.set(i64::from(figures.partitions));
         self.in_doubt.set(figures.in_doubt as i64);
@@ -130,6 +134,8 @@ impl PublisherMetrics {
 pub struct Figures {
     /// Writes are accepted.
     pub ready: bool,
+    /// A standby following the log (not promoted yet).
+    pub standby: bool,
     /// Canvases with a version.
     pub canvases: usize,
     /// Partitions of the events topic (0 until known).
@@ -157,7 +163,7 @@ mod tests {
         m.committed(3, 7);
         m.rebuilt(Duration::from_millis(1500));
         m.idempotency_store_full.inc();
-        let figures = Figures { ready: true, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0, idempotency_keys: 12 };
+        let figures = Figures { ready: true, standby: false, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0, idempotency_keys: 12 };
         let _ = m.render(&figures, None);
         let t = shared::metrics::text(&m.registry);
         for line in [
@@ -167,6 +173,7 @@ mod tests {
             "publisher_commit_events_sum 7.0",
             "publisher_rebuild_seconds 1.5",
             "publisher_ready 1",
+            "publisher_standby 0",
             "publisher_canvases 4",
             "publisher_in_doubt_partitions 1",
             "publisher_idempotency_store_full_total 1",

@@ -531,6 +531,7 @@ impl<L: EventLog> Versions<L> {
     pub fn figures(&self) -> Figures {
         Figures {
             ready: self.is_ready(),
+            standby: self.role() == Role::Standby,
             canvases: self.canvas_count(),
             partitions: self.partitions(),
             in_doubt: self.in_doubt_partitions().len(),

@@ -2,7 +2,8 @@
 //! publishers, `publisher-2` started with `PUBLISHER_STANDBY=true`, clients and a careful writer
 //! through the gateway.
 //!
-//! 1. The standby answers `/ready` and writes with 503 `standby` and follows the log.
+//! 1. The standby answers `/ready` and writes with 503 `standby`, follows the log, and shows
+//!    `publisher_standby 1` in `/metrics` (0 once promoted).
 //! 2. kill -9 of the active publisher: after 3 polls with no publisher ready, the gateway leader
 //!    decides `promote_publisher` (read back from the control topic) and promotes the standby
 //!    under its fencing token; the time from the kill to the first 201 through the gateway is
@@ -36,6 +37,12 @@ fn a_standby_publisher_takes_over_and_a_frozen_one_is_fenced() {
 async fn role(http: &reqwest::Client, p: &Service) -> Result<String, String> {
     let h = get_json(http, &format!("{}/health", p.url())).await?;
     h["role"].as_str().map(str::to_owned).ok_or_else(|| format!("no role in {h}"))
+}
+
+/// The publisher's `publisher_standby` gauge.
+async fn standby_gauge(http: &reqwest::Client, p: &Service) -> i64 {
+    let text = http.get(format!("{}/metrics", p.url())).send().await.unwrap().text().await.unwrap();
+    text.lines().find_map(|l| l.strip_prefix("publisher_standby ")).and_then(|v| v.trim().parse().ok()).expect("publisher_standby in /metrics")
 }
 
 /// The control topic's decisions of `action`, as the gateway shows them.
@@ -91,6 +98,7 @@ async fn run() {
     assert_eq!(refused.status(), 503);
     assert!(refused.text().await.unwrap().contains("\"standby\""));
     assert_eq!(role(&http, &fleet.more_publishers[0]).await.unwrap(), "standby");
+    assert_eq!(standby_gauge(&http, &fleet.more_publishers[0]).await, 1, "publisher_standby while following");
 
     fleet.wait_fleet("a leader", Duration::from_secs(60), |f| f["leadership"]["leader"]["token"].as_u64().ok_or("no leader".to_owned())).await.unwrap();
     let state = fleet.fleet_state().await.unwrap();
@@ -110,6 +118,7 @@ async fn run() {
     let failover = answered - killed;
     tl.mark(format!("first 201 through the gateway {} ms after the kill", failover.as_millis()));
     assert_eq!(role(&http, &fleet.more_publishers[0]).await.unwrap(), "active");
+    assert_eq!(standby_gauge(&http, &fleet.more_publishers[0]).await, 0, "publisher_standby once promoted");
     fleet
         .wait_fleet("the promotion in the control topic", Duration::from_secs(10), |f| {
             let (d, done) = (decisions(f, "promote_publisher"), decisions(f, "promote_publisher_completed"));
@@ -183,10 +192,11 @@ async fn run() {
         assert!(v.ok(), "client {} did not get exactly its canvas's versions: {v:?}", v.name);
     }
     println!(
-        "standby promotion: kill -9 → first 201 through the gateway {} ms; SIGSTOP → {} ms (target: poll interval {poll} ms × 3 + 2 s = {} ms); {}",
+        "standby promotion: kill -9 → first 201 through the gateway {} ms (the bench's bar: poll interval {poll} ms × 3 + 2 s = {} ms); \
+         SIGSTOP → first 201 {} ms (probes of a frozen publisher wait out POLL_TIMEOUT_MS, and a publish stuck there its 1 s); {}",
         failover.as_millis(),
-        second.as_millis(),
         poll * 3 + 2000,
+        second.as_millis(),
         audit.summary()
     );
     fleet.stop().await;
