@@ -41,8 +41,9 @@ impl<L: EventLog> Versions<L> {
         answer
     }
 
-    /// While a standby: reads the log as it grows ([`Follower`], every [`FOLLOW_EVERY`]),
-    /// starting again from the snapshots when a read fails, until promoted or `stop`.
+    /// While a standby: reads the log as it grows ([`Follower`]: at once again after a round that
+    /// found events, else after [`FOLLOW_EVERY`]), starting again from the snapshots when a read
+    /// fails, until promoted or `stop`.
     pub async fn follow(&self, stop: &CancellationToken) {
         let retry = ExponentialBuilder::default().with_min_delay(Duration::from_millis(200)).with_max_delay(Duration::from_secs(5)).with_jitter();
         let mut delays = retry.build();
@@ -57,15 +58,17 @@ impl<L: EventLog> Versions<L> {
                             tracing::info!(events = f.events, positions = %shared::replay::fmt_offsets(&f.positions()),
                                 "standby: heads read from the snapshots and the log after them; following the log until promoted");
                             *slot = Some(f);
-                            Ok(())
+                            Ok(true)
                         }
                         Err(e) => Err(e),
                     }
                 }
-                Some(f) => f.read_on(self.log.as_ref(), &self.keys).await.map(|_| ()),
+                Some(f) => f.read_on(self.log.as_ref(), &self.keys).await.map(|events| events > 0),
             };
             let wait = match outcome {
-                Ok(()) => {
+                // A round that found events reads on at once (a busy log is followed as fast as
+                // it is read); an idle one waits FOLLOW_EVERY.
+                Ok(found) => {
                     delays = retry.build();
                     if said.elapsed() >= Duration::from_secs(60) {
                         if let Some(f) = slot.as_ref() {
@@ -73,7 +76,7 @@ impl<L: EventLog> Versions<L> {
                         }
                         said = Instant::now();
                     }
-                    FOLLOW_EVERY
+                    if found { Duration::ZERO } else { FOLLOW_EVERY }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "standby: reading the log failed; reading again from the snapshots");
