@@ -33,7 +33,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How often a standby reads on.
+/// How long a standby waits before it reads on after a round that found nothing new (after one
+/// that found events it reads on at once).
 pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 
 /// A snapshot-topic entry read, waiting until the events read has passed what it covers.
