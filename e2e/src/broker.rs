@@ -40,10 +40,8 @@ impl BrokerKind {
     /// `KAFKA_BOOTSTRAP` wins, then `E2E_BROKER` (`embedded` | `real` | `cluster` | `container`),
     /// else embedded.
     pub fn from_env() -> Self {
-        if let Ok(b) = std::env::var("KAFKA_BOOTSTRAP") {
-            if !b.trim().is_empty() {
-                return BrokerKind::External(b);
-            }
+        if let Some(b) = Self::external() {
+            return b;
         }
         match std::env::var("E2E_BROKER").as_deref() {
             Ok("real") => BrokerKind::Real,
@@ -51,6 +49,17 @@ impl BrokerKind {
             Ok("container") => BrokerKind::Container,
             _ => BrokerKind::Embedded,
         }
+    }
+
+    /// `KAFKA_BOOTSTRAP` when set, else a real single-node broker: for the tests that need real
+    /// Kafka.
+    pub fn real_from_env() -> Self {
+        Self::external().unwrap_or(BrokerKind::Real)
+    }
+
+    /// The broker at `KAFKA_BOOTSTRAP`, when it is set.
+    fn external() -> Option<Self> {
+        std::env::var("KAFKA_BOOTSTRAP").ok().filter(|b| !b.trim().is_empty()).map(BrokerKind::External)
     }
 
     /// A short name for reports.

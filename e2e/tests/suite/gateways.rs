@@ -114,10 +114,7 @@ fn leader_killed_mid_failback() {
 }
 
 async fn run() {
-    let kind = match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => BrokerKind::External(b),
-        _ => BrokerKind::Real,
-    };
+    let kind = BrokerKind::real_from_env();
     let broker = Broker::start(kind).await.expect("a Kafka broker");
     let tl = Timeline::new(true);
     // A failback long enough to kill the leader in the middle of it: the drained sessions'

@@ -50,10 +50,7 @@ fn embedded_broker() {
 
 #[test]
 fn real_kafka() {
-    let kind = match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => BrokerKind::External(b),
-        _ => BrokerKind::Real,
-    };
+    let kind = BrokerKind::real_from_env();
     scenario(kind);
 }
 

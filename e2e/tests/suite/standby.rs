@@ -67,10 +67,7 @@ async fn first_write(http: &reqwest::Client, gateway: &str, canvas: &str) -> Ins
 }
 
 async fn run() {
-    let kind = match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.is_empty() => BrokerKind::External(b),
-        _ => BrokerKind::Real,
-    };
+    let kind = BrokerKind::real_from_env();
     let broker = Broker::start(kind).await.expect("a Kafka broker");
     let tl = Timeline::new(true);
     let spec = FleetSpec { publishers: 2, ..FleetSpec::default() };
