@@ -153,6 +153,44 @@ pub fn partition_count<C: ConsumerContext>(
     Ok(n)
 }
 
+/// The low and high watermarks of partitions `0..n` of `topic` (the high one is the last stable
+/// offset on a `read_committed` consumer), in two ListOffsets requests for all partitions (the
+/// earliest and the latest offsets, as `offsets_for_times` with librdkafka's special times),
+/// instead of two per partition as `fetch_watermarks` makes: on a broker busy serving others, each
+/// request costs milliseconds.
+///
+/// # Errors
+/// [`ReplayError::Watermarks`] when a request fails or a partition's answer carries an error.
+pub fn all_watermarks<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, n: u32, timeout: Duration) -> Result<Vec<(i64, i64)>, ReplayError> {
+    let ask = |at: Offset| -> Result<Vec<i64>, ReplayError> {
+        let failed = |partition: i32, source: rdkafka::error::KafkaError| {
+            crate::consumer::serve_queued_events(consumer);
+            ReplayError::Watermarks { topic: topic.into(), partition, source }
+        };
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..n as i32 {
+            tpl.add_partition_offset(topic, p, at).map_err(|e| failed(p, e))?;
+        }
+        let found = consumer.offsets_for_times(tpl, timeout).map_err(|e| failed(-1, e))?;
+        let mut out = vec![None; n as usize];
+        for e in found.elements_for_topic(topic) {
+            if let Err(err) = e.error() {
+                return Err(failed(e.partition(), err));
+            }
+            if let (Offset::Offset(o), Some(slot)) = (e.offset(), out.get_mut(e.partition() as usize)) {
+                *slot = Some(o);
+            }
+        }
+        out.into_iter()
+            .enumerate()
+            .map(|(p, o)| o.ok_or_else(|| failed(p as i32, rdkafka::error::KafkaError::OffsetFetch(rdkafka::types::RDKafkaErrorCode::UnknownPartition))))
+            .collect()
+    };
+    let lows = ask(Offset::Beginning)?;
+    let highs = ask(Offset::End)?;
+    Ok(lows.into_iter().zip(highs).collect())
+}
+
 /// Plans a replay of every partition of `topic`: the target is each partition's readable end now
 /// (`fetch_watermarks`' high value: the LSO on a `read_committed` consumer, the high watermark on
 /// another);
@@ -199,9 +237,10 @@ pub fn plan_wanting<C: ConsumerContext>(
             ReplayError::Watermarks { topic: topic.into(), partition: p, source }
         })
     };
+    let all = all_watermarks(consumer, topic, n, timeout)?;
     for p in 0..n as i32 {
         let (need, want) = (needed.get(&p).copied(), wanted.get(&p).copied());
-        let (mut low, mut high) = watermarks(p)?;
+        let (mut low, mut high) = all[p as usize];
         if matches!(start_of(need, want, low, high).1, Gap::MovedBack) {
             // A transaction's commit markers reach its partitions one by one: a checkpoint read
             // on the snapshot topic can be ahead of this partition's last stable offset for a
@@ -320,7 +359,20 @@ pub fn run<C: ConsumerContext>(
             if cancelled() {
                 return Err(ReplayError::Cancelled);
             }
-            let polled = consumer.poll(Duration::from_millis(100));
+            let mut polled = consumer.poll(Duration::ZERO);
+            if polled.is_none() {
+                // Nothing queued: the last records may be delivered already, with only the
+                // transaction markers after them left, which move the position without a
+                // delivery. Look before waiting on the next poll, so a read that has everything
+                // ends now instead of a poll timeout later.
+                if sync_positions(consumer, topic, &mut progress) {
+                    last_record = Instant::now();
+                }
+                if progress.is_complete() {
+                    return Ok(());
+                }
+                polled = consumer.poll(Duration::from_millis(100));
+            }
             let idle = polled.is_none();
             let record = matches!(polled, Some(Ok(_)));
             match polled {
@@ -405,6 +457,32 @@ pub fn fmt_offsets(offsets: &Offsets) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The two-request watermarks equal librdkafka's per-partition ones, on partitions holding
+    /// different numbers of records (and an empty one).
+    #[test]
+    fn all_watermarks_equal_the_per_partition_ones() {
+        use rdkafka::consumer::DefaultConsumerContext;
+        use rdkafka::mocking::MockCluster;
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        use rdkafka::ClientConfig;
+
+        let cluster = MockCluster::new(1).expect("mock cluster");
+        cluster.create_topic("t", 3, 1).expect("topic");
+        let producer: BaseProducer = ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).create().expect("producer");
+        for (partition, records) in [(0, 5), (2, 2)] {
+            for i in 0..records {
+                producer.send(BaseRecord::<(), _>::to("t").payload(&format!("{i}")).partition(partition)).expect("queued");
+            }
+        }
+        producer.flush(Duration::from_secs(10)).expect("written");
+        let consumer: BaseConsumer<DefaultConsumerContext> =
+            ClientConfig::new().set("bootstrap.servers", cluster.bootstrap_servers()).set("group.id", "w").create().expect("consumer");
+        let t = Duration::from_secs(10);
+        let each: Vec<(i64, i64)> = (0..3).map(|p| consumer.fetch_watermarks("t", p, t).expect("watermarks")).collect();
+        assert_eq!(each, vec![(0, 5), (0, 0), (0, 2)]);
+        assert_eq!(all_watermarks(&consumer, "t", 3, t).expect("all watermarks"), each);
+    }
 
     fn plan(starts: &[(i32, i64)], targets: &[(i32, i64)]) -> ReplayPlan {
         ReplayPlan { starts: starts.iter().copied().collect(), targets: targets.iter().copied().collect() }
