@@ -17,6 +17,16 @@ pub fn serve_queued_events<C: ConsumerContext>(consumer: &BaseConsumer<C>) {
     }
 }
 
+/// Closes `consumer` on a thread of its own: rdkafka's drop of a consumer with a group id polls
+/// for up to 100 ms until librdkafka reports it closed, which a reader that is done with it need
+/// not wait for.
+pub fn close_in_background<C: ConsumerContext + 'static>(consumer: BaseConsumer<C>) {
+    let spawned = std::thread::Builder::new().name("consumer-close".into()).spawn(move || drop(consumer));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no thread to close a Kafka reader on; it stays open until the process ends");
+    }
+}
+
 /// Whether a consumer's error says a partition's position is out of range (below the log start:
 /// records deleted by retention; or past the end). With `auto.offset.reset=error` librdkafka stops
 /// fetching that partition until it is assigned or seeked again.

@@ -106,7 +106,9 @@ impl KafkaLog {
         tokio::task::spawn_blocking(move || {
             let consumer: BaseConsumer<FleetContext> =
                 settings.reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| ReadError(e.to_string()))?;
-            read(&consumer)
+            let read = read(&consumer);
+            shared::consumer::close_in_background(consumer);
+            read
         })
         .await
         .map_err(|e| ReadError(e.to_string()))?
@@ -199,16 +201,17 @@ impl EventLog for KafkaLog {
             let uncommitted: BaseConsumer<FleetContext> =
                 settings.high_watermark_reader("core-publisher").create_with_context(FleetContext::default()).map_err(|e| err(&e))?;
             let n = replay::partition_count(&committed, &topic, timeout).map_err(|e| err(&e))?;
-            let mut open = Vec::new();
-            for p in 0..n as i32 {
-                // High watermark first: a transaction that ends between the two reads moves the
-                // stable offset up to (or past) it, and is not named.
-                let (_, high) = uncommitted.fetch_watermarks(&topic, p, timeout).map_err(|e| err(&e))?;
-                let (_, stable) = committed.fetch_watermarks(&topic, p, timeout).map_err(|e| err(&e))?;
-                if stable < high {
-                    open.push(OpenTxn { topic: topic.clone(), partition: p, stable, high });
-                }
-            }
+            // High watermarks first: a transaction that ends between the two reads moves the
+            // stable offset up to (or past) its high watermark, and is not named.
+            let highs = replay::all_watermarks(&uncommitted, &topic, n, timeout).map_err(|e| err(&e))?;
+            let stables = replay::all_watermarks(&committed, &topic, n, timeout).map_err(|e| err(&e))?;
+            let open = (0..n as i32)
+                .zip(highs.into_iter().zip(stables))
+                .filter(|(_, ((_, high), (_, stable)))| stable < high)
+                .map(|(partition, ((_, high), (_, stable)))| OpenTxn { topic: topic.clone(), partition, stable, high })
+                .collect();
+            shared::consumer::close_in_background(committed);
+            shared::consumer::close_in_background(uncommitted);
             Ok(open)
         })
         .await
