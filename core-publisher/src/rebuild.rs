@@ -1,5 +1,6 @@
 //! The start-up read behind [`crate::versions::Versions::rebuild`]: every canvas's head and the
-//! idempotency keys below each checkpoint from the snapshot topic ([`crate::keylog`]), then the
+//! idempotency keys below each checkpoint from the snapshot topic ([`crate::keylog`]; read while
+//! the producers are initialised, [`Preread`]), then the
 //! events log after each partition's checkpoint (and, where a log was written before key records
 //! existed, back through the key window for its keys), into the partitions the committers start
 //! from. It does not read a log where another producer's transaction is open
@@ -96,32 +97,65 @@ pub struct Restored {
     pub checkpoints: shared::replay::Offsets,
 }
 
-/// Reads the heads of a topic of `n` partitions and canvases of `dims`: the snapshots, then the
-/// log's tail after each checkpoint, teaching `keys` the idempotency keys within `key_window`.
+/// What a start reads before its producers fence the active publisher (while they are
+/// initialised): the snapshot topic, and where each partition's idempotency-key window starts in
+/// the events log.
+///
+/// Reading it before the fence is safe: whatever that publisher commits to the snapshot topic
+/// until it is fenced (snapshots, a checkpoint further on, key records) is missing here, so the
+/// checkpoints are older than the newest and the tail, read after the fence, starts earlier and
+/// reads the events those records would have covered (their keys included). Every event is in the
+/// log after the checkpoints read here; nothing is missed, some is read twice over.
+pub struct Preread {
+    loaded: shared::snapshot::Loaded,
+    snapshot_positions: shared::replay::Offsets,
+    window_starts: shared::replay::Offsets,
+}
+
+/// Reads the snapshot topic and the key window's start (`key_window` back from now), both at once.
+///
+/// # Errors
+/// [`RebuildError::Read`] when either cannot be read.
+pub async fn preread<L: EventLog>(log: &L, key_window: Duration) -> Result<Preread, RebuildError> {
+    let started = std::time::Instant::now();
+    let key_from_ms = shared::event::now_ms().saturating_sub(key_window.as_millis() as u64) as i64;
+    let (snapshots, window_starts) = tokio::join!(log.read_snapshots_from(shared::replay::Offsets::new()), log.offsets_for_time(key_from_ms));
+    let (loaded, snapshot_positions) = snapshots?;
+    tracing::info!(records = loaded.records, canvases = loaded.canvases.len(), took_ms = started.elapsed().as_millis() as u64,
+        "snapshot topic read");
+    Ok(Preread { loaded, snapshot_positions, window_starts: window_starts? })
+}
+
+/// Reads the heads of a topic of `n` partitions and canvases of `dims`: the snapshots (`pre`),
+/// then the log's tail after each checkpoint, teaching `keys` the idempotency keys of the window.
 ///
 /// # Errors
 /// [`RebuildError::Read`] when the log cannot be read, or a snapshot cannot be used;
 /// [`RebuildError::Hanging`] while another producer's transaction holds a partition's readable
 /// end ([`refuse_open_transactions`]).
-pub async fn read_heads<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+pub async fn read_heads<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     refuse_open_transactions(log).await?;
-    read_heads_now(log, dims, n, key_window, keys).await
+    heads_after(log, pre, dims, n, keys).await
 }
 
-/// As [`read_heads`], without waiting for other producers' open transactions to end: a standby
-/// ([`crate::follow`]) reads while the active publisher's transactions come and go, and reads on
-/// after them (a promotion checks for open transactions once it has fenced that publisher).
+/// As [`read_heads`] with its [`preread`] first, without waiting for other producers' open
+/// transactions to end: a standby ([`crate::follow`]) reads while the active publisher's
+/// transactions come and go, and reads on after them (a promotion checks for open transactions
+/// once it has fenced that publisher).
 ///
 /// # Errors
 /// As [`read_heads`], except [`RebuildError::Hanging`].
 pub async fn read_heads_now<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
-    // Heads and keys from the snapshot topic, then the log's tail after each partition's
-    // checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where
-    // the window's keys are not all in key records.
-    let (loaded, snapshot_positions) = log.read_snapshots_from(shared::replay::Offsets::new()).await?;
+    let pre = preread(log, key_window).await?;
+    heads_after(log, pre, dims, n, keys).await
+}
+
+/// Heads and keys from the snapshot topic, then the log's tail after each partition's
+/// checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where the
+/// window's keys are not all in key records.
+async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+    let Preread { loaded, snapshot_positions, window_starts: mut wanted } = pre;
     let now_ms = shared::event::now_ms();
-    let key_from_ms = now_ms.saturating_sub(key_window.as_millis() as u64) as i64;
-    let mut wanted = log.offsets_for_time(key_from_ms).await?;
     // The keys of the window below each checkpoint come from the key records, where they are
     // complete (from the partition's "complete from" offset on): the log is read for keys only
     // below that, where a publisher without key records wrote within the window.
@@ -417,6 +451,62 @@ mod tests {
         second.rebuild().await.expect("the transaction ended: the rebuild goes on");
         assert_eq!(second.start_problem(), None);
         assert_eq!(second.publish(&c1, 2, 0, Color([3, 3, 3])).await.expect("v3").version, 3, "v2 was read, not handed out again");
+    }
+
+    fn checkpoints(log: &FakeLog, p: i32) -> Vec<i64> {
+        log.snapshot_entries(p).into_iter().filter_map(|e| if let shared::snapshot::Entry::Checkpoint(c) = e { Some(c.offset) } else { None }).collect()
+    }
+
+    /// A start reads the snapshot topic while its producers are initialised, before they fence
+    /// the active publisher: what that one commits in between (events, snapshots and a checkpoint
+    /// further on, a keyed event) is read from the log after the older checkpoint; no version is
+    /// handed out twice and the key is answered, not applied again.
+    #[tokio::test]
+    async fn what_the_active_publisher_commits_between_the_snapshot_read_and_the_fence_is_read() {
+        use crate::snapshots::SnapshotPolicy;
+        use std::time::Duration;
+        let log = Arc::new(FakeLog::new(2, |_| Fate::Commit));
+        let timings = Timings { snapshots: SnapshotPolicy { every_versions: 2, every: Duration::from_secs(3600), ..SnapshotPolicy::default() }, ..Timings::default() };
+        let active = Versions::shared(log.clone(), DIMS, 2, timings);
+        active.rebuild().await.unwrap();
+        let canvases: Vec<CanvasId> = (0..4).map(|i| CanvasId::parse(&format!("c{i}")).unwrap()).collect();
+        for c in &canvases {
+            for x in 0..3 {
+                active.publish(c, x, 0, Color([1, 0, 0])).await.unwrap();
+            }
+        }
+
+        let next = log.another_publisher();
+        let gate = next.hold_prepare();
+        let starting = Arc::new(Versions::shared(Arc::new(next), DIMS, 2, timings));
+        let reads = log.snapshot_reads();
+        let rebuild = tokio::spawn({
+            let s = starting.clone();
+            async move { s.rebuild().await }
+        });
+        while log.snapshot_reads() == reads {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let before: Vec<Vec<i64>> = (0..2).map(|p| checkpoints(&log, p)).collect();
+        for c in &canvases {
+            for x in 3..7 {
+                active.publish(c, x, 1, Color([2, 0, 0])).await.unwrap();
+            }
+        }
+        let (keyed, _) = active.publish_with_key(&canvases[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
+        let after: Vec<Vec<i64>> = (0..2).map(|p| checkpoints(&log, p)).collect();
+        assert_ne!(before, after, "the active publisher moved a checkpoint after the read");
+        assert!(!starting.is_ready());
+
+        gate.notify_one();
+        rebuild.await.unwrap().expect("rebuilt");
+        assert_eq!(active.publish(&canvases[0], 0, 0, Color([9, 9, 9])).await, Err(crate::types::PublishError::Fenced));
+        for c in &canvases {
+            let last = log.events_of(c.as_str()).last().copied().unwrap_or(0);
+            assert_eq!(starting.publish(c, 0, 2, Color([3, 0, 0])).await.unwrap().version, last + 1, "{c}: versions continue");
+        }
+        let (again, replayed) = starting.publish_with_key(&canvases[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
+        assert_eq!((again.version, replayed), (keyed.version, true), "the key is known");
     }
 
     /// A transaction seen open once, then ended (its markers were being written), is not hanging;

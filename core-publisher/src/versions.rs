@@ -251,7 +251,17 @@ impl<L: EventLog> Versions<L> {
             return Ok(0);
         }
         let n = self.partitions().max(1);
-        match self.log.prepare(n).await {
+        // A start reads the snapshot topic while its producers are initialised
+        // ([`rebuild::Preread`] says why that is safe); a promoted standby reads on from where
+        // it is instead.
+        let promoting = self.follower.lock().await.is_some();
+        let (prepared, pre) = if promoting {
+            (self.log.prepare(n).await, None)
+        } else {
+            let (prepared, pre) = tokio::join!(self.log.prepare(n), rebuild::preread(self.log.as_ref(), self.timings.key_window));
+            (prepared, Some(pre))
+        };
+        match prepared {
             Ok(()) => {}
             Err(PrepareError::Fenced) => {
                 self.status.set_fenced();
@@ -262,9 +272,13 @@ impl<L: EventLog> Versions<L> {
         // A promoted standby reads on from where it is; otherwise the snapshots and the log after.
         // Taken out first: the promotion's read puts it back on an error, under the same lock.
         let followed = self.follower.lock().await.take();
-        let restored = match followed {
-            Some(follower) => self.read_on_promoted(follower).await?,
-            None => rebuild::read_heads(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await?,
+        let restored = match (followed, pre) {
+            (Some(follower), _) => self.read_on_promoted(follower).await?,
+            (None, Some(pre)) => rebuild::read_heads(self.log.as_ref(), pre?, self.dims, n, &self.keys).await?,
+            (None, None) => {
+                let pre = rebuild::preread(self.log.as_ref(), self.timings.key_window).await?;
+                rebuild::read_heads(self.log.as_ref(), pre, self.dims, n, &self.keys).await?
+            }
         };
         *self.incomplete.lock().expect("incomplete lock") = restored.incomplete;
         let (events_read, partitions) = (restored.events_read, restored.partitions);

@@ -70,6 +70,8 @@ struct Shared {
     /// Resolve attempts that still answer "in doubt" before one resolves.
     stay_in_doubt: AtomicU32,
     gates: Mutex<HashMap<u64, Arc<tokio::sync::Notify>>>,
+    /// Reads of the snapshot topic so far, by any process.
+    snapshot_reads: AtomicU64,
 }
 
 /// An in-memory log. Offsets are indexes in a partition's entries: records, aborted records
@@ -81,6 +83,8 @@ pub struct FakeLog {
     shared: Arc<Shared>,
     /// The epoch this process's producers got from `prepare`.
     mine: Mutex<HashMap<Writer, u64>>,
+    /// A gate this process's next `prepare` waits at ([`FakeLog::hold_prepare`]).
+    prepare_gate: Mutex<Option<Arc<tokio::sync::Notify>>>,
 }
 
 impl FakeLog {
@@ -98,14 +102,27 @@ impl FakeLog {
                 fate: Box::new(fate),
                 stay_in_doubt: AtomicU32::new(0),
                 gates: Mutex::new(HashMap::new()),
+                snapshot_reads: AtomicU64::new(0),
             }),
             mine: Mutex::new(HashMap::new()),
+            prepare_gate: Mutex::new(None),
         }
     }
 
     /// A second publisher process on the same log (its own producers, not prepared yet).
     pub fn another_publisher(&self) -> Self {
-        Self { shared: self.shared.clone(), mine: Mutex::new(HashMap::new()) }
+        Self { shared: self.shared.clone(), mine: Mutex::new(HashMap::new()), prepare_gate: Mutex::new(None) }
+    }
+
+    /// Makes this process's next `prepare` wait, before it fences anyone, until the returned gate
+    /// is opened (`notify_one`), as producers still being initialised would.
+    pub fn hold_prepare(&self) -> Arc<tokio::sync::Notify> {
+        self.prepare_gate.lock().unwrap().get_or_insert_with(Default::default).clone()
+    }
+
+    /// Reads of the snapshot topic so far, by any process on this log.
+    pub fn snapshot_reads(&self) -> u64 {
+        self.shared.snapshot_reads.load(Ordering::SeqCst)
     }
 
     /// Makes transaction attempt `n` (0-based) wait until the returned gate is opened
@@ -253,6 +270,10 @@ impl FakeLog {
 
 impl EventLog for FakeLog {
     async fn prepare(&self, partitions: u32) -> Result<(), PrepareError> {
+        let gate = self.prepare_gate.lock().unwrap().take();
+        if let Some(gate) = gate {
+            gate.notified().await;
+        }
         let writers: Vec<Writer> = std::iter::once(Writer::Shared).chain((0..partitions as i32).map(Writer::Partition)).collect();
         for w in writers {
             // init_transactions finishes what an older producer left in doubt.
@@ -350,6 +371,7 @@ impl EventLog for FakeLog {
     }
 
     async fn read_snapshots_from(&self, from: Offsets) -> Result<(Loaded, Offsets), ReadError> {
+        self.shared.snapshot_reads.fetch_add(1, Ordering::SeqCst);
         let mut loaded = Loaded::default();
         let mut ended = Offsets::new();
         let snaps = self.shared.snapshots.lock().unwrap().clone();
