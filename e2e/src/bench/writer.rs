@@ -250,7 +250,8 @@ async fn measure(ctx: &Ctx, events: u64, build: Build, dir: Option<&Path>, stand
         ..FleetSpec::default()
     };
     let poll_ms = spec.poll_interval_ms;
-    let mut fleet = Fleet::start(&ctx.broker, spec, Timeline::new(std::env::var_os("BENCH_TIMELINE").is_some())).await?;
+    let timeline = Timeline::new(std::env::var_os("BENCH_TIMELINE").is_some());
+    let mut fleet = Fleet::start(&ctx.broker, spec, timeline.clone()).await?;
     let result = async {
         let canvases: Arc<Vec<String>> = Arc::new((0..ctx.size.writer_canvases).map(|i| format!("canvas-{i}")).collect());
         let publisher = Arc::new(LeanHttp::new(&fleet.publisher.url())?);
@@ -278,6 +279,12 @@ async fn measure(ctx: &Ctx, events: u64, build: Build, dir: Option<&Path>, stand
         let restart_ms = killed.elapsed().as_millis() as u64;
         let peak_rss_mb = super::sys::peak_rss_bytes(pid)? as f64 / 1e6;
         let whose = if standby { "promoted standby" } else { "restarted publisher" };
+        if std::env::var_os("BENCH_PUBLISHER_LOG").is_some() {
+            let name = if standby { &fleet.more_publishers[0].name } else { &fleet.publisher.name };
+            for line in timeline.logs_of(name) {
+                println!("[bench]       {line}");
+            }
+        }
         println!(
             "[bench]     {}: kill -9 → first 201 through the gateway in {restart_ms} ms ({attempts} publishes); {whose}'s peak RSS {peak_rss_mb:.0} MB",
             build.label()
