@@ -490,9 +490,9 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
             .iter()
             .map(|(record, ev)| Published { canvas: ev.canvas.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
             .collect();
-        for (p, pb) in u.events.iter().zip(&published) {
+        for ((p, pb), (_, ev)) in u.events.iter().zip(&published).zip(slots) {
             if let Some(k) = &p.key {
-                keys.finish(k, &p.fp, Some(pb.clone()), now_ms);
+                keys.finish(k, &p.fp, Some((pb.clone(), ev.published_at_ms)), now_ms);
             }
         }
         let _ = u.done.send(Ok(published));
@@ -514,13 +514,13 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
             Ok(Resolution::Committed(offsets)) => {
                 apply_snapshots(ctx, planned);
                 apply_committed(ctx, records, &offsets);
-                // Finished here, now (as `answer_committed` would have).
+                // Finished here (as `answer_committed` would have), kept from publish time.
                 let (mut keys, now_ms) = (ctx.keys(), shared::event::now_ms());
                 for (r, o) in records.iter().zip(&offsets) {
                     for (e, k) in r.events.iter().zip(&r.keys) {
                         if let Some(k) = k {
                             let fp = Fingerprint { canvas: e.canvas.clone(), x: e.x, y: e.y, color: e.color };
-                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o }, now_ms, now_ms);
+                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o }, e.published_at_ms, now_ms);
                         }
                     }
                 }

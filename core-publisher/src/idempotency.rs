@@ -8,8 +8,10 @@
 //! that fenced it) relearns the keys of the records it reads. A key stays in flight until its
 //! transaction's outcome is known, also when the caller was answered "outcome unknown" first: a
 //! retry meanwhile is refused (409 in flight), then replayed or run once the outcome is known.
-//! Every key with an outcome carries a time (ms): the event's `published_at_ms` when learnt from
-//! the log, the wall clock when its request finished here. A key is kept for the whole
+//! Every key with an outcome carries a time (ms): its event's `published_at_ms` (when the
+//! publisher placed it in a transaction), whether the key was learnt from the log or its request
+//! finished here, so a key's window ends at the same moment before and after a restart. A key is
+//! kept for the whole
 //! idempotency window after that time and forgotten once older (oldest by time first), so
 //! within the window a key is never applied twice. Memory is bounded by refusing new keys, not
 //! by forgetting: once `capacity` keys with an outcome are all within the window, a request with
@@ -139,12 +141,13 @@ impl KeyStore {
         oldest.saturating_add(self.window_ms + 1).saturating_sub(now_ms).max(MIN_RETRY_AFTER_MS)
     }
 
-    /// The outcome at `now_ms` of a request begun with [`KeyStore::begin`]: applied (`Some`, kept
-    /// for the window from `now_ms`) or certainly not (`None`: the key is released and a retry
+    /// The outcome at `now_ms` of a request begun with [`KeyStore::begin`]: applied (`Some`, with
+    /// the event's `published_at_ms`, from which the key is kept for the window, as a rebuild that
+    /// learns it from the log keeps it) or certainly not (`None`: the key is released and a retry
     /// runs again). Never refused, even past the capacity.
-    pub fn finish(&mut self, key: &str, fp: &Fingerprint, outcome: Option<Published>, now_ms: u64) {
+    pub fn finish(&mut self, key: &str, fp: &Fingerprint, outcome: Option<(Published, u64)>, now_ms: u64) {
         match outcome {
-            Some(p) => self.set_done(key, fp.clone(), p, now_ms),
+            Some((p, at_ms)) => self.set_done(key, fp.clone(), p, at_ms),
             None => {
                 if matches!(self.slots.get(key), Some(Slot::InFlight)) {
                     self.slots.remove(key);
@@ -164,6 +167,12 @@ impl KeyStore {
             self.set_done(key, fp, published, at_ms);
         }
         self.evict(now_ms);
+    }
+
+    /// The time a key's window counts from (its event's `published_at_ms`), once it has an outcome.
+    #[cfg(test)]
+    pub fn window_start_of(&self, key: &str) -> Option<u64> {
+        self.by_time.iter().find(|(_, k)| k.as_str() == key).map(|((at, _), _)| *at)
     }
 
     /// Whether `key` was applied, and with `fp` or another request.
@@ -228,7 +237,7 @@ mod tests {
 
     fn done(s: &mut KeyStore, key: &str, x: u32, now_ms: u64) {
         assert_eq!(s.begin(key, &fp(x), now_ms), Lookup::New, "{key}");
-        s.finish(key, &fp(x), Some(published(u64::from(x))), now_ms);
+        s.finish(key, &fp(x), Some((published(u64::from(x)), now_ms)), now_ms);
     }
 
     #[test]
@@ -236,7 +245,7 @@ mod tests {
         let mut s = KeyStore::new(10, W);
         assert_eq!(s.begin("k", &fp(1), T), Lookup::New);
         assert_eq!(s.begin("k", &fp(1), T), Lookup::InFlight, "a second request while the first runs");
-        s.finish("k", &fp(1), Some(published(7)), T);
+        s.finish("k", &fp(1), Some((published(7), T)), T);
         assert_eq!(s.begin("k", &fp(1), T), Lookup::Replay(published(7)));
         assert_eq!(s.begin("k", &fp(2), T), Lookup::Conflict, "same key, other request");
         // Released (not applied), then learned from the log (a restart read it).
@@ -342,7 +351,7 @@ mod tests {
         done(&mut s, "b", 2, T);
         assert!(matches!(s.begin("c", &fp(3), T), Lookup::Full { .. }));
         assert_eq!(s.begin("busy", &fp(0), T), Lookup::InFlight);
-        s.finish("busy", &fp(0), Some(published(9)), T + 1);
+        s.finish("busy", &fp(0), Some((published(9), T + 1)), T + 1);
         assert_eq!((s.len(), s.in_flight()), (3, 0));
         assert_eq!(s.begin("busy", &fp(0), T + 2), Lookup::Replay(published(9)));
     }
@@ -388,7 +397,7 @@ mod tests {
         }
         // Their outcomes arrive: all kept (within the window), past the capacity.
         for i in 0..5 {
-            s.finish(&format!("f{i}"), &fp(i), Some(published(u64::from(i))), T + u64::from(i));
+            s.finish(&format!("f{i}"), &fp(i), Some((published(u64::from(i)), T + u64::from(i))), T + u64::from(i));
         }
         assert_eq!((s.len(), s.in_flight()), (5, 0));
         assert!(matches!(s.applied_as("f0", &fp(0)), Applied::Same(_)));

@@ -844,6 +844,29 @@ mod tests {
         assert_eq!(restarted.log.events_of("c1"), (1..=7).collect::<Vec<u64>>());
     }
 
+    /// A key's window counts from its event's `published_at_ms` whether the key was answered here
+    /// or learnt from the log by a restarted publisher: it ends at the same moment on both, also
+    /// when the commit took a while.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_keys_window_starts_at_publish_time_live_and_after_a_restart() {
+        let log = FakeLog::new(3, |_| Fate::Commit);
+        let commit = log.gate(0);
+        let v = ready(log).await;
+        let publish = tokio::spawn({
+            let v = v.clone();
+            async move { v.publish_with_key(&id("c1"), 1, 1, Color([1, 1, 1]), Some("slow")).await }
+        });
+        until("the transaction began", || v.log.attempts() >= 1).await;
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        commit.notify_one();
+        publish.await.unwrap().unwrap();
+        let live = v.keys.lock().unwrap().window_start_of("slow").expect("kept");
+        let restarted = Versions::shared(Arc::new(v.log.another_publisher()), DIMS, 3, Timings { answer_timeout: WAIT, ..Timings::default() });
+        restarted.rebuild().await.unwrap();
+        let relearnt = restarted.keys.lock().unwrap().window_start_of("slow").expect("relearnt");
+        assert_eq!(live, relearnt, "the window starts when the event was placed, on both paths");
+    }
+
     fn snapshotting(every_versions: u64, every: Duration) -> Timings {
         Timings { answer_timeout: WAIT, snapshots: SnapshotPolicy { every_versions, every, ..SnapshotPolicy::default() }, ..Timings::default() }
     }
