@@ -339,7 +339,7 @@ impl Partition {
             }
         }
         let mut planned = PlannedSnapshots { partition: self.id, ..Default::default() };
-        if chosen.is_empty() {
+        if chosen.is_empty() && !book.keys.held_back(book.coverage.checkpoint_after(&[], book.end)) {
             return planned;
         }
         let mut bytes = 0;
@@ -355,13 +355,15 @@ impl Partition {
             planned.canvases.push(((*c).clone(), head.version()));
             planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value });
         }
-        let checkpoint = book.coverage.checkpoint_after(&taken, book.end);
-        planned.keys = book.keys.plan(self.id, checkpoint, shared::event::now_ms(), policy.key_window.as_millis() as u64);
+        // The checkpoint the snapshots allow, or short of it where the keys it moves past are
+        // more than one move carries (the rest go with the next).
+        let covered = book.coverage.checkpoint_after(&taken, book.end);
+        planned.keys = book.keys.plan(self.id, covered, shared::event::now_ms(), policy.key_window.as_millis() as u64, crate::keylog::KEY_BYTES_PER_MOVE);
         planned.writes.extend(planned.keys.writes.iter().cloned());
         planned.writes.push(SnapshotWrite {
             partition: self.id,
             key: shared::snapshot::CHECKPOINT_KEY.to_owned(),
-            value: shared::snapshot::Checkpoint { offset: checkpoint }.encode(),
+            value: shared::snapshot::Checkpoint { offset: planned.keys.below }.encode(),
         });
         planned
     }
@@ -380,10 +382,10 @@ impl Partition {
     pub fn snapshots_due(&self, policy: &SnapshotPolicy, now: Instant) -> bool {
         let book = self.lock_book();
         // Due as `plan_snapshots` judges it (a newer version than the snapshot's too), so a wake
-        // always finds something to write.
+        // always finds something to write; or keys held back below where the checkpoint may go.
         book.coverage.due_oldest(now, book.end, policy, policy.max_per_txn).iter().any(|c| {
             book.heads.get(c).is_some_and(|h| snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end)))
-        })
+        }) || book.keys.held_back(book.coverage.checkpoint_after(&[], book.end))
     }
 
     /// Canvases with records no snapshot covers yet.
@@ -478,6 +480,35 @@ mod tests {
 
     fn pending(canvas: &str, x: u32, key: Option<&str>) -> Pending {
         Pending { fp: Fingerprint { canvas: id(canvas), x, y: 0, color: Color([1, 2, 3]) }, key: key.map(str::to_owned) }
+    }
+
+    /// Keys below where the snapshots let the checkpoint go (a move cut short by the key budget,
+    /// or a rebuild's read from an older checkpoint) make a move due without any snapshot, which
+    /// writes them in budget-sized moves and then stops.
+    #[test]
+    fn keys_held_back_below_the_covered_checkpoint_are_written_without_snapshots() {
+        let mut keys = KeyBook::restored([], Some(0), 0);
+        let now_ms = shared::event::now_ms();
+        let n = 2 * crate::keylog::KEYS_PER_RECORD as i64;
+        for o in 0..n {
+            keys.record(o, vec![shared::snapshot::KeyEntry { key: format!("key-{o:0>40}"), canvas: "a".into(), x: 0, y: 0, color: [1, 2, 3], version: 1, offset: o, at_ms: now_ms }]);
+        }
+        // Every canvas covered: the checkpoint may go to the end.
+        let p = Partition::restored(0, CanvasDims { width: 4, height: 4 }, HashMap::new(), Coverage::default(), n + 1, keys);
+        let policy = SnapshotPolicy::default();
+        let mut moves = Vec::new();
+        while p.snapshots_due(&policy, Instant::now()) {
+            let planned = p.plan_snapshots(&[], &policy, Instant::now());
+            assert!(planned.canvases.is_empty() && !planned.writes.is_empty());
+            let bytes: usize = planned.keys.writes.iter().map(|w| w.value.len()).sum();
+            assert!(bytes <= crate::keylog::KEY_BYTES_PER_MOVE + 4096, "{bytes} bytes in one move");
+            moves.push(planned.keys.below);
+            p.apply_snapshots(&planned);
+            assert!(moves.len() < 100, "the moves end");
+        }
+        assert!(moves.len() > 1, "more than one move's budget of keys: {moves:?}");
+        assert_eq!(moves.last(), Some(&(n + 1)), "the last move reaches the covered checkpoint");
+        assert!(moves.windows(2).all(|w| w[0] < w[1]));
     }
 
     /// (units as (partition, canvas, events), heads: "a" at 4) → versions per unit and records
