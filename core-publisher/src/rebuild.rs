@@ -453,10 +453,6 @@ mod tests {
         assert_eq!(second.publish(&c1, 2, 0, Color([3, 3, 3])).await.expect("v3").version, 3, "v2 was read, not handed out again");
     }
 
-    fn checkpoints(log: &FakeLog, p: i32) -> Vec<i64> {
-        log.snapshot_entries(p).into_iter().filter_map(|e| if let shared::snapshot::Entry::Checkpoint(c) = e { Some(c.offset) } else { None }).collect()
-    }
-
     /// A start reads the snapshot topic while its producers are initialised, before they fence
     /// the active publisher: what that one commits in between (events, snapshots and a checkpoint
     /// further on, a keyed event) is read from the log after the older checkpoint; no version is
@@ -487,14 +483,14 @@ mod tests {
         while log.snapshot_reads() == reads {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let before: Vec<Vec<i64>> = (0..2).map(|p| checkpoints(&log, p)).collect();
+        let before: Vec<Vec<i64>> = (0..2).map(|p| log.checkpoints(p)).collect();
         for c in &canvases {
             for x in 3..7 {
                 active.publish(c, x, 1, Color([2, 0, 0])).await.unwrap();
             }
         }
         let (keyed, _) = active.publish_with_key(&canvases[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
-        let after: Vec<Vec<i64>> = (0..2).map(|p| checkpoints(&log, p)).collect();
+        let after: Vec<Vec<i64>> = (0..2).map(|p| log.checkpoints(p)).collect();
         assert_ne!(before, after, "the active publisher moved a checkpoint after the read");
         assert!(!starting.is_ready());
 

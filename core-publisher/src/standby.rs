@@ -214,10 +214,6 @@ mod tests {
         stop.cancel();
     }
 
-    fn checkpoints(log: &FakeLog, p: i32) -> Vec<i64> {
-        log.snapshot_entries(p).into_iter().filter_map(|e| if let shared::snapshot::Entry::Checkpoint(c) = e { Some(c.offset) } else { None }).collect()
-    }
-
     /// This process's CPU time (user + system), in 1/100 s.
     fn cpu_ticks() -> u64 {
         let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
@@ -270,7 +266,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(2500)).await;
         assert!(log.snapshot_entries(0).iter().any(|e| matches!(e, shared::snapshot::Entry::Canvas(s) if s.canvas.as_str() == "idle")), "snapshotted by age");
-        let active_checkpoint = *checkpoints(&log, 0).last().unwrap();
+        let active_checkpoint = *log.checkpoints(0).last().unwrap();
         {
             let slot = standby.follower.lock().await;
             let followed = slot.as_ref().unwrap().partitions[0].with_book(|b| b.coverage.checkpoint_after(&[], b.end));
@@ -287,7 +283,7 @@ mod tests {
         assert!(spent < 30, "an idle promoted publisher used {spent} ticks in 1 s");
         standby.publish(&id("busy"), 0, 0, Color([2, 2, 2])).await.unwrap();
         tokio::time::sleep(Duration::from_millis(2500)).await;
-        let promoted_checkpoint = *checkpoints(&log, 0).last().unwrap();
+        let promoted_checkpoint = *log.checkpoints(0).last().unwrap();
         assert!(promoted_checkpoint >= active_checkpoint, "the checkpoint went back: {promoted_checkpoint} < {active_checkpoint}");
         log.delete_records(0, active_checkpoint);
         drop(standby);

@@ -120,6 +120,14 @@ impl FakeLog {
         self.prepare_gate.lock().unwrap().get_or_insert_with(Default::default).clone()
     }
 
+    /// Every checkpoint committed to partition `partition` of the snapshot topic, in order.
+    pub fn checkpoints(&self, partition: i32) -> Vec<i64> {
+        self.snapshot_entries(partition)
+            .into_iter()
+            .filter_map(|e| if let shared::snapshot::Entry::Checkpoint(c) = e { Some(c.offset) } else { None })
+            .collect()
+    }
+
     /// Reads of the snapshot topic so far, by any process on this log.
     pub fn snapshot_reads(&self) -> u64 {
         self.shared.snapshot_reads.load(Ordering::SeqCst)
