@@ -110,6 +110,8 @@ pub enum ReplayError {
     NoTopic { topic: String },
     #[error("topic {topic} partition {partition}: watermarks: {source}")]
     Watermarks { topic: String, partition: i32, source: rdkafka::error::KafkaError },
+    #[error("topic {topic}: watermarks of every partition: {source}")]
+    AllWatermarks { topic: String, source: rdkafka::error::KafkaError },
     #[error("assign: {0}")]
     Assign(rdkafka::error::KafkaError),
     #[error("no progress for {idle:?} with {remaining} records still to read")]
@@ -160,7 +162,8 @@ pub fn partition_count<C: ConsumerContext>(
 /// request costs milliseconds.
 ///
 /// # Errors
-/// [`ReplayError::Watermarks`] when a request fails or a partition's answer carries an error.
+/// [`ReplayError::AllWatermarks`] when a request fails, [`ReplayError::Watermarks`] when a
+/// partition's answer carries an error or is missing.
 pub fn all_watermarks<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str, n: u32, timeout: Duration) -> Result<Vec<(i64, i64)>, ReplayError> {
     let ask = |at: Offset| -> Result<Vec<i64>, ReplayError> {
         let failed = |partition: i32, source: rdkafka::error::KafkaError| {
@@ -171,7 +174,10 @@ pub fn all_watermarks<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &st
         for p in 0..n as i32 {
             tpl.add_partition_offset(topic, p, at).map_err(|e| failed(p, e))?;
         }
-        let found = consumer.offsets_for_times(tpl, timeout).map_err(|e| failed(-1, e))?;
+        let found = consumer.offsets_for_times(tpl, timeout).map_err(|source| {
+            crate::consumer::serve_queued_events(consumer);
+            ReplayError::AllWatermarks { topic: topic.into(), source }
+        })?;
         let mut out = vec![None; n as usize];
         for e in found.elements_for_topic(topic) {
             if let Err(err) = e.error() {
