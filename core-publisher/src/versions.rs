@@ -272,11 +272,13 @@ impl<L: EventLog> Versions<L> {
         // A promoted standby reads on from where it is; otherwise the snapshots and the log after.
         // Taken out first: the promotion's read puts it back on an error, under the same lock.
         let followed = self.follower.lock().await.take();
-        let restored = match (followed, pre) {
-            (Some(follower), _) => self.read_on_promoted(follower).await?,
-            (None, Some(pre)) => rebuild::read_heads(self.log.as_ref(), pre?, self.dims, n, &self.keys).await?,
-            (None, None) => {
-                let pre = rebuild::preread(self.log.as_ref(), self.timings.key_window).await?;
+        let restored = match followed {
+            Some(follower) => self.read_on_promoted(follower).await?,
+            None => {
+                let pre = match pre {
+                    Some(pre) => pre?,
+                    None => rebuild::preread(self.log.as_ref(), self.timings.key_window).await?,
+                };
                 rebuild::read_heads(self.log.as_ref(), pre, self.dims, n, &self.keys).await?
             }
         };

@@ -58,7 +58,7 @@ impl BrokerKind {
     }
 
     /// The broker at `KAFKA_BOOTSTRAP`, when it is set.
-    fn external() -> Option<Self> {
+    pub fn external() -> Option<Self> {
         std::env::var("KAFKA_BOOTSTRAP").ok().filter(|b| !b.trim().is_empty()).map(BrokerKind::External)
     }
 

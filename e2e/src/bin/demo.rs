@@ -90,15 +90,12 @@ async fn hold(mut running: Running, rate: f64) {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let broker = match std::env::var("KAFKA_BOOTSTRAP") {
-        Ok(b) if !b.trim().is_empty() => BrokerKind::External(b),
-        _ => match args.kafka {
-            KafkaChoice::Embedded => BrokerKind::Embedded,
-            KafkaChoice::Real => BrokerKind::Real,
-            KafkaChoice::Cluster => BrokerKind::Cluster,
-            KafkaChoice::Container => BrokerKind::Container,
-        },
-    };
+    let broker = BrokerKind::external().unwrap_or(match args.kafka {
+        KafkaChoice::Embedded => BrokerKind::Embedded,
+        KafkaChoice::Real => BrokerKind::Real,
+        KafkaChoice::Cluster => BrokerKind::Cluster,
+        KafkaChoice::Container => BrokerKind::Container,
+    });
     if args.no_scenario {
         let timeline = Timeline::new(true);
         let b = Broker::start(broker).await?;
