@@ -38,7 +38,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::ErrorBody;
 use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody, JsonBodyUpTo};
-use shared::{CanvasId, Color};
+use shared::{ChannelId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -70,7 +70,7 @@ pub struct BatchRequest {
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchEvent {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub x: u32,
     pub y: u32,
     pub color: Color,
@@ -163,7 +163,7 @@ impl ClientAuth {
 }
 
 /// Checks that `grant` (from [`ClientAuth::grant`]) allows publishing to `canvas`.
-fn allow(grant: Option<&Grant>, canvas: &CanvasId) -> Result<(), ApiError> {
+fn allow(grant: Option<&Grant>, canvas: &ChannelId) -> Result<(), ApiError> {
     grant.map_or(Ok(()), |g| g.check(canvas.as_str(), Action::Publish).map_err(refuse))
 }
 
@@ -294,7 +294,7 @@ pub fn check_batch(req: &BatchRequest, dims: shared::CanvasDims) -> Result<(), A
 async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, Option<u64>)> {
     // Each canvas's events, in batch order.
     let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut group_of: HashMap<&CanvasId, usize> = HashMap::new();
+    let mut group_of: HashMap<&ChannelId, usize> = HashMap::new();
     for (i, e) in events.iter().enumerate() {
         let g = *group_of.entry(&e.canvas).or_insert_with(|| {
             groups.push(Vec::new());
@@ -537,7 +537,7 @@ mod tests {
         assert_eq!(s, StatusCode::CREATED);
         assert_eq!(j["canvas"], "c1");
         assert_eq!(j["version"], 1);
-        assert_eq!(j["partition"], v.partition_of(&shared::CanvasId::parse("c1").unwrap()));
+        assert_eq!(j["partition"], v.partition_of(&shared::ChannelId::parse("c1").unwrap()));
         assert_eq!(j["offset"], 0);
         let (s, j, _) = call(&app, "GET", "/canvases/c1", Body::empty()).await;
         assert_eq!(s, StatusCode::OK);
@@ -612,7 +612,7 @@ mod tests {
     #[tokio::test]
     async fn a_start_held_by_an_open_transaction_names_it_in_ready_and_health() {
         let (app, v) = make_app(Fate::Commit, false).await;
-        let stray = shared::PixelEvent { canvas: shared::CanvasId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: shared::Color([9, 9, 9]), published_at_ms: 0 };
+        let stray = shared::PixelEvent { canvas: shared::ChannelId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: shared::Color([9, 9, 9]), published_at_ms: 0 };
         v.log.open_foreign(4, vec![(stray, None)]);
         assert!(v.rebuild().await.is_err());
         let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;

@@ -316,7 +316,7 @@ fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch) -> Vec<Planned
     written_by(ctx, writer)
         .into_iter()
         .map(|p| {
-            let writing: Vec<&shared::CanvasId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).collect();
+            let writing: Vec<&shared::ChannelId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).collect();
             p.plan_snapshots(&writing, &ctx.snapshots, now)
         })
         .filter(|s| !s.writes.is_empty())
@@ -349,7 +349,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
         t
     };
     let (records, placed) = {
-        let input: Vec<(i32, &shared::CanvasId, &[Pending])> = batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice())).collect();
+        let input: Vec<(i32, &shared::ChannelId, &[Pending])> = batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice())).collect();
         crate::partition::plan(&input, |p, c| partition(ctx, p).version_of(c), shared::event::now_ms())
     };
     let planned = plan_snapshots(ctx, writer, &batch);

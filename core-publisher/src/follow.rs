@@ -28,7 +28,7 @@ use crate::types::{Fingerprint, Published};
 use shared::canvas::Applied;
 use shared::replay::Offsets;
 use shared::snapshot::Loaded;
-use shared::{Canvas, CanvasDims, CanvasId};
+use shared::{Canvas, CanvasDims, ChannelId};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Waiting {
     /// A canvas's snapshot at `version` of reset `resets`, covering its records before `offset`.
-    Snapshot { canvas: CanvasId, version: u64, resets: u64, offset: i64 },
+    Snapshot { canvas: ChannelId, version: u64, resets: u64, offset: i64 },
     /// The partition's checkpoint.
     Checkpoint(i64),
 }
@@ -64,10 +64,10 @@ struct Track {
     start_end: i64,
     /// The canvases the start's read left with records no snapshot covers, and the offset of
     /// each one's last record then: a later snapshot past it covers all of them.
-    start_last: HashMap<CanvasId, i64>,
+    start_last: HashMap<ChannelId, i64>,
     /// The records read after the start that no applied snapshot covers, per canvas: (offset,
     /// when read), oldest first.
-    recent: HashMap<CanvasId, VecDeque<(i64, Instant)>>,
+    recent: HashMap<ChannelId, VecDeque<(i64, Instant)>>,
     /// Snapshot-topic entries read, in order, waiting for the events read.
     waiting: VecDeque<Waiting>,
     /// The latest checkpoint applied: keys of the records below it are in key records.
@@ -80,7 +80,7 @@ pub struct Follower {
     pub(crate) partitions: Vec<Arc<Partition>>,
     tracks: Vec<Track>,
     snapshot_positions: Offsets,
-    incomplete: Vec<CanvasId>,
+    incomplete: Vec<ChannelId>,
     /// Events read since the start (the start's read included).
     pub events: u64,
 }
@@ -90,7 +90,7 @@ struct Applier {
     dims: CanvasDims,
     partitions: Vec<Arc<Partition>>,
     tracks: Vec<Track>,
-    incomplete: Vec<CanvasId>,
+    incomplete: Vec<ChannelId>,
     keys: Arc<Mutex<KeyStore>>,
     now: Instant,
     events: u64,

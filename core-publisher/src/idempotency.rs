@@ -220,14 +220,14 @@ pub fn key_problem(raw: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::{CanvasId, Color};
+    use shared::{ChannelId, Color};
 
     fn fp(x: u32) -> Fingerprint {
-        Fingerprint { canvas: CanvasId::parse("c1").unwrap(), x, y: 0, color: Color([0, 0, 0]) }
+        Fingerprint { canvas: ChannelId::parse("c1").unwrap(), x, y: 0, color: Color([0, 0, 0]) }
     }
 
     fn published(v: u64) -> Published {
-        Published { canvas: CanvasId::parse("c1").unwrap(), version: v, partition: 0, offset: v as i64 }
+        Published { canvas: ChannelId::parse("c1").unwrap(), version: v, partition: 0, offset: v as i64 }
     }
 
     /// The window of the tests' stores, ms.

@@ -13,7 +13,7 @@ use crate::log::{Record, SnapshotWrite};
 use crate::snapshots::{self, Coverage, SnapshotPolicy};
 use crate::types::{Fingerprint, PublishError, Published};
 use shared::event::MAX_EVENTS_PER_RECORD;
-use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
+use shared::{Canvas, CanvasDims, ChannelId, PixelEvent};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -37,7 +37,7 @@ pub type UnitAnswer = Result<Vec<Published>, PublishError>;
 /// Events of one canvas that commit together, in order.
 pub struct Unit {
     pub id: u64,
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub events: Vec<Pending>,
     pub done: oneshot::Sender<UnitAnswer>,
     /// When it was queued.
@@ -111,7 +111,7 @@ pub enum Activity {
 
 /// The committed state of a partition's canvases.
 pub(crate) struct Book {
-    pub(crate) heads: HashMap<CanvasId, Canvas>,
+    pub(crate) heads: HashMap<ChannelId, Canvas>,
     /// Their snapshots, and what those do not cover yet.
     pub(crate) coverage: Coverage,
     /// The position after the last record known to be in the log.
@@ -125,7 +125,7 @@ pub(crate) struct Book {
 #[derive(Debug, Clone, Default)]
 pub struct PlannedSnapshots {
     pub partition: i32,
-    pub canvases: Vec<(CanvasId, u64)>,
+    pub canvases: Vec<(ChannelId, u64)>,
     pub writes: Vec<SnapshotWrite>,
     /// The key records that go with the checkpoint move (also in `writes`).
     pub keys: KeyWrites,
@@ -153,12 +153,12 @@ struct Queue {
 
 impl Partition {
     /// Partition `id`, whose canvases (of size `dims`) are at `heads`, its log read up to `end`.
-    pub fn new(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, end: i64) -> Self {
+    pub fn new(id: i32, dims: CanvasDims, heads: HashMap<ChannelId, Canvas>, end: i64) -> Self {
         Self::restored(id, dims, heads, Coverage::default(), end, KeyBook::default())
     }
 
     /// As [`Partition::new`], with what the snapshots cover (from the rebuild).
-    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<CanvasId, Canvas>, coverage: Coverage, end: i64, keys: KeyBook) -> Self {
+    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<ChannelId, Canvas>, coverage: Coverage, end: i64, keys: KeyBook) -> Self {
         Self {
             id,
             dims,
@@ -179,7 +179,7 @@ impl Partition {
     }
 
     /// Queues `events` of `canvas` as one unit; returns its id and where its answer comes.
-    pub fn push(&self, canvas: CanvasId, events: Vec<Pending>) -> (u64, oneshot::Receiver<UnitAnswer>) {
+    pub fn push(&self, canvas: ChannelId, events: Vec<Pending>) -> (u64, oneshot::Receiver<UnitAnswer>) {
         let (done, answer) = oneshot::channel();
         let mut q = self.lock_queue();
         q.next_id += 1;
@@ -273,17 +273,17 @@ impl Partition {
     }
 
     /// The committed version of `canvas` (0 when it has none).
-    pub fn version_of(&self, canvas: &CanvasId) -> u64 {
+    pub fn version_of(&self, canvas: &ChannelId) -> u64 {
         self.lock_book().heads.get(canvas).map_or(0, Canvas::version)
     }
 
     /// The committed version and hash of `canvas`, if it has events.
-    pub fn truth(&self, canvas: &CanvasId) -> Option<(u64, String)> {
+    pub fn truth(&self, canvas: &ChannelId) -> Option<(u64, String)> {
         self.lock_book().heads.get(canvas).map(|c| (c.version(), c.hash()))
     }
 
     /// Whether `canvas` has a committed event.
-    pub fn has(&self, canvas: &CanvasId) -> bool {
+    pub fn has(&self, canvas: &ChannelId) -> bool {
         self.lock_book().heads.contains_key(canvas)
     }
 
@@ -319,10 +319,10 @@ impl Partition {
     /// `writing` (the canvases it writes events of) that are due by count, and the oldest ones
     /// due by age or records, at most `policy.max_per_txn`; then the checkpoint they lead to. Empty when
     /// none is due. Each is of the committed head, which covers every committed record.
-    pub fn plan_snapshots(&self, writing: &[&CanvasId], policy: &SnapshotPolicy, now: Instant) -> PlannedSnapshots {
+    pub fn plan_snapshots(&self, writing: &[&ChannelId], policy: &SnapshotPolicy, now: Instant) -> PlannedSnapshots {
         let book = self.lock_book();
-        let mut chosen: Vec<&CanvasId> = Vec::new();
-        let is_due = |c: &CanvasId| {
+        let mut chosen: Vec<&ChannelId> = Vec::new();
+        let is_due = |c: &ChannelId| {
             book.heads.get(c).is_some_and(|h| {
                 snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end))
             })
@@ -343,7 +343,7 @@ impl Partition {
             return planned;
         }
         let mut bytes = 0;
-        let mut taken: Vec<&CanvasId> = Vec::new();
+        let mut taken: Vec<&ChannelId> = Vec::new();
         for c in &chosen {
             if !taken.is_empty() && bytes >= policy.max_bytes_per_txn {
                 break;
@@ -414,7 +414,7 @@ pub fn key_entries<'a>(events: impl Iterator<Item = (&'a PixelEvent, Option<&'a 
 
 /// Applies one event read from or written to the log (at `offset`) to its canvas's head in
 /// `heads` (a new canvas of size `dims` when it has none).
-pub fn apply(heads: &mut HashMap<CanvasId, Canvas>, dims: CanvasDims, ev: &PixelEvent, offset: i64) {
+pub fn apply(heads: &mut HashMap<ChannelId, Canvas>, dims: CanvasDims, ev: &PixelEvent, offset: i64) {
     let head = heads.entry(ev.canvas.clone()).or_insert_with(|| Canvas::new(dims));
     if let shared::canvas::Applied::Gap { expected } = head.apply(ev) {
         tracing::error!(canvas = %ev.canvas, expected, got = ev.version, offset, "the log skips versions of this canvas");
@@ -422,7 +422,7 @@ pub fn apply(heads: &mut HashMap<CanvasId, Canvas>, dims: CanvasDims, ev: &Pixel
 }
 
 /// Units to plan: (partition, canvas, events).
-pub type PlanInput<'a> = [(i32, &'a CanvasId, &'a [Pending])];
+pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending])];
 
 /// Where each event of each unit went: (record index, its event).
 pub type Placement = Vec<Vec<(usize, PixelEvent)>>;
@@ -430,10 +430,10 @@ pub type Placement = Vec<Vec<(usize, PixelEvent)>>;
 /// Gives the units' events their versions (each canvas continues from `version_of` its committed
 /// head, in unit order) and groups each canvas's events into records of at most
 /// [`MAX_EVENTS_PER_RECORD`], each on the canvas's partition. Pure.
-pub fn plan(units: &PlanInput<'_>, version_of: impl Fn(i32, &CanvasId) -> u64, now_ms: u64) -> (Vec<Record>, Placement) {
+pub fn plan(units: &PlanInput<'_>, version_of: impl Fn(i32, &ChannelId) -> u64, now_ms: u64) -> (Vec<Record>, Placement) {
     // Each canvas's events in unit order: (unit, event index).
-    let mut order: Vec<(i32, &CanvasId)> = Vec::new();
-    let mut of_canvas: HashMap<(i32, &CanvasId), Vec<(usize, usize)>> = HashMap::new();
+    let mut order: Vec<(i32, &ChannelId)> = Vec::new();
+    let mut of_canvas: HashMap<(i32, &ChannelId), Vec<(usize, usize)>> = HashMap::new();
     for (u, (partition, canvas, events)) in units.iter().enumerate() {
         let list = of_canvas.entry((*partition, *canvas)).or_insert_with(|| {
             order.push((*partition, *canvas));
@@ -474,8 +474,8 @@ mod tests {
     use super::*;
     use shared::Color;
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     fn pending(canvas: &str, x: u32, key: Option<&str>) -> Pending {
@@ -515,7 +515,7 @@ mod tests {
     /// (partition, canvas, first version, events).
     #[test]
     fn plan_table() {
-        let version_of = |_: i32, c: &CanvasId| if c.as_str() == "a" { 4 } else { 0 };
+        let version_of = |_: i32, c: &ChannelId| if c.as_str() == "a" { 4 } else { 0 };
         type Case = (&'static str, Vec<(i32, &'static str, usize)>, Vec<Vec<u64>>, Vec<(i32, &'static str, u64, usize)>);
         let cases: Vec<Case> = vec![
             ("one publish continues the head", vec![(0, "a", 1)], vec![vec![5]], vec![(0, "a", 5, 1)]),
@@ -529,9 +529,9 @@ mod tests {
             ("a batch of 600 for one canvas: records of 256, 256, 88", vec![(2, "b", 600)], vec![(1..=600).collect()], vec![(2, "b", 1, 256), (2, "b", 257, 256), (2, "b", 513, 88)]),
         ];
         for (name, units, want_versions, want_records) in cases {
-            let ids: Vec<CanvasId> = units.iter().map(|(_, c, _)| id(c)).collect();
+            let ids: Vec<ChannelId> = units.iter().map(|(_, c, _)| id(c)).collect();
             let events: Vec<Vec<Pending>> = units.iter().map(|(_, c, n)| (0..*n).map(|i| pending(c, i as u32 % 8, None)).collect()).collect();
-            let input: Vec<(i32, &CanvasId, &[Pending])> = units.iter().enumerate().map(|(i, (p, _, _))| (*p, &ids[i], events[i].as_slice())).collect();
+            let input: Vec<(i32, &ChannelId, &[Pending])> = units.iter().enumerate().map(|(i, (p, _, _))| (*p, &ids[i], events[i].as_slice())).collect();
             let (records, placed) = plan(&input, version_of, 7);
             let versions: Vec<Vec<u64>> = placed.iter().map(|u| u.iter().map(|(_, e)| e.version).collect()).collect();
             assert_eq!(versions, want_versions, "{name}");

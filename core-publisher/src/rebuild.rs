@@ -14,7 +14,7 @@ use crate::snapshots::Coverage;
 use crate::types::{Fingerprint, Published};
 use shared::canvas::Applied;
 use shared::snapshot::KeyEntry;
-use shared::{Canvas, CanvasDims, CanvasId};
+use shared::{Canvas, CanvasDims, ChannelId};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -42,12 +42,12 @@ pub enum RebuildError {
 /// What a rebuild builds while it streams the log's tail.
 struct Rebuilt {
     dims: CanvasDims,
-    heads: Vec<HashMap<CanvasId, Canvas>>,
+    heads: Vec<HashMap<ChannelId, Canvas>>,
     coverage: Vec<Coverage>,
     /// Canvases whose versions skip (records deleted that no snapshot covers).
-    incomplete: Vec<CanvasId>,
+    incomplete: Vec<ChannelId>,
     /// Canvases with an event newer than their head in the tail.
-    fresh: HashSet<CanvasId>,
+    fresh: HashSet<ChannelId>,
     /// Per partition, the keyed events read (below the checkpoint: only for the key store).
     keyed: Vec<Vec<KeyEntry>>,
     events: usize,
@@ -86,7 +86,7 @@ pub struct Restored {
     /// Each partition's heads, coverage and end position, numbered from 0.
     pub partitions: Vec<Arc<Partition>>,
     /// Canvases found with versions missing from the log and no snapshot covering them.
-    pub incomplete: Vec<CanvasId>,
+    pub incomplete: Vec<ChannelId>,
     /// Events read from the log.
     pub events_read: usize,
     /// Where each partition's read of the events ended.
@@ -188,7 +188,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
     }
     let from_snapshots = loaded.canvases.len();
     // Where each restored canvas's snapshot ends, to name those whose later records are gone.
-    let restored_at: Vec<(i32, CanvasId, i64)> = loaded.canvases.iter().map(|(c, (p, s))| (*p, c.clone(), s.offset)).collect();
+    let restored_at: Vec<(i32, ChannelId, i64)> = loaded.canvases.iter().map(|(c, (p, s))| (*p, c.clone(), s.offset)).collect();
     for (canvas, (p, snap)) in loaded.canvases {
         let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
         cover.restored(&canvas, snap.version, snap.epoch, snap.offset);
@@ -245,7 +245,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
                 continue;
             }
             for e in &rec.entries {
-                let Ok(canvas) = CanvasId::parse(&e.canvas) else { continue };
+                let Ok(canvas) = ChannelId::parse(&e.canvas) else { continue };
                 let fp = Fingerprint { canvas: canvas.clone(), x: e.x, y: e.y, color: shared::Color(e.color) };
                 let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
                 store.learn(&e.key, fp, published, e.at_ms, now_ms);
@@ -292,7 +292,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
 /// idle partition whose whole log retention deleted looks like this, and lost nothing: a record
 /// written after that checkpoint would have been snapshotted, moving the checkpoint past it,
 /// long before retention could delete it. Pure.
-fn only_a_marker_deleted(p: i32, checkpoints: &shared::replay::Offsets, starts: &shared::replay::Offsets, restored_at: &[(i32, CanvasId, i64)]) -> bool {
+fn only_a_marker_deleted(p: i32, checkpoints: &shared::replay::Offsets, starts: &shared::replay::Offsets, restored_at: &[(i32, ChannelId, i64)]) -> bool {
     let Some(&checkpoint) = checkpoints.get(&p) else { return false };
     let newest_snapshot_end = restored_at.iter().filter(|(q, _, _)| *q == p).map(|(_, _, end)| *end).max();
     newest_snapshot_end == Some(checkpoint) && starts.get(&p).is_some_and(|start| *start <= checkpoint + 1)
@@ -310,8 +310,8 @@ fn deleted_tail(
     truncated: &[i32],
     checkpoints: &shared::replay::Offsets,
     starts: &shared::replay::Offsets,
-    restored_at: &[(i32, CanvasId, i64)],
-    fresh: &HashSet<CanvasId>,
+    restored_at: &[(i32, ChannelId, i64)],
+    fresh: &HashSet<ChannelId>,
 ) -> RebuildError {
     let mut parts = Vec::new();
     for p in truncated {
@@ -392,13 +392,13 @@ fn describe_hanging(open: &[OpenTxn]) -> String {
 mod tests {
     use crate::log::fake::{Fate, FakeLog};
     use crate::versions::{Timings, Versions};
-    use shared::{CanvasDims, CanvasId, Color, PixelEvent};
+    use shared::{CanvasDims, ChannelId, Color, PixelEvent};
     use std::sync::Arc;
     use super::only_a_marker_deleted;
 
     #[test]
     fn only_a_deleted_commit_marker_after_a_checkpoint_at_the_end_is_harmless() {
-        let c = |s: &str| CanvasId::parse(s).unwrap();
+        let c = |s: &str| ChannelId::parse(s).unwrap();
         let offsets = |v: &[(i32, i64)]| v.iter().copied().collect::<shared::replay::Offsets>();
         let restored = vec![(0, c("a"), 7), (0, c("b"), 11), (1, c("x"), 4)];
         // (partition, checkpoints, log starts) -> harmless
@@ -428,9 +428,9 @@ mod tests {
         let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
         let first = Versions::shared(log.clone(), DIMS, 1, Timings::default());
         first.rebuild().await.expect("an empty log rebuilds");
-        let c1 = CanvasId::parse("c1").unwrap();
+        let c1 = ChannelId::parse("c1").unwrap();
         assert_eq!(first.publish(&c1, 0, 0, Color([1, 1, 1])).await.expect("v1").version, 1);
-        let stray = PixelEvent { canvas: CanvasId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
+        let stray = PixelEvent { canvas: ChannelId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
         log.open_foreign(0, vec![(stray, None)]);
         assert_eq!(first.publish(&c1, 1, 0, Color([2, 2, 2])).await.expect("v2").version, 2);
         // Record v1 at 0, its marker at 1, the open record at 2, v2 at 3, its marker at 4.
@@ -465,7 +465,7 @@ mod tests {
         let timings = Timings { snapshots: SnapshotPolicy { every_versions: 2, every: Duration::from_secs(3600), ..SnapshotPolicy::default() }, ..Timings::default() };
         let active = Versions::shared(log.clone(), DIMS, 2, timings);
         active.rebuild().await.unwrap();
-        let canvases: Vec<CanvasId> = (0..4).map(|i| CanvasId::parse(&format!("c{i}")).unwrap()).collect();
+        let canvases: Vec<ChannelId> = (0..4).map(|i| ChannelId::parse(&format!("c{i}")).unwrap()).collect();
         for c in &canvases {
             for x in 0..3 {
                 active.publish(c, x, 0, Color([1, 0, 0])).await.unwrap();

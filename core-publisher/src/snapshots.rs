@@ -16,7 +16,7 @@
 //! the checkpoint is the oldest uncovered record's offset (or the partition's end when every
 //! canvas is covered).
 
-use shared::CanvasId;
+use shared::ChannelId;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
@@ -82,15 +82,15 @@ struct Mark {
 /// One partition's canvases: their snapshots and what they do not cover.
 #[derive(Debug, Default)]
 pub struct Coverage {
-    marks: HashMap<CanvasId, Mark>,
+    marks: HashMap<ChannelId, Mark>,
     /// Oldest uncovered record's offset → its canvas.
-    uncovered: BTreeMap<i64, CanvasId>,
+    uncovered: BTreeMap<i64, ChannelId>,
 }
 
 impl Coverage {
     /// A canvas read from its snapshot (version `version` of reset `resets`, covering records
     /// before `offset`).
-    pub fn restored(&mut self, canvas: &CanvasId, version: u64, resets: u64, offset: i64) {
+    pub fn restored(&mut self, canvas: &ChannelId, version: u64, resets: u64, offset: i64) {
         self.marks.insert(canvas.clone(), Mark { snapshot_version: version, resets, last_offset: offset.saturating_sub(1), first_uncovered: None });
     }
 
@@ -104,7 +104,7 @@ impl Coverage {
     }
 
     /// A committed record of `canvas` at `offset` that its snapshot does not cover.
-    pub fn recorded(&mut self, canvas: &CanvasId, offset: i64, now: Instant) {
+    pub fn recorded(&mut self, canvas: &ChannelId, offset: i64, now: Instant) {
         let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets: 0, last_offset: -1, first_uncovered: None });
         mark.last_offset = mark.last_offset.max(offset);
         if mark.first_uncovered.is_none() {
@@ -114,7 +114,7 @@ impl Coverage {
     }
 
     /// A committed snapshot of `canvas` at `version`, covering every record committed before it.
-    pub fn snapshotted(&mut self, canvas: &CanvasId, version: u64) {
+    pub fn snapshotted(&mut self, canvas: &ChannelId, version: u64) {
         if let Some(mark) = self.marks.get_mut(canvas) {
             mark.snapshot_version = mark.snapshot_version.max(version);
             if let Some((offset, _)) = mark.first_uncovered.take() {
@@ -126,7 +126,7 @@ impl Coverage {
     /// A snapshot of `canvas` at `version` of reset `resets` that another publisher committed,
     /// read by a standby ([`crate::follow`]): `first` is the oldest record of the canvas it does
     /// not cover, with when it was read (`None`: it covers every record read).
-    pub fn followed(&mut self, canvas: &CanvasId, version: u64, resets: u64, first: Option<(i64, Instant)>) {
+    pub fn followed(&mut self, canvas: &ChannelId, version: u64, resets: u64, first: Option<(i64, Instant)>) {
         let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets, last_offset: -1, first_uncovered: None });
         mark.snapshot_version = mark.snapshot_version.max(version);
         mark.resets = resets;
@@ -141,33 +141,33 @@ impl Coverage {
     }
 
     /// Each canvas with a record no snapshot covers, and the offset of its last record.
-    pub fn uncovered_last(&self) -> Vec<(CanvasId, i64)> {
+    pub fn uncovered_last(&self) -> Vec<(ChannelId, i64)> {
         self.uncovered.values().filter_map(|c| Some((c.clone(), self.marks.get(c)?.last_offset))).collect()
     }
 
     /// The oldest record of `canvas` its snapshot does not cover, with when it was learned.
-    pub fn first_uncovered(&self, canvas: &CanvasId) -> Option<(i64, Instant)> {
+    pub fn first_uncovered(&self, canvas: &ChannelId) -> Option<(i64, Instant)> {
         self.marks.get(canvas).and_then(|m| m.first_uncovered)
     }
 
     /// The version of `canvas`'s latest snapshot (0: none).
-    pub fn snapshot_version(&self, canvas: &CanvasId) -> u64 {
+    pub fn snapshot_version(&self, canvas: &ChannelId) -> u64 {
         self.marks.get(canvas).map_or(0, |m| m.snapshot_version)
     }
 
     /// The reset counter of `canvas` (0 unless its snapshot said otherwise).
-    pub fn resets(&self, canvas: &CanvasId) -> u64 {
+    pub fn resets(&self, canvas: &ChannelId) -> u64 {
         self.marks.get(canvas).map_or(0, |m| m.resets)
     }
 
     /// The offset after `canvas`'s last committed record (what a snapshot of it now reflects).
-    pub fn position(&self, canvas: &CanvasId) -> i64 {
+    pub fn position(&self, canvas: &ChannelId) -> i64 {
         self.marks.get(canvas).map_or(0, |m| m.last_offset + 1)
     }
 
     /// How far behind `canvas`'s oldest uncovered record is at `now`, in a partition ending at
     /// `end`.
-    pub fn behind(&self, canvas: &CanvasId, now: Instant, end: i64) -> Option<Behind> {
+    pub fn behind(&self, canvas: &ChannelId, now: Instant, end: i64) -> Option<Behind> {
         self.marks.get(canvas)?.first_uncovered.map(|(offset, at)| Behind {
             age: now.saturating_duration_since(at),
             offsets: end.saturating_sub(offset).max(0) as u64,
@@ -177,7 +177,7 @@ impl Coverage {
     /// Canvases whose oldest uncovered record is at least `policy.every` old at `now`, or at
     /// least `policy.every_records` offsets behind `end`, oldest first, at most `limit`: the ones
     /// holding the checkpoint back.
-    pub fn due_oldest(&self, now: Instant, end: i64, policy: &SnapshotPolicy, limit: usize) -> Vec<CanvasId> {
+    pub fn due_oldest(&self, now: Instant, end: i64, policy: &SnapshotPolicy, limit: usize) -> Vec<ChannelId> {
         self.uncovered
             .values()
             .take_while(|c| self.behind(c, now, end).is_some_and(|b| b.age >= policy.every || b.offsets >= policy.every_records))
@@ -188,7 +188,7 @@ impl Coverage {
 
     /// The checkpoint once `snapshotting` are covered: the oldest offset a canvas still needs
     /// replayed, or `end` (the position after the partition's last known record) when none does.
-    pub fn checkpoint_after(&self, snapshotting: &[&CanvasId], end: i64) -> i64 {
+    pub fn checkpoint_after(&self, snapshotting: &[&ChannelId], end: i64) -> i64 {
         self.uncovered.iter().find(|(_, c)| !snapshotting.contains(c)).map_or(end, |(o, _)| (*o).min(end))
     }
 
@@ -202,8 +202,8 @@ impl Coverage {
 mod tests {
     use super::*;
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     #[test]

@@ -128,15 +128,15 @@ mod tests {
     use crate::snapshots::SnapshotPolicy;
     use crate::types::PublishError;
     use crate::versions::{Timings, Versions};
-    use shared::{CanvasDims, CanvasId, Color};
+    use shared::{CanvasDims, ChannelId, Color};
     use std::sync::Arc;
     use std::time::Duration;
     use tokio_util::sync::CancellationToken;
 
     const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     /// Each partition's checkpoint as its coverage would write it now, and its canvases' heads.
@@ -159,7 +159,7 @@ mod tests {
         let timings = Timings { snapshots: SnapshotPolicy { every_versions: 3, every: Duration::from_secs(3600), ..SnapshotPolicy::default() }, ..Timings::default() };
         let active = Versions::shared(log.clone(), DIMS, 2, timings);
         active.rebuild().await.unwrap();
-        let canvases: Vec<CanvasId> = (0..6).map(|i| id(&format!("c{i}"))).collect();
+        let canvases: Vec<ChannelId> = (0..6).map(|i| id(&format!("c{i}"))).collect();
         let mut keyed = Vec::new();
         for (i, c) in canvases.iter().enumerate() {
             for x in 0..(i as u32 + 2) {

@@ -1,12 +1,12 @@
 //! The publisher's answers and errors, shared by the version authority ([`crate::versions`]), the
 //! per-partition committers ([`crate::lane`]) and the idempotency-key store ([`crate::idempotency`]).
 
-use shared::{CanvasId, Color};
+use shared::{ChannelId, Color};
 
 /// The answer to an accepted publish: `201 {"canvas","version","partition","offset"}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Published {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub version: u64,
     pub partition: i32,
     /// Offset of the record that carries the event (a record can carry several events).
@@ -16,7 +16,7 @@ pub struct Published {
 /// A canvas as the publisher knows it: `{"canvas","version","hash"}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CanvasTruth {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub version: u64,
     /// Hex SHA-256 of the canonical bytes.
     pub hash: String,
@@ -25,7 +25,7 @@ pub struct CanvasTruth {
 /// What an `Idempotency-Key` stands for: the request it was first used with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub x: u32,
     pub y: u32,
     pub color: Color,

@@ -26,7 +26,7 @@ use crate::snapshots::SnapshotPolicy;
 use crate::partition::{Activity, IsolationPolicy, Mode, Partition, Pending};
 use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
 use shared::partitioner::partition_for;
-use shared::{Canvas, CanvasDims, CanvasId, Color};
+use shared::{Canvas, CanvasDims, ChannelId, Color};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -89,7 +89,7 @@ pub struct Versions<L> {
     counters: Arc<Counters>,
     pub(crate) timings: Timings,
     /// Canvases found with versions missing from the log and no snapshot covering them.
-    pub(crate) incomplete: Mutex<Vec<CanvasId>>,
+    pub(crate) incomplete: Mutex<Vec<ChannelId>>,
     /// Why the last rebuild failed, until one succeeds.
     start_problem: Mutex<Option<String>>,
     /// A publish that would create a canvas past this many is refused ([`PublishError::CanvasLimit`]).
@@ -317,7 +317,7 @@ impl<L: EventLog> Versions<L> {
 
     /// Canvases whose versions skip in the log where no snapshot covers them (their early pixels
     /// are lost); empty on a healthy log.
-    pub fn incomplete_canvases(&self) -> Vec<CanvasId> {
+    pub fn incomplete_canvases(&self) -> Vec<ChannelId> {
         self.incomplete.lock().expect("incomplete lock").clone()
     }
 
@@ -355,11 +355,11 @@ impl<L: EventLog> Versions<L> {
     }
 
     /// The partition of `canvas`.
-    pub fn partition_of(&self, canvas: &CanvasId) -> i32 {
+    pub fn partition_of(&self, canvas: &ChannelId) -> i32 {
         partition_for(canvas.as_str().as_bytes(), self.partitions().max(1)) as i32
     }
 
-    fn partition(&self, canvas: &CanvasId) -> Option<(Arc<Ctx<L>>, Arc<Partition>)> {
+    fn partition(&self, canvas: &ChannelId) -> Option<(Arc<Ctx<L>>, Arc<Partition>)> {
         let ctx = self.current()?;
         let p = ctx.partitions.get(self.partition_of(canvas) as usize)?.clone();
         Some((ctx, p))
@@ -384,7 +384,7 @@ impl<L: EventLog> Versions<L> {
     ///
     /// # Errors
     /// See [`Versions::publish_with_key`].
-    pub async fn publish(&self, canvas: &CanvasId, x: u32, y: u32, color: Color) -> Result<Published, PublishError> {
+    pub async fn publish(&self, canvas: &ChannelId, x: u32, y: u32, color: Color) -> Result<Published, PublishError> {
         self.publish_with_key(canvas, x, y, color, None).await.map(|(p, _)| p)
     }
 
@@ -400,7 +400,7 @@ impl<L: EventLog> Versions<L> {
     /// for a reused key.
     pub async fn publish_with_key(
         &self,
-        canvas: &CanvasId,
+        canvas: &ChannelId,
         x: u32,
         y: u32,
         color: Color,
@@ -414,7 +414,7 @@ impl<L: EventLog> Versions<L> {
     /// before it could be written (a bad pixel, a reused key): the pixels after it are not
     /// attempted, so the canvas never gets a later change without an earlier one. Pixels whose
     /// key was already applied are answered with their first result and not written again.
-    pub async fn publish_many(&self, canvas: &CanvasId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
+    pub async fn publish_many(&self, canvas: &ChannelId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
         if let Some(e) = self.not_writable() {
             return vec![Err(e)];
         }
@@ -494,7 +494,7 @@ impl<L: EventLog> Versions<L> {
 
     /// Queues `events` of `canvas` for its partition's next transaction and waits for the answer
     /// (at most [`Timings::answer_timeout`]).
-    async fn submit(&self, canvas: &CanvasId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
+    async fn submit(&self, canvas: &ChannelId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
         let Some((ctx, p)) = self.partition(canvas) else {
             let (mut keys, now_ms) = (self.lock_keys(), shared::event::now_ms());
             for e in &events {
@@ -527,7 +527,7 @@ impl<L: EventLog> Versions<L> {
     /// # Errors
     /// [`PublishError::NotReady`] before the rebuild, [`PublishError::Fenced`] once another
     /// publisher took over (this one's heads are no longer the log's).
-    pub async fn truth(&self, canvas: &CanvasId) -> Result<CanvasTruth, PublishError> {
+    pub async fn truth(&self, canvas: &ChannelId) -> Result<CanvasTruth, PublishError> {
         if self.status.is_fenced() {
             return Err(PublishError::Fenced);
         }
@@ -568,8 +568,8 @@ mod tests {
     const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
     const WAIT: Duration = Duration::from_secs(5);
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     async fn ready(log: FakeLog) -> Arc<Versions<FakeLog>> {
@@ -1290,8 +1290,8 @@ mod tests {
         let first = log.gate(0);
         let v = ready(log).await;
         // Three canvases on three different partitions.
-        let canvases: Vec<CanvasId> = {
-            let mut found: HashMap<i32, CanvasId> = HashMap::new();
+        let canvases: Vec<ChannelId> = {
+            let mut found: HashMap<i32, ChannelId> = HashMap::new();
             for i in 0.. {
                 let c = id(&format!("c{i}"));
                 found.entry(v.partition_of(&c)).or_insert(c);
@@ -1335,7 +1335,7 @@ mod tests {
         let log = FakeLog::new(3, |n| if n == 1 { Fate::StallLowest } else { Fate::Commit });
         let first = log.gate(0);
         let v = ready(log).await;
-        let mut by_partition: HashMap<i32, CanvasId> = HashMap::new();
+        let mut by_partition: HashMap<i32, ChannelId> = HashMap::new();
         for i in 0.. {
             let c = id(&format!("s{i}"));
             by_partition.entry(v.partition_of(&c)).or_insert(c);

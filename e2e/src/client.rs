@@ -494,7 +494,7 @@ mod tests {
     }
 
     fn event(version: u64) -> ServerMessage {
-        let canvas = shared::CanvasId::parse("c1").unwrap();
+        let canvas = shared::ChannelId::parse("c1").unwrap();
         ServerMessage::Event(shared::PixelEvent { canvas, version, x: 1, y: 1, color: shared::Color([1, 2, 3]), published_at_ms: 0 })
     }
 

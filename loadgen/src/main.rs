@@ -41,7 +41,7 @@ impl Args {
             p.push("LOAD_CANVASES is empty".into());
         }
         for c in &self.canvases {
-            if let Err(e) = shared::CanvasId::parse(c) {
+            if let Err(e) = shared::ChannelId::parse(c) {
                 p.push(format!("LOAD_CANVASES: {c:?}: {e}"));
             }
         }

@@ -132,11 +132,11 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CanvasId, Color};
+    use crate::event::{ChannelId, Color};
 
     fn ev(version: u64, x: u32, y: u32, rgb: [u8; 3]) -> PixelEvent {
         PixelEvent {
-            canvas: CanvasId::parse("c1").unwrap(),
+            canvas: ChannelId::parse("c1").unwrap(),
             version,
             x,
             y,

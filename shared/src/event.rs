@@ -15,14 +15,14 @@ use std::fmt;
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
 /// Longest canvas id, in bytes.
-pub const CANVAS_ID_MAX_LEN: usize = 64;
+pub const CHANNEL_ID_MAX_LEN: usize = 64;
 
 /// Why a canvas id was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CanvasIdError {
+pub enum ChannelIdError {
     #[error("canvas id is empty")]
     Empty,
-    #[error("canvas id is longer than {CANVAS_ID_MAX_LEN} bytes")]
+    #[error("canvas id is longer than {CHANNEL_ID_MAX_LEN} bytes")]
     TooLong,
     #[error("canvas id may only contain A-Z, a-z, 0-9, '-' and '_'")]
     BadChar,
@@ -34,22 +34,22 @@ pub enum CanvasIdError {
 /// so an id that reaches Kafka is always one a client can subscribe to.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(transparent)]
-pub struct CanvasId(String);
+pub struct ChannelId(String);
 
-impl CanvasId {
+impl ChannelId {
     /// Validates `raw`.
     ///
     /// # Errors
-    /// [`CanvasIdError`] naming the rule that failed.
-    pub fn parse(raw: &str) -> Result<Self, CanvasIdError> {
+    /// [`ChannelIdError`] naming the rule that failed.
+    pub fn parse(raw: &str) -> Result<Self, ChannelIdError> {
         if raw.is_empty() {
-            return Err(CanvasIdError::Empty);
+            return Err(ChannelIdError::Empty);
         }
-        if raw.len() > CANVAS_ID_MAX_LEN {
-            return Err(CanvasIdError::TooLong);
+        if raw.len() > CHANNEL_ID_MAX_LEN {
+            return Err(ChannelIdError::TooLong);
         }
         if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(CanvasIdError::BadChar);
+            return Err(ChannelIdError::BadChar);
         }
         Ok(Self(raw.to_owned()))
     }
@@ -60,20 +60,20 @@ impl CanvasId {
     }
 }
 
-impl<'de> Deserialize<'de> for CanvasId {
+impl<'de> Deserialize<'de> for ChannelId {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = String::deserialize(d)?;
-        CanvasId::parse(&raw).map_err(serde::de::Error::custom)
+        ChannelId::parse(&raw).map_err(serde::de::Error::custom)
     }
 }
 
-impl fmt::Display for CanvasId {
+impl fmt::Display for ChannelId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::borrow::Borrow<str> for CanvasId {
+impl std::borrow::Borrow<str> for ChannelId {
     fn borrow(&self) -> &str {
         &self.0
     }
@@ -131,7 +131,7 @@ impl<'de> Deserialize<'de> for Color {
 #[serde(deny_unknown_fields)]
 pub struct PixelEvent {
     /// The canvas this change belongs to (also the record key).
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     /// Per-canvas version, contiguous from 1.
     pub version: u64,
     /// Column, 0-based, `< width`.
@@ -225,14 +225,14 @@ mod tests {
 
     #[test]
     fn canvas_id_rules() {
-        assert!(CanvasId::parse("c1").is_ok());
-        assert!(CanvasId::parse("A-b_9").is_ok());
-        assert_eq!(CanvasId::parse(""), Err(CanvasIdError::Empty));
-        assert_eq!(CanvasId::parse(&"a".repeat(65)), Err(CanvasIdError::TooLong));
-        assert!(CanvasId::parse(&"a".repeat(64)).is_ok());
-        assert_eq!(CanvasId::parse("c 1"), Err(CanvasIdError::BadChar));
-        assert_eq!(CanvasId::parse("c/1"), Err(CanvasIdError::BadChar));
-        assert_eq!(CanvasId::parse("é"), Err(CanvasIdError::BadChar));
+        assert!(ChannelId::parse("c1").is_ok());
+        assert!(ChannelId::parse("A-b_9").is_ok());
+        assert_eq!(ChannelId::parse(""), Err(ChannelIdError::Empty));
+        assert_eq!(ChannelId::parse(&"a".repeat(65)), Err(ChannelIdError::TooLong));
+        assert!(ChannelId::parse(&"a".repeat(64)).is_ok());
+        assert_eq!(ChannelId::parse("c 1"), Err(ChannelIdError::BadChar));
+        assert_eq!(ChannelId::parse("c/1"), Err(ChannelIdError::BadChar));
+        assert_eq!(ChannelId::parse("é"), Err(ChannelIdError::BadChar));
     }
 
     #[test]
@@ -257,7 +257,7 @@ mod tests {
 
     #[test]
     fn a_group_record_round_trips_in_order() {
-        let ev = |v: u64| PixelEvent { canvas: CanvasId::parse("c1").unwrap(), version: v, x: v as u32, y: 0, color: Color([1, 2, 3]), published_at_ms: 7 };
+        let ev = |v: u64| PixelEvent { canvas: ChannelId::parse("c1").unwrap(), version: v, x: v as u32, y: 0, color: Color([1, 2, 3]), published_at_ms: 7 };
         let group = vec![ev(4), ev(5), ev(6)];
         let value = PixelEvent::record_value(&group);
         assert!(value.starts_with('['), "{value}");

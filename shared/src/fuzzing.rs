@@ -10,7 +10,7 @@
 
 use crate::epoch::{self, Epoch};
 use crate::event::{
-    CanvasId, CanvasIdError, Color, PixelEvent, CANVAS_ID_MAX_LEN, MAX_EVENTS_PER_RECORD,
+    ChannelId, ChannelIdError, Color, PixelEvent, CHANNEL_ID_MAX_LEN, MAX_EVENTS_PER_RECORD,
 };
 use crate::http::{parse_query, ApiError};
 use crate::protocol::{Refusal, WsQuery};
@@ -90,7 +90,7 @@ pub fn check_ws_query(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
     match parse_query::<WsQuery>(&raw) {
         Ok(q) => {
-            assert_eq!(CanvasId::parse(q.canvas.as_str()).as_ref(), Ok(&q.canvas));
+            assert_eq!(ChannelId::parse(q.canvas.as_str()).as_ref(), Ok(&q.canvas));
             if let Some(e) = &q.epoch {
                 assert_eq!(Epoch::parse(e.as_str()).as_ref(), Ok(e));
             }
@@ -193,17 +193,17 @@ pub fn check_snapshot_record(data: &[u8]) {
     }
 }
 
-/// What [`CanvasId::parse`] documents for `raw`: 1 to 64 bytes of `[A-Za-z0-9_-]`.
-fn canvas_id_rule(raw: &str) -> Result<(), CanvasIdError> {
+/// What [`ChannelId::parse`] documents for `raw`: 1 to 64 bytes of `[A-Za-z0-9_-]`.
+fn canvas_id_rule(raw: &str) -> Result<(), ChannelIdError> {
     if raw.is_empty() {
-        Err(CanvasIdError::Empty)
-    } else if raw.len() > CANVAS_ID_MAX_LEN {
-        Err(CanvasIdError::TooLong)
+        Err(ChannelIdError::Empty)
+    } else if raw.len() > CHANNEL_ID_MAX_LEN {
+        Err(ChannelIdError::TooLong)
     } else if !raw
         .bytes()
         .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        Err(CanvasIdError::BadChar)
+        Err(ChannelIdError::BadChar)
     } else {
         Ok(())
     }
@@ -212,10 +212,10 @@ fn canvas_id_rule(raw: &str) -> Result<(), CanvasIdError> {
 /// Target `canvas_id`: a canvas id from a path or query (input read lossily as UTF-8). Accepted
 /// exactly when the documented rule holds, refused with the error of the rule that fails; an
 /// accepted id is the input unchanged, parses again to itself, and the JSON form (a record's
-/// `canvas`) accepts exactly what [`CanvasId::parse`] accepts.
+/// `canvas`) accepts exactly what [`ChannelId::parse`] accepts.
 pub fn check_canvas_id(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
-    let parsed = CanvasId::parse(&raw);
+    let parsed = ChannelId::parse(&raw);
     assert_eq!(
         parsed.as_ref().map(|_| ()).map_err(Clone::clone),
         canvas_id_rule(&raw),
@@ -223,9 +223,9 @@ pub fn check_canvas_id(data: &[u8]) {
     );
     if let Ok(id) = &parsed {
         assert_eq!(id.as_str(), raw);
-        assert_eq!(CanvasId::parse(&id.to_string()).as_ref(), Ok(id));
+        assert_eq!(ChannelId::parse(&id.to_string()).as_ref(), Ok(id));
     }
-    let via_json = serde_json::from_value::<CanvasId>(serde_json::Value::String(raw.to_string()));
+    let via_json = serde_json::from_value::<ChannelId>(serde_json::Value::String(raw.to_string()));
     assert_eq!(via_json.ok(), parsed.ok(), "{raw:?}");
 }
 

@@ -66,14 +66,14 @@ impl<S: Send + Sync> FromRequestParts<S> for PathSegment {
 }
 
 /// A `{id}` path parameter that is a valid canvas id (400 naming `canvas` otherwise).
-pub struct CanvasPath(pub crate::CanvasId);
+pub struct CanvasPath(pub crate::ChannelId);
 
 impl<S: Send + Sync> FromRequestParts<S> for CanvasPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let PathSegment(raw) = PathSegment::from_request_parts(parts, state).await?;
-        crate::CanvasId::parse(&raw).map(Self).map_err(|e| ApiError::field("canvas", e.to_string()))
+        crate::ChannelId::parse(&raw).map(Self).map_err(|e| ApiError::field("canvas", e.to_string()))
     }
 }
 

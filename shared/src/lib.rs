@@ -63,4 +63,4 @@ pub mod topic_id;
 pub mod ws;
 
 pub use canvas::{Canvas, CanvasDims};
-pub use event::{CanvasId, Color, PixelEvent};
+pub use event::{ChannelId, Color, PixelEvent};

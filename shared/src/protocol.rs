@@ -139,7 +139,7 @@ pub enum Refusal {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
     /// Validated while parsing (a bad id is an error naming `canvas`).
-    pub canvas: crate::CanvasId,
+    pub canvas: crate::ChannelId,
     #[serde(default)]
     pub since: u64,
     /// Validated while parsing ([`Epoch::parse`]; a bad one is an error naming `epoch`).
@@ -166,7 +166,7 @@ impl WsQuery {
 }
 
 /// `canvas=<id>&since=<since>[&epoch=<epoch>]`, the resume position of `GET /ws`.
-pub fn resume_query(canvas: &crate::CanvasId, since: u64, epoch: Option<&Epoch>) -> String {
+pub fn resume_query(canvas: &crate::ChannelId, since: u64, epoch: Option<&Epoch>) -> String {
     match epoch {
         Some(e) => format!("canvas={canvas}&since={since}&epoch={e}"),
         None => format!("canvas={canvas}&since={since}"),
@@ -226,12 +226,12 @@ mod borrowed_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::{CanvasId, Color};
+    use crate::event::{ChannelId, Color};
 
     #[test]
     fn frames_round_trip_with_documented_shapes() {
         let ev = PixelEvent {
-            canvas: CanvasId::parse("c1").unwrap(),
+            canvas: ChannelId::parse("c1").unwrap(),
             version: 13,
             x: 1,
             y: 2,

@@ -45,7 +45,7 @@
 //! ```
 
 use crate::canvas::{Canvas, CanvasDims};
-use crate::event::CanvasId;
+use crate::event::ChannelId;
 use crate::replay::{self, Offsets, ReplayError};
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::message::Message;
@@ -138,7 +138,7 @@ pub fn topic_for(events_topic: &str) -> String {
 /// The latest state of one canvas as the publisher committed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     /// The version the pixels reflect.
     pub version: u64,
     /// The canvas's reset counter (0: no operation resets a canvas yet), the canvas's half of its
@@ -224,7 +224,7 @@ fn frame_as(format: u8, header: &[u8], body: &[u8]) -> Vec<u8> {
 
 impl Snapshot {
     /// The snapshot of `canvas` (id `id`) whose last record ends before `offset`.
-    pub fn of(id: &CanvasId, canvas: &Canvas, epoch: u64, offset: i64) -> Self {
+    pub fn of(id: &ChannelId, canvas: &Canvas, epoch: u64, offset: i64) -> Self {
         Self { canvas: id.clone(), version: canvas.version(), epoch, dims: canvas.dims(), offset, pixels: canvas.bytes().to_vec() }
     }
 
@@ -283,7 +283,7 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
         let h: KeysHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
         return Ok(Some(Entry::Keys(KeyRecord { name: key.to_owned(), entries: h.keys })));
     }
-    let canvas = CanvasId::parse(key).map_err(|_| SnapshotError::BadKey(key.into()))?;
+    let canvas = ChannelId::parse(key).map_err(|_| SnapshotError::BadKey(key.into()))?;
     let h: CanvasHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
     if h.canvas != key {
         return Err(SnapshotError::KeyMismatch { key: key.into(), header: h.canvas });
@@ -313,7 +313,7 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
 #[derive(Debug, Default)]
 pub struct Loaded {
     /// The highest-version snapshot of each canvas, with its partition.
-    pub canvases: HashMap<CanvasId, (i32, Snapshot)>,
+    pub canvases: HashMap<ChannelId, (i32, Snapshot)>,
     /// The latest checkpoint per partition (partitions without one: replay from the log start).
     pub checkpoints: Offsets,
     /// The key records not tombstoned, with their partition.
@@ -463,8 +463,8 @@ mod tests {
     use super::*;
     use crate::event::{Color, PixelEvent};
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     fn painted(version: u64) -> Canvas {

@@ -17,7 +17,7 @@
 //! not for a notice's delay, and the new owner still sees the sessions arrive spread out.
 
 use crate::hub::{Hub, SessionHandle};
-use shared::CanvasId;
+use shared::ChannelId;
 use shared::protocol::{DrainReason, ServerMessage};
 use std::time::{Duration, Instant};
 
@@ -87,7 +87,7 @@ pub fn paced_at(i: usize, n: usize, spread: Duration) -> Duration {
 /// notice with `retry_after_ms` 0. Then waits until `grace` from the start for them to leave and
 /// closes the rest with `final_code`. A session gone meanwhile (ended, or taken by a revocation)
 /// is skipped. Logs the `[DRAIN]` steps.
-pub async fn hand_over_paced(hub: &Hub, ids: Vec<(CanvasId, u64)>, reason: DrainReason, grace: Duration, spread: Duration, final_code: u16) -> HandOverOutcome {
+pub async fn hand_over_paced(hub: &Hub, ids: Vec<(ChannelId, u64)>, reason: DrainReason, grace: Duration, spread: Duration, final_code: u16) -> HandOverOutcome {
     let started = tokio::time::Instant::now();
     let n = ids.len();
     let mut notified = 0;
@@ -146,7 +146,7 @@ mod tests {
         use std::collections::BTreeSet;
         let hub = std::sync::Arc::new(Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX }));
         hub.assign(&[0]);
-        let c = CanvasId::parse("c1").unwrap();
+        let c = ChannelId::parse("c1").unwrap();
         let mut rxs = Vec::new();
         for id in 1..=4 {
             let (handle, rx) = SessionHandle::new(id, c.clone(), 0, 64);

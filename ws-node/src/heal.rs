@@ -17,7 +17,7 @@ use rdkafka::Message;
 use shared::kafka::FleetContext;
 use shared::replay::{Offsets, ReplayPlan};
 use shared::snapshot::Snapshot;
-use shared::{CanvasId, PixelEvent};
+use shared::{ChannelId, PixelEvent};
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -47,7 +47,7 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
         .create_with_context(FleetContext::default())
         .map_err(|e| format!("cannot create a reader: {e}"))?;
     let n = shared::replay::partition_count(&consumer, &config.topic, Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    let partition_of = |c: &CanvasId| shared::partitioner::partition_for(c.as_str().as_bytes(), n.max(1)) as i32;
+    let partition_of = |c: &ChannelId| shared::partitioner::partition_for(c.as_str().as_bytes(), n.max(1)) as i32;
     let mut partitions: Vec<i32> = incomplete.iter().map(|(c, _, _)| partition_of(c)).collect();
     partitions.sort_unstable();
     partitions.dedup();
@@ -55,7 +55,7 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
         .map_err(|e| format!("cannot read the snapshots: {e}"))?;
     let mut round = Round::default();
     // The canvases a snapshot heals, each rebuilt from it.
-    let mut rebuilding: HashMap<CanvasId, (i32, Snapshot, shared::Canvas, bool)> = HashMap::new();
+    let mut rebuilding: HashMap<ChannelId, (i32, Snapshot, shared::Canvas, bool)> = HashMap::new();
     for (canvas, gap, resets) in &incomplete {
         match loaded.canvases.get(canvas) {
             Some((_, s)) if crate::hub::heals(s.version, s.epoch, *gap, *resets) && s.dims == hub.dims() => {
@@ -67,7 +67,7 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
     if rebuilding.is_empty() {
         return Ok(round);
     }
-    let ids: Vec<CanvasId> = rebuilding.keys().cloned().collect();
+    let ids: Vec<ChannelId> = rebuilding.keys().cloned().collect();
     let positions = hub.begin_heal(&ids);
     // Per partition: from the oldest snapshot's offset to the node's position now.
     let mut plan = ReplayPlan { starts: Offsets::new(), targets: Offsets::new() };

@@ -36,7 +36,7 @@ use shared::client_token::Action;
 use shared::control::Listener;
 use shared::protocol::{close, DrainReason, WsQuery};
 use shared::epoch::Epoch;
-use shared::CanvasId;
+use shared::ChannelId;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -172,7 +172,7 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// `Retry-After` of a handshake for an incomplete canvas, seconds: about one heal round.
 const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
 
-fn parse_query(raw: Option<&str>) -> Result<(CanvasId, u64, Option<Epoch>, Option<String>), ApiError> {
+fn parse_query(raw: Option<&str>) -> Result<(ChannelId, u64, Option<Epoch>, Option<String>), ApiError> {
     let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
     Ok((q.canvas, q.since, q.epoch, q.token))
 }
@@ -405,7 +405,7 @@ mod tests {
 
     #[test]
     fn query_parsing_names_the_bad_field() {
-        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (CanvasId::parse("c1").unwrap(), 12, None, None));
+        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (ChannelId::parse("c1").unwrap(), 12, None, None));
         assert_eq!(parse_query(Some("canvas=c1&token=a.b.c")).unwrap().3.as_deref(), Some("a.b.c"));
         assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
         assert_eq!(parse_query(Some("canvas=c1")).unwrap().1, 0);

@@ -19,7 +19,7 @@ use crate::state::{Backlog, Frame};
 use bytes::Bytes;
 use shared::protocol::{close, ServerMessage};
 use shared::ws::{classify_ws as classify, encode_close, encode_ping, is_connection_loss_ws};
-use shared::CanvasId;
+use shared::ChannelId;
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +38,7 @@ pub struct Peer {
 /// What the session serves.
 #[derive(Debug, Clone)]
 pub struct SessionSpec {
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub partition: i32,
     pub since: u64,
     /// The epoch the client's versions belong to (`epoch=`; `None` when it sent none).

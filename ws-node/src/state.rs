@@ -216,10 +216,10 @@ pub fn blank_backlog(id: &str, blank: &Canvas, since: u64, holds: bool) -> Backl
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shared::{CanvasId, Color};
+    use shared::{ChannelId, Color};
 
     fn ev(v: u64) -> PixelEvent {
-        PixelEvent { canvas: CanvasId::parse("c1").unwrap(), version: v, x: 0, y: 0, color: Color([v as u8, 0, 0]), published_at_ms: 0 }
+        PixelEvent { canvas: ChannelId::parse("c1").unwrap(), version: v, x: 0, y: 0, color: Color([v as u8, 0, 0]), published_at_ms: 0 }
     }
 
     fn versions(b: &Backlog) -> Vec<u64> {

@@ -8,7 +8,7 @@ use core_publisher::fuzzing::DIMS;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use shared::http::{parse_json, ApiError};
-use shared::{CanvasId, Color};
+use shared::{ChannelId, Color};
 
 fn color() -> impl Strategy<Value = Color> {
     any::<[u8; 3]>().prop_map(Color)
@@ -142,7 +142,7 @@ fn batch_sizes_outside_one_to_the_most_are_refused() {
         MAX_BATCH_EVENTS
     );
     assert_eq!(
-        CanvasId::parse("c1").unwrap(),
+        ChannelId::parse("c1").unwrap(),
         parse_batch(body.as_bytes()).unwrap().events[0].canvas
     );
 }

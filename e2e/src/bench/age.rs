@@ -32,7 +32,7 @@ use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedPr
 use shared::kafka::KafkaSettings;
 use shared::partitioner::partition_for;
 use shared::snapshot::{Checkpoint, Snapshot, CHECKPOINT_KEY};
-use shared::{Canvas, CanvasDims, CanvasId};
+use shared::{Canvas, CanvasDims, ChannelId};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -133,7 +133,7 @@ fn write_snapshots(bootstrap: &str, topic: &str, side: u32, canvases: &[String],
             canvas.apply(&event(c, v, side));
         }
         let partition = partition_for(c.as_bytes(), PARTITIONS) as i32;
-        let id = CanvasId::parse(c).context("a bench canvas id")?;
+        let id = ChannelId::parse(c).context("a bench canvas id")?;
         let value = Snapshot::of(&id, &canvas, 0, ends[&partition]).encode();
         send_blocking(&producer, BaseRecord::to(&snapshot_topic).key(c.as_bytes()).payload(&value).partition(partition))?;
     }

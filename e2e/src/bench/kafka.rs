@@ -11,7 +11,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
 use shared::kafka::KafkaSettings;
 use shared::partitioner::partition_for;
-use shared::{CanvasId, Color, PixelEvent};
+use shared::{ChannelId, Color, PixelEvent};
 use std::time::{Duration, Instant};
 
 /// The record header Centrifugo's Kafka consumer reads the target channels from, in its
@@ -115,7 +115,7 @@ pub fn watermarks<C: rdkafka::consumer::ConsumerContext>(consumer: &BaseConsumer
 /// write it. Its JSON is about 90 bytes.
 pub fn event(canvas: &str, version: u64, side: u32) -> PixelEvent {
     PixelEvent {
-        canvas: CanvasId::parse(canvas).expect("bench canvas ids are valid"),
+        canvas: ChannelId::parse(canvas).expect("bench canvas ids are valid"),
         version,
         x: (version % u64::from(side)) as u32,
         y: ((version / u64::from(side)) % u64::from(side)) as u32,

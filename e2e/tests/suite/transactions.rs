@@ -17,7 +17,7 @@ use rdkafka::producer::DefaultProducerContext;
 use rdkafka::Message;
 use shared::kafka::KafkaSettings;
 use shared::replay::{self, Offsets};
-use shared::{CanvasId, Color, PixelEvent};
+use shared::{ChannelId, Color, PixelEvent};
 use std::time::{Duration, Instant};
 
 type TxnProducer = ThreadedProducer<DefaultProducerContext>;
@@ -32,7 +32,7 @@ fn producer(bootstrap: &str, id: &str) -> TxnProducer {
 }
 
 fn event(canvas: &str, version: u64) -> String {
-    PixelEvent { canvas: CanvasId::parse(canvas).unwrap(), version, x: version as u32 % 8, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 }.to_json()
+    PixelEvent { canvas: ChannelId::parse(canvas).unwrap(), version, x: version as u32 % 8, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 }.to_json()
 }
 
 /// Writes `events` of `canvas` (versions) to partition 0 in one transaction, then commits or aborts.

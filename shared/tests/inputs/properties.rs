@@ -4,14 +4,14 @@
 
 use proptest::prelude::*;
 use shared::epoch::{self, Epoch};
-use shared::event::{CanvasId, CanvasIdError, Color, ColorError, DecodeError, PixelEvent};
+use shared::event::{ChannelId, ChannelIdError, Color, ColorError, DecodeError, PixelEvent};
 use shared::http::parse_query;
 use shared::protocol::{Refusal, WsQuery};
 use shared::snapshot::{self, Checkpoint, Entry, Snapshot, SnapshotError, CHECKPOINT_KEY};
 use shared::CanvasDims;
 
-fn canvas_id() -> impl Strategy<Value = CanvasId> {
-    "[A-Za-z0-9_-]{1,64}".prop_map(|s| CanvasId::parse(&s).expect("the regex is the rule"))
+fn canvas_id() -> impl Strategy<Value = ChannelId> {
+    "[A-Za-z0-9_-]{1,64}".prop_map(|s| ChannelId::parse(&s).expect("the regex is the rule"))
 }
 
 fn an_epoch() -> impl Strategy<Value = Epoch> {
@@ -217,9 +217,9 @@ proptest! {
 
     #[test]
     fn a_canvas_id_round_trips(id in canvas_id()) {
-        prop_assert_eq!(CanvasId::parse(id.as_str()), Ok(id.clone()));
+        prop_assert_eq!(ChannelId::parse(id.as_str()), Ok(id.clone()));
         let json = serde_json::to_string(&id).unwrap();
-        prop_assert_eq!(serde_json::from_str::<CanvasId>(&json).unwrap(), id);
+        prop_assert_eq!(serde_json::from_str::<ChannelId>(&json).unwrap(), id);
     }
 
     #[test]
@@ -230,8 +230,8 @@ proptest! {
         extra in 65usize..200,
     ) {
         let with_bad = format!("{head}{bad}{tail}");
-        prop_assert_eq!(CanvasId::parse(&with_bad), Err(if with_bad.len() > 64 { CanvasIdError::TooLong } else { CanvasIdError::BadChar }));
-        prop_assert_eq!(CanvasId::parse(&"a".repeat(extra)), Err(CanvasIdError::TooLong));
+        prop_assert_eq!(ChannelId::parse(&with_bad), Err(if with_bad.len() > 64 { ChannelIdError::TooLong } else { ChannelIdError::BadChar }));
+        prop_assert_eq!(ChannelId::parse(&"a".repeat(extra)), Err(ChannelIdError::TooLong));
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use crate::outbox::{CloseOrder, Offer, Outbox};
 use crate::state::Frame;
-use shared::CanvasId;
+use shared::ChannelId;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub struct SessionHandle {
     pub id: u64,
-    pub canvas: CanvasId,
+    pub canvas: ChannelId,
     pub partition: i32,
     pub(super) out: Arc<Outbox>,
 }
@@ -37,7 +37,7 @@ impl Drop for SessionHandle {
 
 impl SessionHandle {
     /// A handle that lets at most `queue` frames wait, and the session task's end of it.
-    pub fn new(id: u64, canvas: CanvasId, partition: i32, queue: usize) -> (Self, SessionRx) {
+    pub fn new(id: u64, canvas: ChannelId, partition: i32, queue: usize) -> (Self, SessionRx) {
         let out = Arc::new(Outbox::new(queue));
         (Self { id, canvas, partition, out: out.clone() }, SessionRx { out })
     }

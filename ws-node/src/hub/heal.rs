@@ -4,7 +4,7 @@
 
 use super::Hub;
 use shared::replay::Offsets;
-use shared::{Canvas, CanvasId};
+use shared::{Canvas, ChannelId};
 
 /// Whether a snapshot at `version` of reset `epoch` heals a canvas whose latest gap was found at
 /// version `gap` (the first version after the missing ones) and whose state is of reset
@@ -34,7 +34,7 @@ pub enum NotHealed {
 impl Hub {
     /// The incomplete canvases, with the version of the first event after each one's latest gap
     /// and the reset counter of their state.
-    pub fn incomplete(&self) -> Vec<(CanvasId, u64, u64)> {
+    pub fn incomplete(&self) -> Vec<(ChannelId, u64, u64)> {
         let inner = self.lock();
         inner
             .incomplete
@@ -55,14 +55,14 @@ impl Hub {
 
     /// Whether `canvas` is incomplete here: its state misses versions, so it is not handed to a
     /// new session until it heals.
-    pub fn is_incomplete(&self, canvas: &CanvasId) -> bool {
+    pub fn is_incomplete(&self, canvas: &ChannelId) -> bool {
         self.lock().incomplete.contains_key(canvas)
     }
 
     /// Starts a heal of `canvases`: from now on the events applied to them are also kept for the
     /// heal. Returns the positions now: the heal rebuilds each canvas from its snapshot and the log
     /// up to its partition's position here, and [`Hub::finish_heal`] applies what came after.
-    pub fn begin_heal(&self, canvases: &[CanvasId]) -> Offsets {
+    pub fn begin_heal(&self, canvases: &[ChannelId]) -> Offsets {
         let mut inner = self.lock();
         for c in canvases {
             inner.healing.insert(c.clone(), Vec::new());
@@ -77,7 +77,7 @@ impl Hub {
     /// reaches the live state's version it replaces the live canvas (the recent events stay: they
     /// are the same versions), the canvas is complete again, and its sessions get the snapshot
     /// frame, as after any resync.
-    pub fn finish_heal(&self, canvas: &CanvasId, rebuilt: Option<(Canvas, u64)>) -> Result<u64, NotHealed> {
+    pub fn finish_heal(&self, canvas: &ChannelId, rebuilt: Option<(Canvas, u64)>) -> Result<u64, NotHealed> {
         let mut inner = self.lock();
         // Gone from `healing`: a restore or a forget replaced the state the heal started from.
         let Some(since) = inner.healing.remove(canvas) else { return Err(NotHealed::Superseded) };
@@ -116,8 +116,8 @@ mod tests {
     use crate::state::Window;
     use shared::{CanvasDims, Color, PixelEvent};
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     fn ev(v: u64) -> PixelEvent {

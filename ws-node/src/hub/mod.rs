@@ -39,7 +39,7 @@ use crate::progress::Sampler;
 use crate::state::{Backlog, CanvasState, Window};
 use shared::epoch::{self, Epoch};
 use shared::replay::Offsets;
-use shared::{Canvas, CanvasDims, CanvasId, PixelEvent};
+use shared::{Canvas, CanvasDims, ChannelId, PixelEvent};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -57,16 +57,16 @@ struct Channel {
 }
 
 struct Inner {
-    canvases: HashMap<CanvasId, Channel>,
+    canvases: HashMap<ChannelId, Channel>,
     positions: Offsets,
     /// Each partition's role here ([`crate::ownership`]).
     own: Ownership,
     /// Canvases whose versions skipped as they were applied (their records were deleted with no
     /// snapshot covering them), until a snapshot restores them: the version of the first event
     /// after their latest gap (a snapshot at or past the version before it covers the gap).
-    incomplete: BTreeMap<CanvasId, u64>,
+    incomplete: BTreeMap<ChannelId, u64>,
     /// Canvases a heal is rebuilding ([`heal`]): the events applied to them since it started.
-    healing: HashMap<CanvasId, Vec<PixelEvent>>,
+    healing: HashMap<ChannelId, Vec<PixelEvent>>,
 }
 
 /// What a new session is sent before live events.
@@ -344,7 +344,7 @@ impl Hub {
     /// stay (they keep their events) until the drain takes them one by one
     /// ([`Hub::take_session`]). Returns those sessions' canvases and ids.
     /// [`Hub::resume`] ends the pause.
-    pub fn pause(&self, partitions: &BTreeSet<i32>) -> Vec<(CanvasId, u64)> {
+    pub fn pause(&self, partitions: &BTreeSet<i32>) -> Vec<(ChannelId, u64)> {
         let mut inner = self.lock();
         inner.own.pause(partitions);
         inner
@@ -358,7 +358,7 @@ impl Hub {
     /// [`Hub::pause`] does, and refuses the others ([`Ownership::pause_held`]), in one step with
     /// the sessions it returns. Returns the held partitions paused, their sessions' canvases and
     /// ids, and the refused partitions.
-    pub fn pause_held(&self, partitions: &BTreeSet<i32>) -> (BTreeSet<i32>, Vec<(CanvasId, u64)>, Vec<i32>) {
+    pub fn pause_held(&self, partitions: &BTreeSet<i32>) -> (BTreeSet<i32>, Vec<(ChannelId, u64)>, Vec<i32>) {
         let mut inner = self.lock();
         let (held, refused) = inner.own.pause_held(partitions);
         let sessions = inner
@@ -371,7 +371,7 @@ impl Hub {
 
     /// Takes session `id` of `canvas` out of the hub: no event reaches it after this (`None`
     /// when it is gone already: ended, or taken by a revocation or a hold's end).
-    pub fn take_session(&self, canvas: &CanvasId, id: u64) -> Option<SessionHandle> {
+    pub fn take_session(&self, canvas: &ChannelId, id: u64) -> Option<SessionHandle> {
         let mut inner = self.lock();
         let channel = inner.canvases.get_mut(canvas)?;
         let at = channel.sessions.iter().position(|s| s.id == id)?;
@@ -393,12 +393,12 @@ impl Hub {
     }
 
     /// The version of `canvas` in this node's state (0 when it has none).
-    pub fn version_of(&self, canvas: &CanvasId) -> u64 {
+    pub fn version_of(&self, canvas: &ChannelId) -> u64 {
         self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::version)
     }
 
     /// Waits until the state of `canvas` reaches `since`, at most `timeout`. Returns the version.
-    pub async fn wait_for_version(&self, canvas: &CanvasId, since: u64, timeout: Duration) -> u64 {
+    pub async fn wait_for_version(&self, canvas: &ChannelId, since: u64, timeout: Duration) -> u64 {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             // Register interest before checking, so an apply between the check and the wait
@@ -432,7 +432,7 @@ impl Hub {
     }
 
     /// The current epoch of `canvas`'s stream.
-    pub fn epoch_of(&self, canvas: &CanvasId) -> Epoch {
+    pub fn epoch_of(&self, canvas: &ChannelId) -> Epoch {
         let topic = self.topic_id();
         let resets = self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::resets);
         Epoch::of(&topic, resets)
@@ -477,7 +477,7 @@ impl Hub {
     }
 
     /// Removes session `id` of `canvas` (its task ended).
-    pub fn unsubscribe(&self, canvas: &CanvasId, id: u64) {
+    pub fn unsubscribe(&self, canvas: &ChannelId, id: u64) {
         let mut inner = self.lock();
         if let Some(c) = inner.canvases.get_mut(canvas) {
             c.sessions.retain(|s| s.id != id);
@@ -566,8 +566,8 @@ mod tests {
     use shared::protocol::{close, ServerMessage};
     use shared::Color;
 
-    fn id(s: &str) -> CanvasId {
-        CanvasId::parse(s).unwrap()
+    fn id(s: &str) -> ChannelId {
+        ChannelId::parse(s).unwrap()
     }
 
     fn ev(canvas: &str, v: u64) -> PixelEvent {

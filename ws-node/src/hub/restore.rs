@@ -132,9 +132,9 @@ impl Hub {
     /// dropped, their positions set to `positions` (lower ones included), and their sessions
     /// returned for the caller to close: their clients resume with the state rebuilt.
     pub fn forget_partitions(&self, partitions: &[i32], partition_count: u32, positions: &Offsets) -> Vec<SessionHandle> {
-        let in_scope = |c: &shared::CanvasId| partitions.contains(&(shared::partitioner::partition_for(c.as_str().as_bytes(), partition_count.max(1)) as i32));
+        let in_scope = |c: &shared::ChannelId| partitions.contains(&(shared::partitioner::partition_for(c.as_str().as_bytes(), partition_count.max(1)) as i32));
         let mut inner = self.lock();
-        let gone: Vec<shared::CanvasId> = inner.canvases.keys().filter(|c| in_scope(c)).cloned().collect();
+        let gone: Vec<shared::ChannelId> = inner.canvases.keys().filter(|c| in_scope(c)).cloned().collect();
         let mut sessions = Vec::new();
         for c in &gone {
             if let Some(ch) = inner.canvases.remove(c) {

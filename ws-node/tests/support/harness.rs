@@ -7,7 +7,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::ClientConfig;
 use shared::partitioner::partition_for;
 use shared::protocol::ServerMessage;
-use shared::{CanvasId, Color, PixelEvent};
+use shared::{ChannelId, Color, PixelEvent};
 use std::time::{Duration, Instant};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_util::sync::CancellationToken;
@@ -109,7 +109,7 @@ impl Harness {
         let v = self.versions.entry(canvas.into()).or_default();
         *v += 1;
         let ev = PixelEvent {
-            canvas: CanvasId::parse(canvas).unwrap(),
+            canvas: ChannelId::parse(canvas).unwrap(),
             version: *v,
             x: (*v % 64) as u32,
             y: 0,
