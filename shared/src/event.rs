@@ -14,70 +14,7 @@ use std::fmt;
 /// sent one), so a publisher that lost track of an outcome can find it in the log.
 pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
 
-/// Longest canvas id, in bytes.
-pub const CHANNEL_ID_MAX_LEN: usize = 64;
-
-/// Why a canvas id was rejected.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChannelIdError {
-    #[error("canvas id is empty")]
-    Empty,
-    #[error("canvas id is longer than {CHANNEL_ID_MAX_LEN} bytes")]
-    TooLong,
-    #[error("canvas id may only contain A-Z, a-z, 0-9, '-' and '_'")]
-    BadChar,
-}
-
-/// A validated canvas id: 1 to 64 bytes of `[A-Za-z0-9_-]`.
-///
-/// The same rule is applied by the publisher (HTTP path), the nodes and the gateway (`/ws` query),
-/// so an id that reaches Kafka is always one a client can subscribe to.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(transparent)]
-pub struct ChannelId(String);
-
-impl ChannelId {
-    /// Validates `raw`.
-    ///
-    /// # Errors
-    /// [`ChannelIdError`] naming the rule that failed.
-    pub fn parse(raw: &str) -> Result<Self, ChannelIdError> {
-        if raw.is_empty() {
-            return Err(ChannelIdError::Empty);
-        }
-        if raw.len() > CHANNEL_ID_MAX_LEN {
-            return Err(ChannelIdError::TooLong);
-        }
-        if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
-            return Err(ChannelIdError::BadChar);
-        }
-        Ok(Self(raw.to_owned()))
-    }
-
-    /// The id as text.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl<'de> Deserialize<'de> for ChannelId {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = String::deserialize(d)?;
-        ChannelId::parse(&raw).map_err(serde::de::Error::custom)
-    }
-}
-
-impl fmt::Display for ChannelId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::borrow::Borrow<str> for ChannelId {
-    fn borrow(&self) -> &str {
-        &self.0
-    }
-}
+pub use crate::channel::{ChannelId, ChannelIdError, CHANNEL_ID_MAX_LEN};
 
 /// An RGB colour, written `#rrggbb` on the wire (lowercase when we write it; either case accepted).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -222,18 +159,6 @@ pub fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn canvas_id_rules() {
-        assert!(ChannelId::parse("c1").is_ok());
-        assert!(ChannelId::parse("A-b_9").is_ok());
-        assert_eq!(ChannelId::parse(""), Err(ChannelIdError::Empty));
-        assert_eq!(ChannelId::parse(&"a".repeat(65)), Err(ChannelIdError::TooLong));
-        assert!(ChannelId::parse(&"a".repeat(64)).is_ok());
-        assert_eq!(ChannelId::parse("c 1"), Err(ChannelIdError::BadChar));
-        assert_eq!(ChannelId::parse("c/1"), Err(ChannelIdError::BadChar));
-        assert_eq!(ChannelId::parse("é"), Err(ChannelIdError::BadChar));
-    }
 
     #[test]
     fn colour_parses_and_prints_lowercase() {

@@ -193,15 +193,17 @@ pub fn check_snapshot_record(data: &[u8]) {
     }
 }
 
-/// What [`ChannelId::parse`] documents for `raw`: 1 to 64 bytes of `[A-Za-z0-9_-]`.
+/// What [`ChannelId::parse`] documents for `raw`: 1 to 128 bytes of `[A-Za-z0-9_-]`, with at
+/// most one `:`, which has a byte of those on each side.
 fn canvas_id_rule(raw: &str) -> Result<(), ChannelIdError> {
+    let colons: Vec<usize> = raw.match_indices(':').map(|(i, _)| i).collect();
     if raw.is_empty() {
         Err(ChannelIdError::Empty)
     } else if raw.len() > CHANNEL_ID_MAX_LEN {
         Err(ChannelIdError::TooLong)
-    } else if !raw
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    } else if !raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b':')
+        || colons.len() > 1
+        || colons.first().is_some_and(|&i| i == 0 || i + 1 == raw.len())
     {
         Err(ChannelIdError::BadChar)
     } else {

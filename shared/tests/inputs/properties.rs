@@ -11,7 +11,7 @@ use shared::snapshot::{self, Checkpoint, Entry, Snapshot, SnapshotError, CHECKPO
 use shared::CanvasDims;
 
 fn canvas_id() -> impl Strategy<Value = ChannelId> {
-    "[A-Za-z0-9_-]{1,64}".prop_map(|s| ChannelId::parse(&s).expect("the regex is the rule"))
+    "[A-Za-z0-9_-]{1,64}(:[A-Za-z0-9_-]{1,60})?".prop_map(|s| ChannelId::parse(&s).expect("the regex is the rule"))
 }
 
 fn an_epoch() -> impl Strategy<Value = Epoch> {
@@ -122,7 +122,7 @@ proptest! {
             1 => ("since", format!("{}{}", u64::MAX, n % 10)),
             2 => ("since", format!("{n}x")),
             3 => ("canvas", enc(&junk)),
-            4 => ("canvas", "a".repeat(65 + (n % 100) as usize)),
+            4 => ("canvas", "a".repeat(129 + (n % 100) as usize)),
             5 => ("epoch", enc(&junk)),
             _ => ("refusal", enc(&junk)),
         };
@@ -168,7 +168,7 @@ proptest! {
             3 => parts[2] = format!("\"x\":{}", u64::from(u32::MAX) + 1 + n % 1000),
             4 => parts[3] = format!("\"y\":\"{n}\""),
             5 => parts[4] = format!("\"color\":\"#{:07x}\"", n % 0x1000_0000),
-            6 => parts[0] = format!("\"canvas\":\"{}\"", "a".repeat(65 + (n % 10) as usize)),
+            6 => parts[0] = format!("\"canvas\":\"{}\"", "a".repeat(129 + (n % 10) as usize)),
             7 => { parts.remove((n % 6) as usize); }
             _ => parts[5] = format!("\"published_at_ms\":{n}.5"),
         }
@@ -225,12 +225,14 @@ proptest! {
     #[test]
     fn a_bad_canvas_id_names_its_rule(
         head in "[A-Za-z0-9_-]{0,30}",
-        bad in "[ -,./:-@\\[-^`{-~\u{80}-\u{10ffff}]",
+        bad in "[ -,./;-@\\[-^`{-~\u{80}-\u{10ffff}]",
         tail in "[A-Za-z0-9_-]{0,30}",
-        extra in 65usize..200,
+        extra in 129usize..300,
     ) {
         let with_bad = format!("{head}{bad}{tail}");
-        prop_assert_eq!(ChannelId::parse(&with_bad), Err(if with_bad.len() > 64 { ChannelIdError::TooLong } else { ChannelIdError::BadChar }));
+        prop_assert_eq!(ChannelId::parse(&with_bad), Err(if with_bad.len() > 128 { ChannelIdError::TooLong } else { ChannelIdError::BadChar }));
+        prop_assert_eq!(ChannelId::parse(&format!("{head}:{tail}")).is_ok(), !head.is_empty() && !tail.is_empty());
+        prop_assert_eq!(ChannelId::parse(&format!("{head}:{tail}:x")), Err(ChannelIdError::BadChar));
         prop_assert_eq!(ChannelId::parse(&"a".repeat(extra)), Err(ChannelIdError::TooLong));
     }
 
