@@ -295,7 +295,7 @@ async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): Conn
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
 /// `epoch` optional and well-formed; passed on to the node).
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
-    parse_query(raw.unwrap_or(""))
+    WsQuery::parse(raw.unwrap_or(""))
 }
 
 async fn ws(
@@ -318,8 +318,8 @@ async fn ws(
     // The client token, when required: checked before an upstream is opened (the node checks
     // it again, and closes the session when it expires).
     if let Some(tokens) = &fleet.client_tokens {
-        if let Err(e) = tokens.authorize(q.token.as_deref(), q.canvas.as_str(), shared::client_token::Action::Subscribe) {
-            tracing::info!(canvas = %q.canvas, code = e.code(), "handshake refused: client token");
+        if let Err(e) = tokens.authorize(q.token.as_deref(), q.id().as_str(), shared::client_token::Action::Subscribe) {
+            tracing::info!(channel = %q.id(), code = e.code(), "handshake refused: client token");
             return if q.refusal == Refusal::Frame { Ok(proxy::refuse_token_with_frame(upgrade, e)) } else { Err(e.api_error()) };
         }
     }
@@ -328,7 +328,7 @@ async fn ws(
         Err(refused) if q.refusal == Refusal::Frame => return Ok(proxy::refuse_with_frame(upgrade, refused)),
         Err(refused) => return Err(refused.into()),
     };
-    tracing::debug!(canvas = %q.canvas, since = q.since, epoch = ?q.epoch.as_ref().map(|e| e.as_str()), node = %target.id, "proxying session");
+    tracing::debug!(channel = %q.id(), since = q.since, epoch = ?q.epoch.as_ref().map(|e| e.as_str()), node = %target.id, "proxying session");
     let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };
     Ok(proxy::upgrade(fleet, upgrade, upstream, target, peer))
@@ -356,8 +356,8 @@ mod tests {
     #[test]
     fn ws_query_is_validated() {
         let q = parse_ws_query(Some("canvas=c1&since=7")).unwrap();
-        assert_eq!((q.canvas.as_str(), q.since), ("c1", 7));
-        for (raw, field) in [("since=1", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas"), ("canvas=c1&epoch=a%2Fb", "epoch")] {
+        assert_eq!((q.id().as_str(), q.since), ("c1", 7));
+        for (raw, field) in [("since=1", "channel"), ("channel=a&canvas=a", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas"), ("canvas=c1&epoch=a%2Fb", "epoch")] {
             assert_eq!(parse_ws_query(Some(raw)).unwrap_err().body.field.as_deref(), Some(field), "{raw}");
         }
     }

@@ -39,8 +39,8 @@ pub type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeT
 /// [`Refused`]: the node's own refusal other than `full`, or `full` when the handshake could not
 /// wait or its wait ran out.
 pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(Upstream, Target), Refused> {
-    let owner = || fleet.route(q.canvas.as_str()).1.into_iter().next().map(|t| t.id);
-    fleet.admission.admit(q.canvas.as_str(), owner, || connect_upstream(fleet, q, headers), || fleet.request_refresh()).await
+    let owner = || fleet.route(q.id().as_str()).1.into_iter().next().map(|t| t.id);
+    fleet.admission.admit(q.id().as_str(), owner, || connect_upstream(fleet, q, headers), || fleet.request_refresh()).await
 }
 
 /// Opens the upstream WebSocket for the client's query `q` (its canvas, `since` and `epoch`),
@@ -49,7 +49,7 @@ pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Re
 /// # Errors
 /// [`Refused`] when no node owns the canvas's partition or the owners refused.
 pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(Upstream, Target), Refused> {
-    let canvas = q.canvas.as_str();
+    let canvas = q.id().as_str();
     // Two rounds at most: the routing as polled; then, if that failed, the routing after fresh
     // polls of every node, waiting (at most REROUTE_WAIT) until some node owns the partition — a
     // partition in the middle of moving (a drain, a cooperative rebalance) has no owner for a
@@ -123,7 +123,7 @@ fn upstream_url(node_url: &str, q: &WsQuery) -> String {
 }
 
 async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) -> Result<Upstream, Refused> {
-    let canvas = q.canvas.as_str();
+    let canvas = q.id().as_str();
     let ws_url = upstream_url(&target.url, q);
     let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
         code: "bad_upstream_url".into(),
@@ -181,6 +181,7 @@ pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::r
         code: refused.code,
         message: refused.message,
         retry_after_ms: Some(refused.retry_after_secs * 1000),
+        channel: None,
     };
     refuse_frame(upgrade, frame, close::TRY_AGAIN_LATER, reason)
 }
@@ -189,7 +190,7 @@ pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::r
 /// frame `origin_not_allowed` (no `retry_after_ms`: trying again will not help) and close 1008
 /// Policy Violation.
 pub fn refuse_origin_with_frame(upgrade: WebSocketUpgrade, message: String) -> axum::response::Response {
-    let frame = shared::protocol::ServerMessage::Error { code: "origin_not_allowed".into(), message, retry_after_ms: None };
+    let frame = shared::protocol::ServerMessage::Error { code: "origin_not_allowed".into(), message, retry_after_ms: None, channel: None };
     refuse_frame(upgrade, frame, close::POLICY_VIOLATION, "origin_not_allowed: this page's origin may not open sessions".into())
 }
 
@@ -206,7 +207,7 @@ fn refuse_frame(upgrade: WebSocketUpgrade, frame: shared::protocol::ServerMessag
 /// Violation with the reason (RFC 6455 §7.4.1).
 pub fn refuse_token_with_frame(upgrade: WebSocketUpgrade, refused: shared::client_token::TokenError) -> axum::response::Response {
     upgrade.on_upgrade(move |mut ws| async move {
-        let frame = shared::protocol::ServerMessage::Error { code: refused.code().into(), message: refused.to_string(), retry_after_ms: None };
+        let frame = shared::protocol::ServerMessage::Error { code: refused.code().into(), message: refused.to_string(), retry_after_ms: None, channel: None };
         let _ = ws.send(aws::Message::Text(frame.to_json().into())).await;
         let _ = ws.send(shared::ws::close_message(close::POLICY_VIOLATION, &refused.close_reason())).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
@@ -461,7 +462,7 @@ mod tests {
 
     #[test]
     fn the_upstream_handshake_carries_the_client_s_resume_position() {
-        let q = |raw: &str| shared::http::parse_query::<WsQuery>(raw).unwrap();
+        let q = |raw: &str| WsQuery::parse(raw).unwrap();
         let node = "http://127.0.0.1:9001";
         let cases = [
             ("canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0&refusal=frame", "ws://127.0.0.1:9001/ws?canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0"),
@@ -469,6 +470,7 @@ mod tests {
             // An older client: no epoch, served by since alone.
             ("canvas=c1&since=12", "ws://127.0.0.1:9001/ws?canvas=c1&since=12"),
             ("canvas=c1", "ws://127.0.0.1:9001/ws?canvas=c1&since=0"),
+            ("channel=scores:m1&since=2", "ws://127.0.0.1:9001/ws?channel=scores:m1&since=2"),
         ];
         for (client, upstream) in cases {
             assert_eq!(upstream_url(node, &q(client)), upstream, "{client}");

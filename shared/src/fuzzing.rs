@@ -12,7 +12,7 @@ use crate::epoch::{self, Epoch};
 use crate::event::{
     ChannelId, ChannelIdError, Color, PixelEvent, CHANNEL_ID_MAX_LEN, MAX_EVENTS_PER_RECORD,
 };
-use crate::http::{parse_query, ApiError};
+use crate::http::ApiError;
 use crate::protocol::{Refusal, WsQuery};
 use crate::snapshot::{self, Entry, CHECKPOINT_KEY, MAX_SIDE};
 use std::path::Path;
@@ -88,9 +88,9 @@ pub fn assert_one_json_object(body: &[u8]) {
 /// `invalid_field` naming the parameter.
 pub fn check_ws_query(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
-    match parse_query::<WsQuery>(&raw) {
+    match WsQuery::parse(&raw) {
         Ok(q) => {
-            assert_eq!(ChannelId::parse(q.canvas.as_str()).as_ref(), Ok(&q.canvas));
+            assert_eq!(ChannelId::parse(q.id().as_str()).as_ref(), Ok(q.id()));
             if let Some(e) = &q.epoch {
                 assert_eq!(Epoch::parse(e.as_str()).as_ref(), Ok(e));
             }
@@ -98,7 +98,7 @@ pub fn check_ws_query(data: &[u8]) {
             if q.refusal == Refusal::Frame {
                 again.push_str("&refusal=frame");
             }
-            let back = parse_query::<WsQuery>(&again)
+            let back = WsQuery::parse(&again)
                 .unwrap_or_else(|e| panic!("{again:?} of {raw:?} does not parse: {e:?}"));
             assert_eq!(back, q, "{again:?} of {raw:?}");
         }
@@ -168,6 +168,12 @@ pub fn check_snapshot_record(data: &[u8]) {
             assert_eq!(again, Some(Entry::Canvas(s.clone())));
             // `to_canvas` trusts decode's length check.
             assert_eq!(s.to_canvas().bytes(), &s.pixels[..]);
+        }
+        Ok(Some(Entry::Channel(s))) => {
+            assert_eq!(s.channel.as_str().as_bytes(), key);
+            let again = snapshot::decode(Some(key), Some(&s.encode()))
+                .expect("a re-encoded channel snapshot decodes");
+            assert_eq!(again, Some(Entry::Channel(s)));
         }
         Ok(Some(Entry::Checkpoint(c))) => {
             assert_eq!(key, CHECKPOINT_KEY.as_bytes());

@@ -22,6 +22,8 @@
 
 use crate::epoch::Epoch;
 use crate::event::PixelEvent;
+use crate::model::{ModelKind, State};
+use crate::record::Publication;
 use serde::{Deserialize, Serialize};
 
 /// A frame from server to client (JSON text, tagged by `"type"`).
@@ -32,10 +34,32 @@ pub enum ServerMessage {
     /// version the backlog starts after (the client's `since`, or 0 when its epoch was not the
     /// current one), and the canvas stream's current epoch, which the client sends back as
     /// `epoch=` when it reconnects (absent only from nodes older than epochs).
+    ///
+    /// A session opened with `channel=` (or a `subscribe` frame) is welcomed with `channel` and
+    /// its namespace's `model`; one opened with today's `canvas=` with `canvas`.
     Welcome {
         node: String,
-        canvas: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        canvas: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channel: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<ModelKind>,
         since: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<Epoch>,
+    },
+    /// The channel's whole state at `version`, in its model's JSON form ([`crate::model`]): what a
+    /// client with nothing, or with versions no longer held, starts from.
+    State { channel: String, version: u64, state: serde_json::Value },
+    /// One publication (the record's fields next to `"type":"publication"`).
+    Publication { channel: String, version: u64, data: serde_json::Value, published_at_ms: u64 },
+    /// The client's position is now `version` of `epoch`: what came between is not coming (a
+    /// `stream` channel resumed from beyond the node's window; its state is the application's to
+    /// reload).
+    Reset {
+        channel: String,
+        version: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         epoch: Option<Epoch>,
     },
@@ -61,6 +85,9 @@ pub enum ServerMessage {
         message: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_ms: Option<u64>,
+        /// The channel it is about (absent: the connection).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        channel: Option<String>,
     },
 }
 
@@ -76,12 +103,31 @@ impl ServerMessage {
 #[serde(tag = "type", rename_all = "lowercase")]
 enum BorrowedMessage<'a> {
     Event(&'a PixelEvent),
+    Publication(&'a Publication),
 }
 
 /// Appends the JSON text of `ServerMessage::Event(ev)` to `out` (the bytes
 /// [`ServerMessage::to_json`] gives, without a copy of the event or of the text).
 pub fn write_event_json(ev: &PixelEvent, out: &mut Vec<u8>) {
     serde_json::to_writer(out, &BorrowedMessage::Event(ev)).expect("an event always serialises");
+}
+
+/// Appends the JSON text of a `publication` frame of `p` to `out`: the record's fields as they
+/// are (its data's text is copied, never parsed).
+pub fn write_publication_json(p: &Publication, out: &mut Vec<u8>) {
+    serde_json::to_writer(out, &BorrowedMessage::Publication(p)).expect("a publication always serialises");
+}
+
+/// The JSON text of a `state` frame of `channel` at `version`, `state` written in its model's
+/// JSON form.
+pub fn state_json(channel: &str, version: u64, state: &dyn State) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64 + state.byte_len() * 4 / 3);
+    out.extend_from_slice(b"{\"type\":\"state\",\"channel\":");
+    serde_json::to_writer(&mut out, channel).expect("a string serialises");
+    out.extend_from_slice(format!(",\"version\":{version},\"state\":").as_bytes());
+    state.write_json(&mut out);
+    out.push(b'}');
+    out
 }
 
 /// Why sessions are being handed over. Written in `SCREAMING_SNAKE_CASE` on the wire and in logs.
@@ -132,14 +178,30 @@ pub enum Refusal {
     Frame,
 }
 
-/// Query of `GET /ws`: `canvas` (a canvas id), `since` (last version applied; 0 = nothing),
-/// `epoch` (the epoch of the client's last `welcome`; absent = none known) and `refusal` (`http`
-/// or `frame`, see [`Refusal`]) and `token` (the client token when the service requires one, see
-/// [`crate::client_token`]: browsers cannot set headers on a WebSocket).
+/// Which frames a session is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FrameStyle {
+    /// `welcome {channel, model}`, `state`, `publication`, `reset`: a session opened with
+    /// `channel=`.
+    Channel,
+    /// Today's `welcome {canvas}`, `snapshot`, `event`: a session opened with `canvas=` (clients of
+    /// the present version, during an upgrade), of a `pixels` channel only.
+    Canvas,
+}
+
+/// Query of `GET /ws`: `channel` (a channel id; or `canvas`, the same for today's frames: exactly
+/// one of them), `since` (last version applied; 0 = nothing), `epoch` (the epoch of the client's
+/// last `welcome`; absent = none known) and `refusal` (`http` or `frame`, see [`Refusal`]) and
+/// `token` (the client token when the service requires one, see [`crate::client_token`]: browsers
+/// cannot set headers on a WebSocket). Parse it with [`WsQuery::parse`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
-    /// Validated while parsing (a bad id is an error naming `canvas`).
-    pub canvas: crate::ChannelId,
+    /// Validated while parsing (a bad id is an error naming `channel`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channel: Option<crate::ChannelId>,
+    /// As `channel`, for today's frames ([`FrameStyle::Canvas`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canvas: Option<crate::ChannelId>,
     #[serde(default)]
     pub since: u64,
     /// Validated while parsing ([`Epoch::parse`]; a bad one is an error naming `epoch`).
@@ -153,11 +215,47 @@ pub struct WsQuery {
 }
 
 impl WsQuery {
-    /// The query string a proxy or a client sends on: `canvas=..&since=..`, then `&epoch=..` when
-    /// there is one (canvas ids and epochs need no escaping), then `&token=..` (percent-encoded)
-    /// when there is one. `refusal` is the caller's business.
+    /// Parses a `/ws` query string.
+    ///
+    /// # Errors
+    /// 400 `invalid_field` naming the parameter: a bad one, neither `channel` nor `canvas`, or both.
+    pub fn parse(raw: &str) -> Result<Self, crate::http::ApiError> {
+        let q: Self = crate::http::parse_query(raw)?;
+        match (&q.channel, &q.canvas) {
+            (None, None) => Err(crate::http::ApiError::field("channel", "missing field `channel`")),
+            (Some(_), Some(_)) => Err(crate::http::ApiError::field("canvas", "give channel or canvas, not both")),
+            _ => Ok(q),
+        }
+    }
+
+    /// A query for `id` in `style`.
+    pub fn new(id: crate::ChannelId, style: FrameStyle, since: u64, epoch: Option<Epoch>) -> Self {
+        let (channel, canvas) = match style {
+            FrameStyle::Channel => (Some(id), None),
+            FrameStyle::Canvas => (None, Some(id)),
+        };
+        Self { channel, canvas, since, epoch, refusal: Refusal::Http, token: None }
+    }
+
+    /// The channel (of a query [`WsQuery::parse`] accepted).
+    pub fn id(&self) -> &crate::ChannelId {
+        self.channel.as_ref().or(self.canvas.as_ref()).expect("a parsed query names a channel")
+    }
+
+    /// The frames its session is sent.
+    pub fn style(&self) -> FrameStyle {
+        if self.channel.is_some() {
+            FrameStyle::Channel
+        } else {
+            FrameStyle::Canvas
+        }
+    }
+
+    /// The query string a proxy or a client sends on: `channel=..` (or `canvas=..`) `&since=..`,
+    /// then `&epoch=..` when there is one (ids and epochs need no escaping), then `&token=..`
+    /// (percent-encoded) when there is one. `refusal` is the caller's business.
     pub fn resume_query(&self) -> String {
-        let q = resume_query(&self.canvas, self.since, self.epoch.as_ref());
+        let q = resume_query_as(self.style(), self.id(), self.since, self.epoch.as_ref());
         match &self.token {
             Some(t) => format!("{q}&token={}", form_urlencoded::byte_serialize(t.as_bytes()).collect::<String>()),
             None => q,
@@ -165,11 +263,20 @@ impl WsQuery {
     }
 }
 
-/// `canvas=<id>&since=<since>[&epoch=<epoch>]`, the resume position of `GET /ws`.
+/// `canvas=<id>&since=<since>[&epoch=<epoch>]`, the resume position of `GET /ws` in today's frames.
 pub fn resume_query(canvas: &crate::ChannelId, since: u64, epoch: Option<&Epoch>) -> String {
+    resume_query_as(FrameStyle::Canvas, canvas, since, epoch)
+}
+
+/// `<channel|canvas>=<id>&since=<since>[&epoch=<epoch>]`, the resume position of `GET /ws`.
+pub fn resume_query_as(style: FrameStyle, id: &crate::ChannelId, since: u64, epoch: Option<&Epoch>) -> String {
+    let param = match style {
+        FrameStyle::Channel => "channel",
+        FrameStyle::Canvas => "canvas",
+    };
     match epoch {
-        Some(e) => format!("canvas={canvas}&since={since}&epoch={e}"),
-        None => format!("canvas={canvas}&since={since}"),
+        Some(e) => format!("{param}={id}&since={since}&epoch={e}"),
+        None => format!("{param}={id}&since={since}"),
     }
 }
 
@@ -224,6 +331,33 @@ mod borrowed_tests {
 }
 
 #[cfg(test)]
+mod channel_frame_tests {
+    use super::*;
+
+    #[test]
+    fn a_publication_frame_carries_the_data_as_published_and_parses_back() {
+        let raw = br#"{"channel":"scores:m1","version":7,"data":{"b":1.50,"a":[true]},"published_at_ms":9}"#;
+        let p = Publication::decode_record(Some(b"2"), Some(raw)).unwrap().remove(0);
+        let mut out = Vec::new();
+        write_publication_json(&p, &mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert_eq!(text, r#"{"type":"publication","channel":"scores:m1","version":7,"data":{"b":1.50,"a":[true]},"published_at_ms":9}"#);
+        let back: ServerMessage = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, ServerMessage::Publication { channel: "scores:m1".into(), version: 7, data: serde_json::json!({"a":[true],"b":1.5}), published_at_ms: 9 });
+    }
+
+    #[test]
+    fn a_state_frame_writes_the_models_json_form() {
+        use crate::model::Model as _;
+        let mut s = crate::model::json::Json::default().empty();
+        s.apply(&serde_json::value::RawValue::from_string(r#"{"title":"Q\"3"}"#.into()).unwrap()).unwrap();
+        let text = String::from_utf8(state_json("docs:a", 3, s.as_ref())).unwrap();
+        assert_eq!(text, r#"{"type":"state","channel":"docs:a","version":3,"state":{"title":"Q\"3"}}"#);
+        assert!(matches!(serde_json::from_str(&text).unwrap(), ServerMessage::State { version: 3, .. }));
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{ChannelId, Color};
@@ -261,20 +395,36 @@ mod tests {
                 r#"{"type":"reconnect","reason":"FAILBACK_TO_RECOVERED_SERVER","retry_after_ms":250}"#,
             ),
             (
-                ServerMessage::Error { code: "not_owner".into(), message: "m".into(), retry_after_ms: None },
+                ServerMessage::Error { code: "not_owner".into(), message: "m".into(), retry_after_ms: None, channel: None },
                 r#"{"type":"error","code":"not_owner","message":"m"}"#,
             ),
             (
-                ServerMessage::Error { code: "no_owner".into(), message: "m".into(), retry_after_ms: Some(1000) },
-                r#"{"type":"error","code":"no_owner","message":"m","retry_after_ms":1000}"#,
+                ServerMessage::Error { code: "no_owner".into(), message: "m".into(), retry_after_ms: Some(1000), channel: Some("c1".into()) },
+                r#"{"type":"error","code":"no_owner","message":"m","retry_after_ms":1000,"channel":"c1"}"#,
             ),
             (
-                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12, epoch: Some(Epoch::of("q5XGvJ9mR2yqH7Y1cjTQfA", 0)) },
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: Some("c1".into()), channel: None, model: None, since: 12, epoch: Some(Epoch::of("q5XGvJ9mR2yqH7Y1cjTQfA", 0)) },
                 r#"{"type":"welcome","node":"ws-1","canvas":"c1","since":12,"epoch":"q5XGvJ9mR2yqH7Y1cjTQfA-0"}"#,
             ),
             (
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: None, channel: Some("scores:m1".into()), model: Some(ModelKind::Json), since: 0, epoch: Some(Epoch::of("q5X", 2)) },
+                r#"{"type":"welcome","node":"ws-1","channel":"scores:m1","model":"json","since":0,"epoch":"q5X-2"}"#,
+            ),
+            (
+                ServerMessage::State { channel: "scores:m1".into(), version: 12, state: serde_json::json!({"home": 2}) },
+                r#"{"type":"state","channel":"scores:m1","version":12,"state":{"home":2}}"#,
+            ),
+            (
+                ServerMessage::Publication { channel: "chat:a".into(), version: 13, data: serde_json::json!("hi"), published_at_ms: 1764400000000 },
+                r#"{"type":"publication","channel":"chat:a","version":13,"data":"hi","published_at_ms":1764400000000}"#,
+            ),
+            (
+                ServerMessage::Reset { channel: "chat:a".into(), version: 40, epoch: Some(Epoch::of("q5X", 0)) },
+                r#"{"type":"reset","channel":"chat:a","version":40,"epoch":"q5X-0"}"#,
+            ),
+            (
                 // A welcome of a node older than epochs still parses.
-                ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 12, epoch: None },
+                ServerMessage::Welcome { node: "ws-1".into(), canvas: Some("c1".into()), channel: None, model: None, since: 12, epoch: None },
                 r#"{"type":"welcome","node":"ws-1","canvas":"c1","since":12}"#,
             ),
         ];
@@ -299,7 +449,7 @@ mod tests {
     #[test]
     fn ws_query_since_defaults_to_zero_and_refusal_to_http() {
         let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1"}"#).unwrap();
-        assert_eq!((q.since, q.refusal), (0, Refusal::Http));
+        assert_eq!((q.since, q.refusal, q.style()), (0, Refusal::Http, FrameStyle::Canvas));
         let q: WsQuery = serde_json::from_str(r#"{"canvas":"c1","refusal":"frame"}"#).unwrap();
         assert_eq!(q.refusal, Refusal::Frame);
         assert!(serde_json::from_str::<WsQuery>(r#"{"canvas":"c1","refusal":"smoke"}"#).is_err());
@@ -307,17 +457,29 @@ mod tests {
 
     #[test]
     fn ws_query_carries_the_epoch_and_builds_the_resume_query() {
-        let q: WsQuery = crate::http::parse_query("canvas=c1&since=40&epoch=q5X-_9-3&refusal=frame").unwrap();
+        let q: WsQuery = WsQuery::parse("canvas=c1&since=40&epoch=q5X-_9-3&refusal=frame").unwrap();
         assert_eq!(q.epoch.as_ref().map(Epoch::as_str), Some("q5X-_9-3"));
         assert_eq!(q.resume_query(), "canvas=c1&since=40&epoch=q5X-_9-3");
-        let q: WsQuery = crate::http::parse_query("canvas=c1&since=40").unwrap();
+        let q: WsQuery = WsQuery::parse("canvas=c1&since=40").unwrap();
         assert_eq!((q.epoch.is_none(), q.resume_query()), (true, "canvas=c1&since=40".to_owned()));
-        let q: WsQuery = crate::http::parse_query("canvas=c1&since=4&token=a.b%2Bc.d&refusal=frame").unwrap();
+        let q: WsQuery = WsQuery::parse("canvas=c1&since=4&token=a.b%2Bc.d&refusal=frame").unwrap();
         assert_eq!(q.token.as_deref(), Some("a.b+c.d"));
         assert_eq!(q.resume_query(), "canvas=c1&since=4&token=a.b%2Bc.d");
         for bad in ["canvas=c1&epoch=", "canvas=c1&epoch=a%20b", "canvas=c1&epoch=a%2Bb"] {
-            let e = crate::http::parse_query::<WsQuery>(bad).unwrap_err();
+            let e = WsQuery::parse(bad).unwrap_err();
             assert_eq!(e.body.field.as_deref(), Some("epoch"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ws_query_takes_a_channel_or_a_canvas() {
+        let q = WsQuery::parse("channel=scores:m1&since=3&epoch=q5X-0").unwrap();
+        assert_eq!((q.id().as_str(), q.style()), ("scores:m1", FrameStyle::Channel));
+        assert_eq!(q.resume_query(), "channel=scores:m1&since=3&epoch=q5X-0");
+        assert_eq!(WsQuery::parse("canvas=c1").unwrap().style(), FrameStyle::Canvas);
+        for (bad, field) in [("since=3", "channel"), ("channel=a&canvas=a", "canvas"), ("channel=a:", "channel"), ("channel=a:b:c", "channel")] {
+            let e = WsQuery::parse(bad).unwrap_err();
+            assert_eq!((e.status.as_u16(), e.body.field.as_deref()), (400, Some(field)), "{bad}");
         }
     }
 }

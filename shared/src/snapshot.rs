@@ -27,9 +27,10 @@
 //!   keys only below it.
 //!
 //! Value format, version [`FORMAT_VERSION`] (readers accept every version up to theirs and refuse
-//! later ones, so a rolling deploy upgrades readers first). Canvas snapshots and checkpoints are
-//! written as version 1, which every reader reads; key records as version 2, which readers older
-//! than them refuse by their version instead of misreading them:
+//! later ones, so a rolling deploy upgrades readers first). Canvas snapshots (the `pixels` model's)
+//! and checkpoints are written as version 1, which every reader reads; key records as version 2,
+//! and snapshots of the other models ([`ChannelSnapshot`]) as version 3, which readers older than
+//! them refuse by their version instead of misreading them:
 //!
 //! ```text
 //! byte 0        format version (1; 2 for key records)
@@ -39,6 +40,8 @@
 //!               checkpoint: {"checkpoint": <offset>}
 //!               keys: {"keys": [{"key","canvas","x","y","color":[r,g,b],"version","offset","at_ms"}]}
 //!               keys from: {"keys_from": <offset>}
+//!               channel (3): {"channel","version","epoch","offset","model","encoding"}
+//! bytes 5+n..   channel only: the state as its model encodes it ([`crate::model::State::encode`])
 //! bytes 5+n..   canvas only: the canonical pixel bytes (see [`crate::canvas`]), LZ4 block format
 //!               with the uncompressed length prepended (u32 little-endian; lz4_flex's
 //!               `compress_prepend_size`)
@@ -46,14 +49,18 @@
 
 use crate::canvas::{Canvas, CanvasDims};
 use crate::event::ChannelId;
+use crate::model::ModelKind;
 use crate::replay::{self, Offsets, ReplayError};
 use rdkafka::consumer::{BaseConsumer, ConsumerContext};
 use rdkafka::message::Message;
 use std::collections::HashMap;
 use std::time::Duration;
 
-/// The newest value format this build reads (and writes, for key records).
-pub const FORMAT_VERSION: u8 = 2;
+/// The newest value format this build reads (and writes, for the other models' snapshots).
+pub const FORMAT_VERSION: u8 = 3;
+
+/// The format of key records.
+const KEYS_FORMAT: u8 = 2;
 
 /// The format of canvas snapshots and checkpoints, which every reader since the first reads.
 const BASE_FORMAT: u8 = 1;
@@ -108,7 +115,7 @@ impl KeyRecord {
 
     /// The record value.
     pub fn encode(&self) -> Vec<u8> {
-        frame_as(FORMAT_VERSION, &serde_json::to_vec(&KeysHeader { keys: self.entries.clone() }).expect("serialises"), &[])
+        frame_as(KEYS_FORMAT, &serde_json::to_vec(&KeysHeader { keys: self.entries.clone() }).expect("serialises"), &[])
     }
 
     /// The time of its newest key (0 when empty).
@@ -119,7 +126,7 @@ impl KeyRecord {
 
 /// The value of a [`KEYS_FROM_KEY`] record.
 pub fn encode_keys_from(offset: i64) -> Vec<u8> {
-    frame_as(FORMAT_VERSION, &serde_json::to_vec(&KeysFromHeader { keys_from: offset }).expect("serialises"), &[])
+    frame_as(KEYS_FORMAT, &serde_json::to_vec(&KeysFromHeader { keys_from: offset }).expect("serialises"), &[])
 }
 
 /// Largest side of a canvas whose snapshot the topic accepts: 1024 × 1024 × 3 bytes is 3 MiB,
@@ -159,10 +166,78 @@ pub struct Checkpoint {
     pub offset: i64,
 }
 
+/// The latest state of one channel of a model other than `pixels`, as the publisher committed it
+/// (format 3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelSnapshot {
+    pub channel: ChannelId,
+    /// The version the state reflects.
+    pub version: u64,
+    /// The channel's reset counter (as [`Snapshot::epoch`]).
+    pub epoch: u64,
+    /// The events-topic offset after the last record it reflects (as [`Snapshot::offset`]).
+    pub offset: i64,
+    /// The model it was written under.
+    pub model: ModelKind,
+    /// The state's encoding ([`crate::model::State::encode`]) and bytes.
+    pub encoding: String,
+    pub body: Vec<u8>,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ChannelHeader {
+    channel: String,
+    version: u64,
+    epoch: u64,
+    offset: i64,
+    model: ModelKind,
+    encoding: String,
+}
+
+impl ChannelSnapshot {
+    /// The snapshot of `state` (of `model`) of `channel` at `version`, whose last record ends
+    /// before `offset`.
+    pub fn of(channel: &ChannelId, model: ModelKind, state: &dyn crate::model::State, version: u64, epoch: u64, offset: i64) -> Self {
+        let (encoding, body) = state.encode();
+        Self { channel: channel.clone(), version, epoch, offset, model, encoding: encoding.to_owned(), body }
+    }
+
+    /// The record value.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = ChannelHeader {
+            channel: self.channel.as_str().to_owned(),
+            version: self.version,
+            epoch: self.epoch,
+            offset: self.offset,
+            model: self.model,
+            encoding: self.encoding.clone(),
+        };
+        frame_as(CHANNEL_FORMAT, &serde_json::to_vec(&header).expect("a header always serialises"), &self.body)
+    }
+
+    /// The state it holds, under `model` (the model the reader's namespace names).
+    ///
+    /// # Errors
+    /// [`crate::model::Invalid::Snapshot`] when it was written under another model or its body
+    /// does not decode.
+    pub fn state(&self, model: &dyn crate::model::Model) -> Result<Box<dyn crate::model::State>, crate::model::Invalid> {
+        if model.kind() != self.model {
+            return Err(crate::model::Invalid::Snapshot(format!("written as {}, read as {}", self.model, model.kind())));
+        }
+        model.decode(&self.encoding, &self.body)
+    }
+}
+
+/// The format of [`ChannelSnapshot`]s.
+const CHANNEL_FORMAT: u8 = 3;
+
 /// One decoded record of the snapshot topic.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
     Canvas(Snapshot),
+    /// A snapshot of another model than `pixels`.
+    Channel(ChannelSnapshot),
     Checkpoint(Checkpoint),
     Keys(KeyRecord),
     /// The offset from which the partition's key records are complete.
@@ -284,6 +359,14 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
         return Ok(Some(Entry::Keys(KeyRecord { name: key.to_owned(), entries: h.keys })));
     }
     let canvas = ChannelId::parse(key).map_err(|_| SnapshotError::BadKey(key.into()))?;
+    if format == CHANNEL_FORMAT {
+        let h: ChannelHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
+        if h.channel != key {
+            return Err(SnapshotError::KeyMismatch { key: key.into(), header: h.channel });
+        }
+        let ChannelHeader { version, epoch, offset, model, encoding, .. } = h;
+        return Ok(Some(Entry::Channel(ChannelSnapshot { channel: canvas, version, epoch, offset, model, encoding, body: body.to_vec() })));
+    }
     let h: CanvasHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
     if h.canvas != key {
         return Err(SnapshotError::KeyMismatch { key: key.into(), header: h.canvas });
@@ -314,6 +397,8 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
 pub struct Loaded {
     /// The highest-version snapshot of each canvas, with its partition.
     pub canvases: HashMap<ChannelId, (i32, Snapshot)>,
+    /// The highest-version snapshot of each channel of another model, with its partition.
+    pub channels: HashMap<ChannelId, (i32, ChannelSnapshot)>,
     /// The latest checkpoint per partition (partitions without one: replay from the log start).
     pub checkpoints: Offsets,
     /// The key records not tombstoned, with their partition.
@@ -341,6 +426,12 @@ impl Loaded {
                 Some((_, have)) if (have.epoch, have.version) > (s.epoch, s.version) => {}
                 _ => {
                     self.canvases.insert(s.canvas.clone(), (partition, s));
+                }
+            },
+            Entry::Channel(s) => match self.channels.get(&s.channel) {
+                Some((_, have)) if (have.epoch, have.version) > (s.epoch, s.version) => {}
+                _ => {
+                    self.channels.insert(s.channel.clone(), (partition, s));
                 }
             },
             Entry::Checkpoint(c) => {
@@ -487,6 +578,25 @@ mod tests {
     }
 
     #[test]
+    fn a_channel_snapshot_round_trips_as_format_3_and_is_read_under_its_model_only() {
+        use crate::model::{json::Json, stream::Stream, Model as _};
+        let mut doc = Json::default().empty();
+        doc.apply(&serde_json::value::RawValue::from_string(r#"{"home":2}"#.into()).unwrap()).unwrap();
+        let s = ChannelSnapshot::of(&id("scores:m1"), ModelKind::Json, doc.as_ref(), 9, 1, 77);
+        let value = s.encode();
+        assert_eq!(value[0], 3);
+        let got = decode(Some(b"scores:m1"), Some(&value)).unwrap().unwrap();
+        assert_eq!(got, Entry::Channel(s.clone()));
+        assert_eq!(s.state(&Json::default()).unwrap().hash(), doc.hash());
+        assert!(s.state(&Stream).is_err(), "a json snapshot is not read as a stream's");
+        assert!(matches!(decode(Some(b"scores:m2"), Some(&value)), Err(SnapshotError::KeyMismatch { .. })));
+        let mut l = Loaded::default();
+        l.add(0, got);
+        l.add(0, Entry::Channel(ChannelSnapshot { version: 5, ..s.clone() }));
+        assert_eq!(l.channels[&id("scores:m1")].1.version, 9, "the highest version wins");
+    }
+
+    #[test]
     fn a_checkpoint_round_trips_and_a_tombstone_is_nothing() {
         let v = Checkpoint { offset: 77 }.encode();
         assert_eq!(decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&v)).unwrap(), Some(Entry::Checkpoint(Checkpoint { offset: 77 })));
@@ -609,6 +719,7 @@ mod tests {
         let mut old = value.clone();
         old[0] = FORMAT_VERSION + 1;
         assert!(matches!(decode(Some(b"#keys-40-0"), Some(&old)), Err(SnapshotError::NewerFormat(_))));
+        assert_eq!(KEYS_FORMAT, 2);
     }
 
     #[test]

@@ -5,7 +5,6 @@
 use proptest::prelude::*;
 use shared::epoch::{self, Epoch};
 use shared::event::{ChannelId, ChannelIdError, Color, ColorError, DecodeError, PixelEvent};
-use shared::http::parse_query;
 use shared::protocol::{Refusal, WsQuery};
 use shared::snapshot::{self, Checkpoint, Entry, Snapshot, SnapshotError, CHECKPOINT_KEY};
 use shared::CanvasDims;
@@ -26,13 +25,15 @@ fn ws_query() -> impl Strategy<Value = WsQuery> {
     let refusal = prop_oneof![Just(Refusal::Http), Just(Refusal::Frame)];
     (
         canvas_id(),
+        any::<bool>(),
         any::<u64>(),
         proptest::option::of(an_epoch()),
         refusal,
         proptest::option::of(".{0,40}"),
     )
-        .prop_map(|(canvas, since, epoch, refusal, token)| WsQuery {
-            canvas,
+        .prop_map(|(id, as_channel, since, epoch, refusal, token)| WsQuery {
+            channel: as_channel.then(|| id.clone()),
+            canvas: (!as_channel).then_some(id),
             since,
             epoch,
             refusal,
@@ -105,7 +106,7 @@ proptest! {
     #[test]
     fn a_ws_query_round_trips(q in ws_query()) {
         let raw = query_of(&q);
-        prop_assert_eq!(parse_query::<WsQuery>(&raw).unwrap(), q);
+        prop_assert_eq!(WsQuery::parse(&raw).unwrap(), q);
     }
 
     /// One parameter of a valid query made invalid: a 400 naming exactly that parameter.
@@ -133,7 +134,7 @@ proptest! {
                 raw = format!("{raw}&{part}");
             }
         }
-        let e = parse_query::<WsQuery>(&raw).unwrap_err();
+        let e = WsQuery::parse(&raw).unwrap_err();
         prop_assert_eq!(e.status.as_u16(), 400);
         prop_assert_eq!(e.body.error.as_str(), "invalid_field");
         prop_assert_eq!(e.body.field.as_deref(), Some(param), "{}: {}", raw, e.body.message);
