@@ -82,6 +82,44 @@ pub enum DecodeError {
     Group(&'static str),
     #[error(transparent)]
     Legacy(#[from] crate::event::DecodeError),
+    /// The reader stopped applying records (it met one it must not skip) and reads no more.
+    #[error("not applied: {0}")]
+    Stopped(String),
+}
+
+/// The headers of a record that decide how it is read.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RecordHeaders<'a> {
+    /// [`FORMAT_HEADER`]'s value (`None`: format 1).
+    pub format: Option<&'a [u8]>,
+    /// [`NAMESPACES_HEADER`]'s value.
+    pub namespaces: Option<&'a [u8]>,
+}
+
+impl<'a> RecordHeaders<'a> {
+    /// A record of format 1 (no headers).
+    pub const NONE: RecordHeaders<'static> = RecordHeaders { format: None, namespaces: None };
+
+    /// The headers of `msg`.
+    pub fn of<M: rdkafka::message::Message>(msg: &'a M) -> Self {
+        use rdkafka::message::Headers;
+        let mut out = RecordHeaders::default();
+        if let Some(headers) = msg.headers() {
+            for h in headers.iter() {
+                match h.key {
+                    FORMAT_HEADER => out.format = h.value,
+                    NAMESPACES_HEADER => out.namespaces = h.value,
+                    _ => {}
+                }
+            }
+        }
+        out
+    }
+
+    /// Format 2 headers (what the publisher writes), with `namespaces` as fingerprint.
+    pub fn current(namespaces: &'a str) -> Self {
+        RecordHeaders { format: Some(b"2"), namespaces: Some(namespaces.as_bytes()) }
+    }
 }
 
 impl Publication {

@@ -324,7 +324,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hu
                 if let Some(t) = assigned_at.take() {
                     tracing::info!("[RELEASE] first record of the held partitions read {}ms after their assignment (partition={} offset={})", t.elapsed().as_millis(), p, off);
                 }
-                let _ = hub.apply_record(p, off, msg.payload());
+                let _ = hub.apply_record(p, off, shared::record::RecordHeaders::of(&msg), msg.payload());
             }
             Some(Err(e)) if shared::kafka::out_of_range(&e) => {
                 tracing::warn!(error = %e, partitions = ?reading, "[RELEASE] a position is below its partition's log start (records deleted); restoring from the snapshots");
@@ -395,8 +395,8 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
         if let Some(t) = consumer.context().first_record.lock().expect("first-record lock").remove(&p) {
             tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
         }
-        if let Err(e) = hub.queue_record(p, off, msg.payload()) {
-            tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a pixel event");
+        if let Err(e) = hub.queue_record(p, off, shared::record::RecordHeaders::of(&msg), msg.payload()) {
+            tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a publication");
         }
     };
     while !stop.load(Ordering::Acquire) {

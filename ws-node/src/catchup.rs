@@ -98,7 +98,7 @@ pub fn run(
             s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
         }
     }
-    let from_snapshots = hub.restore(loaded.canvases.into_values().map(|(_, s)| s)).map_err(ReplayError::Refused)?;
+    let from_snapshots = hub.restore(hub.restorable(&loaded).map_err(ReplayError::Refused)?);
     tracing::info!(
         "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
         snapshot_topic,
@@ -132,8 +132,8 @@ pub fn run(
         cancelled,
         |msg| {
             let (p, off) = (msg.partition(), msg.offset());
-            if let Err(e) = hub.apply_record(p, off, msg.payload()) {
-                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a pixel event");
+            if let Err(e) = hub.apply_record(p, off, shared::record::RecordHeaders::of(msg), msg.payload()) {
+                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a publication");
             }
         },
         |pr| {

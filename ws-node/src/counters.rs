@@ -144,3 +144,64 @@ mod tests {
         assert_eq!(c.closes.get_or_create(&label("code", 1012)).get(), 1);
     }
 }
+
+/// What the records read say of the publisher's namespaces: a node configured with other
+/// namespaces than the publisher's may misread their data, so it says so (a warning at most once a
+/// minute, `records_other_namespaces_total`, and `/health`'s `namespaces_mismatch`).
+pub struct Formats {
+    /// This node's fingerprint.
+    mine: String,
+    /// Records whose fingerprint is another one.
+    pub other: Counter,
+    /// The last other fingerprint read, and when it was last warned of.
+    last_other: Mutex<Option<(String, Instant)>>,
+}
+
+impl Formats {
+    /// Counts against `mine`, this node's namespaces fingerprint.
+    pub fn new(mine: &str) -> Self {
+        Self { mine: mine.to_owned(), other: Counter::default(), last_other: Mutex::new(None) }
+    }
+
+    /// A record read with `fingerprint` (`None`: a record of before namespaces, read as pixels).
+    pub fn read(&self, fingerprint: Option<&[u8]>) {
+        let Some(fp) = fingerprint else { return };
+        if fp == self.mine.as_bytes() {
+            return;
+        }
+        self.other.inc();
+        let fp = String::from_utf8_lossy(fp).into_owned();
+        let mut last = self.last_other.lock().expect("formats lock");
+        let warn = match last.as_ref() {
+            Some((seen, at)) => *seen != fp || at.elapsed() >= std::time::Duration::from_secs(60),
+            None => true,
+        };
+        if warn {
+            tracing::warn!(publisher = %fp, node = %self.mine,
+                "records were written under other namespaces than this node's (fleet.toml differs): their data may be misread; give every binary the same fleet.toml");
+            *last = Some((fp, Instant::now()));
+        }
+    }
+
+    /// The other fingerprint read last, if any was.
+    pub fn other_seen(&self) -> Option<String> {
+        self.last_other.lock().expect("formats lock").as_ref().map(|(fp, _)| fp.clone())
+    }
+}
+
+#[cfg(test)]
+mod formats_tests {
+    use super::*;
+
+    #[test]
+    fn only_another_fingerprint_is_counted() {
+        let f = Formats::new("aaaa");
+        for fp in [None, Some(&b"aaaa"[..])] {
+            f.read(fp);
+        }
+        assert_eq!((f.other.get(), f.other_seen()), (0, None));
+        f.read(Some(b"bbbb"));
+        f.read(Some(b"bbbb"));
+        assert_eq!((f.other.get(), f.other_seen().as_deref()), (2, Some("bbbb")));
+    }
+}

@@ -144,7 +144,7 @@ mod tests {
         use crate::state::Window;
         use shared::{CanvasDims, Color, PixelEvent};
         use std::collections::BTreeSet;
-        let hub = std::sync::Arc::new(Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX }));
+        let hub = std::sync::Arc::new(Hub::new(std::sync::Arc::new(shared::namespaces::Namespaces::pixels_only(CanvasDims { width: 4, height: 4 })), Window { events: 100, bytes: usize::MAX }));
         hub.assign(&[0]);
         let c = ChannelId::parse("c1").unwrap();
         let mut rxs = Vec::new();
@@ -161,7 +161,7 @@ mod tests {
         // One event every 20 ms while the notices go out at 0, 100, 200 and 300 ms.
         for v in 1..=25u64 {
             let ev = PixelEvent { canvas: c.clone(), version: v, x: 0, y: 0, color: Color([0, 0, 0]), published_at_ms: 0 };
-            hub.apply(0, v as i64 - 1, &ev);
+            hub.apply(0, v as i64 - 1, &ev.into());
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Each session's frames: the events it got, then its notice (retry_after_ms 0).

@@ -16,8 +16,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::Message;
 use shared::kafka::FleetContext;
 use shared::replay::{Offsets, ReplayPlan};
-use shared::snapshot::Snapshot;
-use shared::{ChannelId, PixelEvent};
+use crate::hub::{Rebuilt, Restorable};
+use shared::record::{Publication, RecordHeaders};
+use shared::ChannelId;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -54,12 +55,15 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
     let loaded = shared::snapshot::load_partitions(&consumer, &config.snapshot_topic(), Some(&partitions), Duration::from_secs(30), &|| false)
         .map_err(|e| format!("cannot read the snapshots: {e}"))?;
     let mut round = Round::default();
+    // The snapshots this node reads (one it cannot read heals nothing).
+    let snapshots: HashMap<ChannelId, Restorable> = hub.restorable(&loaded)?.into_iter().map(|r| (r.channel.clone(), r)).collect();
     // The canvases a snapshot heals, each rebuilt from it.
-    let mut rebuilding: HashMap<ChannelId, (i32, Snapshot, shared::Canvas, bool)> = HashMap::new();
+    let mut rebuilding: HashMap<ChannelId, (i32, Restorable, Rebuilt, bool)> = HashMap::new();
     for (canvas, gap, resets) in &incomplete {
-        match loaded.canvases.get(canvas) {
-            Some((_, s)) if crate::hub::heals(s.version, s.epoch, *gap, *resets) && s.dims == hub.dims() => {
-                rebuilding.insert(canvas.clone(), (partition_of(canvas), s.clone(), s.to_canvas(), true));
+        match snapshots.get(canvas) {
+            Some(s) if crate::hub::heals(s.version, s.epoch, *gap, *resets) => {
+                let rebuilt = Rebuilt { state: s.state.clone(), version: s.version };
+                rebuilding.insert(canvas.clone(), (partition_of(canvas), s.clone(), rebuilt, true));
             }
             _ => round.waiting += 1,
         }
@@ -101,10 +105,10 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
         Duration::from_secs(30),
         &|| false,
         |msg| {
-            let Ok(events) = PixelEvent::decode_record(msg.payload()) else { return };
-            for ev in events {
-                if let Some((_, s, canvas, ok)) = rebuilding.get_mut(&ev.canvas) {
-                    if msg.offset() >= s.offset && *ok && matches!(canvas.apply(&ev), shared::canvas::Applied::Gap { .. }) {
+            let Ok(pubs) = Publication::decode_record(RecordHeaders::of(msg).format, msg.payload()) else { return };
+            for p in pubs {
+                if let Some((_, s, rebuilt, ok)) = rebuilding.get_mut(&p.channel) {
+                    if msg.offset() >= s.offset && *ok && rebuilt.apply(&p).is_err() {
                         // The log skips versions after the snapshot too: not this snapshot.
                         *ok = false;
                     }

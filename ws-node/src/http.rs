@@ -30,11 +30,11 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::admin_guard::AdminGuard;
 use shared::api::{DrainRequest, HoldRequest, MAX_GRACE_MS, MAX_HOLD_EXTENSION_MS};
-use shared::http::{method_not_allowed, parse_json, parse_query as parse_ws_query, ApiError, JsonBody, MAX_BODY_BYTES};
+use shared::http::{method_not_allowed, parse_json, ApiError, JsonBody, MAX_BODY_BYTES};
 use shared::partitioner::partition_for;
 use shared::client_token::Action;
 use shared::control::Listener;
-use shared::protocol::{close, DrainReason, WsQuery};
+use shared::protocol::{close, DrainReason, FrameStyle, WsQuery};
 use shared::epoch::Epoch;
 use shared::ChannelId;
 use std::sync::Arc;
@@ -172,9 +172,19 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// `Retry-After` of a handshake for an incomplete canvas, seconds: about one heal round.
 const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
 
-fn parse_query(raw: Option<&str>) -> Result<(ChannelId, u64, Option<Epoch>, Option<String>), ApiError> {
-    let q: WsQuery = parse_ws_query(raw.unwrap_or(""))?;
-    Ok((q.canvas, q.since, q.epoch, q.token))
+fn parse_query(raw: Option<&str>) -> Result<(ChannelId, FrameStyle, u64, Option<Epoch>, Option<String>), ApiError> {
+    let q = WsQuery::parse(raw.unwrap_or(""))?;
+    Ok((q.id().clone(), q.style(), q.since, q.epoch, q.token))
+}
+
+/// Checks that `channel`'s namespace is configured and, for today's frames (`canvas=`), that it
+/// is a `pixels` one.
+fn check_namespace(node: &Node, channel: &ChannelId, style: FrameStyle) -> Result<(), ApiError> {
+    let ns = node.hub.namespaces().of(channel).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()))?;
+    if style == FrameStyle::Canvas && ns.kind() != shared::model::ModelKind::Pixels {
+        return Err(ApiError::field("canvas", format!("canvas= serves pixels channels; {channel} is a {} channel: use channel=", ns.kind())));
+    }
+    Ok(())
 }
 
 /// Checks an upgrade request (RFC 6455 §4.2.1) and returns its `Sec-WebSocket-Accept` value.
@@ -200,7 +210,8 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
 /// runs on tokio-tungstenite's stream, which can send a long message as fragments (see
 /// [`shared::ws::text_frames`]).
 async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Request) -> Result<Response, ApiError> {
-    let (canvas, since, epoch, token) = parse_query(raw.as_deref())?;
+    let (canvas, style, since, epoch, token) = parse_query(raw.as_deref())?;
+    check_namespace(&node, &canvas, style)?;
     let accept = accept_key(req.headers())?;
     // The client token, when required: checked before anything else about the session.
     let expires = match &node.client_tokens {
@@ -268,6 +279,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     let spec = SessionSpec {
         canvas,
+        style,
         partition,
         since,
         epoch,
@@ -405,14 +417,15 @@ mod tests {
 
     #[test]
     fn query_parsing_names_the_bad_field() {
-        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (ChannelId::parse("c1").unwrap(), 12, None, None));
-        assert_eq!(parse_query(Some("canvas=c1&token=a.b.c")).unwrap().3.as_deref(), Some("a.b.c"));
+        assert_eq!(parse_query(Some("canvas=c1&since=12")).unwrap(), (ChannelId::parse("c1").unwrap(), FrameStyle::Canvas, 12, None, None));
+        assert_eq!(parse_query(Some("channel=chat:a")).unwrap().1, FrameStyle::Channel);
+        assert_eq!(parse_query(Some("canvas=c1&token=a.b.c")).unwrap().4.as_deref(), Some("a.b.c"));
         assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
-        assert_eq!(parse_query(Some("canvas=c1")).unwrap().1, 0);
-        assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().2, Some(Epoch::parse("AAAA-0").unwrap()));
+        assert_eq!(parse_query(Some("canvas=c1")).unwrap().2, 0);
+        assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().3, Some(Epoch::parse("AAAA-0").unwrap()));
         for (q, field) in [
-            ("", "canvas"),
-            ("since=3", "canvas"),
+            ("", "channel"),
+            ("since=3", "channel"),
             ("canvas=c1&since=-1", "since"),
             ("canvas=c1&since=x", "since"),
             ("canvas=bad%20id", "canvas"),

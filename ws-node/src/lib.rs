@@ -87,6 +87,18 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
             }
         });
     }
+    // A record the node must not skip (a later format) stops it, with the reason as its error.
+    let (hub, stop) = (node.hub.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            let woken = hub.stopping.notified();
+            if hub.fatal().is_some() {
+                break;
+            }
+            woken.await;
+        }
+        stop.cancel();
+    });
     let n = node.clone();
     shared::serve::serve(listener, app, limits, async move {
         shutdown.cancelled().await;
@@ -95,6 +107,10 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     })
     .await?;
     claims.cancel();
+    if let Some(why) = node.hub.fatal() {
+        tracing::error!("[NODE] {} stopped: {why}", node.config.node_id);
+        anyhow::bail!("stopped: {why}");
+    }
     tracing::info!("[NODE] {} stopped", node.config.node_id);
     Ok(())
 }

@@ -17,7 +17,7 @@ use crate::hub::{Hub, SessionHandle};
 use crate::outbox::Outbox;
 use crate::state::{Backlog, Frame};
 use bytes::Bytes;
-use shared::protocol::{close, ServerMessage};
+use shared::protocol::{close, FrameStyle, ServerMessage};
 use shared::ws::{classify_ws as classify, encode_close, encode_ping, is_connection_loss_ws};
 use shared::ChannelId;
 use std::io;
@@ -39,6 +39,8 @@ pub struct Peer {
 #[derive(Debug, Clone)]
 pub struct SessionSpec {
     pub canvas: ChannelId,
+    /// Which frames it is sent (`channel=` or today's `canvas=`).
+    pub style: FrameStyle,
     pub partition: i32,
     pub since: u64,
     /// The epoch the client's versions belong to (`epoch=`; `None` when it sent none).
@@ -135,13 +137,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     // Even empty, `read_buf` may be a slice of hyper's read buffer: holding it would pin that
     // buffer (8 KiB and more) for the connection's life.
     drop(read_buf);
-    let (handle, rx) = SessionHandle::new(id, spec.canvas.clone(), spec.partition, spec.queue);
+    let (handle, rx) = SessionHandle::of_style(id, spec.canvas.clone(), spec.partition, spec.queue, spec.style);
     let out = rx.out.clone();
     let start = match hub.subscribe_at(handle, spec.since, spec.epoch.as_ref()) {
         Ok(start) => start,
         Err(refusal) => {
             // The handshake checks passed but ownership moved in between: tell the client to retry.
-            let msg: Frame = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string(), retry_after_ms: Some(1000) }
+            let channel = (spec.style == FrameStyle::Channel).then(|| spec.canvas.to_string());
+            let msg: Frame = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string(), retry_after_ms: Some(1000), channel }
                 .to_json()
                 .into();
             out.start(sock.clone(), vec![msg.wire().clone(), encode_close(close::TRY_AGAIN_LATER, &refusal.to_string())]);
@@ -155,12 +158,17 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
         tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
             epoch = %start.epoch, "the client's epoch is not the canvas's current one: it gets a snapshot");
     }
-    let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas: spec.canvas.to_string(), since: start.since, epoch: Some(start.epoch) }
+    let (canvas, channel, model) = match spec.style {
+        FrameStyle::Canvas => (Some(spec.canvas.to_string()), None, None),
+        FrameStyle::Channel => (None, Some(spec.canvas.to_string()), Some(hub.model_of(&spec.canvas).kind())),
+    };
+    let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas, channel, model, since: start.since, epoch: Some(start.epoch) }
         .to_json()
         .into();
     let (first, kind) = match start.backlog {
         Backlog::Events(fs) => (std::iter::once(welcome).chain(fs).map(|f| f.wire().clone()).collect::<Vec<_>>(), "events"),
         Backlog::Snapshot { frame, .. } => (vec![welcome.wire().clone(), frame.wire().clone()], "snapshot"),
+        Backlog::Reset { frame, .. } => (vec![welcome.wire().clone(), frame.wire().clone()], "reset"),
         Backlog::Behind { .. } => (vec![welcome.wire().clone()], "none"),
     };
     tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, backlog = kind, frames = first.len(), "session started");

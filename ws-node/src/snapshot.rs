@@ -137,13 +137,17 @@ fn restore_partitions(
         }
     };
     let checkpoints = loaded.checkpoints.clone();
-    // A snapshot of another canvas size is refused before anything moves: raising the positions
-    // to the checkpoints would skip that canvas's records.
-    if let Some(s) = loaded.canvases.values().map(|(_, s)| s).find(|s| s.dims != hub.dims()) {
-        tracing::error!(partitions = ?picked, canvas = %s.canvas, width = s.dims.width, height = s.dims.height,
-            "[SNAPSHOT] a snapshot of another canvas size than CANVAS_WIDTH/CANVAS_HEIGHT: not used, and the positions stay where they are");
-        return (Offsets::new(), picked);
-    }
+    // A snapshot that does not read under this node's namespaces (another canvas size, another
+    // model) is refused before anything moves: raising the positions to the checkpoints would
+    // skip that channel's records.
+    let restorable = match hub.restorable(&loaded) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(partitions = ?picked, error = %e,
+                "[SNAPSHOT] a snapshot this node's namespaces cannot read (fleet.toml, CANVAS_WIDTH/CANVAS_HEIGHT differ from the publisher's): not used, and the positions stay where they are");
+            return (Offsets::new(), picked);
+        }
+    };
     let mut positions = positions;
     if !moved_back.is_empty() {
         // Start where the snapshots cover, or the log start where their checkpoint is past the
@@ -161,7 +165,7 @@ fn restore_partitions(
         }
         positions.extend(starts);
     }
-    let restored = hub.restore(loaded.canvases.into_values().map(|(_, s)| s)).unwrap_or(0);
+    let restored = hub.restore(restorable);
     let mut raised = Offsets::new();
     for p in &picked {
         if moved_back.contains(p) {

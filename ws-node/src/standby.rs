@@ -58,8 +58,8 @@ pub fn run(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, s
                 let (p, off) = (msg.partition(), msg.offset());
                 // A partition that just moved to the node is the broadcast consumer's now.
                 if reading.contains(&p) && !hub.owned().contains(&p) {
-                    if let Err(e) = hub.apply_record(p, off, msg.payload()) {
-                        tracing::warn!(partition = p, offset = off, error = %e, "[STANDBY] skipping a record that is not a pixel event");
+                    if let Err(e) = hub.apply_record(p, off, shared::record::RecordHeaders::of(&msg), msg.payload()) {
+                        tracing::warn!(partition = p, offset = off, error = %e, "[STANDBY] skipping a record that is not a publication");
                     }
                 }
             }

@@ -48,7 +48,7 @@ async fn refuses_sessions_until_recovered_then_replays_what_it_missed() {
     // resuming one gets events.
     let mut fresh = h.connect("a", 0).await.expect("served");
     match next_frame(&mut fresh).await.unwrap() {
-        ServerMessage::Welcome { node, canvas, since: 0, epoch: Some(_) } => assert_eq!((node.as_str(), canvas.as_str()), ("ws-test", "a")),
+        ServerMessage::Welcome { node, canvas, since: 0, epoch: Some(_), .. } => assert_eq!((node.as_str(), canvas.as_deref()), ("ws-test", Some("a"))),
         other => panic!("expected a welcome naming the node and the epoch, got {other:?}"),
     }
     assert!(matches!(next(&mut fresh).await.unwrap(), ServerMessage::Snapshot { version: 5, .. }));

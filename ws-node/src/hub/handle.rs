@@ -3,6 +3,7 @@
 
 use crate::outbox::{CloseOrder, Offer, Outbox};
 use crate::state::Frame;
+use shared::protocol::FrameStyle;
 use shared::ChannelId;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -13,6 +14,8 @@ pub struct SessionHandle {
     pub id: u64,
     pub canvas: ChannelId,
     pub partition: i32,
+    /// Which frames it is sent.
+    pub style: FrameStyle,
     pub(super) out: Arc<Outbox>,
 }
 
@@ -36,10 +39,16 @@ impl Drop for SessionHandle {
 }
 
 impl SessionHandle {
-    /// A handle that lets at most `queue` frames wait, and the session task's end of it.
+    /// A handle of today's frames ([`FrameStyle::Canvas`]) that lets at most `queue` frames
+    /// wait, and the session task's end of it.
     pub fn new(id: u64, canvas: ChannelId, partition: i32, queue: usize) -> (Self, SessionRx) {
+        Self::of_style(id, canvas, partition, queue, FrameStyle::Canvas)
+    }
+
+    /// As [`SessionHandle::new`], of frames of `style`.
+    pub fn of_style(id: u64, canvas: ChannelId, partition: i32, queue: usize, style: FrameStyle) -> (Self, SessionRx) {
         let out = Arc::new(Outbox::new(queue));
-        (Self { id, canvas, partition, out: out.clone() }, SessionRx { out })
+        (Self { id, canvas, partition, style, out: out.clone() }, SessionRx { out })
     }
 
     /// Sends `frame` without waiting: written to the socket at once when it takes it, else queued.

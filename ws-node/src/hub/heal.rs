@@ -3,8 +3,38 @@
 //! while live events keep being applied and fanned out. See [`crate::heal`] for the reads.
 
 use super::Hub;
+use shared::model::State;
+use shared::record::Publication;
 use shared::replay::Offsets;
-use shared::{Canvas, ChannelId};
+use shared::ChannelId;
+
+/// A channel's state as a heal rebuilds it: a snapshot's state and the publications after it.
+#[derive(Debug, Clone)]
+pub struct Rebuilt {
+    pub state: Box<dyn State>,
+    pub version: u64,
+}
+
+impl Rebuilt {
+    /// Applies `p` if it is newer.
+    ///
+    /// # Errors
+    /// The version that was expected, when `p` skips versions (it is applied anyway).
+    pub fn apply(&mut self, p: &Publication) -> Result<(), u64> {
+        if p.version <= self.version {
+            return Ok(());
+        }
+        let expected = self.version + 1;
+        // Data the model refuses is the live state's concern too (it logs it); versions move on.
+        let _ = self.state.apply(&p.data);
+        self.version = p.version;
+        if p.version == expected {
+            Ok(())
+        } else {
+            Err(expected)
+        }
+    }
+}
 
 /// Whether a snapshot at `version` of reset `epoch` heals a canvas whose latest gap was found at
 /// version `gap` (the first version after the missing ones) and whose state is of reset
@@ -48,11 +78,6 @@ impl Hub {
         self.healed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The canvas size of this node.
-    pub fn dims(&self) -> shared::CanvasDims {
-        self.dims
-    }
-
     /// Whether `canvas` is incomplete here: its state misses versions, so it is not handed to a
     /// new session until it heals.
     pub fn is_incomplete(&self, canvas: &ChannelId) -> bool {
@@ -77,7 +102,7 @@ impl Hub {
     /// reaches the live state's version it replaces the live canvas (the recent events stay: they
     /// are the same versions), the canvas is complete again, and its sessions get the snapshot
     /// frame, as after any resync.
-    pub fn finish_heal(&self, canvas: &ChannelId, rebuilt: Option<(Canvas, u64)>) -> Result<u64, NotHealed> {
+    pub fn finish_heal(&self, canvas: &ChannelId, rebuilt: Option<(Rebuilt, u64)>) -> Result<u64, NotHealed> {
         let mut inner = self.lock();
         // Gone from `healing`: a restore or a forget replaced the state the heal started from.
         let Some(since) = inner.healing.remove(canvas) else { return Err(NotHealed::Superseded) };
@@ -87,19 +112,18 @@ impl Hub {
         if state.resets() != resets {
             return Err(NotHealed::Reset);
         }
-        for ev in &since {
-            if let shared::canvas::Applied::Gap { expected } = rebuilt.apply(ev) {
-                return Err(NotHealed::GapDuringHeal { expected, got: ev.version });
+        for p in &since {
+            if let Err(expected) = rebuilt.apply(p) {
+                return Err(NotHealed::GapDuringHeal { expected, got: p.version });
             }
         }
-        if rebuilt.version() != state.version() {
-            return Err(NotHealed::Version { rebuilt: rebuilt.version(), live: state.version() });
+        if rebuilt.version != state.version() {
+            return Err(NotHealed::Version { rebuilt: rebuilt.version, live: state.version() });
         }
-        state.replace_canvas(rebuilt);
+        state.replace_state(rebuilt.state);
         let version = state.version();
         if !channel.sessions.is_empty() {
-            let frame = state.snapshot_frame();
-            self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+            super::send_state(&self.fanout, &channel.sessions, state);
         }
         inner.incomplete.remove(canvas);
         drop(inner);
@@ -114,25 +138,29 @@ mod tests {
     use super::*;
     use crate::hub::SessionHandle;
     use crate::state::Window;
+    use shared::model::pixels::Pixels;
+    use shared::model::Model as _;
     use shared::{CanvasDims, Color, PixelEvent};
 
     fn id(s: &str) -> ChannelId {
         ChannelId::parse(s).unwrap()
     }
 
-    fn ev(v: u64) -> PixelEvent {
-        PixelEvent { canvas: id("c1"), version: v, x: (v % 4) as u32, y: (v / 4 % 4) as u32, color: Color([v as u8, 1, 2]), published_at_ms: 0 }
+    const DIMS: CanvasDims = CanvasDims { width: 4, height: 4 };
+
+    fn ev(v: u64) -> Publication {
+        PixelEvent { canvas: id("c1"), version: v, x: (v % 4) as u32, y: (v / 4 % 4) as u32, color: Color([v as u8, 1, 2]), published_at_ms: 0 }.into()
     }
 
     fn hub() -> Hub {
-        Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX })
+        Hub::new(std::sync::Arc::new(shared::namespaces::Namespaces::pixels_only(DIMS)), Window { events: 100, bytes: usize::MAX })
     }
 
     /// The publisher's canvas after versions 1..=v.
-    fn truth(v: u64) -> Canvas {
-        let mut c = Canvas::new(CanvasDims { width: 4, height: 4 });
+    fn truth(v: u64) -> Rebuilt {
+        let mut c = Rebuilt { state: Pixels { dims: DIMS }.empty(), version: 0 };
         for v in 1..=v {
-            c.apply(&ev(v));
+            c.apply(&ev(v)).unwrap();
         }
         c
     }
@@ -156,13 +184,13 @@ mod tests {
         h.apply(0, 7, &ev(8));
         let mut rebuilt = truth(5);
         for v in 6..=7 {
-            rebuilt.apply(&ev(v));
+            rebuilt.apply(&ev(v)).unwrap();
         }
         assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Ok(8));
         assert!(!h.is_incomplete(&id("c1")));
         assert_eq!(h.incomplete_canvases(10).1, 0);
         let inner = h.lock();
-        assert_eq!(inner.canvases[&id("c1")].state.as_ref().unwrap().canvas().hash(), truth(8).hash(), "the healed canvas is the publisher's");
+        assert_eq!(inner.canvases[&id("c1")].state.as_ref().unwrap().state().hash(), truth(8).state.hash(), "the healed canvas is the publisher's");
         drop(inner);
         h.fanout.settle();
         let sent = rx.out.take_waiting();
@@ -197,7 +225,7 @@ mod tests {
         h.apply(0, 10, &ev(11));
         let mut rebuilt = truth(5);
         for v in 6..=7 {
-            rebuilt.apply(&ev(v));
+            rebuilt.apply(&ev(v)).unwrap();
         }
         assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Err(NotHealed::GapDuringHeal { expected: 8, got: 11 }));
         assert_eq!(h.incomplete(), vec![(id("c1"), 11, 0)], "still incomplete, from the newer gap");
@@ -213,16 +241,17 @@ mod tests {
         h.begin_heal(&[id("c1")]);
         // A reader restores the canvas from a snapshot at version 9 meanwhile, then applies 10.
         let t9 = truth(9);
-        let snap = shared::snapshot::Snapshot { canvas: id("c1"), version: 9, epoch: 0, dims: t9.dims(), offset: 9, pixels: t9.bytes().to_vec() };
-        assert_eq!(h.restore([snap]), Ok(1));
+        let raster = t9.state.as_any().downcast_ref::<shared::model::pixels::Raster>().unwrap();
+        let snap = shared::snapshot::Snapshot { canvas: id("c1"), version: 9, epoch: 0, dims: DIMS, offset: 9, pixels: raster.bytes().to_vec() };
+        assert_eq!(h.restore_canvases([snap]), Ok(1));
         h.apply(0, 9, &ev(10));
         let mut rebuilt = truth(5);
         for v in 6..=7 {
-            rebuilt.apply(&ev(v));
+            rebuilt.apply(&ev(v)).unwrap();
         }
         assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Err(NotHealed::Superseded));
-        let hash = h.lock().canvases[&id("c1")].state.as_ref().unwrap().canvas().hash();
-        assert_eq!(hash, truth(10).hash(), "the restored canvas stays");
+        let hash = h.lock().canvases[&id("c1")].state.as_ref().unwrap().state().hash();
+        assert_eq!(hash, truth(10).state.hash(), "the restored canvas stays");
         assert!(h.lock().healing.is_empty(), "no events kept after a heal ends");
     }
 

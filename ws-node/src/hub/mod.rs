@@ -31,15 +31,21 @@ mod restore;
 
 pub use crate::outbox::CloseOrder;
 pub use handle::{SessionHandle, SessionRx};
-pub use heal::{heals, NotHealed};
+pub use heal::{heals, NotHealed, Rebuilt};
+pub use restore::Restorable;
 
 use crate::fanout::Fanout;
 use crate::ownership::Ownership;
 use crate::progress::Sampler;
-use crate::state::{Backlog, CanvasState, Window};
+use crate::state::{Backlog, ChannelState, Frame, Window};
 use shared::epoch::{self, Epoch};
+use shared::model::Model;
+use shared::namespaces::Namespaces;
+use shared::protocol::FrameStyle;
+use shared::record::{DecodeError, Publication, RecordHeaders};
 use shared::replay::Offsets;
-use shared::{Canvas, CanvasDims, ChannelId, PixelEvent};
+use shared::ChannelId;
+use std::sync::Arc;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -48,11 +54,11 @@ use tokio::sync::Notify;
 
 pub use crate::ownership::Refusal;
 
-/// A canvas on this node: its state once it has an event or a snapshot (a canvas with neither is
-/// blank: its sessions share the hub's one blank canvas, and it is forgotten when its last session
-/// ends), and its sessions.
+/// A channel on this node: its state once it has a publication or a snapshot (a channel with
+/// neither is blank: its sessions are sent its model's empty state, and it is forgotten when its
+/// last session ends), and its sessions.
 struct Channel {
-    state: Option<CanvasState>,
+    state: Option<ChannelState>,
     sessions: Vec<SessionHandle>,
 }
 
@@ -66,7 +72,7 @@ struct Inner {
     /// after their latest gap (a snapshot at or past the version before it covers the gap).
     incomplete: BTreeMap<ChannelId, u64>,
     /// Canvases a heal is rebuilding ([`heal`]): the events applied to them since it started.
-    healing: HashMap<ChannelId, Vec<PixelEvent>>,
+    healing: HashMap<ChannelId, Vec<Publication>>,
 }
 
 /// What a new session is sent before live events.
@@ -82,12 +88,11 @@ pub struct Start {
 
 /// Canvas states, sessions, positions and ownership of one node.
 pub struct Hub {
-    dims: CanvasDims,
+    /// The namespaces: each channel's model.
+    namespaces: Arc<Namespaces>,
     /// The events topic's ID (the topic half of every canvas's epoch); the zero ID until learned.
     topic_id: Mutex<String>,
     window: Window,
-    /// The one blank canvas every session on a canvas without events is served from.
-    blank: Canvas,
     inner: Mutex<Inner>,
     applied: Notify,
     open_sessions: AtomicUsize,
@@ -110,16 +115,24 @@ pub struct Hub {
     pub counters: crate::counters::Counters,
     /// Readable ends, polls, rebalances and how long positions stand ([`crate::progress`]).
     pub sampler: Sampler,
+    /// Records read and their namespaces fingerprints ([`crate::counters::Formats`]).
+    pub formats: crate::counters::Formats,
+    /// Why the node must stop (a record of a format it does not read), once set; the node's run
+    /// loop waits on [`Hub::stopping`].
+    fatal: Mutex<Option<String>>,
+    /// Woken when `fatal` is set.
+    pub stopping: Notify,
 }
 
 impl Hub {
-    /// An empty hub: canvases of `dims`, keeping what `window` allows of their recent events.
-    pub fn new(dims: CanvasDims, window: Window) -> Self {
+    /// An empty hub: channels of `namespaces`, keeping what `window` allows of their recent
+    /// publications.
+    pub fn new(namespaces: Arc<Namespaces>, window: Window) -> Self {
+        let formats = crate::counters::Formats::new(namespaces.fingerprint());
         Self {
-            dims,
+            namespaces,
             topic_id: Mutex::new(epoch::ZERO_TOPIC_ID.to_owned()),
             window,
-            blank: Canvas::new(dims),
             inner: Mutex::new(Inner { canvases: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeMap::new(), healing: HashMap::new() }),
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
@@ -132,7 +145,41 @@ impl Hub {
             history_changes: AtomicU64::new(0),
             counters: crate::counters::Counters::default(),
             sampler: Sampler::default(),
+            formats,
+            fatal: Mutex::new(None),
+            stopping: Notify::new(),
         }
+    }
+
+    /// The namespaces.
+    pub fn namespaces(&self) -> &Namespaces {
+        &self.namespaces
+    }
+
+    /// The model of `channel`: its namespace's, or, for a namespace this node does not know (a
+    /// publisher configured with more), `stream`, which keeps versions without reading data.
+    pub fn model_of(&self, channel: &ChannelId) -> &dyn Model {
+        match self.namespaces.of(channel) {
+            Ok(ns) => ns.model.as_ref(),
+            Err(_) => &shared::model::stream::Stream,
+        }
+    }
+
+    /// Why the node must stop, once a reader met a record it must not skip.
+    pub fn fatal(&self) -> Option<String> {
+        self.fatal.lock().expect("fatal lock").clone()
+    }
+
+    /// Stops applying records, for `why` (the first reason is kept), and wakes the run loop.
+    fn stop_applying(&self, why: String) {
+        let mut fatal = self.fatal.lock().expect("fatal lock");
+        if fatal.is_none() {
+            tracing::error!(reason = %why, "[NODE] stopping: a record this node cannot read without skipping versions");
+            *fatal = Some(why);
+        }
+        drop(fatal);
+        self.stopping.notify_waiters();
+        self.stopping.notify_one();
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -140,57 +187,75 @@ impl Hub {
         self.inner.lock().expect("hub lock poisoned")
     }
 
-    /// Applies the record at `offset` of `partition` and fans the event out to the canvas's
-    /// sessions when it is new and this node owns (or holds) the partition and is not handing it
-    /// over.
-    pub fn apply(&self, partition: i32, offset: i64, ev: &PixelEvent) {
-        self.apply_quietly(partition, offset, ev);
+    /// Applies the publication of the record at `offset` of `partition` and fans it out to the
+    /// channel's sessions when it is new and this node owns (or holds) the partition and is not
+    /// handing it over.
+    pub fn apply(&self, partition: i32, offset: i64, p: &Publication) {
+        self.apply_quietly(partition, offset, p);
         self.fanout.write_pending();
     }
 
     /// [`Hub::apply`] without writing: the frame is queued for the next
     /// [`crate::fanout::Fanout::write_pending`].
-    fn apply_quietly(&self, partition: i32, offset: i64, ev: &PixelEvent) {
+    fn apply_quietly(&self, partition: i32, offset: i64, p: &Publication) {
+        let model = self.model_of(&p.channel);
         let mut inner = self.lock();
         let pos = inner.positions.entry(partition).or_insert(offset + 1);
         *pos = (*pos).max(offset + 1);
         let live = inner.own.live(partition);
-        let (dims, window) = (self.dims, self.window);
-        // Looked up before inserting: the id is cloned only for a canvas new to the node.
-        if !inner.canvases.contains_key(&ev.canvas) {
-            inner.canvases.insert(ev.canvas.clone(), Channel { state: None, sessions: Vec::new() });
+        let window = self.window;
+        // Looked up before inserting: the id is cloned only for a channel new to the node.
+        if !inner.canvases.contains_key(&p.channel) {
+            inner.canvases.insert(p.channel.clone(), Channel { state: None, sessions: Vec::new() });
         }
-        let channel = inner.canvases.get_mut(&ev.canvas).expect("present or just inserted");
-        let state = channel.state.get_or_insert_with(|| CanvasState::new(ev.canvas.as_str(), dims, window));
+        let channel = inner.canvases.get_mut(&p.channel).expect("present or just inserted");
+        let state = channel.state.get_or_insert_with(|| ChannelState::new(p.channel.as_str(), model, window));
         let before = state.version();
-        let Some(frame) = state.apply(ev) else { return };
-        if ev.version > before + 1 {
-            inner.incomplete.insert(ev.canvas.clone(), ev.version);
+        let Some(frame) = state.apply(p) else { return };
+        if p.version > before + 1 {
+            inner.incomplete.insert(p.channel.clone(), p.version);
         }
         if !inner.healing.is_empty() {
-            if let Some(buffer) = inner.healing.get_mut(&ev.canvas) {
-                buffer.push(ev.clone());
+            if let Some(buffer) = inner.healing.get_mut(&p.channel) {
+                buffer.push(p.clone());
             }
         }
-        let channel = inner.canvases.get_mut(&ev.canvas).expect("the channel just applied");
+        let channel = inner.canvases.get_mut(&p.channel).expect("the channel just applied");
         if live && !channel.sessions.is_empty() {
             // Written after the hub lock is released, in apply order, to the sessions registered now.
             self.counters.delivered(channel.sessions.len(), channel.sessions.len() * frame.byte_len());
-            self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+            self.fan_out(&channel.sessions, frame, || crate::state::event_of(p));
         }
         drop(inner);
         self.applied.notify_waiters();
     }
 
-    /// Applies every event of the record at `offset` of `partition` (one event, or a canvas's
-    /// group; see [`PixelEvent::decode_record`]) as [`Hub::apply`] does, and writes their frames
+    /// Queues `frame` for `sessions` of the channel style, and `canvas_frame()` (today's frame of
+    /// the same thing, made only when some session needs it) for those of today's style.
+    fn fan_out(&self, sessions: &[SessionHandle], frame: Frame, canvas_frame: impl FnOnce() -> Option<Frame>) {
+        if sessions.iter().all(|s| s.style == FrameStyle::Channel) {
+            self.fanout.send(sessions.iter().map(|s| s.out.clone()).collect(), frame);
+            return;
+        }
+        let (channel, canvas): (Vec<_>, Vec<_>) = sessions.iter().partition(|s| s.style == FrameStyle::Channel);
+        if !channel.is_empty() {
+            self.fanout.send(channel.iter().map(|s| s.out.clone()).collect(), frame);
+        }
+        if let Some(f) = canvas_frame() {
+            self.fanout.send(canvas.iter().map(|s| s.out.clone()).collect(), f);
+        }
+    }
+
+    /// Applies every publication of the record at `offset` of `partition` (one, or a channel's
+    /// group; see [`Publication::decode_record`]) as [`Hub::apply`] does, and writes their frames
     /// together (one write per session).
     ///
     /// # Errors
-    /// When the value is not a pixel event or a group of them: the record is skipped
-    /// ([`Hub::skip`]) and the error returned for the caller's log.
-    pub fn apply_record(&self, partition: i32, offset: i64, value: Option<&[u8]>) -> Result<(), shared::event::DecodeError> {
-        let r = self.queue_record(partition, offset, value);
+    /// When the value is not a publication or a group of them: the record is skipped
+    /// ([`Hub::skip`]) and the error returned for the caller's log. A record of a later format is
+    /// not skipped: the hub stops applying records and the node stops ([`Hub::fatal`]).
+    pub fn apply_record(&self, partition: i32, offset: i64, headers: RecordHeaders<'_>, value: Option<&[u8]>) -> Result<(), DecodeError> {
+        let r = self.queue_record(partition, offset, headers, value);
         // A group's frames leave together: one write per session.
         self.write_queued();
         r
@@ -201,13 +266,21 @@ impl Hub {
     ///
     /// # Errors
     /// As [`Hub::apply_record`].
-    pub fn queue_record(&self, partition: i32, offset: i64, value: Option<&[u8]>) -> Result<(), shared::event::DecodeError> {
-        match PixelEvent::decode_record(value) {
-            Ok(events) => {
-                for ev in &events {
-                    self.apply_quietly(partition, offset, ev);
+    pub fn queue_record(&self, partition: i32, offset: i64, headers: RecordHeaders<'_>, value: Option<&[u8]>) -> Result<(), DecodeError> {
+        if let Some(why) = self.fatal() {
+            return Err(DecodeError::Stopped(why));
+        }
+        self.formats.read(headers.namespaces);
+        match Publication::decode_record(headers.format, value) {
+            Ok(pubs) => {
+                for p in &pubs {
+                    self.apply_quietly(partition, offset, p);
                 }
                 Ok(())
+            }
+            Err(e @ DecodeError::NewerFormat(_)) => {
+                self.stop_applying(format!("the record at partition {partition} offset {offset}: {e}"));
+                Err(e)
             }
             Err(e) => {
                 self.skip(partition, offset);
@@ -394,7 +467,7 @@ impl Hub {
 
     /// The version of `canvas` in this node's state (0 when it has none).
     pub fn version_of(&self, canvas: &ChannelId) -> u64 {
-        self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::version)
+        self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, ChannelState::version)
     }
 
     /// Waits until the state of `canvas` reaches `since`, at most `timeout`. Returns the version.
@@ -434,7 +507,7 @@ impl Hub {
     /// The current epoch of `canvas`'s stream.
     pub fn epoch_of(&self, canvas: &ChannelId) -> Epoch {
         let topic = self.topic_id();
-        let resets = self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, CanvasState::resets);
+        let resets = self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, ChannelState::resets);
         Epoch::of(&topic, resets)
     }
 
@@ -459,13 +532,13 @@ impl Hub {
         let mut inner = self.lock();
         inner.own.admits(handle.partition)?;
         let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
-        let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, CanvasState::resets));
+        let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, ChannelState::resets));
         let since = epoch::resume_after(since, epoch, &current);
         // A client naming the current epoch holds version `since` of this history, 0 included.
         let holds = epoch == Some(&current);
         let backlog = match &channel.state {
-            Some(state) => state.backlog(since, holds),
-            None => crate::state::blank_backlog(handle.canvas.as_str(), &self.blank, since, holds),
+            Some(state) => state.backlog(since, holds, handle.style),
+            None => crate::state::blank_backlog(handle.canvas.as_str(), self.model_of(&handle.canvas).empty().as_ref(), since, holds, handle.style),
         };
         match backlog {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
@@ -531,7 +604,7 @@ impl Hub {
 
     /// Bytes of recent events held over every canvas.
     pub fn recent_bytes(&self) -> usize {
-        self.lock().canvases.values().filter_map(|c| c.state.as_ref()).map(CanvasState::recent_bytes).sum()
+        self.lock().canvases.values().filter_map(|c| c.state.as_ref()).map(ChannelState::recent_bytes).sum()
     }
 }
 
@@ -541,6 +614,16 @@ pub struct SessionGuard<'a>(&'a AtomicUsize);
 impl Drop for SessionGuard<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Queues the state frame of `state` for `sessions`, each in its style.
+fn send_state(fanout: &Fanout, sessions: &[SessionHandle], state: &ChannelState) {
+    for style in [FrameStyle::Channel, FrameStyle::Canvas] {
+        let outs: Vec<_> = sessions.iter().filter(|s| s.style == style).map(|s| s.out.clone()).collect();
+        if !outs.is_empty() {
+            fanout.send(outs, state.snapshot_frame(style));
+        }
     }
 }
 
@@ -564,14 +647,29 @@ mod tests {
     use super::*;
     use crate::state::Frame;
     use shared::protocol::{close, ServerMessage};
-    use shared::Color;
+    use shared::{CanvasDims, Color, PixelEvent};
 
     fn id(s: &str) -> ChannelId {
         ChannelId::parse(s).unwrap()
     }
 
-    fn ev(canvas: &str, v: u64) -> PixelEvent {
+    fn pixel(canvas: &str, v: u64) -> PixelEvent {
         PixelEvent { canvas: id(canvas), version: v, x: 0, y: 0, color: Color([0, 0, 0]), published_at_ms: 0 }
+    }
+
+    fn ev(canvas: &str, v: u64) -> Publication {
+        pixel(canvas, v).into()
+    }
+
+    impl Hub {
+        /// Restores today's canvas snapshots, as a snapshot load does.
+        pub(crate) fn restore_canvases(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> Result<u64, String> {
+            let mut loaded = shared::snapshot::Loaded::default();
+            for s in snapshots {
+                loaded.add(0, shared::snapshot::Entry::Canvas(s));
+            }
+            Ok(self.restore(self.restorable(&loaded)?))
+        }
     }
 
     fn version_of_frame(f: &Frame) -> u64 {
@@ -596,7 +694,7 @@ mod tests {
     }
 
     fn hub() -> Hub {
-        Hub::new(CanvasDims { width: 4, height: 4 }, Window { events: 100, bytes: usize::MAX })
+        Hub::new(Arc::new(Namespaces::pixels_only(CanvasDims { width: 4, height: 4 })), Window { events: 100, bytes: usize::MAX })
     }
 
     #[test]
@@ -626,10 +724,10 @@ mod tests {
         h.assign(&[0]);
         let (handle, rx) = SessionHandle::new(1, id("c1"), 0, 16);
         h.subscribe(handle, 0).unwrap();
-        let group = PixelEvent::record_value(&[ev("c1", 1), ev("c1", 2), ev("c1", 3)]);
-        h.apply_record(0, 0, Some(group.as_bytes())).unwrap();
-        assert!(h.apply_record(0, 1, Some(b"[]")).is_err(), "an empty group is not a record of ours");
-        h.apply_record(0, 2, Some(ev("c1", 4).to_json().as_bytes())).unwrap();
+        let group = PixelEvent::record_value(&[pixel("c1", 1), pixel("c1", 2), pixel("c1", 3)]);
+        h.apply_record(0, 0, RecordHeaders::NONE, Some(group.as_bytes())).unwrap();
+        assert!(h.apply_record(0, 1, RecordHeaders::NONE, Some(b"[]")).is_err(), "an empty group is not a record of ours");
+        h.apply_record(0, 2, RecordHeaders::NONE, Some(pixel("c1", 4).to_json().as_bytes())).unwrap();
         h.fanout.settle();
         let seen: Vec<u64> = rx.out.take_waiting().iter().skip_while(|w| w[0] != 0x81).map(version_of_wire).collect();
         assert_eq!(seen, vec![1, 2, 3, 4]);
@@ -699,6 +797,7 @@ mod tests {
         match b {
             Backlog::Events(fs) => ("events", fs.iter().map(version_of_frame).collect()),
             Backlog::Snapshot { version, .. } => ("snapshot", vec![*version]),
+            Backlog::Reset { version, .. } => ("reset", vec![*version]),
             Backlog::Behind { have } => ("behind", vec![*have]),
         }
     }
@@ -755,10 +854,10 @@ mod tests {
             offset: 0,
             pixels: vec![7; dims.byte_len()],
         };
-        assert_eq!(h.restore([snap(4, 0)]), Ok(0), "an older snapshot of the same reset is not used");
-        assert_eq!(h.restore([snap(2, 1)]), Ok(1), "a snapshot of a later reset replaces the state, even at a lower version");
+        assert_eq!(h.restore_canvases([snap(4, 0)]), Ok(0), "an older snapshot of the same reset is not used");
+        assert_eq!(h.restore_canvases([snap(2, 1)]), Ok(1), "a snapshot of a later reset replaces the state, even at a lower version");
         assert_eq!((h.version_of(&id("c1")), h.epoch_of(&id("c1"))), (2, Epoch::of("T", 1)));
-        assert_eq!(h.restore([snap(9, 0)]), Ok(0), "nothing of an earlier reset replaces it");
+        assert_eq!(h.restore_canvases([snap(9, 0)]), Ok(0), "nothing of an earlier reset replaces it");
         // A client still on reset 0 at version 5 gets the snapshot; one on reset 1 resumes.
         let (a, _ra) = SessionHandle::new(1, id("c1"), 0, 16);
         assert_eq!(served(&h.subscribe_at(a, 5, Some(&Epoch::of("T", 0))).unwrap().backlog), ("snapshot", vec![2]));
@@ -773,7 +872,7 @@ mod tests {
         let snap = |canvas: &str, dims: CanvasDims| shared::snapshot::Snapshot { canvas: id(canvas), version: 3, epoch: 0, dims, offset: 9, pixels: vec![7; dims.byte_len()] };
         let ours = snap("a", CanvasDims { width: 4, height: 4 });
         let other = snap("b", CanvasDims { width: 8, height: 4 });
-        let e = h.restore([ours, other]).unwrap_err();
+        let e = h.restore_canvases([ours, other]).unwrap_err();
         assert!(e.contains("8x4") && e.contains("4x4"), "{e}");
         assert_eq!((h.version_of(&id("a")), h.version_of(&id("b"))), (0, 0), "nothing restored: the caller keeps its positions");
     }

@@ -2,8 +2,13 @@
 //! the canvases whose versions skipped.
 
 use super::{Channel, Hub, SessionHandle};
-use crate::state::CanvasState;
+use crate::state::ChannelState;
+use shared::model::pixels::Raster;
+use shared::model::stream::Stream;
+use shared::model::{Model as _, ModelKind, State};
 use shared::replay::Offsets;
+use shared::snapshot::Loaded;
+use shared::ChannelId;
 use std::sync::atomic::Ordering;
 
 /// The position a partition's state may take when its reader stands at `read` (past records and
@@ -15,45 +20,84 @@ pub fn past_end_marker(position: i64, seen: i64, read: i64, end: i64) -> Option<
     (position == seen && read == end && read > position).then_some(read)
 }
 
+/// A snapshot read under this node's namespaces: what [`Hub::restore`] restores.
+#[derive(Debug, Clone)]
+pub struct Restorable {
+    pub channel: ChannelId,
+    pub version: u64,
+    /// The channel's reset counter.
+    pub epoch: u64,
+    /// The events-topic offset after the last record it reflects.
+    pub offset: i64,
+    pub kind: ModelKind,
+    pub state: Box<dyn State>,
+}
+
 impl Hub {
-    /// Restores canvases from their snapshots where a snapshot is newer than the state. Sessions
-    /// already on a restored canvas get the snapshot frame, as after any resync. Returns how many
-    /// canvases were restored.
+    /// The snapshots of `loaded` as states of this node's namespaces. A channel of a namespace
+    /// this node does not know is restored as a `stream` (its versions, not its data).
     ///
     /// # Errors
-    /// A snapshot of another canvas size than this node's (CANVAS_WIDTH/CANVAS_HEIGHT differ from
-    /// the publisher's), as the publisher refuses it: nothing is restored, and the caller must not
-    /// move its positions to the snapshots' checkpoints (that canvas's records would be skipped).
-    pub fn restore(&self, snapshots: impl IntoIterator<Item = shared::snapshot::Snapshot>) -> Result<u64, String> {
-        let snapshots: Vec<shared::snapshot::Snapshot> = snapshots.into_iter().collect();
-        if let Some(s) = snapshots.iter().find(|s| s.dims != self.dims) {
-            return Err(format!(
-                "the snapshot of {} is {}x{}, not CANVAS_WIDTH x CANVAS_HEIGHT {}x{} (this node's size differs from the publisher's)",
-                s.canvas, s.dims.width, s.dims.height, self.dims.width, self.dims.height
-            ));
+    /// A snapshot that does not read under its namespace (a canvas of another size, another
+    /// model: the publisher's namespaces differ from this node's), naming it: nothing may be
+    /// restored, and the caller must not move its positions to the snapshots' checkpoints (that
+    /// channel's records would be skipped).
+    pub fn restorable(&self, loaded: &Loaded) -> Result<Vec<Restorable>, String> {
+        let mut out = Vec::with_capacity(loaded.canvases.len() + loaded.channels.len());
+        for (_, s) in loaded.canvases.values() {
+            let state = match self.namespaces().of(&s.canvas) {
+                Ok(ns) if ns.dims() == Some(s.dims) => {
+                    Box::new(Raster::from_bytes(s.dims, s.pixels.clone()).expect("decode checked the pixel length")) as Box<dyn State>
+                }
+                Ok(ns) => match ns.dims() {
+                    Some(d) => {
+                        return Err(format!(
+                            "the snapshot of {} is {}x{}, not its namespace's canvas size {}x{} (this node's size differs from the publisher's)",
+                            s.canvas, s.dims.width, s.dims.height, d.width, d.height
+                        ))
+                    }
+                    None => return Err(format!("the snapshot of {} is a canvas, but its namespace's model is {}", s.canvas, ns.kind())),
+                },
+                Err(_) => Stream.empty(),
+            };
+            let kind = state_kind(self, &s.canvas);
+            out.push(Restorable { channel: s.canvas.clone(), version: s.version, epoch: s.epoch, offset: s.offset, kind, state });
         }
+        for (_, s) in loaded.channels.values() {
+            let state = match self.namespaces().of(&s.channel) {
+                Ok(ns) => s.state(ns.model.as_ref()).map_err(|e| format!("the snapshot of {}: {e}", s.channel))?,
+                Err(_) => Stream.empty(),
+            };
+            let kind = state_kind(self, &s.channel);
+            out.push(Restorable { channel: s.channel.clone(), version: s.version, epoch: s.epoch, offset: s.offset, kind, state });
+        }
+        Ok(out)
+    }
+
+    /// Restores channels from their snapshots where a snapshot is newer than the state. Sessions
+    /// already on a restored channel get the state frame, as after any resync. Returns how many
+    /// channels were restored.
+    pub fn restore(&self, snapshots: impl IntoIterator<Item = Restorable>) -> u64 {
         let mut restored = 0;
         let mut inner = self.lock();
         for snap in snapshots {
             let window = self.window;
-            let channel = inner.canvases.entry(snap.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+            let channel = inner.canvases.entry(snap.channel.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
             // A later reset is newer whatever its version; within one, the higher version.
             if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
             }
-            let state = channel.state.insert(CanvasState::restored(snap.canvas.as_str(), snap.to_canvas(), snap.epoch, window));
+            let state = channel.state.insert(ChannelState::restored(snap.channel.as_str(), snap.kind, snap.state, snap.version, snap.epoch, window));
             restored += 1;
-            let canvas = snap.canvas.clone();
             if !channel.sessions.is_empty() {
-                let frame = state.snapshot_frame();
-                self.fanout.send(channel.sessions.iter().map(|s| s.out.clone()).collect(), frame);
+                super::send_state(&self.fanout, &channel.sessions, state);
             }
-            inner.incomplete.remove(&canvas);
-            inner.healing.remove(&canvas);
+            inner.incomplete.remove(&snap.channel);
+            inner.healing.remove(&snap.channel);
         }
         drop(inner);
         self.fanout.write_pending();
-        Ok(restored)
+        restored
     }
 
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
@@ -183,4 +227,9 @@ mod tests {
             assert_eq!(past_end_marker(position, seen, read, end), want, "position {position}, seen {seen}, read {read}, end {end}");
         }
     }
+}
+
+/// The model kind `channel` is kept under here ([`Hub::model_of`]).
+fn state_kind(hub: &Hub, channel: &ChannelId) -> ModelKind {
+    hub.model_of(channel).kind()
 }
