@@ -142,6 +142,14 @@ pub(crate) fn publish_error(e: PublishError) -> ApiError {
         }
         PublishError::CanvasLimit { .. } => ApiError::conflict("canvas_limit", e.to_string()),
         PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
+        PublishError::UnknownNamespace(_) => ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()),
+        PublishError::InvalidData(_) => {
+            let mut a = ApiError::new(StatusCode::BAD_REQUEST, "invalid_data", e.to_string());
+            a.body.field = Some("data".into());
+            a
+        }
+        PublishError::DataTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "data_too_large", e.to_string()),
+        PublishError::StateTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "state_too_large", e.to_string()),
     }
 }
 
@@ -181,6 +189,7 @@ async fn post_pixel<L: EventLog>(
 ) -> Result<Response, ApiError> {
     allow(auth.grant(&headers)?.as_ref(), &canvas)?;
     let req: PixelRequest = parse_json(&body)?;
+    pixels_dims(v.namespaces(), &canvas)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {
@@ -229,7 +238,8 @@ async fn post_batch<L: EventLog>(
     for e in &req.events {
         allow(grant.as_ref(), &e.canvas)?;
     }
-    check_batch(&req, v.dims())?;
+    let spaces = v.namespaces().clone();
+    check_batch(&req, |c| pixels_dims(&spaces, c))?;
     if let Some(e) = v.not_writable() {
         return Err(publish_error(e));
     }
@@ -251,13 +261,26 @@ async fn post_batch<L: EventLog>(
     Ok(resp)
 }
 
-/// Checks a parsed batch against what `POST /pixels` accepts on a canvas of `dims`: 1 to
-/// [`MAX_BATCH_EVENTS`] events, every pixel on the canvas, every `idempotency_key` valid and none
-/// used twice. Pure, so the fuzz targets and property tests check exactly what the route does.
+/// The canvas size of `canvas`'s namespace, for the pixel routes.
 ///
 /// # Errors
-/// 400 `invalid_field` naming the first event at fault (e.g. `events[3].x`), or `events`.
-pub fn check_batch(req: &BatchRequest, dims: shared::CanvasDims) -> Result<(), ApiError> {
+/// 400 `unknown_namespace`, or 400 naming `canvas` when its namespace is not a `pixels` one.
+pub fn pixels_dims(spaces: &shared::namespaces::Namespaces, canvas: &ChannelId) -> Result<shared::CanvasDims, ApiError> {
+    let ns = spaces.of(canvas).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()))?;
+    ns.dims().ok_or_else(|| {
+        ApiError::field("canvas", format!("{canvas} is a {} channel: publish to it with POST /channels/{{id}}/publications", ns.kind()))
+    })
+}
+
+/// Checks a parsed batch against what `POST /pixels` accepts, each canvas of the size
+/// `dims_of` gives: 1 to [`MAX_BATCH_EVENTS`] events, every pixel on its canvas, every
+/// `idempotency_key` valid and none used twice. Pure, so the fuzz targets and property tests
+/// check exactly what the route does.
+///
+/// # Errors
+/// 400 `invalid_field` naming the first event at fault (e.g. `events[3].x`), or `events`; the
+/// error `dims_of` gives for an event's canvas (its `field` then names the event's `canvas`).
+pub fn check_batch(req: &BatchRequest, dims_of: impl Fn(&ChannelId) -> Result<shared::CanvasDims, ApiError>) -> Result<(), ApiError> {
     if req.events.is_empty() {
         return Err(ApiError::field("events", "at least one event is needed"));
     }
@@ -265,6 +288,10 @@ pub fn check_batch(req: &BatchRequest, dims: shared::CanvasDims) -> Result<(), A
         return Err(ApiError::field("events", format!("at most {MAX_BATCH_EVENTS} events per request")));
     }
     for (i, e) in req.events.iter().enumerate() {
+        let dims = dims_of(&e.canvas).map_err(|mut err| {
+            err.body.field = Some(format!("events[{i}].canvas"));
+            err
+        })?;
         if e.x >= dims.width {
             return Err(ApiError::field(format!("events[{i}].x"), format!("x must be below {}", dims.width)));
         }
@@ -378,8 +405,10 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
             "near": v.canvas_count() as f64 >= 0.9 * v.max_canvases() as f64,
         }),
         "partitions": v.partitions(),
-        "width": v.dims().width,
-        "height": v.dims().height,
+        // The default namespace's canvas size (when it is a pixels one).
+        "width": v.namespaces().default_namespace().dims().map(|d| d.width),
+        "height": v.namespaces().default_namespace().dims().map(|d| d.height),
+        "namespaces_fingerprint": v.namespaces().fingerprint(),
     }))
     .into_response()
 }
@@ -389,7 +418,7 @@ async fn metrics<L: EventLog>(State(v): State<Arc<Versions<L>>>, headers: Header
 }
 
 /// Counts a single publish's answer (`POST /canvases/{id}/pixels`) by its status.
-async fn count_publish<L: EventLog>(State(v): State<Arc<Versions<L>>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+pub(crate) async fn count_publish<L: EventLog>(State(v): State<Arc<Versions<L>>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
     let resp = next.run(req).await;
     v.counters().metrics.published("single", resp.status().as_u16());
     resp
@@ -431,6 +460,7 @@ pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<Clien
         )
         .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/canvases/{id}", get(get_canvas::<L>))
+        .merge(crate::channels_api::routes(versions.clone(), limiter.clone()))
         .route("/health", get(health::<L>))
         .route("/metrics", get(metrics::<L>))
         // The orchestrators' probes ([`shared::probe`]); `/ready` is `/readyz` under its old name.
@@ -613,7 +643,7 @@ mod tests {
     async fn a_start_held_by_an_open_transaction_names_it_in_ready_and_health() {
         let (app, v) = make_app(Fate::Commit, false).await;
         let stray = shared::PixelEvent { canvas: shared::ChannelId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: shared::Color([9, 9, 9]), published_at_ms: 0 };
-        v.log.open_foreign(4, vec![(stray, None)]);
+        v.log.open_foreign(4, vec![(stray.into(), None)]);
         assert!(v.rebuild().await.is_err());
         let (s, j, _) = call(&app, "GET", "/ready", Body::empty()).await;
         let message = j["message"].as_str().unwrap_or_default();
@@ -779,7 +809,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         assert_eq!(v.log.events_of("c2"), vec![1, 2]);
         // Each event is the pixel the request named, at the version answered.
-        let xs: Vec<u32> = v.log.committed().into_iter().flatten().filter(|(e, _)| e.canvas.as_str() == "c1").map(|(e, _)| e.x).collect();
+        let xs: Vec<u32> = v.log.committed().into_iter().flatten().filter(|(e, _)| e.channel.as_str() == "c1").map(|(e, _)| e.paint().unwrap().x).collect();
         assert_eq!(xs, vec![0, 2, 3]);
         // The same batch again continues the versions (and a body over the single route's 4 KiB is fine).
         let many: Vec<serde_json::Value> = (0..200).map(|i| ev("c3", i % 64)).collect();

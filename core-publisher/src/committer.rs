@@ -488,7 +488,7 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
     for ((_, u), slots) in batch.units.into_iter().zip(placed) {
         let published: Vec<Published> = slots
             .iter()
-            .map(|(record, ev)| Published { canvas: ev.canvas.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
+            .map(|(record, ev)| Published { canvas: ev.channel.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
             .collect();
         for ((p, pb), (_, ev)) in u.events.iter().zip(&published).zip(slots) {
             if let Some(k) = &p.key {
@@ -519,8 +519,8 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
                 for (r, o) in records.iter().zip(&offsets) {
                     for (e, k) in r.events.iter().zip(&r.keys) {
                         if let Some(k) = k {
-                            let fp = Fingerprint { canvas: e.canvas.clone(), x: e.x, y: e.y, color: e.color };
-                            keys.learn(k, fp, Published { canvas: e.canvas.clone(), version: e.version, partition: r.partition, offset: *o }, e.published_at_ms, now_ms);
+                            let fp = Fingerprint::of(&e.channel, &e.data);
+                            keys.learn(k, fp, Published { canvas: e.channel.clone(), version: e.version, partition: r.partition, offset: *o }, e.published_at_ms, now_ms);
                         }
                     }
                 }

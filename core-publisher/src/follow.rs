@@ -22,13 +22,14 @@
 
 use crate::idempotency::KeyStore;
 use crate::log::{EventLog, LoggedEvent, ReadError, Tail};
-use crate::partition::{key_entries, Partition};
+use crate::heads;
+use crate::partition::Partition;
 use crate::rebuild::{read_heads_now, RebuildError, Restored};
 use crate::types::{Fingerprint, Published};
-use shared::canvas::Applied;
+use shared::namespaces::Namespaces;
 use shared::replay::Offsets;
 use shared::snapshot::Loaded;
-use shared::{Canvas, CanvasDims, ChannelId};
+use shared::ChannelId;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -76,7 +77,7 @@ struct Track {
 
 /// The standby's reading of the log.
 pub struct Follower {
-    dims: CanvasDims,
+    namespaces: Arc<Namespaces>,
     pub(crate) partitions: Vec<Arc<Partition>>,
     tracks: Vec<Track>,
     snapshot_positions: Offsets,
@@ -87,7 +88,7 @@ pub struct Follower {
 
 /// The events of one read on, applied as they stream in.
 struct Applier {
-    dims: CanvasDims,
+    namespaces: Arc<Namespaces>,
     partitions: Vec<Arc<Partition>>,
     tracks: Vec<Track>,
     incomplete: Vec<ChannelId>,
@@ -102,39 +103,36 @@ impl Applier {
         let (Some(part), Some(track)) = (self.partitions.get(p), self.tracks.get_mut(p)) else { return };
         let ev = &le.event;
         if let Some(k) = &le.idempotency_key {
-            let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
-            let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+            let fp = Fingerprint::of(&ev.channel, &ev.data);
+            let published = Published { canvas: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
             self.keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
         }
-        let (dims, now) = (self.dims, self.now);
+        let (namespaces, now) = (self.namespaces.clone(), self.now);
         let gap = part.with_book(|book| {
-            let head = book.heads.entry(ev.canvas.clone()).or_insert_with(|| Canvas::new(dims));
-            let applied = head.apply(ev);
-            if applied == Applied::Duplicate {
+            let before = book.heads.get(&ev.channel).map_or(0, |h| h.version);
+            if ev.version <= before {
                 return None;
             }
-            let recent = track.recent.entry(ev.canvas.clone()).or_default();
+            heads::apply(&mut book.heads, &namespaces, ev, le.offset);
+            let recent = track.recent.entry(ev.channel.clone()).or_default();
             if recent.back().is_none_or(|(o, _)| *o != le.offset) {
                 recent.push_back((le.offset, now));
-                book.coverage.recorded(&ev.canvas, le.offset, now);
+                book.coverage.recorded(&ev.channel, le.offset, now);
             }
             if let Some(k) = &le.idempotency_key {
                 if le.offset >= track.checkpoint {
-                    book.keys.record(le.offset, key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset));
+                    book.keys.record(le.offset, heads::key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset));
                 }
             }
             book.end = book.end.max(le.offset + 1);
-            match applied {
-                Applied::Gap { expected } => Some(expected),
-                _ => None,
-            }
+            (ev.version > before + 1).then_some(before + 1)
         });
         self.events += 1;
         if let Some(expected) = gap {
-            tracing::error!(canvas = %ev.canvas, expected, got = ev.version, partition = le.partition, offset = le.offset,
+            tracing::error!(canvas = %ev.channel, expected, got = ev.version, partition = le.partition, offset = le.offset,
                 "standby: this canvas's versions skip in the log (records deleted?): its pixels before version {} are lost", ev.version);
-            if !self.incomplete.contains(&ev.canvas) {
-                self.incomplete.push(ev.canvas.clone());
+            if !self.incomplete.contains(&ev.channel) {
+                self.incomplete.push(ev.channel.clone());
             }
         }
     }
@@ -146,8 +144,8 @@ impl Follower {
     ///
     /// # Errors
     /// As [`read_heads_now`].
-    pub async fn start<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Self, RebuildError> {
-        let restored = read_heads_now(log, dims, n, key_window, keys).await?;
+    pub async fn start<L: EventLog>(log: &L, namespaces: &Arc<Namespaces>, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Self, RebuildError> {
+        let restored = read_heads_now(log, namespaces, n, key_window, keys).await?;
         let tracks = (0..n as i32)
             .map(|p| {
                 let position = restored.positions.get(&p).copied().unwrap_or(0);
@@ -164,7 +162,7 @@ impl Follower {
             })
             .collect();
         Ok(Self {
-            dims,
+            namespaces: namespaces.clone(),
             partitions: restored.partitions,
             tracks,
             snapshot_positions: restored.snapshot_positions,
@@ -186,7 +184,7 @@ impl Follower {
 
         let needed: Offsets = self.tracks.iter().enumerate().map(|(p, t)| (p as i32, t.position)).collect();
         let applier = Arc::new(Mutex::new(Applier {
-            dims: self.dims,
+            namespaces: self.namespaces.clone(),
             partitions: self.partitions.clone(),
             tracks: std::mem::take(&mut self.tracks),
             incomplete: std::mem::take(&mut self.incomplete),
@@ -201,7 +199,7 @@ impl Follower {
         let result = read.await;
         let back = std::mem::replace(
             &mut *applier.lock().expect("applier lock"),
-            Applier { dims: self.dims, partitions: Vec::new(), tracks: Vec::new(), incomplete: Vec::new(), keys: keys.clone(), now: Instant::now(), events: 0 },
+            Applier { namespaces: self.namespaces.clone(), partitions: Vec::new(), tracks: Vec::new(), incomplete: Vec::new(), keys: keys.clone(), now: Instant::now(), events: 0 },
         );
         self.tracks = back.tracks;
         self.incomplete = back.incomplete;
@@ -247,8 +245,13 @@ impl Follower {
                 part.with_book(|book| book.keys.followed(None, &records, &tombstones, from_written));
             }
             for (canvas, (q, snap)) in &loaded.canvases {
-                if *q == p && snap.dims == self.dims {
+                if *q == p && heads::from_canvas(&self.namespaces, snap).is_ok() {
                     track.waiting.push_back(Waiting::Snapshot { canvas: canvas.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
+                }
+            }
+            for (channel, (q, snap)) in &loaded.channels {
+                if *q == p && heads::from_channel(&self.namespaces, snap).is_ok() {
+                    track.waiting.push_back(Waiting::Snapshot { canvas: channel.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
                 }
             }
             if let Some(&c) = loaded.checkpoints.get(&p) {

@@ -223,7 +223,7 @@ mod tests {
     use shared::{ChannelId, Color};
 
     fn fp(x: u32) -> Fingerprint {
-        Fingerprint { canvas: ChannelId::parse("c1").unwrap(), x, y: 0, color: Color([0, 0, 0]) }
+        Fingerprint::of_paint(&ChannelId::parse("c1").unwrap(), x, 0, Color([0, 0, 0]))
     }
 
     fn published(v: u64) -> Published {

@@ -168,7 +168,7 @@ mod tests {
     use super::*;
 
     fn key(k: &str, offset: i64, at_ms: u64) -> KeyEntry {
-        KeyEntry { key: k.into(), canvas: "c1".into(), x: 0, y: 0, color: [1, 2, 3], version: 1, offset, at_ms }
+        KeyEntry { key: k.into(), canvas: "c1".into(), x: 0, y: 0, color: [1, 2, 3], data: None, version: 1, offset, at_ms }
     }
 
     fn keys_of(w: &KeyWrites) -> Vec<String> {

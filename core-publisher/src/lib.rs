@@ -21,9 +21,11 @@
 
 pub mod admin;
 pub mod api;
+pub mod channels_api;
 pub mod committer;
 pub mod config;
 pub mod follow;
+pub mod heads;
 pub mod fuzzing;
 pub mod idempotency;
 pub mod keylog;
@@ -72,6 +74,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .with_max_delay(Duration::from_secs(5))
         .with_jitter()
         .without_max_times();
+    // The namespaces every record is written under (its fingerprint goes in a record header).
+    let namespaces = shared::namespaces::Namespaces::pixels_only(config.dims());
     let kafka_log = KafkaLog::new(ProducerSettings {
         kafka: settings.clone(),
         topic: config.topic.clone(),
@@ -79,6 +83,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         transactional_id: config.transactional_id(),
         message_timeout: config.produce_timeout(),
         transaction_timeout: config.transaction_timeout(),
+        namespaces_fingerprint: namespaces.fingerprint().to_owned(),
     });
     let timings = crate::versions::Timings {
         answer_timeout: config.answer_timeout(),
@@ -86,7 +91,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         snapshots: config.snapshot_policy(),
         key_window: Duration::from_millis(config.idempotency_window_ms),
     };
-    let versions = Versions::new(kafka_log, config.dims(), 0, timings)
+    let versions = Versions::new(kafka_log, namespaces, 0, timings)
         .with_max_canvases(config.max_canvases as usize)
         .with_idempotency_keys(config.idempotency_keys_max as usize);
     let versions = Arc::new(if config.standby { versions.as_standby() } else { versions });

@@ -11,9 +11,13 @@
 use crate::keylog::{KeyBook, KeyWrites};
 use crate::log::{Record, SnapshotWrite};
 use crate::snapshots::{self, Coverage, SnapshotPolicy};
+use crate::heads::{self, Head};
 use crate::types::{Fingerprint, PublishError, Published};
 use shared::event::MAX_EVENTS_PER_RECORD;
-use shared::{Canvas, CanvasDims, ChannelId, PixelEvent};
+use shared::namespaces::Namespaces;
+use shared::record::Publication;
+use shared::ChannelId;
+use std::sync::Arc;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,6 +31,8 @@ pub const MAX_TXN_EVENTS: usize = 2_000;
 #[derive(Debug, Clone)]
 pub struct Pending {
     pub fp: Fingerprint,
+    /// The publication's data.
+    pub data: Box<shared::model::Data>,
     /// Its `Idempotency-Key` (already marked in flight in the key store).
     pub key: Option<String>,
 }
@@ -111,7 +117,7 @@ pub enum Activity {
 
 /// The committed state of a partition's canvases.
 pub(crate) struct Book {
-    pub(crate) heads: HashMap<ChannelId, Canvas>,
+    pub(crate) heads: HashMap<ChannelId, Head>,
     /// Their snapshots, and what those do not cover yet.
     pub(crate) coverage: Coverage,
     /// The position after the last record known to be in the log.
@@ -134,7 +140,8 @@ pub struct PlannedSnapshots {
 /// One partition: its queue of units, its committed heads, its mode.
 pub struct Partition {
     pub id: i32,
-    dims: CanvasDims,
+    /// The namespaces: each channel's model.
+    namespaces: Arc<Namespaces>,
     queue: Mutex<Queue>,
     book: Mutex<Book>,
     mode: Mutex<Mode>,
@@ -152,16 +159,16 @@ struct Queue {
 }
 
 impl Partition {
-    /// Partition `id`, whose canvases (of size `dims`) are at `heads`, its log read up to `end`.
-    pub fn new(id: i32, dims: CanvasDims, heads: HashMap<ChannelId, Canvas>, end: i64) -> Self {
-        Self::restored(id, dims, heads, Coverage::default(), end, KeyBook::default())
+    /// Partition `id`, whose channels (of `namespaces`) are at `heads`, its log read up to `end`.
+    pub fn new(id: i32, namespaces: Arc<Namespaces>, heads: HashMap<ChannelId, Head>, end: i64) -> Self {
+        Self::restored(id, namespaces, heads, Coverage::default(), end, KeyBook::default())
     }
 
     /// As [`Partition::new`], with what the snapshots cover (from the rebuild).
-    pub fn restored(id: i32, dims: CanvasDims, heads: HashMap<ChannelId, Canvas>, coverage: Coverage, end: i64, keys: KeyBook) -> Self {
+    pub fn restored(id: i32, namespaces: Arc<Namespaces>, heads: HashMap<ChannelId, Head>, coverage: Coverage, end: i64, keys: KeyBook) -> Self {
         Self {
             id,
-            dims,
+            namespaces,
             queue: Mutex::new(Queue::default()),
             book: Mutex::new(Book { heads, coverage, end, keys }),
             mode: Mutex::new(Mode::Shared),
@@ -274,17 +281,54 @@ impl Partition {
 
     /// The committed version of `canvas` (0 when it has none).
     pub fn version_of(&self, canvas: &ChannelId) -> u64 {
-        self.lock_book().heads.get(canvas).map_or(0, Canvas::version)
+        self.lock_book().heads.get(canvas).map_or(0, |h| h.version)
     }
 
     /// The committed version and hash of `canvas`, if it has events.
     pub fn truth(&self, canvas: &ChannelId) -> Option<(u64, String)> {
-        self.lock_book().heads.get(canvas).map(|c| (c.version(), c.hash()))
+        self.lock_book().heads.get(canvas).map(|c| (c.version, c.hash()))
+    }
+
+    /// The committed version, hash and state (its JSON form) of `channel`, if it has events.
+    pub fn view(&self, channel: &ChannelId) -> Option<(u64, String, Vec<u8>)> {
+        self.lock_book().heads.get(channel).map(|h| {
+            let mut json = Vec::new();
+            h.state.write_json(&mut json);
+            (h.version, h.hash(), json)
+        })
     }
 
     /// Whether `canvas` has a committed event.
     pub fn has(&self, canvas: &ChannelId) -> bool {
         self.lock_book().heads.contains_key(canvas)
+    }
+
+    /// Checks that `datas`, published to `channel` in order after its committed head, keep its
+    /// state within `max_state_bytes`. (Publications to the channel already queued are not
+    /// counted: concurrent publishes may together pass the limit by what is in flight.)
+    ///
+    /// # Errors
+    /// The index of the first that would pass it, and why.
+    pub fn check_states(&self, channel: &ChannelId, datas: &[&shared::model::Data], max_state_bytes: usize) -> Result<(), (usize, shared::model::Invalid)> {
+        let model = heads::model_of(&self.namespaces, channel);
+        match model.kind() {
+            shared::model::ModelKind::Latest => {
+                for (i, d) in datas.iter().enumerate() {
+                    if d.get().len() > max_state_bytes {
+                        return Err((i, shared::model::Invalid::StateTooLarge { size: d.get().len(), limit: max_state_bytes }));
+                    }
+                }
+                Ok(())
+            }
+            shared::model::ModelKind::Json => {
+                let mut state = self.lock_book().heads.get(channel).map_or_else(|| model.empty(), |h| h.state.clone());
+                for (i, d) in datas.iter().enumerate() {
+                    state.try_apply(d, max_state_bytes).map_err(|e| (i, e))?;
+                }
+                Ok(())
+            }
+            shared::model::ModelKind::Stream | shared::model::ModelKind::Pixels => Ok(()),
+        }
     }
 
     /// Canvases with at least one committed event.
@@ -306,12 +350,12 @@ impl Partition {
     pub fn apply_committed(&self, record: &Record, offset: i64) {
         let mut book = self.lock_book();
         for ev in &record.events {
-            apply(&mut book.heads, self.dims, ev, offset);
+            heads::apply(&mut book.heads, &self.namespaces, ev, offset);
         }
         if let Some(first) = record.events.first() {
-            book.coverage.recorded(&first.canvas, offset, Instant::now());
+            book.coverage.recorded(&first.channel, offset, Instant::now());
         }
-        book.keys.record(offset, key_entries(record.events.iter().zip(record.keys.iter().map(Option::as_deref)), offset));
+        book.keys.record(offset, heads::key_entries(record.events.iter().zip(record.keys.iter().map(Option::as_deref)), offset));
         book.end = book.end.max(offset + 1);
     }
 
@@ -324,7 +368,7 @@ impl Partition {
         let mut chosen: Vec<&ChannelId> = Vec::new();
         let is_due = |c: &ChannelId| {
             book.heads.get(c).is_some_and(|h| {
-                snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end))
+                snapshots::due(policy, h.version, book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end))
             })
         };
         for c in writing {
@@ -349,10 +393,10 @@ impl Partition {
                 break;
             }
             let head = &book.heads[*c];
-            let value = shared::snapshot::Snapshot::of(c, head, book.coverage.resets(c), book.coverage.position(c)).encode();
+            let value = head.snapshot_value(c, book.coverage.resets(c), book.coverage.position(c));
             bytes += value.len();
             taken.push(c);
-            planned.canvases.push(((*c).clone(), head.version()));
+            planned.canvases.push(((*c).clone(), head.version));
             planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value });
         }
         // The checkpoint the snapshots allow, or short of it where the keys it moves past are
@@ -384,7 +428,7 @@ impl Partition {
         // Due as `plan_snapshots` judges it (a newer version than the snapshot's too), so a wake
         // always finds something to write; or keys held back below where the checkpoint may go.
         book.coverage.due_oldest(now, book.end, policy, policy.max_per_txn).iter().any(|c| {
-            book.heads.get(c).is_some_and(|h| snapshots::due(policy, h.version(), book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end)))
+            book.heads.get(c).is_some_and(|h| snapshots::due(policy, h.version, book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end)))
         }) || book.keys.held_back(book.coverage.checkpoint_after(&[], book.end))
     }
 
@@ -394,38 +438,30 @@ impl Partition {
     }
 }
 
-/// The key entries of the keyed events of one record at `offset`: (event, its key).
-pub fn key_entries<'a>(events: impl Iterator<Item = (&'a PixelEvent, Option<&'a str>)>, offset: i64) -> Vec<shared::snapshot::KeyEntry> {
-    events
-        .filter_map(|(ev, key)| {
-            key.map(|k| shared::snapshot::KeyEntry {
-                key: k.to_owned(),
-                canvas: ev.canvas.as_str().to_owned(),
-                x: ev.x,
-                y: ev.y,
-                color: ev.color.0,
-                version: ev.version,
-                offset,
-                at_ms: ev.published_at_ms,
-            })
-        })
-        .collect()
-}
-
-/// Applies one event read from or written to the log (at `offset`) to its canvas's head in
-/// `heads` (a new canvas of size `dims` when it has none).
-pub fn apply(heads: &mut HashMap<ChannelId, Canvas>, dims: CanvasDims, ev: &PixelEvent, offset: i64) {
-    let head = heads.entry(ev.canvas.clone()).or_insert_with(|| Canvas::new(dims));
-    if let shared::canvas::Applied::Gap { expected } = head.apply(ev) {
-        tracing::error!(canvas = %ev.canvas, expected, got = ev.version, offset, "the log skips versions of this canvas");
+/// `items` cut into records: at most [`MAX_EVENTS_PER_RECORD`] each, and at most
+/// [`shared::record::MAX_GROUP_DATA_BYTES`] of data (`bytes` of each) unless one alone is more.
+fn group_chunks<T>(items: &[T], bytes: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut chunks = Vec::new();
+    let (mut start, mut size) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let b = bytes(item);
+        if i > start && (i - start == MAX_EVENTS_PER_RECORD || size + b > shared::record::MAX_GROUP_DATA_BYTES) {
+            chunks.push(&items[start..i]);
+            (start, size) = (i, 0);
+        }
+        size += b;
     }
+    if start < items.len() {
+        chunks.push(&items[start..]);
+    }
+    chunks
 }
 
 /// Units to plan: (partition, canvas, events).
 pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending])];
 
 /// Where each event of each unit went: (record index, its event).
-pub type Placement = Vec<Vec<(usize, PixelEvent)>>;
+pub type Placement = Vec<Vec<(usize, Publication)>>;
 
 /// Gives the units' events their versions (each canvas continues from `version_of` its committed
 /// head, in unit order) and groups each canvas's events into records of at most
@@ -442,20 +478,19 @@ pub fn plan(units: &PlanInput<'_>, version_of: impl Fn(i32, &ChannelId) -> u64, 
         list.extend((0..events.len()).map(|i| (u, i)));
     }
     let mut records: Vec<Record> = Vec::new();
-    let mut slots: Vec<Vec<Option<(usize, PixelEvent)>>> = units.iter().map(|(_, _, e)| vec![None; e.len()]).collect();
+    let mut slots: Vec<Vec<Option<(usize, Publication)>>> = units.iter().map(|(_, _, e)| vec![None; e.len()]).collect();
     for (partition, canvas) in &order {
-        let base = version_of(*partition, canvas);
-        for (chunk_no, chunk) in of_canvas[&(*partition, *canvas)].chunks(MAX_EVENTS_PER_RECORD).enumerate() {
+        let mut version = version_of(*partition, canvas);
+        for chunk in group_chunks(&of_canvas[&(*partition, *canvas)], |&(u, e)| units[u].2[e].data.get().len()) {
             let record = records.len();
             let mut r = Record { partition: *partition, events: Vec::with_capacity(chunk.len()), keys: Vec::with_capacity(chunk.len()) };
-            for (i, &(u, e)) in chunk.iter().enumerate() {
+            for &(u, e) in chunk {
                 let p = &units[u].2[e];
-                let ev = PixelEvent {
-                    canvas: (*canvas).clone(),
-                    version: base + (chunk_no * MAX_EVENTS_PER_RECORD + i) as u64 + 1,
-                    x: p.fp.x,
-                    y: p.fp.y,
-                    color: p.fp.color,
+                version += 1;
+                let ev = Publication {
+                    channel: (*canvas).clone(),
+                    version,
+                    data: p.data.clone(),
                     published_at_ms: now_ms,
                 };
                 r.events.push(ev.clone());
@@ -479,7 +514,8 @@ mod tests {
     }
 
     fn pending(canvas: &str, x: u32, key: Option<&str>) -> Pending {
-        Pending { fp: Fingerprint { canvas: id(canvas), x, y: 0, color: Color([1, 2, 3]) }, key: key.map(str::to_owned) }
+        let data = shared::model::pixels::Paint { x, y: 0, color: Color([1, 2, 3]) }.to_data();
+        Pending { fp: Fingerprint::of(&id(canvas), &data), data, key: key.map(str::to_owned) }
     }
 
     /// Keys below where the snapshots let the checkpoint go (a move cut short by the key budget,
@@ -491,10 +527,11 @@ mod tests {
         let now_ms = shared::event::now_ms();
         let n = 2 * crate::keylog::KEYS_PER_RECORD as i64;
         for o in 0..n {
-            keys.record(o, vec![shared::snapshot::KeyEntry { key: format!("key-{o:0>40}"), canvas: "a".into(), x: 0, y: 0, color: [1, 2, 3], version: 1, offset: o, at_ms: now_ms }]);
+            keys.record(o, vec![shared::snapshot::KeyEntry { key: format!("key-{o:0>40}"), canvas: "a".into(), x: 0, y: 0, color: [1, 2, 3], data: None, version: 1, offset: o, at_ms: now_ms }]);
         }
         // Every canvas covered: the checkpoint may go to the end.
-        let p = Partition::restored(0, CanvasDims { width: 4, height: 4 }, HashMap::new(), Coverage::default(), n + 1, keys);
+        let spaces = Arc::new(Namespaces::pixels_only(shared::CanvasDims { width: 4, height: 4 }));
+        let p = Partition::restored(0, spaces, HashMap::new(), Coverage::default(), n + 1, keys);
         let policy = SnapshotPolicy::default();
         let mut moves = Vec::new();
         while p.snapshots_due(&policy, Instant::now()) {
@@ -536,15 +573,25 @@ mod tests {
             let versions: Vec<Vec<u64>> = placed.iter().map(|u| u.iter().map(|(_, e)| e.version).collect()).collect();
             assert_eq!(versions, want_versions, "{name}");
             let shape: Vec<(i32, &str, u64, usize)> =
-                records.iter().map(|r| (r.partition, r.events[0].canvas.as_str(), r.events[0].version, r.events.len())).collect();
+                records.iter().map(|r| (r.partition, r.events[0].channel.as_str(), r.events[0].version, r.events.len())).collect();
             assert_eq!(shape, want_records, "{name}");
             for (u, slots) in placed.iter().enumerate() {
                 for (e, (rec, ev)) in slots.iter().enumerate() {
                     assert!(records[*rec].events.contains(ev), "{name}: unit {u} event {e} is not in record {rec}");
-                    assert_eq!(ev.x, events[u][e].fp.x, "{name}: the event carries its own pixel");
+                    assert_eq!(ev.data.get(), events[u][e].data.get(), "{name}: the event carries its own data");
                 }
             }
         }
+    }
+
+    #[test]
+    fn records_are_cut_by_count_and_by_bytes_of_data() {
+        let sizes = |items: &[usize]| group_chunks(items, |b| *b).iter().map(|c| c.len()).collect::<Vec<_>>();
+        let kib = 1024;
+        assert_eq!(sizes(&[10; 600]), vec![256, 256, 88]);
+        assert_eq!(sizes(&[100 * kib; 7]), vec![2, 2, 2, 1], "256 KiB of data per record at most");
+        assert_eq!(sizes(&[1024 * kib, 1, 1]), vec![1, 2], "a publication larger than the bound is a record of its own");
+        assert_eq!(sizes(&[]), Vec::<usize>::new());
     }
 
     /// The isolation policy as a table: (mode, event, seconds since isolated, delivery ms) → mode.
@@ -577,7 +624,7 @@ mod tests {
 
     #[test]
     fn a_unit_still_queued_can_be_withdrawn_once() {
-        let p = Partition::new(0, CanvasDims::default(), HashMap::new(), 0);
+        let p = Partition::new(0, Arc::new(Namespaces::pixels_only(Default::default())), HashMap::new(), 0);
         let (first, _a) = p.push(id("a"), vec![pending("a", 0, Some("k"))]);
         let (second, _b) = p.push(id("a"), vec![pending("a", 1, None)]);
         let back = p.withdraw(first).expect("still queued");
@@ -588,7 +635,7 @@ mod tests {
 
     #[test]
     fn a_transaction_takes_whole_units_up_to_its_room_and_requeued_units_keep_their_place() {
-        let p = Partition::new(0, CanvasDims::default(), HashMap::new(), 0);
+        let p = Partition::new(0, Arc::new(Namespaces::pixels_only(Default::default())), HashMap::new(), 0);
         let many = |n: usize| (0..n).map(|i| pending("a", i as u32 % 8, None)).collect::<Vec<_>>();
         let _keep: Vec<_> = [1_000, 900, 200, 5].iter().map(|n| p.push(id("a"), many(*n)).1).collect();
         let sizes = |units: &[Unit]| units.iter().map(|u| u.events.len()).collect::<Vec<_>>();

@@ -9,12 +9,13 @@
 use crate::idempotency::KeyStore;
 use crate::log::{EventLog, LoggedEvent, OpenTxn, PrepareError, ReadError, Tail};
 use crate::keylog::KeyBook;
-use crate::partition::{key_entries, Partition};
+use crate::partition::Partition;
 use crate::snapshots::Coverage;
 use crate::types::{Fingerprint, Published};
-use shared::canvas::Applied;
 use shared::snapshot::KeyEntry;
-use shared::{Canvas, CanvasDims, ChannelId};
+use crate::heads::{self, Head};
+use shared::namespaces::Namespaces;
+use shared::ChannelId;
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,8 +42,8 @@ pub enum RebuildError {
 
 /// What a rebuild builds while it streams the log's tail.
 struct Rebuilt {
-    dims: CanvasDims,
-    heads: Vec<HashMap<ChannelId, Canvas>>,
+    namespaces: Arc<Namespaces>,
+    heads: Vec<HashMap<ChannelId, Head>>,
     coverage: Vec<Coverage>,
     /// Canvases whose versions skip (records deleted that no snapshot covers).
     incomplete: Vec<ChannelId>,
@@ -58,26 +59,26 @@ impl Rebuilt {
     fn apply(&mut self, le: &LoggedEvent, now: std::time::Instant) -> bool {
         let p = le.partition as usize;
         let (Some(heads), Some(cover)) = (self.heads.get_mut(p), self.coverage.get_mut(p)) else { return false };
-        let head = heads.entry(le.event.canvas.clone()).or_insert_with(|| Canvas::new(self.dims));
-        match head.apply(&le.event) {
-            Applied::Duplicate => false,
-            applied => {
-                if let Applied::Gap { expected } = applied {
-                    tracing::error!(canvas = %le.event.canvas, expected, got = le.event.version, partition = le.partition, offset = le.offset,
-                        "this canvas's versions skip in the log and no snapshot covers them (records deleted by retention?): its pixels before version {} are lost",
-                        le.event.version);
-                    if !self.incomplete.contains(&le.event.canvas) {
-                        self.incomplete.push(le.event.canvas.clone());
-                    }
-                }
-                cover.recorded(&le.event.canvas, le.offset, now);
-                if !self.fresh.contains(&le.event.canvas) {
-                    self.fresh.insert(le.event.canvas.clone());
-                }
-                self.events += 1;
-                true
+        let ev = &le.event;
+        let before = heads.get(&ev.channel).map_or(0, |h| h.version);
+        if ev.version <= before {
+            return false;
+        }
+        if ev.version > before + 1 {
+            tracing::error!(canvas = %ev.channel, expected = before + 1, got = ev.version, partition = le.partition, offset = le.offset,
+                "this channel's versions skip in the log and no snapshot covers them (records deleted by retention?): its state before version {} is lost",
+                ev.version);
+            if !self.incomplete.contains(&ev.channel) {
+                self.incomplete.push(ev.channel.clone());
             }
         }
+        heads::apply(heads, &self.namespaces, ev, le.offset);
+        cover.recorded(&ev.channel, le.offset, now);
+        if !self.fresh.contains(&ev.channel) {
+            self.fresh.insert(ev.channel.clone());
+        }
+        self.events += 1;
+        true
     }
 }
 
@@ -133,9 +134,9 @@ pub async fn preread<L: EventLog>(log: &L, key_window: Duration) -> Result<Prere
 /// [`RebuildError::Read`] when the log cannot be read, or a snapshot cannot be used;
 /// [`RebuildError::Hanging`] while another producer's transaction holds a partition's readable
 /// end ([`refuse_open_transactions`]).
-pub async fn read_heads<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+pub async fn read_heads<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namespaces>, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     refuse_open_transactions(log).await?;
-    heads_after(log, pre, dims, n, keys).await
+    heads_after(log, pre, namespaces, n, keys).await
 }
 
 /// As [`read_heads`] with its [`preread`] first, without waiting for other producers' open
@@ -145,15 +146,15 @@ pub async fn read_heads<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n:
 ///
 /// # Errors
 /// As [`read_heads`], except [`RebuildError::Hanging`].
-pub async fn read_heads_now<L: EventLog>(log: &L, dims: CanvasDims, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+pub async fn read_heads_now<L: EventLog>(log: &L, namespaces: &Arc<Namespaces>, n: u32, key_window: Duration, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     let pre = preread(log, key_window).await?;
-    heads_after(log, pre, dims, n, keys).await
+    heads_after(log, pre, namespaces, n, keys).await
 }
 
 /// Heads and keys from the snapshot topic, then the log's tail after each partition's
 /// checkpoint, streamed (never the whole topic in memory); the tail starts earlier only where the
 /// window's keys are not all in key records.
-async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
+async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namespaces>, n: u32, keys: &Arc<Mutex<KeyStore>>) -> Result<Restored, RebuildError> {
     let Preread { loaded, snapshot_positions, window_starts: mut wanted } = pre;
     let now_ms = shared::event::now_ms();
     // The keys of the window below each checkpoint come from the key records, where they are
@@ -162,7 +163,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
     wanted.retain(|p, w| loaded.keys_from.get(p).is_none_or(|from| *w < *from));
 
     let mut rebuilt = Rebuilt {
-        dims,
+        namespaces: namespaces.clone(),
         heads: (0..n).map(|_| HashMap::new()).collect(),
         coverage: (0..n).map(|_| Coverage::default()).collect(),
         incomplete: Vec::new(),
@@ -180,19 +181,24 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
             loaded.skipped
         ))));
     }
-    if let Some((canvas, (_, snap))) = loaded.canvases.iter().find(|(_, (_, s))| s.dims != dims) {
-        return Err(RebuildError::Read(ReadError(format!(
-            "the snapshot of {canvas} is {}x{}, not CANVAS_WIDTH x CANVAS_HEIGHT {}x{}: refusing to start with another canvas size",
-            snap.dims.width, snap.dims.height, dims.width, dims.height
-        ))));
+    // Every snapshot as a head (one of another canvas size or model than the namespaces say is
+    // refused: starting without it would reuse its channel's versions).
+    let mut snapshot_heads: Vec<(i32, ChannelId, u64, u64, i64, Head)> = Vec::with_capacity(loaded.canvases.len() + loaded.channels.len());
+    for (canvas, (p, snap)) in &loaded.canvases {
+        let head = heads::from_canvas(namespaces, snap).map_err(|e| RebuildError::Read(ReadError(format!("{e}: refusing to start"))))?;
+        snapshot_heads.push((*p, canvas.clone(), snap.version, snap.epoch, snap.offset, head));
     }
-    let from_snapshots = loaded.canvases.len();
+    for (channel, (p, snap)) in &loaded.channels {
+        let head = heads::from_channel(namespaces, snap).map_err(|e| RebuildError::Read(ReadError(format!("{e}: refusing to start"))))?;
+        snapshot_heads.push((*p, channel.clone(), snap.version, snap.epoch, snap.offset, head));
+    }
+    let from_snapshots = snapshot_heads.len();
     // Where each restored canvas's snapshot ends, to name those whose later records are gone.
-    let restored_at: Vec<(i32, ChannelId, i64)> = loaded.canvases.iter().map(|(c, (p, s))| (*p, c.clone(), s.offset)).collect();
-    for (canvas, (p, snap)) in loaded.canvases {
+    let restored_at: Vec<(i32, ChannelId, i64)> = snapshot_heads.iter().map(|(p, c, _, _, offset, _)| (*p, c.clone(), *offset)).collect();
+    for (p, canvas, version, epoch, offset, head) in snapshot_heads {
         let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
-        cover.restored(&canvas, snap.version, snap.epoch, snap.offset);
-        heads.insert(canvas, snap.to_canvas());
+        cover.restored(&canvas, version, epoch, offset);
+        heads.insert(canvas, head);
     }
     let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
     let needed_at = needed.clone();
@@ -205,18 +211,18 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
             state.apply(&le, now);
             if let Some(k) = &le.idempotency_key {
                 let ev = &le.event;
-                let fp = Fingerprint { canvas: ev.canvas.clone(), x: ev.x, y: ev.y, color: ev.color };
-                let published = Published { canvas: ev.canvas.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+                let fp = Fingerprint::of(&ev.channel, &ev.data);
+                let published = Published { canvas: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
                 sink_keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
                 if let Some(keyed) = state.keyed.get_mut(le.partition as usize) {
-                    keyed.push(key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset).remove(0));
+                    keyed.push(heads::key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset).remove(0));
                 }
             }
         })
         .await?;
     let rebuilt = std::mem::replace(
         &mut *state.lock().expect("rebuild state lock"),
-        Rebuilt { dims, heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), keyed: Vec::new(), events: 0 },
+        Rebuilt { namespaces: namespaces.clone(), heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), keyed: Vec::new(), events: 0 },
     );
     let (marker_only, lost): (Vec<i32>, Vec<i32>) =
         end.truncated.iter().partition(|p| only_a_marker_deleted(**p, &needed_at, &end.starts, &restored_at));
@@ -246,7 +252,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
             }
             for e in &rec.entries {
                 let Ok(canvas) = ChannelId::parse(&e.canvas) else { continue };
-                let fp = Fingerprint { canvas: canvas.clone(), x: e.x, y: e.y, color: shared::Color(e.color) };
+                let fp = heads::fingerprint_of(&canvas, e);
                 let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
                 store.learn(&e.key, fp, published, e.at_ms, now_ms);
                 from_records += 1;
@@ -279,7 +285,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, dims: CanvasDims, n: u3
             for e in std::mem::take(&mut keyed[p]).into_iter().filter(|e| e.offset >= from) {
                 book.record(e.offset, vec![e]);
             }
-            Arc::new(Partition::restored(p as i32, dims, h, c, end, book))
+            Arc::new(Partition::restored(p as i32, namespaces.clone(), h, c, end, book))
         })
         .collect();
     Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read, positions: end.positions, snapshot_positions, checkpoints: key_from })
@@ -431,7 +437,7 @@ mod tests {
         let c1 = ChannelId::parse("c1").unwrap();
         assert_eq!(first.publish(&c1, 0, 0, Color([1, 1, 1])).await.expect("v1").version, 1);
         let stray = PixelEvent { canvas: ChannelId::parse("stray").unwrap(), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
-        log.open_foreign(0, vec![(stray, None)]);
+        log.open_foreign(0, vec![(stray.into(), None)]);
         assert_eq!(first.publish(&c1, 1, 0, Color([2, 2, 2])).await.expect("v2").version, 2);
         // Record v1 at 0, its marker at 1, the open record at 2, v2 at 3, its marker at 4.
         drop(first);

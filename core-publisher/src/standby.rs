@@ -53,7 +53,7 @@ impl<L: EventLog> Versions<L> {
             let outcome = match slot.as_mut() {
                 None => {
                     let n = self.partitions().max(1);
-                    match Follower::start(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await {
+                    match Follower::start(self.log.as_ref(), &self.namespaces, n, self.timings.key_window, &self.keys).await {
                         Ok(f) => {
                             tracing::info!(events = f.events, positions = %shared::replay::fmt_offsets(&f.positions()),
                                 "standby: heads read from the snapshots and the log after them; following the log until promoted");
@@ -115,7 +115,7 @@ impl<L: EventLog> Versions<L> {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "promotion: reading on failed; reading the snapshots and the log after them instead");
-                crate::rebuild::read_heads_now(self.log.as_ref(), self.dims, n, self.timings.key_window, &self.keys).await
+                crate::rebuild::read_heads_now(self.log.as_ref(), &self.namespaces, n, self.timings.key_window, &self.keys).await
             }
         }
     }
@@ -145,7 +145,7 @@ mod tests {
             .iter()
             .map(|p| {
                 p.with_book(|b| {
-                    let mut heads: Vec<(String, u64)> = b.heads.iter().map(|(c, h)| (c.as_str().to_owned(), h.version())).collect();
+                    let mut heads: Vec<(String, u64)> = b.heads.iter().map(|(c, h)| (c.as_str().to_owned(), h.version)).collect();
                     heads.sort();
                     (b.coverage.checkpoint_after(&[], b.end), heads)
                 })
@@ -187,7 +187,7 @@ mod tests {
 
         // What a rebuild from the snapshots reads now: the standby must know the same.
         let keys = Arc::new(std::sync::Mutex::new(crate::idempotency::KeyStore::new(1000, 600_000)));
-        let fresh = crate::rebuild::read_heads_now(log.as_ref(), DIMS, 2, Duration::from_secs(600), &keys).await.unwrap();
+        let fresh = crate::rebuild::read_heads_now(log.as_ref(), &Arc::new(DIMS.into()), 2, Duration::from_secs(600), &keys).await.unwrap();
         {
             let slot = standby.follower.lock().await;
             let followed = slot.as_ref().expect("the standby follows");
@@ -208,7 +208,8 @@ mod tests {
         for p in &keyed {
             let key = log.record_at(p.partition, p.offset).and_then(|r| r.iter().find_map(|(_, k)| k.clone())).expect("a keyed record");
             let e = log.record_at(p.partition, p.offset).unwrap().into_iter().find(|(_, k)| k.as_deref() == Some(key.as_str())).unwrap().0;
-            let (again, replayed) = standby.publish_with_key(&p.canvas, e.x, e.y, e.color, Some(&key)).await.unwrap();
+            let paint = e.paint().unwrap();
+            let (again, replayed) = standby.publish_with_key(&p.canvas, paint.x, paint.y, paint.color, Some(&key)).await.unwrap();
             assert_eq!((again.version, replayed), (p.version, true), "{key}: answered from the standby's keys, not applied again");
         }
         stop.cancel();
@@ -237,7 +238,7 @@ mod tests {
         });
         tokio::time::sleep(super::FOLLOW_EVERY * 3).await;
         let stray = shared::PixelEvent { canvas: id("stray"), version: 1, x: 0, y: 0, color: Color([9, 9, 9]), published_at_ms: 0 };
-        log.open_foreign(0, vec![(stray, None)]);
+        log.open_foreign(0, vec![(stray.into(), None)]);
         assert_eq!(standby.promote(), PromoteAnswer::Started);
         following.await.unwrap();
         let r = tokio::time::timeout(Duration::from_secs(5), standby.rebuild()).await.expect("the promotion's rebuild returns");

@@ -1,6 +1,7 @@
 //! The publisher's answers and errors, shared by the version authority ([`crate::versions`]), the
 //! per-partition committers ([`crate::lane`]) and the idempotency-key store ([`crate::idempotency`]).
 
+use shared::model::Data;
 use shared::{ChannelId, Color};
 
 /// The answer to an accepted publish: `201 {"canvas","version","partition","offset"}`.
@@ -22,13 +23,37 @@ pub struct CanvasTruth {
     pub hash: String,
 }
 
-/// What an `Idempotency-Key` stands for: the request it was first used with.
+/// A channel as the publisher knows it: `GET /channels/{id}`'s answer.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ChannelTruth {
+    pub channel: ChannelId,
+    pub model: shared::model::ModelKind,
+    pub version: u64,
+    /// Its model's JSON form of the state.
+    pub state: Box<Data>,
+    /// [`shared::model::State::hash`].
+    pub hash: String,
+}
+
+/// What an `Idempotency-Key` stands for: the request it was first used with (its channel, and its
+/// data's canonical JSON: the same data however it was spaced or its keys ordered).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
     pub canvas: ChannelId,
-    pub x: u32,
-    pub y: u32,
-    pub color: Color,
+    pub data: String,
+}
+
+impl Fingerprint {
+    /// The fingerprint of publishing `data` to `canvas`.
+    pub fn of(canvas: &ChannelId, data: &Data) -> Self {
+        let value: serde_json::Value = serde_json::from_str(data.get()).unwrap_or(serde_json::Value::Null);
+        Self { canvas: canvas.clone(), data: serde_jcs::to_string(&value).expect("a JSON value has a canonical form") }
+    }
+
+    /// The fingerprint of painting `(x, y)` of `canvas` in `color` (a `pixels` publication).
+    pub fn of_paint(canvas: &ChannelId, x: u32, y: u32, color: Color) -> Self {
+        Self::of(canvas, &shared::model::pixels::Paint { x, y, color }.to_data())
+    }
 }
 
 /// Why a publish was not accepted.
@@ -76,4 +101,27 @@ pub enum PublishError {
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]
     OutOfBounds { field: &'static str, limit: u32 },
+    /// The channel's namespace is not configured (`fleet.toml`).
+    #[error("{0}")]
+    UnknownNamespace(String),
+    /// The data is not what the channel's model takes.
+    #[error("{0}")]
+    InvalidData(String),
+    /// The data is larger than the namespace's `max_data_bytes`.
+    #[error("the data is {size} bytes, more than this namespace's max_data_bytes ({limit})")]
+    DataTooLarge { size: usize, limit: usize },
+    /// The channel's state after it would be larger than the namespace's `max_state_bytes`.
+    #[error("the state would be {size} bytes, more than this namespace's max_state_bytes ({limit})")]
+    StateTooLarge { size: usize, limit: usize },
+}
+
+impl From<shared::model::Invalid> for PublishError {
+    fn from(e: shared::model::Invalid) -> Self {
+        use shared::model::Invalid;
+        match e {
+            Invalid::OutOfBounds { field, limit } => PublishError::OutOfBounds { field, limit },
+            Invalid::StateTooLarge { size, limit } => PublishError::StateTooLarge { size, limit },
+            Invalid::Data(m) | Invalid::Snapshot(m) => PublishError::InvalidData(m),
+        }
+    }
 }

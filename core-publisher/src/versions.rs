@@ -25,8 +25,10 @@ pub use crate::rebuild::RebuildError;
 use crate::snapshots::SnapshotPolicy;
 use crate::partition::{Activity, IsolationPolicy, Mode, Partition, Pending};
 use crate::types::{CanvasTruth, Fingerprint, PublishError, Published};
+use shared::model::Data;
+use shared::namespaces::Namespaces;
 use shared::partitioner::partition_for;
-use shared::{Canvas, CanvasDims, ChannelId, Color};
+use shared::{ChannelId, Color};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::Notify;
@@ -79,7 +81,8 @@ pub struct PartitionReport {
 /// The version authority for every canvas.
 pub struct Versions<L> {
     pub(crate) log: Arc<L>,
-    pub(crate) dims: CanvasDims,
+    /// The namespaces: each channel's model and limits.
+    pub(crate) namespaces: Arc<Namespaces>,
     /// Partition count of the topic; 0 until known (then the publisher is not ready anyway).
     partitions: std::sync::atomic::AtomicU32,
     /// The committers' shared state, once rebuilt (none while starting, or starting over).
@@ -113,8 +116,8 @@ impl<L> Drop for Versions<L> {
 impl<L: EventLog> Versions<L> {
     /// An authority over `log` for a topic of `partitions` partitions (0: not known yet, see
     /// [`Versions::set_partitions`]). Not ready until [`Versions::rebuild`] ran.
-    pub fn new(log: L, dims: CanvasDims, partitions: u32, timings: Timings) -> Self {
-        Self::shared(Arc::new(log), dims, partitions, timings)
+    pub fn new(log: L, namespaces: impl Into<Namespaces>, partitions: u32, timings: Timings) -> Self {
+        Self::shared(Arc::new(log), namespaces, partitions, timings)
     }
 
     /// Refuses publishes that would create a canvas past `limit` ([`PublishError::CanvasLimit`]).
@@ -143,10 +146,10 @@ impl<L: EventLog> Versions<L> {
     }
 
     /// Like [`Versions::new`] over a log shared with others (tests: two publishers on one log).
-    pub fn shared(log: Arc<L>, dims: CanvasDims, partitions: u32, timings: Timings) -> Self {
+    pub fn shared(log: Arc<L>, namespaces: impl Into<Namespaces>, partitions: u32, timings: Timings) -> Self {
         Self {
             log,
-            dims,
+            namespaces: Arc::new(namespaces.into()),
             partitions: std::sync::atomic::AtomicU32::new(partitions),
             ctx: std::sync::RwLock::new(None),
             keys: Arc::new(Mutex::new(KeyStore::new(KEYS_REMEMBERED, u64::try_from(timings.key_window.as_millis()).unwrap_or(u64::MAX)))),
@@ -190,9 +193,9 @@ impl<L: EventLog> Versions<L> {
         }
     }
 
-    /// The canvas size.
-    pub fn dims(&self) -> CanvasDims {
-        self.dims
+    /// The namespaces.
+    pub fn namespaces(&self) -> &Arc<Namespaces> {
+        &self.namespaces
     }
 
     /// Partition count of the topic (0 until known).
@@ -279,7 +282,7 @@ impl<L: EventLog> Versions<L> {
                     Some(pre) => pre?,
                     None => rebuild::preread(self.log.as_ref(), self.timings.key_window).await?,
                 };
-                rebuild::read_heads(self.log.as_ref(), pre, self.dims, n, &self.keys).await?
+                rebuild::read_heads(self.log.as_ref(), pre, &self.namespaces, n, &self.keys).await?
             }
         };
         *self.incomplete.lock().expect("incomplete lock") = restored.incomplete;
@@ -409,36 +412,54 @@ impl<L: EventLog> Versions<L> {
         self.publish_many(canvas, &[(x, y, color, idempotency_key)]).await.into_iter().next().unwrap_or(Err(PublishError::NotReady))
     }
 
-    /// Publishes `pixels` of one canvas, in order, in one transaction (consecutive versions, as
-    /// group records). Returns one result per pixel up to and including the first that failed
-    /// before it could be written (a bad pixel, a reused key): the pixels after it are not
-    /// attempted, so the canvas never gets a later change without an earlier one. Pixels whose
-    /// key was already applied are answered with their first result and not written again.
+    /// Publishes `pixels` of one canvas (the `pixels` model's data), as [`Versions::publish_data`].
     pub async fn publish_many(&self, canvas: &ChannelId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
+        let datas: Vec<Box<Data>> = pixels.iter().map(|&(x, y, color, _)| shared::model::pixels::Paint { x, y, color }.to_data()).collect();
+        let items: Vec<(&Data, Option<&str>)> = datas.iter().zip(pixels).map(|(d, p)| (d.as_ref(), p.3)).collect();
+        self.publish_data(canvas, &items).await
+    }
+
+    /// Publishes `items` (data, and its `Idempotency-Key`) to one channel, in order, in one
+    /// transaction (consecutive versions, as group records). Returns one result per item up to
+    /// and including the first that failed before it could be written (data the channel's model
+    /// refuses, a state past its limit, a reused key): the items after it are not attempted, so
+    /// the channel never gets a later publication without an earlier one. Items whose key was
+    /// already applied are answered with their first result and not written again.
+    pub async fn publish_data(&self, canvas: &ChannelId, items: &[(&Data, Option<&str>)]) -> Vec<Result<(Published, bool), PublishError>> {
         if let Some(e) = self.not_writable() {
             return vec![Err(e)];
         }
+        let namespace = match self.namespaces.of(canvas) {
+            Ok(ns) => ns,
+            Err(e) => return vec![Err(PublishError::UnknownNamespace(e.to_string()))],
+        };
         // A canvas without a committed event is a new one. (Checked against committed canvases:
         // first publishes of new canvases racing each other may pass the limit by those in flight;
         // at the limit, a publish to a canvas whose first event is not committed yet is refused.)
         if self.partition(canvas).is_some_and(|(_, p)| !p.has(canvas)) && self.canvas_count() >= self.max_canvases {
             return vec![Err(PublishError::CanvasLimit { limit: self.max_canvases })];
         }
-        let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(pixels.len());
+        // The first item the namespace refuses (its data, or the state after it), if any.
+        let refused = items.iter().enumerate().find_map(|(i, (data, _))| {
+            let size = data.get().len();
+            if size > namespace.max_data_bytes {
+                return Some((i, PublishError::DataTooLarge { size, limit: namespace.max_data_bytes }));
+            }
+            namespace.model.validate(data).err().map(|e| (i, PublishError::from(e)))
+        });
+        let refused = refused.or_else(|| {
+            let (_, p) = self.partition(canvas)?;
+            let datas: Vec<&Data> = items.iter().map(|(d, _)| *d).collect();
+            p.check_states(canvas, &datas, namespace.max_state_bytes).err().map(|(i, e)| (i, PublishError::from(e)))
+        });
+        let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(items.len());
         let mut unit: Vec<(usize, Pending)> = Vec::new();
-        for &(x, y, color, key) in pixels {
-            let early = if x >= self.dims.width {
-                Some(Err(PublishError::OutOfBounds { field: "x", limit: self.dims.width }))
-            } else if y >= self.dims.height {
-                Some(Err(PublishError::OutOfBounds { field: "y", limit: self.dims.height }))
-            } else {
-                None
-            };
-            if let Some(e) = early {
-                results.push(Some(e));
+        for (i, &(data, key)) in items.iter().enumerate() {
+            if let Some((_, e)) = refused.as_ref().filter(|(at, _)| *at == i) {
+                results.push(Some(Err(e.clone())));
                 break;
             }
-            let fp = Fingerprint { canvas: canvas.clone(), x, y, color };
+            let fp = Fingerprint::of(canvas, data);
             if let Some(k) = key {
                 let lookup = self.lock_keys().begin(k, &fp, shared::event::now_ms());
                 match lookup {
@@ -461,7 +482,7 @@ impl<L: EventLog> Versions<L> {
                     }
                 }
             }
-            unit.push((results.len(), Pending { fp, key: key.map(str::to_owned) }));
+            unit.push((results.len(), Pending { fp, data: data.to_owned(), key: key.map(str::to_owned) }));
             results.push(None);
         }
         if !unit.is_empty() {
@@ -479,7 +500,7 @@ impl<L: EventLog> Versions<L> {
                 }
             }
         }
-        results.into_iter().map(|r| r.expect("every pixel up to the first failure has a result")).collect()
+        results.into_iter().map(|r| r.expect("every item up to the first failure has a result")).collect()
     }
 
     /// The refusal of a new key while the key store is full (counted).
@@ -534,8 +555,29 @@ impl<L: EventLog> Versions<L> {
         let Some((_, p)) = self.partition(canvas) else { return Err(PublishError::NotReady) };
         Ok(match p.truth(canvas) {
             Some((version, hash)) => CanvasTruth { canvas: canvas.clone(), version, hash },
-            None => CanvasTruth { canvas: canvas.clone(), version: 0, hash: Canvas::new(self.dims).hash() },
+            None => CanvasTruth { canvas: canvas.clone(), version: 0, hash: crate::heads::Head::of(&self.namespaces, canvas).hash() },
         })
+    }
+
+    /// The publisher's truth for `channel`: its model, committed version, state (JSON text) and
+    /// hash (version 0 and the empty state when it has no publication).
+    ///
+    /// # Errors
+    /// As [`Versions::truth`]; [`PublishError::UnknownNamespace`] for a channel of no namespace.
+    pub async fn channel_truth(&self, channel: &ChannelId) -> Result<crate::types::ChannelTruth, PublishError> {
+        if self.status.is_fenced() {
+            return Err(PublishError::Fenced);
+        }
+        let ns = self.namespaces.of(channel).map_err(|e| PublishError::UnknownNamespace(e.to_string()))?;
+        let Some((_, p)) = self.partition(channel) else { return Err(PublishError::NotReady) };
+        let (version, hash, state) = p.view(channel).unwrap_or_else(|| {
+            let empty = ns.model.empty();
+            let mut json = Vec::new();
+            empty.write_json(&mut json);
+            (0, empty.hash(), json)
+        });
+        let state = serde_json::value::RawValue::from_string(String::from_utf8(state).expect("JSON is UTF-8")).expect("a state's JSON form is JSON");
+        Ok(crate::types::ChannelTruth { channel: channel.clone(), model: ns.kind(), version, state, hash })
     }
 
     /// Number of canvases with at least one event.
@@ -563,6 +605,7 @@ mod tests {
     use super::*;
     use crate::log::fake::{Fate, FakeLog};
     use crate::log::Writer;
+    use shared::{Canvas, CanvasDims};
     use std::collections::HashMap;
 
     const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
@@ -774,7 +817,7 @@ mod tests {
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
         let mut want = Canvas::new(DIMS);
         for (ev, _) in v.log.committed().into_iter().flatten() {
-            want.apply(&ev);
+            want.apply(&ev.to_pixel_event().unwrap());
         }
         assert_eq!(v.truth(&c).await.unwrap().hash, want.hash(), "the truth includes the pixel that landed");
     }
@@ -884,7 +927,7 @@ mod tests {
                     assert!(snap.as_ref().is_none_or(|have| s.version > have.version), "a snapshot never goes back");
                     snap = Some(s);
                 }
-                shared::snapshot::Entry::Canvas(_) => {}
+                shared::snapshot::Entry::Canvas(_) | shared::snapshot::Entry::Channel(_) => {}
                 shared::snapshot::Entry::Checkpoint(c) => {
                     assert!(checkpoint.is_none_or(|have| c.offset >= have), "a checkpoint never goes back");
                     checkpoint = Some(c.offset);

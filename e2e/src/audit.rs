@@ -9,7 +9,7 @@ use rdkafka::consumer::BaseConsumer;
 use rdkafka::message::{Headers, Message};
 use shared::kafka::KafkaSettings;
 use shared::replay::{self, Offsets};
-use shared::PixelEvent;
+use shared::record::{Publication, RecordHeaders};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -119,7 +119,7 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> anyhow::Result<TopicLog> {
         Duration::from_secs(30),
         &|| false,
         |msg| {
-            let Ok(events) = PixelEvent::decode_record(msg.payload()) else { return };
+            let Ok(events) = Publication::decode_record(RecordHeaders::of(msg).format, msg.payload()) else { return };
             let keys: Vec<Option<String>> = msg.headers().map_or_else(Vec::new, |hs| {
                 hs.iter()
                     .filter(|h| h.key == shared::event::IDEMPOTENCY_HEADER)
@@ -127,7 +127,7 @@ pub fn read_topic(bootstrap: &str, topic: &str) -> anyhow::Result<TopicLog> {
                     .collect()
             });
             for (i, e) in events.into_iter().enumerate() {
-                out.entry(e.canvas.to_string()).or_default().push((e.version, keys.get(i).cloned().flatten()));
+                out.entry(e.channel.to_string()).or_default().push((e.version, keys.get(i).cloned().flatten()));
             }
         },
         |_| {},

@@ -25,6 +25,9 @@ pub struct Verdict {
     pub out_of_order: usize,
     /// Snapshots after the first (resumes that were not served as events).
     pub extra_snapshots: usize,
+    /// `reset` frames (a `stream` resumed from beyond the node's window): the versions they pass
+    /// over are not lost, they are the application's to reload.
+    pub resets: usize,
     /// Client hash == publisher hash.
     pub hash_matches: bool,
     /// Reconnects of the client.
@@ -107,7 +110,9 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
     let mut extra_snapshots = 0;
     let mut expected = 0u64;
     let mut seen = std::collections::BTreeSet::new();
-    let (mut duplicated, mut out_of_order, mut events) = (0, 0, 0);
+    let (mut duplicated, mut out_of_order, mut events, mut resets) = (0, 0, 0, 0);
+    // Versions a reset passed over.
+    let mut passed: Vec<(u64, u64)> = Vec::new();
     for g in &report.got {
         match g.kind {
             Kind::Snapshot => {
@@ -118,6 +123,16 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
                     // A resume served as a snapshot: a violation of its own; the client applied
                     // it, so the stream continues after it.
                     extra_snapshots += 1;
+                    expected = expected.max(g.version + 1);
+                }
+            }
+            Kind::Reset => {
+                resets += 1;
+                if base.is_none() {
+                    base = Some(g.version);
+                    expected = g.version + 1;
+                } else {
+                    passed.push((expected, g.version));
                     expected = expected.max(g.version + 1);
                 }
             }
@@ -139,7 +154,7 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
         }
     }
     let base = base.unwrap_or(0);
-    let lost = ((base + 1)..=head).filter(|v| !seen.contains(v)).collect();
+    let lost = ((base + 1)..=head).filter(|v| !seen.contains(v) && !passed.iter().any(|(from, to)| (*from..=*to).contains(v))).collect();
     Verdict {
         name: report.name.clone(),
         canvas: report.canvas.clone(),
@@ -150,6 +165,7 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
         duplicated,
         out_of_order,
         extra_snapshots,
+        resets,
         hash_matches: report.hash == hash && report.version == head,
         sessions: report.sessions.len(),
     }
@@ -167,6 +183,15 @@ pub fn check_history(report: &ClientReport, head: u64, hash: &str) -> Verdict {
 mod tests {
     use super::*;
     use crate::client::Got;
+
+    #[test]
+    fn versions_a_reset_passes_over_are_not_lost() {
+        let r = report(&[(Kind::Snapshot, 0), (Kind::Event, 1), (Kind::Reset, 5), (Kind::Event, 6)]);
+        let v = check(&ClientReport { version: 6, ..r }, 6, "");
+        assert_eq!((v.lost.clone(), v.resets, v.out_of_order), (Vec::<u64>::new(), 1, 0));
+        let r = report(&[(Kind::Reset, 3), (Kind::Event, 4), (Kind::Event, 6)]);
+        assert_eq!(check(&r, 6, "").lost, vec![5], "only what the reset passed over");
+    }
 
     fn report(frames: &[(Kind, u64)]) -> ClientReport {
         ClientReport {

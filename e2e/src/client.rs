@@ -1,5 +1,7 @@
-//! A test client: one WebSocket subscriber of one canvas, through the gateway, that reconnects
-//! like a good client should and records everything it receives.
+//! A test client: one WebSocket subscriber of one channel, through the gateway, that reconnects
+//! like a good client should and records everything it receives. It speaks today's canvas frames
+//! (`canvas=`: `snapshot`, `event`) or the channel frames (`channel=`: `state`, `publication`,
+//! `reset`) of any model, and holds the channel's state under its model to compare hashes.
 //!
 //! - Resume: every connection carries `since` = the last version applied and `epoch` = the epoch
 //!   of the last `welcome` once a snapshot gave it a canvas (none before: it holds nothing; with
@@ -15,8 +17,9 @@
 use backon::BackoffBuilder;
 use futures::StreamExt;
 use shared::epoch::Epoch;
-use shared::protocol::ServerMessage;
-use shared::{Canvas, CanvasDims};
+use shared::model::{Model, State as ModelState};
+use shared::protocol::{FrameStyle, ServerMessage};
+use shared::CanvasDims;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,8 +29,12 @@ use tokio_util::sync::CancellationToken;
 /// What a frame was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A `snapshot` or `state` frame.
     Snapshot,
+    /// An `event` or `publication` frame.
     Event,
+    /// A `reset` frame: the position moved to its version without the publications between.
+    Reset,
 }
 
 /// One frame received.
@@ -110,6 +117,8 @@ pub struct ClientReport {
     pub history_from: usize,
     /// Hash of the client's canvas.
     pub hash: String,
+    /// `reset` frames received (a stream resumed from beyond the node's window).
+    pub resets: u32,
 }
 
 /// Client timing.
@@ -129,7 +138,12 @@ impl Default for ClientTiming {
 
 struct State {
     report: ClientReport,
-    canvas: Option<Canvas>,
+    /// The channel's state held (`None`: nothing held yet).
+    canvas: Option<Box<dyn ModelState>>,
+    /// Its model.
+    model: Arc<dyn Model>,
+    /// Which frames it asks for.
+    style: FrameStyle,
 }
 
 /// What a test can make a running client do (the faults of a client: it stops reading; it drops
@@ -167,15 +181,26 @@ impl Client {
     /// # Panics
     /// With an empty list.
     pub fn spawn_with_gateways(name: &str, ws_bases: &[String], canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
+        Self::start(name, ws_bases, canvas, Arc::new(shared::model::pixels::Pixels { dims }), FrameStyle::Canvas, timing, token)
+    }
+
+    /// A client of `channel` (of `model`, as its namespace says) in the channel frames.
+    pub fn spawn_channel(name: &str, ws_bases: &[String], channel: &str, model: Arc<dyn Model>, timing: ClientTiming, token: Option<String>) -> Self {
+        Self::start(name, ws_bases, channel, model, FrameStyle::Channel, timing, token)
+    }
+
+    fn start(name: &str, ws_bases: &[String], canvas: &str, model: Arc<dyn Model>, style: FrameStyle, timing: ClientTiming, token: Option<String>) -> Self {
         assert!(!ws_bases.is_empty(), "a client needs at least one gateway");
         let ws_bases = ws_bases.to_vec();
         let state = Arc::new(Mutex::new(State {
             report: ClientReport { name: name.into(), canvas: canvas.into(), ..Default::default() },
             canvas: None,
+            model,
+            style,
         }));
         let cancel = CancellationToken::new();
         let control = Arc::new(Control { paused: tokio::sync::watch::channel(false).0, kick: tokio::sync::Notify::new() });
-        let task = tokio::spawn(run(state.clone(), ws_bases, canvas.to_owned(), token, dims, timing, cancel.clone(), control.clone()));
+        let task = tokio::spawn(run(state.clone(), ws_bases, canvas.to_owned(), token, timing, cancel.clone(), control.clone()));
         Self { state, task, cancel, control }
     }
 
@@ -234,9 +259,15 @@ enum Next {
 /// The `/ws` URL of an attempt: `canvas`, `since`, the `epoch` of the last `welcome` when there
 /// was one, and the client token (percent-encoded) when there is one.
 pub fn session_url(base: &str, canvas: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
+    session_url_as(FrameStyle::Canvas, base, canvas, since, epoch, token)
+}
+
+/// [`session_url`] in frames of `style` (`channel=` or `canvas=`).
+pub fn session_url_as(style: FrameStyle, base: &str, canvas: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
+    let param = if style == FrameStyle::Channel { "channel" } else { "canvas" };
     let mut url = match epoch {
-        Some(e) => format!("{base}/ws?canvas={canvas}&since={since}&epoch={e}"),
-        None => format!("{base}/ws?canvas={canvas}&since={since}"),
+        Some(e) => format!("{base}/ws?{param}={canvas}&since={since}&epoch={e}"),
+        None => format!("{base}/ws?{param}={canvas}&since={since}"),
     };
     if let Some(t) = token.filter(|t| !t.is_empty()) {
         url.push_str("&token=");
@@ -251,7 +282,6 @@ async fn run(
     bases: Vec<String>,
     canvas: String,
     token: Option<String>,
-    dims: CanvasDims,
     t: ClientTiming,
     cancel: CancellationToken,
     control: Arc<Control>,
@@ -265,13 +295,13 @@ async fn run(
     let mut n = 0u32;
     let (mut gateway, mut retried) = (0usize, false);
     loop {
-        let (since, epoch) = {
+        let (since, epoch, style) = {
             let s = state.lock().expect("client lock");
             // The epoch says "I hold version `since` of this history": only with a canvas held (a
             // welcome then a drop before the snapshot leaves nothing, which `since=0` alone says).
-            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()))
+            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()), s.style)
         };
-        let url = session_url(&bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
+        let url = session_url_as(style, &bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
         let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
@@ -308,7 +338,7 @@ async fn run(
                     gateway,
                     welcomed: false,
                 });
-                let (next, end) = session(&state, ws, n, dims, &cancel, &control).await;
+                let (next, end) = session(&state, ws, n, &cancel, &control).await;
                 let mut s = state.lock().expect("client lock");
                 let mut welcomed = false;
                 if let Some(last) = s.report.sessions.last_mut() {
@@ -346,34 +376,62 @@ async fn run(
     }
 }
 
+/// Takes in a whole state (`state` or today's `snapshot` frame) at `version`.
+fn take_state(s: &mut State, version: u64, state: &serde_json::Value, n: u32) -> Option<(Next, String)> {
+    s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Snapshot, version, published_at_ms: 0, session: n });
+    match s.model.from_json(state) {
+        Ok(c) => {
+            s.canvas = Some(c);
+            s.report.version = version;
+            None
+        }
+        Err(_) => Some((Next::After(None), "bad_snapshot".into())),
+    }
+}
+
+/// Takes in one publication's `data` at `version`.
+fn take_publication(s: &mut State, version: u64, data: &serde_json::value::RawValue, published_at_ms: u64, n: u32) -> Option<(Next, String)> {
+    s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Event, version, published_at_ms, session: n });
+    let have = s.report.version;
+    if version <= have {
+        return None; // duplicate: recorded, dropped
+    }
+    if version != have + 1 || s.canvas.is_none() {
+        return Some((Next::After(Some(Duration::ZERO)), "gap_resync".into()));
+    }
+    if let Some(c) = s.canvas.as_mut() {
+        if c.apply(data).is_err() {
+            return Some((Next::After(None), "bad_publication".into()));
+        }
+    }
+    s.report.version = version;
+    None
+}
+
 /// Applies one frame; returns how to leave the session when the frame ends it.
-fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) -> Option<(Next, String)> {
+fn apply_frame(s: &mut State, frame: ServerMessage, n: u32) -> Option<(Next, String)> {
     match frame {
         ServerMessage::Snapshot { version, width, height, pixels, .. } => {
-            s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Snapshot, version, published_at_ms: 0, session: n });
-            let d = CanvasDims { width, height };
-            match Canvas::from_base64(d, version, &pixels) {
-                Some(c) if d == dims => {
-                    s.canvas = Some(c);
-                    s.report.version = version;
-                    None
-                }
-                _ => Some((Next::After(None), "bad_snapshot".into())),
-            }
+            take_state(s, version, &serde_json::json!({ "width": width, "height": height, "pixels": pixels }), n)
         }
+        ServerMessage::State { version, state, .. } => take_state(s, version, &state, n),
         ServerMessage::Event(ev) => {
-            s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Event, version: ev.version, published_at_ms: ev.published_at_ms, session: n });
-            let have = s.report.version;
-            if ev.version <= have {
-                return None; // duplicate: recorded, dropped
+            let data = shared::model::pixels::Paint { x: ev.x, y: ev.y, color: ev.color }.to_data();
+            take_publication(s, ev.version, &data, ev.published_at_ms, n)
+        }
+        ServerMessage::Publication { version, data, published_at_ms, .. } => {
+            let data = serde_json::value::to_raw_value(&data).expect("a JSON value is JSON");
+            take_publication(s, version, &data, published_at_ms, n)
+        }
+        ServerMessage::Reset { version, .. } => {
+            // What came between is not coming: the position moves on, the state (a stream's is
+            // nothing) stays; a stateful model's `state` follows.
+            s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Reset, version, published_at_ms: 0, session: n });
+            s.report.resets += 1;
+            if s.canvas.is_none() {
+                s.canvas = Some(s.model.empty());
             }
-            if ev.version != have + 1 || s.canvas.is_none() {
-                return Some((Next::After(Some(Duration::ZERO)), "gap_resync".into()));
-            }
-            if let Some(c) = s.canvas.as_mut() {
-                c.apply(&ev);
-            }
-            s.report.version = ev.version;
+            s.report.version = version;
             None
         }
         ServerMessage::Reconnect { retry_after_ms, .. } => {
@@ -402,7 +460,7 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32, dims: CanvasDims) ->
 
 type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims, cancel: &CancellationToken, control: &Control) -> (Next, String) {
+async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, cancel: &CancellationToken, control: &Control) -> (Next, String) {
     let mut paused = control.paused.subscribe();
     loop {
         let reading = !*paused.borrow_and_update();
@@ -429,7 +487,7 @@ async fn session(state: &Arc<Mutex<State>>, mut ws: Ws, n: u32, dims: CanvasDims
                     return (Next::After(None), "bad_frame".into());
                 };
                 // Decide under the lock, act (await) after it.
-                let leave = apply_frame(&mut state.lock().expect("client lock"), frame, n, dims);
+                let leave = apply_frame(&mut state.lock().expect("client lock"), frame, n);
                 if let Some((next, cause)) = leave {
                     let _ = ws.close(None).await;
                     return (next, cause);
@@ -480,16 +538,16 @@ mod tests {
         assert_eq!(session_url("ws://g:1", "c1", 5, None, Some("a.b+c/=")), "ws://g:1/ws?canvas=c1&since=5&token=a.b%2Bc%2F%3D");
         assert_eq!(session_url("ws://g:1", "c1", 5, Some("e"), Some("")), "ws://g:1/ws?canvas=c1&since=5&epoch=e");
         // What the servers parse back.
-        let q: shared::protocol::WsQuery = shared::http::parse_query("canvas=c1&since=5&token=a.b%2Bc%2F%3D").unwrap();
+        let q = shared::protocol::WsQuery::parse("canvas=c1&since=5&token=a.b%2Bc%2F%3D").unwrap();
         assert_eq!(q.token.as_deref(), Some("a.b+c/="));
     }
 
     fn welcome(epoch: Option<&str>) -> ServerMessage {
-        ServerMessage::Welcome { node: "ws-1".into(), canvas: "c1".into(), since: 0, epoch: epoch.map(|e| Epoch::parse(e).unwrap()) }
+        ServerMessage::Welcome { node: "ws-1".into(), canvas: Some("c1".into()), channel: None, model: None, since: 0, epoch: epoch.map(|e| Epoch::parse(e).unwrap()) }
     }
 
     fn snapshot(version: u64) -> ServerMessage {
-        let canvas = Canvas::new(DIMS);
+        let canvas = shared::Canvas::new(DIMS);
         ServerMessage::Snapshot { canvas: "c1".into(), version, width: 2, height: 2, pixels: canvas.pixels_base64() }
     }
 
@@ -500,22 +558,22 @@ mod tests {
 
     #[test]
     fn a_welcome_of_another_epoch_makes_the_next_snapshot_the_base_even_when_older() {
-        let mut s = State { report: ClientReport::default(), canvas: None };
+        let mut s = State { report: ClientReport::default(), canvas: None, model: Arc::new(shared::model::pixels::Pixels { dims: DIMS }), style: FrameStyle::Canvas };
         for f in [welcome(Some("T1-0")), snapshot(10), event(11)] {
-            assert!(apply_frame(&mut s, f, 1, DIMS).is_none());
+            assert!(apply_frame(&mut s, f, 1).is_none());
         }
         assert_eq!((s.report.version, s.report.epoch.as_ref().map(Epoch::as_str)), (11, Some("T1-0")));
         // The same epoch again: nothing is forgotten.
-        assert!(apply_frame(&mut s, welcome(Some("T1-0")), 2, DIMS).is_none());
+        assert!(apply_frame(&mut s, welcome(Some("T1-0")), 2).is_none());
         assert_eq!((s.report.version, s.report.epoch_changes), (11, 0));
         // The topic was recreated: version 3 of the new history replaces version 11 of the old.
         for f in [welcome(Some("T2-0")), snapshot(3), event(4)] {
-            assert!(apply_frame(&mut s, f, 3, DIMS).is_none());
+            assert!(apply_frame(&mut s, f, 3).is_none());
         }
         assert_eq!((s.report.version, s.report.epoch_changes), (4, 1));
         assert_eq!(s.report.epoch.as_ref().map(Epoch::as_str), Some("T2-0"));
         // A node older than epochs names none: the client then sends none.
-        assert!(apply_frame(&mut s, welcome(None), 4, DIMS).is_none());
+        assert!(apply_frame(&mut s, welcome(None), 4).is_none());
         assert_eq!((s.report.version, s.report.epoch.clone()), (4, None));
     }
 }

@@ -154,6 +154,15 @@ impl Namespaces {
         }
     }
 
+    /// Resolves the namespaces of a TOML text (the `[default]` and `[namespaces.*]` tables).
+    ///
+    /// # Errors
+    /// The parse error, or every problem found, as one message.
+    pub fn from_toml(text: &str, dims: CanvasDims) -> Result<Self, String> {
+        let spec: NamespacesSpec = toml::from_str(text).map_err(|e| e.to_string())?;
+        Self::resolve(&spec, dims).map_err(|es| es.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))
+    }
+
     /// The namespace of `channel`.
     ///
     /// # Errors
@@ -186,6 +195,13 @@ impl Namespaces {
             default: Some(self.default.resolved.clone()),
             namespaces: self.named.iter().map(|(k, v)| (k.clone(), v.resolved.clone())).collect(),
         }
+    }
+}
+
+impl From<CanvasDims> for Namespaces {
+    /// [`Namespaces::pixels_only`].
+    fn from(dims: CanvasDims) -> Self {
+        Namespaces::pixels_only(dims)
     }
 }
 

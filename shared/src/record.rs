@@ -37,6 +37,15 @@ pub const NAMESPACES_HEADER: &str = "fleet-namespaces";
 /// Most publications one record carries (as format 1's groups).
 pub const MAX_PER_RECORD: usize = crate::event::MAX_EVENTS_PER_RECORD;
 
+/// Most bytes of data a group record carries: a publication that would pass it starts the next
+/// record (a single publication of up to a namespace's `max_data_bytes`, 1 MiB at most, is a
+/// record of its own).
+pub const MAX_GROUP_DATA_BYTES: usize = 256 * 1024;
+
+/// The events topic's `max.message.bytes` when the publisher creates it: the largest data (1 MiB)
+/// with its envelope and headers.
+pub const MAX_RECORD_BYTES: usize = 2 * 1024 * 1024;
+
 /// One publication: a channel's next version and its data.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,6 +132,17 @@ impl<'a> RecordHeaders<'a> {
 }
 
 impl Publication {
+    /// The format-1 event of a pixel's publication (`None` when it is other data).
+    pub fn to_pixel_event(&self) -> Option<PixelEvent> {
+        let p = self.paint()?;
+        Some(PixelEvent { canvas: self.channel.clone(), version: self.version, x: p.x, y: p.y, color: p.color, published_at_ms: self.published_at_ms })
+    }
+
+    /// Its data as a pixel's (`None` when it is other data).
+    pub fn paint(&self) -> Option<Paint> {
+        serde_json::from_str(self.data.get()).ok()
+    }
+
     /// The value of a record carrying `pubs` (one channel, consecutive versions, at least one): the
     /// publication's JSON object for one, a JSON array of them for several.
     pub fn record_value(pubs: &[Publication]) -> Vec<u8> {

@@ -82,6 +82,9 @@ pub struct KeyEntry {
     pub x: u32,
     pub y: u32,
     pub color: [u8; 3],
+    /// The publication's data when it is not a pixel (JSON text); `x`, `y`, `color` are then 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
     pub version: u64,
     /// Offset of the events-topic record that carried it.
     pub offset: i64,
@@ -700,7 +703,7 @@ mod tests {
 
     #[test]
     fn key_records_round_trip_as_format_2_and_a_tombstone_removes_them() {
-        let entry = KeyEntry { key: "k-1".into(), canvas: "c1".into(), x: 1, y: 2, color: [3, 4, 5], version: 7, offset: 40, at_ms: 1_000 };
+        let entry = KeyEntry { key: "k-1".into(), canvas: "c1".into(), x: 1, y: 2, color: [3, 4, 5], data: None, version: 7, offset: 40, at_ms: 1_000 };
         let rec = KeyRecord { name: KeyRecord::name_of(40, 0), entries: vec![entry.clone()] };
         let value = rec.encode();
         assert_eq!(value[0], 2, "key records are format 2");

@@ -28,7 +28,7 @@ pub enum Fate {
 }
 
 /// A record of the fake log: its events with their idempotency keys.
-pub type FakeRecord = Vec<(PixelEvent, Option<String>)>;
+pub type FakeRecord = Vec<(Publication, Option<String>)>;
 
 /// A committed snapshot-topic record: key, value.
 type SnapshotEntry = (String, Vec<u8>);
@@ -156,7 +156,7 @@ impl FakeLog {
 
     /// Committed versions of `canvas`, in log order.
     pub fn events_of(&self, canvas: &str) -> Vec<u64> {
-        self.committed().into_iter().flatten().filter(|e| e.0.canvas.as_str() == canvas).map(|e| e.0.version).collect()
+        self.committed().into_iter().flatten().filter(|e| e.0.channel.as_str() == canvas).map(|e| e.0.version).collect()
     }
 
     /// Every committed record, partition by partition.
@@ -307,7 +307,7 @@ impl EventLog for FakeLog {
         for r in &records {
             assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
             assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
-            assert!(r.events.windows(2).all(|w| w[0].canvas == w[1].canvas && w[1].version == w[0].version + 1));
+            assert!(r.events.windows(2).all(|w| w[0].channel == w[1].channel && w[1].version == w[0].version + 1));
             if let Writer::Partition(p) = writer {
                 assert_eq!(r.partition, p, "an isolated partition's writer writes only that partition");
             }

@@ -9,7 +9,7 @@ use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets};
 use shared::snapshot::Loaded;
-use shared::PixelEvent;
+use shared::record::{Publication, RecordHeaders};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -117,7 +117,7 @@ impl KafkaLog {
 
 /// The events of one record, each with its idempotency key (record headers, one per event).
 fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<LoggedEvent> {
-    match PixelEvent::decode_record(msg.payload()) {
+    match Publication::decode_record(RecordHeaders::of(msg).format, msg.payload()) {
         Ok(events) => {
             let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
             if keys.len() != events.len() {
@@ -134,7 +134,7 @@ fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<LoggedEvent
                 .collect()
         }
         Err(e) => {
-            tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e, "skipping a record that is not a pixel event");
+            tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e, "skipping a record that is not a publication");
             Vec::new()
         }
     }
@@ -324,8 +324,8 @@ pub async fn ensure_topics(
     replication: i32,
     retention_ms: i64,
 ) -> Result<u32, String> {
-    let retention = retention_ms.to_string();
-    let events = [("retention.ms", retention.as_str()), ("retention.bytes", "-1")];
+    let (retention, max_record) = (retention_ms.to_string(), shared::record::MAX_RECORD_BYTES.to_string());
+    let events = [("retention.ms", retention.as_str()), ("retention.bytes", "-1"), ("max.message.bytes", max_record.as_str())];
     let n = shared::kafka::ensure_topic(settings, "core-publisher", topic, partitions, replication, &events).await?;
     let (segment, max_bytes, lag) =
         (SNAPSHOT_SEGMENT_MS.to_string(), shared::snapshot::MAX_RECORD_BYTES.to_string(), SNAPSHOT_MIN_COMPACTION_LAG_MS.to_string());

@@ -31,7 +31,7 @@ pub mod fake;
 
 use shared::replay::Offsets;
 use shared::snapshot::Loaded;
-use shared::PixelEvent;
+use shared::record::Publication;
 use std::future::Future;
 use std::time::Duration;
 
@@ -41,7 +41,7 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub partition: i32,
-    pub events: Vec<PixelEvent>,
+    pub events: Vec<Publication>,
     pub keys: Vec<Option<String>>,
 }
 
@@ -122,7 +122,7 @@ pub struct LoggedEvent {
     pub partition: i32,
     /// Offset of the record that carried the event.
     pub offset: i64,
-    pub event: PixelEvent,
+    pub event: Publication,
     /// The `Idempotency-Key` the publish carried, if any (record header [`IDEMPOTENCY_HEADER`]).
     pub idempotency_key: Option<String>,
 }

@@ -24,6 +24,8 @@ pub struct ProducerSettings {
     pub message_timeout: Duration,
     /// `transaction.timeout.ms`: the coordinator aborts a transaction left open longer.
     pub transaction_timeout: Duration,
+    /// The namespaces fingerprint every record carries ([`shared::record::NAMESPACES_HEADER`]).
+    pub namespaces_fingerprint: String,
 }
 
 /// At most this long is spent serving the last delivery reports before a commit

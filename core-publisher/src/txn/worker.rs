@@ -8,7 +8,10 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::FleetContext;
-use shared::PixelEvent;
+use shared::record::{Publication, FORMAT_HEADER, NAMESPACES_HEADER};
+
+/// The value of every record's [`FORMAT_HEADER`].
+const FORMAT_VALUE: &str = "2";
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -412,20 +415,23 @@ impl Worker {
     /// Queues one record (waiting while librdkafka's queue is full).
     fn send(&self, producer: &TxnProducer, seq: usize, index: usize, r: &Record, by: Instant) -> Result<(), KafkaError> {
         let first = r.events.first().expect("a record carries at least one event");
-        let payload = PixelEvent::record_value(&r.events);
+        let payload = Publication::record_value(&r.events);
         let mut record = BaseRecord::with_opaque_to(&self.settings.topic, seq << INDEX_BITS | index)
             .partition(r.partition)
-            .key(first.canvas.as_str())
+            .key(first.channel.as_str())
             .payload(&payload)
             .timestamp(first.published_at_ms as i64);
-        // One header per event, in order (a null value: that event has no key), or none at all.
+        // The record's format and the namespaces it was written under; then one key header per
+        // event, in order (a null value: that event has no key), or none at all.
+        let mut headers = OwnedHeaders::new_with_capacity(2 + r.keys.len())
+            .insert(Header { key: FORMAT_HEADER, value: Some(FORMAT_VALUE) })
+            .insert(Header { key: NAMESPACES_HEADER, value: Some(self.settings.namespaces_fingerprint.as_str()) });
         if r.keys.iter().any(Option::is_some) {
-            let mut headers = OwnedHeaders::new_with_capacity(r.keys.len());
             for k in &r.keys {
                 headers = headers.insert(Header { key: IDEMPOTENCY_HEADER, value: k.as_deref() });
             }
-            record = record.headers(headers);
         }
+        record = record.headers(headers);
         producer.queue(record, by)
     }
 

@@ -335,8 +335,8 @@ impl BareTail {
                 match consumer.poll(Duration::from_millis(50)) {
                     Some(Ok(m)) => {
                         let at = Instant::now();
-                        for ev in PixelEvent::decode_record(m.payload()).unwrap_or_default() {
-                            if let Some(i) = index.get(ev.canvas.as_str()) {
+                        for ev in shared::record::Publication::decode_record(shared::record::RecordHeaders::of(&m).format, m.payload()).unwrap_or_default() {
+                            if let Some(i) = index.get(ev.channel.as_str()) {
                                 out.push((*i, ev.version, at));
                                 r.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                             }

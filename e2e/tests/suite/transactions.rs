@@ -65,7 +65,10 @@ fn replay(bootstrap: &str, topic: &str) -> (Vec<u64>, i64, i64, Option<i64>) {
         &plan,
         Duration::from_secs(20),
         &|| false,
-        |m| versions.extend(PixelEvent::decode_record(m.payload()).expect("pixel events").into_iter().map(|e| e.version)),
+        |m| {
+            let format = shared::record::RecordHeaders::of(m).format;
+            versions.extend(shared::record::Publication::decode_record(format, m.payload()).expect("publications").into_iter().map(|e| e.version))
+        },
         |_| {},
     )
     .expect("the replay completes");

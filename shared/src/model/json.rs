@@ -53,6 +53,10 @@ impl Model for Json {
         Box::new(Document { patch: self.patch, doc: Value::Object(Default::default()) })
     }
 
+    fn from_json(&self, state: &serde_json::Value) -> Result<Box<dyn State>, Invalid> {
+        Ok(Box::new(Document { patch: self.patch, doc: state.clone() }))
+    }
+
     fn decode(&self, encoding: &str, body: &[u8]) -> Result<Box<dyn State>, Invalid> {
         if encoding != "json" {
             return Err(Invalid::Snapshot(format!("encoding {encoding:?} is not json's (json)")));

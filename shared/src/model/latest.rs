@@ -37,6 +37,10 @@ impl Model for Latest {
         Box::new(Value::null())
     }
 
+    fn from_json(&self, state: &serde_json::Value) -> Result<Box<dyn State>, Invalid> {
+        Ok(Box::new(Value { text: state.to_string() }))
+    }
+
     fn decode(&self, encoding: &str, body: &[u8]) -> Result<Box<dyn State>, Invalid> {
         if encoding != "json" {
             return Err(Invalid::Snapshot(format!("encoding {encoding:?} is not latest's (json)")));

@@ -101,6 +101,13 @@ pub trait Model: Send + Sync + fmt::Debug {
     /// # Errors
     /// [`Invalid::Snapshot`] when the body or the encoding is not the model's.
     fn decode(&self, encoding: &str, body: &[u8]) -> Result<Box<dyn State>, Invalid>;
+
+    /// A state from its JSON form ([`State::write_json`]: a `state` frame's `state`), as a
+    /// client holds it.
+    ///
+    /// # Errors
+    /// [`Invalid::Data`] when it is not the model's JSON form.
+    fn from_json(&self, state: &serde_json::Value) -> Result<Box<dyn State>, Invalid>;
 }
 
 /// One channel's state under its model.
@@ -179,6 +186,24 @@ pub(crate) fn data(text: &str) -> Box<Data> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_models_state_round_trips_through_its_json_form() {
+        let pixels = pixels::Pixels { dims: crate::canvas::CanvasDims { width: 2, height: 2 } };
+        let table: [(&dyn Model, &str); 4] = [
+            (&stream::Stream, r#""hi""#),
+            (&latest::Latest, r#"{"b":2.5,"a":[1]}"#),
+            (&json::Json::default(), r#"{"a":{"b":1}}"#),
+            (&pixels, r##"{"x":1,"y":1,"color":"#102030"}"##),
+        ];
+        for (model, d) in table {
+            let mut s = model.empty();
+            s.apply(&data(d)).unwrap();
+            let back = model.from_json(&serde_json::from_str(&s.to_json()).unwrap()).unwrap();
+            assert_eq!(back.hash(), s.hash(), "{}", model.kind());
+        }
+        assert!(pixels.from_json(&serde_json::json!({"width": 3, "height": 2, "pixels": ""})).is_err());
+    }
 
     #[test]
     fn kinds_are_spelled_as_in_configuration() {

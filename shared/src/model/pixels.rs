@@ -117,6 +117,21 @@ impl Model for Pixels {
         Box::new(Raster::white(self.dims))
     }
 
+    fn from_json(&self, state: &serde_json::Value) -> Result<Box<dyn State>, Invalid> {
+        #[derive(Deserialize)]
+        struct Owned {
+            width: u32,
+            height: u32,
+            pixels: String,
+        }
+        let f: Owned = serde_json::from_value(state.clone()).map_err(|e| Invalid::Data(e.to_string()))?;
+        if (f.width, f.height) != (self.dims.width, self.dims.height) {
+            return Err(Invalid::Data(format!("a {}x{} canvas, not {}x{}", f.width, f.height, self.dims.width, self.dims.height)));
+        }
+        let bytes = base64::engine::general_purpose::STANDARD.decode(&f.pixels).map_err(|e| Invalid::Data(e.to_string()))?;
+        Raster::from_bytes(self.dims, bytes).map(|r| Box::new(r) as Box<dyn State>).ok_or_else(|| Invalid::Data("pixels of another length".into()))
+    }
+
     /// The bytes of a canvas of this namespace's size. (A snapshot of another size, written under
     /// another configuration, is refused: its pixels would be misplaced.)
     fn decode(&self, encoding: &str, body: &[u8]) -> Result<Box<dyn State>, Invalid> {

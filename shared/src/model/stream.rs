@@ -29,6 +29,13 @@ impl Model for Stream {
         Box::new(Nothing)
     }
 
+    fn from_json(&self, state: &serde_json::Value) -> Result<Box<dyn State>, Invalid> {
+        match state {
+            serde_json::Value::Null => Ok(Box::new(Nothing)),
+            _ => Err(Invalid::Data("a stream's state is null".into())),
+        }
+    }
+
     fn decode(&self, encoding: &str, body: &[u8]) -> Result<Box<dyn State>, Invalid> {
         match (encoding, body) {
             ("none", []) => Ok(Box::new(Nothing)),
