@@ -45,6 +45,12 @@
  *   reset) means the anchor and the canvas are of a history that no longer exists: both are
  *   forgotten, and the snapshot the server sends next is the new base, even when older. A `welcome`
  *   without an epoch (an older server) clears it: the next socket is resumed by `since` alone.
+ * - Channels (issue 33; the shell's `subscribe`): a `state` frame is a snapshot of the channel's
+ *   state, a `publication` an event (the same anchor rules: duplicates dropped, a jump is a gap);
+ *   the `welcome` names the channel's model, and a stream (no state) holds its position from the
+ *   welcome on. A `reset` moves the position to its version of its epoch; a stateful model then
+ *   holds nothing (version 0, no epoch sent) until the `state` that follows. `subscribe` (between
+ *   connections only) starts a new subscription's anchor from nothing.
  * - Retry budget: `budgetFailures` failures within `budgetWindowMs` (counted since the last stable
  *   connection) → `closed` with reason {@link BUDGET_EXHAUSTED}. While the page is hidden, failure
  *   delays are multiplied by `hiddenMultiplier`.
@@ -125,14 +131,15 @@ export const DEFAULTS = Object.freeze({
  * @property {number} socketErrors `error` events of current sockets
  * @property {number} refusals `error` frames (the server refused the session for now)
  * @property {number} notices `reconnect` notices
- * @property {number} resumesByEvents reconnects with since > 0 whose first frame was an event
- * @property {number} resumesBySnapshot reconnects with since > 0 whose first frame was a snapshot
+ * @property {number} resumesByEvents reconnects with since > 0 whose first frame was an event (or a publication)
+ * @property {number} resumesBySnapshot reconnects with since > 0 whose first frame was a snapshot (or a state)
  * @property {number} epochChanges welcomes naming another epoch than the one the socket sent (the anchor was forgotten)
- * @property {number} snapshotsApplied
- * @property {number} staleSnapshots snapshots older than the anchor (dropped)
- * @property {number} eventsApplied
- * @property {number} duplicatesDropped events at or below the anchor
- * @property {number} gapsSeen events past anchor + 1 (each caused a resync)
+ * @property {number} snapshotsApplied snapshots and channel `state` frames applied
+ * @property {number} staleSnapshots snapshots (and states) older than the anchor (dropped)
+ * @property {number} eventsApplied events and publications applied
+ * @property {number} duplicatesDropped events (and publications) at or below the anchor
+ * @property {number} gapsSeen events (and publications) past anchor + 1 (each caused a resync)
+ * @property {number} resets channel `reset` frames (each moved the position)
  * @property {number} badFrames frames that could not be trusted (each caused a resync)
  * @property {number} unknownFrames frames of an unknown type (ignored)
  * @property {number} staleEvents socket or timer events of another attempt (ignored)
@@ -163,6 +170,7 @@ export function emptyCounters() {
     unknownFrames: 0,
     staleEvents: 0,
     budgetExhausted: 0,
+    resets: 0,
   };
 }
 
@@ -174,7 +182,11 @@ export function emptyCounters() {
  * @property {number} attempt id of the current (or last) socket; 0 before the first
  * @property {number} version the anchor: last version applied (0 = nothing yet)
  * @property {string | null} epoch the epoch of the anchor's history, from the last `welcome` (null: none known)
- * @property {{width:number, height:number} | null} base canvas size, known after the first snapshot
+ * @property {{width?:number, height?:number} | null} base what the anchor's version is of: the canvas
+ *   size, known after the first snapshot; for a channel `{}` once a state is held (a stream: from
+ *   the welcome on); null while nothing is held
+ * @property {string | null} model the channel's model, from the last `welcome` (null for a canvas)
+ * @property {boolean} stateless the channel's model has no state (stream): its position alone is held
  * @property {number} failures failures since the last stable connection (drives the backoff exponent)
  * @property {number[]} failureTimes times (ms) of the failures in the budget window, since the last stable connection
  * @property {boolean} hidden whether the page is hidden
@@ -201,8 +213,9 @@ export function emptyCounters() {
  *   {type:'connect'} | {type:'disconnect'} | {type:'retry'} | {type:'visibility', hidden:boolean} |
  *   {type:'open', attempt:number} | {type:'error', attempt:number} |
  *   {type:'close', attempt:number, code:number, reason?:string} |
- *   {type:'timer', timer:TimerName, attempt:number} |
- *   (import('./protocol.js').ParsedFrame & {attempt:number})
+ *   {type:'timer', timer:TimerName, attempt:number} | {type:'subscribe', channel:string} |
+ *   (import('./protocol.js').ParsedFrame & {attempt:number}) |
+ *   (import('./protocol.js').ParsedChannelFrame & {attempt:number})
  * )} MachineEvent
  */
 
@@ -222,6 +235,9 @@ export function emptyCounters() {
  *   {type:'cancel_timer', timer:TimerName} |
  *   {type:'apply_snapshot', version:number, width:number, height:number, pixels:Uint8Array} |
  *   {type:'apply_event', version:number, x:number, y:number, color:string, rgb:number[]} |
+ *   {type:'apply_state', version:number, state:unknown} |
+ *   {type:'apply_publication', version:number, data:unknown, publishedAtMs:number|null} |
+ *   {type:'apply_reset', version:number, epoch:string, previousVersion:number, previousEpoch:string|null} |
  *   {type:'notify', phase:Phase, info:StateInfo} |
  *   {type:'log', line:string}} Effect
  */
@@ -279,6 +295,8 @@ export function initialState(config = {}, gateways = 1) {
     gateway: 0,
     served: false,
     retried: false,
+    model: null,
+    stateless: false,
   };
 }
 
@@ -386,7 +404,7 @@ const CANCEL_ATTEMPT_TIMERS = Object.freeze([
   Object.freeze({ type: 'cancel_timer', timer: 'close_wait' }),
   Object.freeze({ type: 'cancel_timer', timer: 'stable' }),
 ]);
-const FRAME_TYPES = new Set(['welcome', 'snapshot', 'event', 'notice', 'refused', 'bad_frame', 'unknown_frame']);
+const FRAME_TYPES = new Set(['welcome', 'snapshot', 'event', 'notice', 'refused', 'bad_frame', 'unknown_frame', 'state', 'publication', 'reset']);
 
 /**
  * The transition function: the next state and the effects to perform, for one event.
@@ -409,6 +427,8 @@ export function transition(state, event) {
       return keep(state);
     case 'disconnect':
       return disconnect(state);
+    case 'subscribe':
+      return subscribe(state, ev);
     case 'visibility':
       return keep({ ...state, hidden: Boolean(ev.hidden) });
     case 'timer':
@@ -465,6 +485,17 @@ function begin(s, effects) {
       ...moved(s, next, { attempt, since: s.version, gateway: s.gateway }),
     ],
   };
+}
+
+/**
+ * A new subscription (the shell's `subscribe`): its anchor starts from nothing (version 0, no
+ * epoch, nothing held, no model yet). Only between connections (idle or closed): a live socket's
+ * anchor is never swapped under it.
+ */
+function subscribe(s, ev) {
+  if (s.phase !== 'idle' && s.phase !== 'closed') return keep(s);
+  const next = { ...s, version: 0, epoch: null, base: null, model: null, stateless: false, resumeFrom: null };
+  return { state: next, effects: [log(`subscribe channel=${ev.channel}`)] };
 }
 
 /** The user left: cancel everything, close the socket if any, never reconnect. */
@@ -568,9 +599,13 @@ function onFrame(s, ev) {
     case 'welcome':
       return onWelcome(s, ev);
     case 'snapshot':
+    case 'state':
       return onSnapshot(s, ev);
     case 'event':
+    case 'publication':
       return onEvent(s, ev);
+    case 'reset':
+      return onReset(s, ev);
     case 'notice':
       return onNotice(s, ev);
     case 'refused': {
@@ -600,23 +635,46 @@ function onFrame(s, ev) {
 function onWelcome(s, ev) {
   const epoch = ev.epoch ?? null;
   const servedBy = log(`served by ${ev.node}`);
+  // A channel's welcome names its model (a canvas's names none).
+  const channel = ev.model === undefined ? {} : { model: ev.model, stateless: Boolean(ev.stateless) };
+  let next;
+  /** @type {Effect[]} */
+  let effects = [servedBy];
   if (epoch !== null && s.epoch !== null && epoch !== s.epoch) {
-    const next = { ...s, node: ev.node, epoch, served: true, version: 0, base: null, counters: bump(s.counters, 'epochChanges') };
-    return { state: next, effects: [servedBy, log(`epoch ${s.epoch} -> ${epoch}: the canvas's history was replaced; anchor ${s.version} forgotten`)] };
+    next = { ...s, ...channel, node: ev.node, epoch, served: true, version: 0, base: null, counters: bump(s.counters, 'epochChanges') };
+    effects = [servedBy, log(`epoch ${s.epoch} -> ${epoch}: the ${s.model ? 'channel' : 'canvas'}'s history was replaced; anchor ${s.version} forgotten`)];
+  } else if (ev.model !== undefined && s.model !== null && ev.model !== s.model && s.base !== null) {
+    // The namespace's model changed: what is held is of another model.
+    next = { ...s, ...channel, node: ev.node, epoch, served: true, version: 0, base: null };
+    effects = [servedBy, log(`model ${s.model} -> ${ev.model}: anchor ${s.version} forgotten`)];
+  } else {
+    next = { ...s, ...channel, node: ev.node, epoch, served: true };
   }
-  return { state: { ...s, node: ev.node, epoch, served: true }, effects: [servedBy] };
+  // A stream has no state to wait for: its position is all it holds, from the welcome on.
+  if (next.stateless && next.base === null) next.base = {};
+  return { state: next, effects };
 }
 
-/** A snapshot sets the canvas and the anchor, unless it is older than the anchor. */
+/**
+ * A snapshot (or a channel's `state`) sets the canvas (the state) and the anchor, unless it is
+ * older than the anchor.
+ */
 function onSnapshot(s, ev) {
+  const what = ev.type === 'state' ? 'state' : 'snapshot';
   if (ev.version < s.version) {
     return {
       state: { ...s, counters: bump(s.counters, 'staleSnapshots') },
-      effects: [log(`stale snapshot version=${ev.version} below anchor=${s.version}, dropped`)],
+      effects: [log(`stale ${what} version=${ev.version} below anchor=${s.version}, dropped`)],
     };
   }
   let counters = bump(s.counters, 'snapshotsApplied');
   if (s.resumeFrom !== null) counters = bump(counters, 'resumesBySnapshot');
+  if (ev.type === 'state') {
+    return {
+      state: { ...s, version: ev.version, base: {}, resumeFrom: null, counters },
+      effects: [{ type: 'apply_state', version: ev.version, state: ev.state }],
+    };
+  }
   const next = { ...s, version: ev.version, base: { width: ev.width, height: ev.height }, resumeFrom: null, counters };
   return {
     state: next,
@@ -624,15 +682,17 @@ function onSnapshot(s, ev) {
   };
 }
 
-/** An event: duplicate (drop), next (apply), or gap (resync). */
+/** An event (or a channel's `publication`): duplicate (drop), next (apply), or gap (resync). */
 function onEvent(s, ev) {
+  const publication = ev.type === 'publication';
   if (s.base === null) {
     // No canvas yet (the server always starts since=0 with a snapshot): nothing to apply it to.
-    return gap(s, ev, 'event before any snapshot');
+    return gap(s, ev, publication ? 'publication before any state' : 'event before any snapshot');
   }
   if (ev.version <= s.version) return keep({ ...s, counters: bump(s.counters, 'duplicatesDropped') });
   if (ev.version !== s.version + 1) return gap(s, ev, `expected ${s.version + 1} got ${ev.version}`);
-  if (ev.x >= s.base.width || ev.y >= s.base.height) {
+  // (A publication's data was checked against the state held when its frame was parsed.)
+  if (!publication && (ev.x >= s.base.width || ev.y >= s.base.height)) {
     const counted = { ...s, counters: bump(s.counters, 'badFrames') };
     return fail(counted, ev, 'bad_frame', { socketOpen: true, detail: `pixel (${ev.x}, ${ev.y}) off the canvas` });
   }
@@ -640,7 +700,29 @@ function onEvent(s, ev) {
   if (s.resumeFrom !== null) counters = bump(counters, 'resumesByEvents');
   return {
     state: { ...s, version: ev.version, resumeFrom: null, counters },
-    effects: [{ type: 'apply_event', version: ev.version, x: ev.x, y: ev.y, color: ev.color, rgb: ev.rgb }],
+    effects: [
+      publication
+        ? { type: 'apply_publication', version: ev.version, data: ev.data, publishedAtMs: ev.publishedAtMs }
+        : { type: 'apply_event', version: ev.version, x: ev.x, y: ev.y, color: ev.color, rgb: ev.rgb },
+    ],
+  };
+}
+
+/**
+ * A channel's `reset`: the position is now `version` of `epoch`, and what came between is not
+ * coming. A stream holds that position at once. A stateful model holds nothing until the `state`
+ * that follows: version 0 and no epoch sent, so a socket that drops before it asks for the state
+ * afresh instead of claiming one it does not have.
+ */
+function onReset(s, ev) {
+  const version = s.stateless ? ev.version : 0;
+  const next = { ...s, version, epoch: ev.epoch, base: s.stateless ? {} : null, counters: bump(s.counters, 'resets') };
+  return {
+    state: next,
+    effects: [
+      { type: 'apply_reset', version: ev.version, epoch: ev.epoch, previousVersion: s.version, previousEpoch: s.epoch },
+      log(`reset to version ${ev.version} of epoch ${ev.epoch} (was ${s.version} of ${s.epoch ?? 'none'})`),
+    ],
   };
 }
 
