@@ -21,6 +21,13 @@
  * The backoff is the same as with one URL (rotating does not reset it) and the resume position
  * (since, epoch) carries over: any gateway can serve it.
  *
+ * Channels (issue 33): a client made without `canvas` follows one channel per connection with
+ * `subscribe(channel, handlers)` (`/ws?channel=<id>&since=&epoch=&refusal=frame`): the frames
+ * keep the {@link Subscription}'s state by the channel's model. The models come in with the
+ * `models` option; index.js (the package's entry) passes the four built-in ones (models/*.js).
+ * This file imports none of them: the gateway serves the library's files one by one, and the
+ * pages, which use the `canvas` option, load this file alone.
+ *
  * Usage:
  *   import { FleetClient } from './fleet-client.js';
  *   const client = new FleetClient({ url: 'ws://localhost:8000', canvas: 'c1' });
@@ -30,11 +37,11 @@
  *   client.connect();
  */
 
-import { Canvas } from './canvas.js';
+import { Canvas, sha256Hex } from './canvas.js';
 import { BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, initialState, nextGateway, pickConfig, sentEpoch, transition } from './machine.js';
-import { buildUrl, parseFrame } from './protocol.js';
+import { buildChannelUrl, buildUrl, isChannelId, parseChannelFrame, parseFrame } from './protocol.js';
 
-export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState, nextGateway };
+export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHASES, transition, initialState, nextGateway, isChannelId };
 
 /**
  * @typedef {import('./machine.js').Phase} Phase
@@ -46,6 +53,21 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @typedef {{x:number, y:number, color:string, version:number}} ChangedPixel
  * @typedef {StateInfo & {gatewayUrl?: string}} ClientStateInfo what `onState` gets: the machine's
  *   info, plus `gatewayUrl` (the base URL of `info.gateway`) when it names a gateway
+ * @typedef {object} Model a channel model (models/*.js): `name`, `stateful`, `initial()`,
+ *   `fromState(json)`, `check(data, state?)` (null when the data is a publication of the model,
+ *   else what is wrong), `apply(state, data)` (must not throw for data `check` accepted) and
+ *   `canonical(state)` (the string or bytes the hash is of)
+ * @property {boolean} stateful
+ * @property {(json: unknown) => unknown} fromState
+ * @property {(data: unknown, state?: any) => string | null} check
+ * @property {(state: any, data: unknown) => unknown} apply
+ * @property {(state: any) => string | Uint8Array} canonical
+ * @typedef {object} SubscriptionHandlers
+ * @property {(data: unknown, version: number, info: {channel: string, publishedAtMs: number | null}) => void} [onPublication]
+ *   after each publication was applied to the state (`sub.state` is the new one)
+ * @property {(state: unknown, version: number) => void} [onState] when a `state` frame replaced the whole state
+ * @property {(info: ResetInfo) => void} [onReset] after a `reset` moved the position
+ * @typedef {{channel: string, version: number, epoch: string, previousVersion: number, previousEpoch: string | null}} ResetInfo
  */
 
 /**
@@ -65,7 +87,10 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @typedef {object} FleetClientOptions
  * @property {string | string[]} url the gateway's WebSocket base, e.g. `ws://host:8000`, or a
  *   non-empty list of them (gateway replicas), tried in turn (see Gateways above)
- * @property {string} canvas canvas id
+ * @property {string} [canvas] canvas id: follow this canvas by the canvas protocol (`canvas=`,
+ *   `snapshot`/`event` frames; onCanvas); without it, use `subscribe(channel)`
+ * @property {Readonly<Record<string, Model>>} [models] the channel models by name (index.js passes
+ *   the built-in ones; this file alone knows none)
  * @property {string} [path] endpoint path, `/ws` by default
  * @property {string | (() => string | null | undefined)} [token] the client token (JWT) when the
  *   fleet requires one, sent as `token=`; a function is called before every attempt, so a session
@@ -83,11 +108,18 @@ export { Canvas, BUDGET_EXHAUSTED, BUDGET_MESSAGE, CLOSED_BY_USER, DEFAULTS, PHA
  * @property {(line: string) => void} [onLog] same as `onLog(fn)`
  */
 
-/** A reconnecting WebSocket client for one canvas. */
+/**
+ * The active subscription's record in its client.
+ * @typedef {{channel: string, handlers: SubscriptionHandlers, held: unknown, sub: Subscription | null}} SubRecord
+ */
+
+/** A reconnecting WebSocket client for one canvas, or for one channel subscription at a time. */
 export class FleetClient {
   /** @type {MachineState} */ #state;
   /** @type {readonly string[]} the gateways' bases, in order */ #bases;
-  #canvasId;
+  /** @type {string | null} null: a channel client (subscribe) */ #canvasId;
+  /** @type {Readonly<Record<string, Model>>} */ #models;
+  /** @type {SubRecord | null} the active subscription */ #sub = null;
   #path;
   #token;
   #WebSocket;
@@ -111,15 +143,18 @@ export class FleetClient {
 
   /**
    * @param {FleetClientOptions} options
-   * @throws {TypeError} without url or canvas, with an empty url list or one with a non-string,
-   *   or without a WebSocket implementation
+   * @throws {TypeError} without url, with an empty url list or one with a non-string, with a canvas
+   *   that is not a non-empty string, with a model that is not one, or without a WebSocket implementation
    * @throws {RangeError} when a tunable is invalid (all problems listed at once)
    */
   constructor(options) {
     const o = options ?? /** @type {FleetClientOptions} */ ({});
     this.#bases = gatewayList(o);
-    if (typeof o.canvas !== 'string' || !o.canvas) throw new TypeError('FleetClient: canvas is required');
-    this.#canvasId = o.canvas;
+    if (o.canvas !== undefined && (typeof o.canvas !== 'string' || !o.canvas)) {
+      throw new TypeError('FleetClient: canvas is required to be a non-empty string when given (leave it out to subscribe to channels)');
+    }
+    this.#canvasId = o.canvas ?? null;
+    this.#models = modelTable(o.models);
     this.#path = o.path ?? '/ws';
     if (o.token !== undefined && o.token !== null && typeof o.token !== 'string' && typeof o.token !== 'function') {
       throw new TypeError('FleetClient: token must be a string or a function returning one');
@@ -141,8 +176,14 @@ export class FleetClient {
 
   // ---- commands -------------------------------------------------------------------------------
 
-  /** Starts connecting (from `idle`, or again from `closed`). No effect in other states. @returns {this} */
+  /**
+   * Starts connecting (from `idle`, or again from `closed`). No effect in other states. A channel
+   * client connects by `subscribe` (and again with this after `close()`).
+   * @returns {this}
+   * @throws {Error} on a channel client without a subscription
+   */
   connect() {
+    this.#needTarget('connect');
     this.#watchVisibility(true);
     this.#dispatch({ type: 'connect' });
     return this;
@@ -162,8 +203,10 @@ export class FleetClient {
    * Manual retry: from `closed` (e.g. after "connection lost — retry") starts again with a fresh
    * backoff and retry budget; from `backoff` connects now. Resumes from the last version applied.
    * @returns {this}
+   * @throws {Error} on a channel client without a subscription
    */
   retry() {
+    this.#needTarget('retry');
     this.#watchVisibility(true);
     this.#dispatch({ type: 'retry' });
     return this;
@@ -178,6 +221,87 @@ export class FleetClient {
   setHidden(hidden) {
     this.#dispatch({ type: 'visibility', hidden: Boolean(hidden) });
     return this;
+  }
+
+  /**
+   * Subscribes to a channel and connects (from `idle` or `closed`) with `channel=<id>`. One
+   * subscription per connection for now: another `subscribe` while this one is active throws,
+   * until `sub.unsubscribe()`. The subscription's position (since, epoch) and state survive
+   * reconnects; the handlers are called after each change (see SubscriptionHandlers).
+   * @param {string} channel `name` or `namespace:name`
+   * @param {SubscriptionHandlers} [handlers]
+   * @returns {Subscription}
+   * @throws {TypeError} for a channel id that is not one, or a handler that is not a function
+   * @throws {Error} on a canvas client, on a client that knows no models, or while a subscription is active
+   */
+  subscribe(channel, handlers = {}) {
+    if (this.#canvasId !== null) {
+      throw new Error(`FleetClient: this client follows canvas ${this.#canvasId} (the canvas option); subscribe on a client made without it`);
+    }
+    if (!isChannelId(channel)) {
+      throw new TypeError(`FleetClient.subscribe: ${JSON.stringify(channel)} is not a channel id (name or namespace:name, each part of A-Z a-z 0-9 _ -, at most 128 bytes)`);
+    }
+    const h = handlers ?? {};
+    for (const k of /** @type {const} */ (['onPublication', 'onState', 'onReset'])) {
+      if (h[k] !== undefined && typeof h[k] !== 'function') throw new TypeError(`FleetClient.subscribe: ${k} must be a function`);
+    }
+    if (Object.keys(this.#models).length === 0) {
+      throw new Error('FleetClient.subscribe: this client knows no channel models: import FleetClient from the package (index.js), or pass models');
+    }
+    if (this.#sub) {
+      throw new Error(`FleetClient.subscribe: this connection already has a subscription (to ${this.#sub.channel}); one subscription per connection for now, several channels per connection come later: unsubscribe() it first`);
+    }
+    /** @type {SubRecord} */
+    const record = { channel, handlers: { onPublication: h.onPublication, onState: h.onState, onReset: h.onReset }, held: undefined, sub: null };
+    record.sub = new Subscription(channel, { view: () => this.#view(record), unsubscribe: () => this.#unsubscribe(record) });
+    this.#sub = record;
+    this.#dispatch({ type: 'subscribe', channel });
+    this.connect();
+    return record.sub;
+  }
+
+  /** @returns {Subscription | null} the active subscription, if any */
+  get subscription() {
+    return this.#sub?.sub ?? null;
+  }
+
+  /** A channel client with nothing to connect to refuses to. */
+  #needTarget(what) {
+    if (this.#canvasId === null && !this.#sub) throw new Error(`FleetClient.${what}: nothing to connect to: subscribe(channel) first`);
+  }
+
+  /** What a subscription shows of itself, read from the machine while it is the active one. */
+  #view(record) {
+    const s = this.#state;
+    const active = this.#sub === record;
+    const model = active ? s.model : null;
+    const held = active && s.base !== null;
+    return {
+      model,
+      version: active ? s.version : 0,
+      epoch: active ? s.epoch : null,
+      state: held ? (s.stateless ? null : record.held) : undefined,
+      impl: model !== null && Object.hasOwn(this.#models, model) ? this.#models[model] : null,
+    };
+  }
+
+  /** Ends the active subscription: closes the connection (one subscription per connection). */
+  #unsubscribe(record) {
+    if (this.#sub !== record) return;
+    this.#sub = null;
+    this.#dispatch({ type: 'disconnect' });
+    this.#watchVisibility(false);
+  }
+
+  /** Calls one of the active subscription's handlers; one that throws is reported. */
+  #call(record, name, ...args) {
+    const fn = record.handlers[name];
+    if (!fn || this.#sub !== record) return;
+    try {
+      fn(...args);
+    } catch (err) {
+      report(err);
+    }
   }
 
   // ---- callbacks ------------------------------------------------------------------------------
@@ -280,9 +404,16 @@ export class FleetClient {
     return [...this.#bases];
   }
 
-  /** @returns {string} the URL the next attempt will open */
+  /** @returns {string | null} the URL the next attempt will open (null: a channel client without a subscription) */
   get nextUrl() {
-    return buildUrl(this.gateway, this.#canvasId, this.#state.version, this.#path, sentEpoch(this.#state), this.#currentToken());
+    return this.#urlFor(this.gateway, this.#state.version, sentEpoch(this.#state));
+  }
+
+  /** The handshake URL of an attempt: the canvas's, or the active subscription's channel's. */
+  #urlFor(base, since, epoch) {
+    if (this.#canvasId !== null) return buildUrl(base, this.#canvasId, since, this.#path, epoch, this.#currentToken());
+    if (!this.#sub) return null;
+    return buildChannelUrl(base, this.#sub.channel, since, this.#path, epoch, this.#currentToken());
   }
 
   /** The token for the next attempt (the option's value, or what its function returns now). */
@@ -291,8 +422,12 @@ export class FleetClient {
     return typeof t === 'string' && t ? t : null;
   }
 
-  /** @returns {Promise<string | null>} lowercase hex SHA-256 of the canvas bytes, null without a canvas */
+  /**
+   * @returns {Promise<string | null>} lowercase hex SHA-256 of the canvas bytes, null without a
+   *   canvas; on a channel client, the active subscription's `hash()` (null without one)
+   */
   hash() {
+    if (this.#canvasId === null) return this.#sub?.sub ? this.#sub.sub.hash() : Promise.resolve(null);
     return this.#canvas ? this.#canvas.hash() : Promise.resolve(null);
   }
 
@@ -348,6 +483,10 @@ export class FleetClient {
         if (!this.#canvas) return; // cannot happen: the machine applies events only after a snapshot
         this.#canvas.set(fx.x, fx.y, fx.rgb);
         return this.#emit('canvas', this.#canvas, { x: fx.x, y: fx.y, color: fx.color, version: fx.version });
+      case 'apply_state':
+      case 'apply_publication':
+      case 'apply_reset':
+        return this.#applyChannel(fx);
       case 'notify': {
         /** @type {ClientStateInfo} */
         const info = { ...fx.info };
@@ -360,11 +499,48 @@ export class FleetClient {
     }
   }
 
+  /** A channel frame's effect on the active subscription: its state, then its handler. */
+  #applyChannel(fx) {
+    const r = this.#sub;
+    if (!r) return; // unsubscribed while this frame's event waited in the queue
+    if (fx.type === 'apply_state') {
+      r.held = fx.state;
+      return this.#call(r, 'onState', this.#view(r).state, fx.version);
+    }
+    if (fx.type === 'apply_reset') {
+      const { version, epoch, previousVersion, previousEpoch } = fx;
+      return this.#call(r, 'onReset', { channel: r.channel, version, epoch, previousVersion, previousEpoch });
+    }
+    const impl = this.#view(r).impl;
+    if (impl?.stateful) {
+      try {
+        r.held = impl.apply(r.held, fx.data);
+      } catch (err) {
+        // A model whose check let through data its apply refuses (not one of the built-in ones).
+        this.#line(`publication ${fx.version} not applied: ${err instanceof Error ? err.message : String(err)}`);
+        report(err);
+      }
+    }
+    return this.#call(r, 'onPublication', fx.data, fx.version, { channel: r.channel, publishedAtMs: fx.publishedAtMs });
+  }
+
+  /** A frame of the current socket, parsed by the canvas or the channel protocol. */
+  #parse(data) {
+    if (this.#canvasId !== null) return parseFrame(data, this.#canvasId);
+    const r = this.#sub;
+    // No subscription: the socket was left (unsubscribe), and the machine ignores its frames.
+    if (!r) return { type: 'unknown_frame', frameType: 'no subscription' };
+    const s = this.#state;
+    const state = s.base !== null && !s.stateless ? r.held : undefined;
+    return parseChannelFrame(data, { channel: r.channel, models: this.#models, model: s.model, state });
+  }
+
   /** Opens the socket of an attempt on a gateway; its callbacks feed events tagged with that attempt. */
   #open(attempt, since, epoch, gateway = 0) {
-    const url = buildUrl(this.#bases[gateway] ?? this.#bases[0], this.#canvasId, since, this.#path, epoch, this.#currentToken());
+    const url = this.#urlFor(this.#bases[gateway] ?? this.#bases[0], since, epoch);
     let ws;
     try {
+      if (url === null) throw new Error('no subscription');
       ws = new this.#WebSocket(url);
     } catch (err) {
       // e.g. a SyntaxError for a malformed URL: a failed attempt like any other (queued, so it is
@@ -376,7 +552,7 @@ export class FleetClient {
     this.#socket = ws;
     this.#socketAttempt = attempt;
     ws.onopen = () => this.#dispatch({ type: 'open', attempt });
-    ws.onmessage = (m) => this.#dispatch({ ...parseFrame(m?.data, this.#canvasId), attempt });
+    ws.onmessage = (m) => this.#dispatch({ ...this.#parse(m?.data), attempt });
     ws.onerror = () => this.#dispatch({ type: 'error', attempt });
     ws.onclose = (e) => this.#dispatch({ type: 'close', attempt, code: e?.code ?? 1006, reason: e?.reason ?? '' });
   }
@@ -408,8 +584,7 @@ export class FleetClient {
       try {
         fn(...args);
       } catch (err) {
-        if (typeof globalThis.reportError === 'function') globalThis.reportError(err);
-        else console.error('FleetClient listener failed:', err);
+        report(err);
       }
     }
   }
@@ -451,4 +626,106 @@ function gatewayList(o) {
     }
   });
   return Object.freeze([...url]);
+}
+
+/** Reports an error a page's callback threw, without letting it disturb the client. */
+function report(err) {
+  if (typeof globalThis.reportError === 'function') globalThis.reportError(err);
+  else console.error('FleetClient listener failed:', err);
+}
+
+/**
+ * The `models` option, checked and frozen: name → model.
+ * @param {unknown} models
+ * @returns {Readonly<Record<string, Model>>}
+ * @throws {TypeError} naming a model that lacks a function or `stateful`
+ */
+function modelTable(models) {
+  if (models === undefined || models === null) return Object.freeze({});
+  if (typeof models !== 'object') throw new TypeError('FleetClient: models must be an object of models by name');
+  /** @type {Record<string, Model>} */
+  const out = {};
+  for (const [name, m] of Object.entries(models)) {
+    const ok = m && typeof m.stateful === 'boolean' && ['fromState', 'check', 'apply', 'canonical'].every((f) => typeof m[f] === 'function');
+    if (!ok) throw new TypeError(`FleetClient: models.${name} is not a model (stateful, fromState, check, apply, canonical)`);
+    out[name] = m;
+  }
+  return Object.freeze(out);
+}
+
+/**
+ * One channel subscription, made by `FleetClient.subscribe`. While active it shows the channel's
+ * position and state as the client keeps them; after `unsubscribe()` it keeps the last ones.
+ */
+export class Subscription {
+  #channel;
+  #link;
+  /** @type {ReturnType<SubscriptionLink['view']> | null} the view at unsubscribe */ #final = null;
+
+  /**
+   * @typedef {{view: () => {model: string | null, version: number, epoch: string | null, state: unknown, impl: Model | null},
+   *   unsubscribe: () => void}} SubscriptionLink
+   * @param {string} channel
+   * @param {SubscriptionLink} link
+   */
+  constructor(channel, link) {
+    this.#channel = channel;
+    this.#link = link;
+  }
+
+  #view() {
+    return this.#final ?? this.#link.view();
+  }
+
+  /** @returns {string} the channel id */
+  get channel() {
+    return this.#channel;
+  }
+
+  /** @returns {boolean} until `unsubscribe()` */
+  get active() {
+    return this.#final === null;
+  }
+
+  /** @returns {string | null} the channel's model (stream, latest, json, pixels), from the welcome; null before it */
+  get model() {
+    return this.#view().model;
+  }
+
+  /** @returns {number} the position: the last version applied (0 = nothing held) */
+  get version() {
+    return this.#view().version;
+  }
+
+  /** @returns {string | null} the epoch of the position (its history), null before a welcome named one */
+  get epoch() {
+    return this.#view().epoch;
+  }
+
+  /**
+   * @returns {unknown} the state held: latest/json a JSON value, pixels a Canvas (live), stream
+   *   null; undefined while none is held (before the first `state`, after a reset until the next)
+   */
+  get state() {
+    return this.#view().state;
+  }
+
+  /**
+   * The state's hash, as the publisher's `GET /channels/{id}` gives it: lowercase hex SHA-256 of
+   * the model's canonical form (pixels: the RGB bytes; latest/json: the canonical JSON; stream: `null`).
+   * @returns {Promise<string | null>} null while no state is held
+   */
+  hash() {
+    const { impl, state } = this.#view();
+    if (!impl || state === undefined) return Promise.resolve(null);
+    const c = impl.canonical(state);
+    return sha256Hex(typeof c === 'string' ? new TextEncoder().encode(c) : c);
+  }
+
+  /** Ends the subscription and closes the client's connection (one subscription per connection). */
+  unsubscribe() {
+    if (this.#final) return;
+    this.#final = this.#link.view();
+    this.#link.unsubscribe();
+  }
 }

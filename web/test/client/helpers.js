@@ -154,15 +154,16 @@ export function fakeNetwork(clock) {
 
 /**
  * A client wired to fakes.
- * @param {object} [opts] `random` (a number, or a function), `leakyClear`, `document`, and any client option
+ * @param {object} [opts] `random` (a number, or a function), `leakyClear`, `document`, `FleetClient`
+ *   (the class, fleet-client.js's by default), and any client option
  * @returns {{client: FleetClient, clock: FakeClock, sockets: any[], last: () => any, states: {state:string, info:any, at:number}[], setRandom: (r:number) => void}}
  */
 export function harness(opts = {}) {
-  const { random = 0, leakyClear = false, ...rest } = opts;
+  const { random = 0, leakyClear = false, FleetClient: Client = FleetClient, ...rest } = opts;
   const clock = new FakeClock({ leakyClear });
   const net = fakeNetwork(clock);
   let r = random;
-  const client = new FleetClient({
+  const client = new Client({
     url: 'ws://gateway:8000',
     canvas: 'c1',
     WebSocket: net.FakeSocket,
