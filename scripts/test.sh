@@ -4,10 +4,11 @@
 #   0. OpenSSL's headers and pkg-config for librdkafka's TLS (scripts/setup-build.sh).
 #   1. Apache Kafka 4.4.0 jars from Maven Central (scripts/kafka/fetch.sh; Java 17 and Maven
 #      are on the machine), for the real-broker end-to-end test.
-#   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test.
+#   2. Debian's Chromium and playwright-core (scripts/setup-web.sh), for the real-browser test (and TypeScript).
 #   2b. Debian's Prometheus and promtool (scripts/setup-prometheus.sh), for the metrics test.
 #   2c. Debian's HAProxy (scripts/setup-haproxy.sh), in front of two gateway replicas.
-#   3. The browser client library's and the pages' unit tests (node --test web/test/client/ web/test/pages/).
+#   3. The browser client library's and the pages' unit tests (node --test web/test/client/ web/test/pages/),
+#      and the client's TypeScript declarations (tsc --noEmit -p web/test/types).
 #   4. The three binaries, release profile (the end-to-end tests spawn them as processes).
 #   5. Every test of the workspace: unit tests, in-process integration tests, the end-to-end
 #      scenario against the embedded broker and against real Apache Kafka (the one against Kafka in
@@ -48,6 +49,7 @@ scripts/setup-haproxy.sh
 
 step "browser client library and page unit tests (node --test web/test/client/ web/test/pages/)"
 node --test web/test/client/ web/test/pages/
+web/node_modules/.bin/tsc --noEmit -p web/test/types
 
 step "building the fleet's binaries (cargo build --release --workspace --bins)"
 cargo build --release --workspace --bins
