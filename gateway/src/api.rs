@@ -65,6 +65,12 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/api/canvases/{id}/pixels", post(forward_pixel).layer(limited()))
         .route("/api/pixels", post(forward_batch).layer(axum::extract::DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/api/canvases/{id}", get(forward_canvas))
+        .route(
+            "/api/channels/{id}/publications",
+            post(forward_publication).layer(axum::extract::DefaultBodyLimit::max(MAX_PUBLICATION_BODY_BYTES)).layer(limited()),
+        )
+        .route("/api/publications", post(forward_publications).layer(axum::extract::DefaultBodyLimit::max(MAX_PUBLICATIONS_BODY_BYTES)).layer(limited()))
+        .route("/api/channels/{id}", get(forward_channel))
         .route("/health", get(health))
         // The orchestrators' probes ([`shared::probe`]); `/ready` is `/readyz` under its old name.
         .merge(shared::probe::routes(get(ready)))
@@ -74,6 +80,7 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         .route("/fleet", get(crate::assets::fleet))
         .route("/assets/{file}", get(crate::assets::page_asset))
         .route("/client/{file}", get(crate::assets::client_asset))
+        .route("/client/models/{file}", get(crate::assets::model_asset))
         .fallback(|| async { ApiError::not_found("no such route") })
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -289,6 +296,49 @@ async fn forward_batch(
 
 async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(canvas): CanvasPath) -> Response {
     let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
+    fleet.publishers.forward(&req).await
+}
+
+/// Largest body of `POST /api/channels/{id}/publications`: the largest data a namespace takes,
+/// and room for the envelope (the publisher applies the namespace's own limit).
+const MAX_PUBLICATION_BODY_BYTES: usize = shared::namespaces::MAX_DATA_BYTES + 4096;
+
+/// Largest body of `POST /api/publications`.
+const MAX_PUBLICATIONS_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+/// `POST /api/channels/{id}/publications`: passed on to the publisher as it came.
+async fn forward_publication(
+    State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    CanvasPath(channel): CanvasPath,
+    headers: HeaderMap,
+    JsonBodyUpTo(body): JsonBodyUpTo<MAX_PUBLICATION_BODY_BYTES>,
+) -> Response {
+    let req = forward(reqwest::Method::POST, format!("/channels/{channel}/publications"), Some(body), &headers, peer, fleet.config.publisher_timeout());
+    fleet.publishers.forward(&req).await
+}
+
+/// `POST /api/publications`: a batch over channels, checked by the publisher.
+async fn forward_publications(
+    State(fleet): State<Arc<Fleet>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    JsonBodyUpTo(body): JsonBodyUpTo<MAX_PUBLICATIONS_BODY_BYTES>,
+) -> Response {
+    let mut only = HeaderMap::new();
+    for v in headers.get_all("x-forwarded-for") {
+        only.append("x-forwarded-for", v.clone());
+    }
+    if let Some(auth) = headers.get(axum::http::header::AUTHORIZATION) {
+        only.insert(axum::http::header::AUTHORIZATION, auth.clone());
+    }
+    let req = forward(reqwest::Method::POST, "/publications".into(), Some(body), &only, peer, fleet.config.publisher_batch_timeout());
+    fleet.publishers.forward(&req).await
+}
+
+/// `GET /api/channels/{id}`.
+async fn forward_channel(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath) -> Response {
+    let req = forward(reqwest::Method::GET, format!("/channels/{channel}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
 

@@ -42,6 +42,17 @@ static CLIENT: &[Asset] = &[
     asset!("machine.js", JS, "web/client/machine.js"),
     asset!("canvas.js", JS, "web/client/canvas.js"),
     asset!("protocol.js", JS, "web/client/protocol.js"),
+    asset!("index.js", JS, "web/client/index.js"),
+];
+
+/// The client library's models (`/client/models/{file}`), which `index.js` brings in.
+static MODELS: &[Asset] = &[
+    asset!("index.js", JS, "web/client/models/index.js"),
+    asset!("canonical.js", JS, "web/client/models/canonical.js"),
+    asset!("json.js", JS, "web/client/models/json.js"),
+    asset!("latest.js", JS, "web/client/models/latest.js"),
+    asset!("pixels.js", JS, "web/client/models/pixels.js"),
+    asset!("stream.js", JS, "web/client/models/stream.js"),
 ];
 
 fn serve(set: &[Asset], name: &str) -> Response {
@@ -80,6 +91,11 @@ pub async fn client_asset(Path(name): Path<String>) -> Response {
     serve(CLIENT, &name)
 }
 
+/// `GET /client/models/{file}`.
+pub async fn model_asset(Path(name): Path<String>) -> Response {
+    serve(MODELS, &name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,7 +105,21 @@ mod tests {
         for a in CLIENT {
             for line in a.body.lines().filter(|l| l.trim_start().starts_with("import ")) {
                 if let Some(spec) = line.split('\'').nth(1).and_then(|s| s.strip_prefix("./")) {
-                    assert!(CLIENT.iter().any(|c| c.name == spec), "{} imports {spec}, which is not served", a.name);
+                    let served = match spec.strip_prefix("models/") {
+                        Some(model) => MODELS.iter().any(|c| c.name == model),
+                        None => CLIENT.iter().any(|c| c.name == spec),
+                    };
+                    assert!(served, "{} imports {spec}, which is not served", a.name);
+                }
+            }
+        }
+        for a in MODELS {
+            for line in a.body.lines().filter(|l| l.trim_start().starts_with("import ")) {
+                let spec = line.split('\'').nth(1).unwrap_or_default();
+                if let Some(up) = spec.strip_prefix("../") {
+                    assert!(CLIENT.iter().any(|c| c.name == up), "models/{} imports {spec}, which is not served", a.name);
+                } else if let Some(here) = spec.strip_prefix("./") {
+                    assert!(MODELS.iter().any(|c| c.name == here), "models/{} imports {spec}, which is not served", a.name);
                 }
             }
         }
