@@ -30,6 +30,8 @@
 //! - [`snapshot`]: canvas snapshots and per-partition checkpoints in the compacted snapshot topic;
 //! - [`topic_id`]: the events topic's Kafka topic ID (librdkafka's DescribeTopics);
 //! - [`ws`]: WebSocket close frames and protocol-error classification;
+//! - [`namespaces`] and [`fleet_config`]: the namespaces and settings of `fleet.toml`, the file every
+//!   binary reads (`--config`, `FLEET_CONFIG`);
 //! - [`telemetry`] and [`shutdown`]: logging set-up and the SIGINT/SIGTERM token;
 //! - [`fuzzing`]: the invariants the fuzz targets and corpus tests check on the parsers of outside
 //!   input.
@@ -46,6 +48,7 @@ pub mod control;
 pub mod epoch;
 pub mod event;
 pub mod fence;
+pub mod fleet_config;
 pub mod fuzzing;
 pub mod http;
 pub mod kafka;

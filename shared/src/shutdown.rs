@@ -18,10 +18,16 @@ pub trait ServiceConfig {
     fn check_only(&self) -> bool;
     /// Where to listen.
     fn listen(&self) -> std::net::SocketAddr;
+    /// Notes on the configuration, such as a deprecated name used: `--check-config` prints them
+    /// in [`ServiceConfig::describe`], a running service logs them as warnings.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// The whole `main` of a service: reports configuration problems (exit 2), or with
-/// `--check-config` prints the configuration; else sets up logging (`RUST_LOG`, `LOG_FORMAT`) and the shutdown signal, binds
+/// `--check-config` prints the configuration; else sets up logging (`RUST_LOG`, `LOG_FORMAT`), logs the
+/// configuration's notes, sets up the shutdown signal, binds
 /// the listener and runs `run(config, listener, shutdown)` on [`run_main`]'s runtime.
 ///
 /// # Errors
@@ -48,8 +54,12 @@ where
         println!("{}", config.describe());
         return Ok(());
     }
+    let notes = config.notes();
     run_main(async move {
         crate::telemetry::init_as(log_format);
+        for note in notes {
+            tracing::warn!("configuration: {note}");
+        }
         let shutdown = signal_token();
         let listener = listen(config.listen())?;
         run(config, listener, shutdown).await
