@@ -5,7 +5,7 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","role","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `role`: `active`, `standby` or `promoting` ([`crate::role`]); `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on) |
+//! | `GET /health` | `200 {"ready","state","role","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height","namespaces_fingerprint"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `role`: `active`, `standby` or `promoting` ([`crate::role`]); `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on; `namespaces_fingerprint`: the 16 hex digits of [`Namespaces::fingerprint`], the same in every binary of a fleet) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers (liveness probes; [`shared::probe`]) |
 //! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, its message naming why the last start attempt failed, `standby` while a standby follows the log, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
@@ -38,6 +38,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::ErrorBody;
 use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody, JsonBodyUpTo};
+use shared::namespaces::Namespaces;
 use shared::{ChannelId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -594,6 +595,20 @@ mod tests {
         assert_eq!((s, j["version"].as_u64()), (StatusCode::CREATED, Some(2)));
         let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
         assert_eq!((h["canvases"].as_u64(), h["canvas_limit"]["max_canvases"].as_u64(), h["canvas_limit"]["near"].as_bool()), (Some(2), Some(2), Some(true)), "{h}");
+    }
+
+    /// `/health` names the namespaces by their fingerprint: the publisher's, the default
+    /// namespace alone (`pixels` of its size) without `fleet.toml`.
+    #[tokio::test]
+    async fn health_shows_the_namespaces_fingerprint() {
+        let (app, v) = make_app(Fate::Commit, true).await;
+        let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!(h["namespaces_fingerprint"].as_str(), Some(Namespaces::pixels_only(CanvasDims::default()).fingerprint()), "{h}");
+        let ns = Namespaces::from_toml("[namespaces.chat]\nmodel = \"stream\"", CanvasDims::default()).unwrap();
+        let w = Arc::new(Versions::new(FakeLog::new(2, |_| Fate::Commit), ns.clone(), 2, crate::versions::Timings::default()));
+        let (_, h, _) = call(&router(w), "GET", "/health", Body::empty()).await;
+        assert_eq!(h["namespaces_fingerprint"].as_str(), Some(ns.fingerprint()), "{h}");
+        assert_eq!(h["width"], v.namespaces().default_namespace().dims().unwrap().width, "the other fields stay");
     }
 
     /// Each bad request: (path, body, status, error code, field named). Nothing may be published.

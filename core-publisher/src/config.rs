@@ -1,16 +1,29 @@
 //! Configuration of `core-publisher`: flags with environment-variable fallbacks.
 
 use clap::Parser;
+use shared::fleet_config::{FleetFile, Renamed};
 use shared::kafka::KafkaSettings;
+use shared::namespaces::Namespaces;
 use shared::CanvasDims;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// Settings under a new name whose old one still works (with a note), in the environment and in
+/// `fleet.toml`.
+pub const RENAMED: &[Renamed] = &[];
+
 /// `core-publisher` settings. Every flag can also be given by the environment variable named in
-/// its help.
+/// its help, or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "core-publisher", version, about = "Versions canvas edits and publishes them to Kafka")]
 pub struct Config {
+    /// The fleet's file: its namespaces, and settings (`[fleet]`, `[publisher]`) for what no flag
+    /// or environment variable sets (docs/configuration.md).
+    #[arg(long = "config", env = "FLEET_CONFIG", value_name = "FILE")]
+    pub fleet_config: Option<std::path::PathBuf>,
+    /// What `fleet.toml` said ([`Config::load`]; empty otherwise).
+    #[arg(skip)]
+    pub fleet: FleetFile,
     /// Address to serve HTTP on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
@@ -30,8 +43,9 @@ pub struct Config {
     /// Replication factor for a topic this process creates.
     #[arg(long, env = "TOPIC_REPLICATION_FACTOR", default_value_t = 1, value_parser = clap::value_parser!(i32).range(1..=32))]
     pub replication_factor: i32,
-    /// Canvas width in pixels (at most 1024: a snapshot of the largest canvas must fit the
-    /// snapshot topic's `max.message.bytes`).
+    /// Canvas width in pixels of a `pixels` namespace that sets none (the default namespace,
+    /// without `fleet.toml`); at most 1024: a snapshot of the largest canvas must fit the snapshot
+    /// topic's `max.message.bytes`.
     #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_width: u32,
     /// Canvas height in pixels.
@@ -130,9 +144,29 @@ pub struct Config {
 }
 
 impl Config {
-    /// The canvas size.
+    /// This process's configuration: flags over environment variables over `fleet.toml`
+    /// (`--config`, `FLEET_CONFIG`) over the defaults. Call it first in `main`: it may set
+    /// environment variables.
+    pub fn load() -> Self {
+        let (mut config, fleet) = shared::fleet_config::load::<Self>("core-publisher", "publisher", RENAMED);
+        config.fleet = fleet;
+        config
+    }
+
+    /// The canvas size of the default namespace when it is `pixels`, else `CANVAS_WIDTH` ×
+    /// `CANVAS_HEIGHT`.
     pub fn dims(&self) -> CanvasDims {
+        self.namespaces().default_namespace().dims().unwrap_or_else(|| self.canvas_dims())
+    }
+
+    /// `CANVAS_WIDTH` × `CANVAS_HEIGHT`: the size of a `pixels` namespace that sets none.
+    pub fn canvas_dims(&self) -> CanvasDims {
         CanvasDims { width: self.canvas_width, height: self.canvas_height }
+    }
+
+    /// The namespaces (`fleet.toml`'s, or the default namespace alone as `pixels`).
+    pub fn namespaces(&self) -> Namespaces {
+        self.fleet.namespaces_or_pixels(self.canvas_dims())
     }
 
     /// Kafka client settings.
@@ -181,6 +215,7 @@ impl Config {
             p.extend(shared::auth::admin_listen_problem(&self.admin_listen));
         }
         p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
+        p.extend(self.fleet.problems(self.canvas_dims()));
         p
     }
 
@@ -259,7 +294,7 @@ impl Config {
         ];
         pairs.extend(self.rate.env_pairs());
         pairs.extend(self.client_tokens.describe());
-        shared::telemetry::env_lines(&pairs)
+        format!("{}\n{}", shared::telemetry::env_lines(&pairs), self.fleet.describe(self.canvas_dims()))
     }
 
     /// `produce_timeout_ms` as a duration.
@@ -292,6 +327,9 @@ impl shared::shutdown::ServiceConfig for Config {
     }
     fn listen(&self) -> std::net::SocketAddr {
         self.listen
+    }
+    fn notes(&self) -> Vec<String> {
+        self.fleet.notes.clone()
     }
 }
 
@@ -334,6 +372,27 @@ mod tests {
         assert_eq!(parse(&["--topic", "t"]).snapshot_topic(), "t-snapshots");
         assert_eq!(parse(&[]).snapshot_policy().every_records, 100_000);
         assert_eq!(parse(&["--snapshot-every-records", "5000"]).snapshot_policy().every_records, 5_000);
+    }
+
+    #[test]
+    fn the_fleet_file_sets_the_namespaces_and_joins_the_problems() {
+        use clap::CommandFactory;
+        let reader = shared::fleet_config::Reader::new("core-publisher", "publisher", &Config::command(), RENAMED);
+        let file = |text: &str| FleetFile::parse(text, std::path::Path::new("fleet.toml"), &reader);
+        let mut c = parse(&["--canvas-width", "32"]);
+        assert_eq!(c.dims(), CanvasDims { width: 32, height: 64 }, "without a file: CANVAS_WIDTH x CANVAS_HEIGHT");
+        assert_eq!(c.namespaces().fingerprint(), Namespaces::pixels_only(c.dims()).fingerprint());
+        c.fleet = file("[default]\nmodel = \"pixels\"\nwidth = 16\n[namespaces.s]\nmodel = \"json\"\n");
+        assert_eq!(c.dims(), CanvasDims { width: 16, height: 64 }, "the default namespace's size, CANVAS_HEIGHT where it sets none");
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        let text = c.describe();
+        assert!(text.lines().any(|l| l == format!("NAMESPACES_FINGERPRINT={}", c.namespaces().fingerprint())), "{text}");
+        assert!(text.contains("[namespaces.s]\nmodel = \"json\"\npatch = \"merge\"\n"), "{text}");
+        c.fleet = file("[namespaces.s]\nmodel = \"json\"\nmax_data_bytes = 0\n[publisher]\nkafka_topicc = \"t\"\n");
+        let p = c.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("fleet.toml:5 [publisher]: kafka_topicc is not a setting of core-publisher"), "{p:?}");
+        assert!(p[1].starts_with("fleet.toml: [namespaces.s] max_data_bytes 0"), "{p:?}");
     }
 
     #[test]

@@ -75,7 +75,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         .with_jitter()
         .without_max_times();
     // The namespaces every record is written under (its fingerprint goes in a record header).
-    let namespaces = shared::namespaces::Namespaces::pixels_only(config.dims());
+    let namespaces = config.namespaces();
     let kafka_log = KafkaLog::new(ProducerSettings {
         kafka: settings.clone(),
         topic: config.topic.clone(),

@@ -1,7 +1,5 @@
-use clap::Parser;
-
 fn main() -> anyhow::Result<()> {
-    shared::shutdown::service_main(core_publisher::config::Config::parse(), core_publisher::run)
+    shared::shutdown::service_main(core_publisher::config::Config::load(), core_publisher::run)
 }
 
 /// mimalloc instead of glibc's malloc: at 10,000 requests/s glibc's malloc and free were 16 % of
