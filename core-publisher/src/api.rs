@@ -588,7 +588,7 @@ mod tests {
         }
         let (s, j, _) = call(&app, "POST", "/canvases/c3/pixels", px).await;
         assert_eq!((s, j["error"].as_str()), (StatusCode::CONFLICT, Some("canvas_limit")), "{j}");
-        assert!(j["message"].as_str().unwrap().contains("MAX_CANVASES"), "{j}");
+        assert!(j["message"].as_str().unwrap().contains("MAX_CHANNELS"), "{j}");
         assert_eq!(call(&app, "GET", "/canvases/c3", Body::empty()).await.1["version"], 0, "nothing of c3 was written");
         // Canvases that exist keep taking writes.
         let (s, j, _) = call(&app, "POST", "/canvases/c1/pixels", px).await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 /// Settings under a new name whose old one still works (with a note), in the environment and in
 /// `fleet.toml`.
-pub const RENAMED: &[Renamed] = &[];
+pub const RENAMED: &[Renamed] = &[Renamed { old: "MAX_CANVASES", new: "MAX_CHANNELS" }];
 
 /// `core-publisher` settings. Every flag can also be given by the environment variable named in
 /// its help, or in `fleet.toml` ([`Config::load`]).
@@ -83,11 +83,12 @@ pub struct Config {
     /// Default: `<KAFKA_TOPIC>-snapshots`.
     #[arg(long, env = "SNAPSHOT_TOPIC")]
     pub snapshot_topic: Option<String>,
-    /// Canvases the publisher holds at most: a publish that would create one more is refused
-    /// (409 `canvas_limit`). Every node holds every canvas too (standby), so this bounds the
-    /// fleet's memory: about canvases × (width × height × 3 + the nodes' `RECENT_BYTES`).
-    #[arg(long, env = "MAX_CANVASES", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
-    pub max_canvases: u64,
+    /// Channels the publisher holds at most: a publish that would create one more is refused
+    /// (409 `canvas_limit`). Every node holds every channel too (standby), so this bounds the
+    /// fleet's memory: about channels × (width × height × 3 + the nodes' `RECENT_BYTES`). Its old
+    /// name, `MAX_CANVASES` (`--max-canvases`), still works.
+    #[arg(long, alias = "max-canvases", env = "MAX_CHANNELS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub max_channels: u64,
     /// A canvas is snapshotted once this many versions passed since its last snapshot...
     #[arg(long, env = "SNAPSHOT_EVERY_VERSIONS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_every_versions: u64,
@@ -276,7 +277,7 @@ impl Config {
             ("PARTITION_STALL_MS", self.partition_stall_ms.to_string()),
             ("RETENTION_MS", self.retention_ms.to_string()),
             ("SNAPSHOT_TOPIC", self.snapshot_topic()),
-            ("MAX_CANVASES", self.max_canvases.to_string()),
+            ("MAX_CHANNELS", self.max_channels.to_string()),
             ("SNAPSHOT_EVERY_VERSIONS", self.snapshot_every_versions.to_string()),
             ("SNAPSHOT_EVERY_MS", self.snapshot_every_ms.to_string()),
             ("SNAPSHOT_EVERY_RECORDS", self.snapshot_every_records.to_string()),
@@ -393,6 +394,13 @@ mod tests {
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].starts_with("fleet.toml:5 [publisher]: kafka_topicc is not a setting of core-publisher"), "{p:?}");
         assert!(p[1].starts_with("fleet.toml: [namespaces.s] max_data_bytes 0"), "{p:?}");
+    }
+
+    #[test]
+    fn max_channels_was_max_canvases() {
+        assert_eq!(parse(&[]).max_channels, 100_000);
+        assert_eq!(parse(&["--max-canvases", "7"]).max_channels, 7, "the old flag");
+        assert!(parse(&["--max-channels", "9"]).describe().lines().any(|l| l == "MAX_CHANNELS=9"));
     }
 
     #[test]

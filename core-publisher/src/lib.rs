@@ -92,7 +92,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         key_window: Duration::from_millis(config.idempotency_window_ms),
     };
     let versions = Versions::new(kafka_log, namespaces, 0, timings)
-        .with_max_canvases(config.max_canvases as usize)
+        .with_max_canvases(config.max_channels as usize)
         .with_idempotency_keys(config.idempotency_keys_max as usize);
     let versions = Arc::new(if config.standby { versions.as_standby() } else { versions });
 

@@ -95,8 +95,8 @@ pub enum PublishError {
              IDEMPOTENCY_WINDOW_MS): a new key is refused; retry in {retry_after_secs} s")]
     IdempotencyStoreFull { retry_after_secs: u64, capacity: usize, window_secs: u64 },
     /// The canvas has no event yet and the publisher already holds `limit` canvases
-    /// (`MAX_CANVASES`): nothing was written.
-    #[error("the publisher holds {limit} canvases, its limit (MAX_CANVASES); this publish would create another")]
+    /// (`MAX_CHANNELS`): nothing was written.
+    #[error("the publisher holds {limit} canvases, its limit (MAX_CHANNELS); this publish would create another")]
     CanvasLimit { limit: usize },
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]

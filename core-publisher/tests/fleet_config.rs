@@ -46,6 +46,7 @@ control_topic = "control-from-file"
 
 [publisher]
 TOPIC_PARTITIONS = 12
+max_canvases = 500
 
 [node]
 node_id = "ws-1"
@@ -65,8 +66,10 @@ fn check_config_prints_the_file_merged_under_the_environment_and_the_flags() {
     assert_eq!(line(&text, "TOPIC_PARTITIONS"), "12", "[publisher], its key in capitals");
     assert_eq!(line(&text, "CONTROL_TOPIC"), "control-from-file");
     assert_eq!(line(&text, "SNAPSHOT_TOPIC"), "topic-from-env-snapshots");
+    assert_eq!(line(&text, "MAX_CHANNELS"), "500", "the old name in the file");
+    assert!(text.contains("# note: ") && text.contains("max_canvases is deprecated: read as max_channels"), "{text}");
     assert_eq!(line(&text, "FLEET_CONFIG"), path.to_str().unwrap());
-    assert!(text.lines().any(|l| l == "# from the file: CONTROL_TOPIC, KAFKA_BOOTSTRAP, TOPIC_PARTITIONS"), "{text}");
+    assert!(text.lines().any(|l| l == "# from the file: CONTROL_TOPIC, KAFKA_BOOTSTRAP, MAX_CHANNELS, TOPIC_PARTITIONS"), "{text}");
     let fingerprint = line(&text, "NAMESPACES_FINGERPRINT");
     assert!(fingerprint.len() == 16 && fingerprint.bytes().all(|b| b.is_ascii_hexdigit()), "{fingerprint}");
     // The namespaces resolved: every field set.
@@ -85,7 +88,11 @@ fn check_config_prints_the_file_merged_under_the_environment_and_the_flags() {
     let other = fleet_toml("other", &FILE.replace("width = 32", "width = 33"));
     let (_, by_other) = run(&["--check-config", &format!("--config={}", other.display())], &[]);
     assert_ne!(line(&by_other, "NAMESPACES_FINGERPRINT"), fingerprint);
-    let (_, text) = run(&["--check-config"], &[]);
+    // The old environment variable still works, with a note.
+    let (out, text) = run(&["--check-config"], &[("MAX_CANVASES", "42")]);
+    assert!(out.status.success(), "{text}");
+    assert_eq!(line(&text, "MAX_CHANNELS"), "42");
+    assert!(text.contains("# note: MAX_CANVASES is deprecated: read as MAX_CHANNELS"), "{text}");
     assert_eq!(line(&text, "FLEET_CONFIG"), "");
 }
 
