@@ -141,6 +141,10 @@ pub struct NodeHealth {
     /// and whether the node's view of its assignment is current.
     #[serde(default)]
     pub progress: Progress,
+    /// The fingerprint of the node's namespaces ([`crate::namespaces::Namespaces::fingerprint`]):
+    /// every binary of a fleet shows the same. Empty from a node that does not report one.
+    #[serde(default)]
+    pub namespaces_fingerprint: String,
 }
 
 /// Application progress in a node's `/health` (what tells a node that answers from one that
@@ -371,8 +375,10 @@ mod tests {
                 stalled_partitions: vec![],
                 degraded: None,
             },
+            namespaces_fingerprint: "0123456789abcdef".into(),
         };
         let json = serde_json::to_value(&h).unwrap();
+        assert_eq!(json["namespaces_fingerprint"], "0123456789abcdef");
         assert_eq!(json["state"], "HEALTHY");
         assert_eq!(json["progress"]["since_poll_ms"], 20);
         assert_eq!(json["progress"]["paused"]["for_ms"], 4000);

@@ -1,15 +1,25 @@
 //! Configuration of a `ws-node`: flags with environment-variable fallbacks.
 
 use clap::Parser;
+use shared::fleet_config::FleetFile;
 use shared::kafka::KafkaSettings;
+use shared::namespaces::Namespaces;
 use shared::CanvasDims;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-/// `ws-node` settings. Every flag can also be given by the environment variable named in its help.
+/// `ws-node` settings. Every flag can also be given by the environment variable named in its help,
+/// or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "ws-node", version, about = "WebSocket server of the canvas fleet")]
 pub struct Config {
+    /// The fleet's file: its namespaces, and settings (`[fleet]`, `[node]`) for what no flag or
+    /// environment variable sets (docs/configuration.md).
+    #[arg(long = "config", env = "FLEET_CONFIG", value_name = "FILE")]
+    pub fleet_config: Option<std::path::PathBuf>,
+    /// What `fleet.toml` said ([`Config::load`]; empty otherwise).
+    #[arg(skip)]
+    pub fleet: FleetFile,
     /// This node's id, as the gateway knows it (e.g. `ws-1`).
     #[arg(long, env = "NODE_ID")]
     pub node_id: String,
@@ -69,7 +79,8 @@ pub struct Config {
     /// long, reports DEGRADED in `/health` (and is not ready), ms.
     #[arg(long, env = "STALL_AFTER_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1000..=600_000))]
     pub stall_after_ms: u64,
-    /// Canvas width in pixels (must match the publisher's).
+    /// Canvas width in pixels of a `pixels` namespace that sets none (the default namespace,
+    /// without `fleet.toml`); must match the publisher's.
     #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_width: u32,
     /// Canvas height in pixels (must match the publisher's).
@@ -164,6 +175,15 @@ pub struct Config {
 }
 
 impl Config {
+    /// This process's configuration: flags over environment variables over `fleet.toml`
+    /// (`--config`, `FLEET_CONFIG`) over the defaults. Call it first in `main`: it may set
+    /// environment variables.
+    pub fn load() -> Self {
+        let (mut config, fleet) = shared::fleet_config::load::<Self>("ws-node", "node", &[]);
+        config.fleet = fleet;
+        config
+    }
+
     /// A configuration with every default, for tests and the harness.
     pub fn for_node(node_id: &str, kafka_bootstrap: &str) -> Self {
         Config::parse_from(["ws-node", "--node-id", node_id, "--kafka-bootstrap", kafka_bootstrap])
@@ -209,6 +229,7 @@ impl Config {
         }
         p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
         p.extend(self.client_tokens.problems());
+        p.extend(self.fleet.problems(self.canvas_dims()));
         p
     }
 
@@ -256,7 +277,7 @@ impl Config {
             ("MAX_CONNECTIONS", self.serve.max_connections.to_string()),
         ];
         pairs.extend(self.client_tokens.describe());
-        shared::telemetry::env_lines(&pairs)
+        format!("{}\n{}", shared::telemetry::env_lines(&pairs), self.fleet.describe(self.canvas_dims()))
     }
 
     /// The admin token, when one is set (non-empty).
@@ -264,9 +285,20 @@ impl Config {
         shared::auth::AdminToken::from_setting(self.admin_token.as_deref())
     }
 
-    /// The canvas size.
+    /// The canvas size of the default namespace when it is `pixels`, else `CANVAS_WIDTH` ×
+    /// `CANVAS_HEIGHT`.
     pub fn dims(&self) -> CanvasDims {
+        self.namespaces().default_namespace().dims().unwrap_or_else(|| self.canvas_dims())
+    }
+
+    /// `CANVAS_WIDTH` × `CANVAS_HEIGHT`: the size of a `pixels` namespace that sets none.
+    pub fn canvas_dims(&self) -> CanvasDims {
         CanvasDims { width: self.canvas_width, height: self.canvas_height }
+    }
+
+    /// The namespaces (`fleet.toml`'s, or the default namespace alone as `pixels`).
+    pub fn namespaces(&self) -> Namespaces {
+        self.fleet.namespaces_or_pixels(self.canvas_dims())
     }
 
     /// How much of each canvas's recent events is kept.
@@ -336,6 +368,9 @@ impl shared::shutdown::ServiceConfig for Config {
     fn listen(&self) -> std::net::SocketAddr {
         self.listen
     }
+    fn notes(&self) -> Vec<String> {
+        self.fleet.notes.clone()
+    }
 }
 
 #[cfg(test)]
@@ -356,6 +391,25 @@ mod tests {
         assert!(p.iter().any(|m| m.contains("HEARTBEAT")));
         assert!(p.iter().any(|m| m.contains("KAFKA_TOPIC")));
         assert!(p.iter().any(|m| m.contains("CATCHUP_GROUP")));
+    }
+
+    #[test]
+    fn the_fleet_file_sets_the_namespaces_and_joins_the_problems() {
+        use clap::CommandFactory;
+        let reader = shared::fleet_config::Reader::new("ws-node", "node", &Config::command(), &[]);
+        let file = |text: &str| FleetFile::parse(text, std::path::Path::new("fleet.toml"), &reader);
+        let mut c = Config::for_node("ws-1", "k:9092");
+        c.canvas_height = 8;
+        assert_eq!(c.dims(), CanvasDims { width: 64, height: 8 }, "without a file: CANVAS_WIDTH x CANVAS_HEIGHT");
+        c.fleet = file("[default]\nmodel = \"pixels\"\nwidth = 16\n[namespaces.chat]\nmodel = \"stream\"\n[node]\nrecent_events = 5\n");
+        assert_eq!(c.dims(), CanvasDims { width: 16, height: 8 }, "the default namespace's size, CANVAS_HEIGHT where it sets none");
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        assert!(c.describe().lines().any(|l| l == format!("NAMESPACES_FINGERPRINT={}", c.namespaces().fingerprint())), "{}", c.describe());
+        c.fleet = file("[namespaces.c]\nmodel = \"pixels\"\nwidth = 0\n[node]\nmax_channels = 3\n[publisher]\nmax_channels = 3\n");
+        let p = c.problems();
+        assert_eq!(p.len(), 2, "{p:?}");
+        assert!(p[0].starts_with("fleet.toml:5 [node]: max_channels is not a setting of ws-node"), "{p:?}");
+        assert!(p[1].starts_with("fleet.toml: [namespaces.c] canvas size 0x8"), "{p:?}");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /health` | `200` [`shared::api::NodeHealth`], whatever the state (the gateway's poll) |
+//! | `GET /health` | `200` [`shared::api::NodeHealth`], whatever the state (the gateway's poll); its `namespaces_fingerprint` names the node's namespaces ([`shared::namespaces::Namespaces::fingerprint`]) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers ([`shared::probe`]) |
 //! | `GET /readyz` | `200 {"status":"ready","ready":true}` while the node serves (HEALTHY: [`Node::is_ready`]), else `503 not_ready` + `Retry-After` saying why (UP, catching up, DRAINING, DEGRADED) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
@@ -336,8 +336,14 @@ mod tests {
 
     /// A node that never reached Kafka (phase UP: not serving), and its shutdown.
     fn up_node() -> (Arc<Node>, tokio_util::sync::DropGuard) {
+        up_node_with(shared::fleet_config::FleetFile::default())
+    }
+
+    /// [`up_node`] with `fleet.toml`'s `fleet`.
+    fn up_node_with(fleet: shared::fleet_config::FleetFile) -> (Arc<Node>, tokio_util::sync::DropGuard) {
         let mut config = crate::config::Config::for_node("ws-probe", "127.0.0.1:1");
         config.admin_token = None;
+        config.fleet = fleet;
         let shutdown = tokio_util::sync::CancellationToken::new();
         (Node::new(config, shutdown.clone()), shutdown.drop_guard())
     }
@@ -370,6 +376,24 @@ mod tests {
         // /health stays the detailed view, 200 whatever the state.
         let (status, _, body) = send(&app, get("/health")).await;
         assert_eq!((status, body["state"].as_str()), (200, Some("UP")), "{body}");
+    }
+
+    /// `/health` names the node's namespaces by their fingerprint: `fleet.toml`'s, or without it
+    /// the default namespace alone (pixels of the node's canvas size).
+    #[tokio::test]
+    async fn health_shows_the_namespaces_fingerprint() {
+        use clap::CommandFactory;
+        let (node, _stop) = up_node();
+        let (_, _, body) = send(&router(node.clone()), get("/health")).await;
+        let without = shared::namespaces::Namespaces::pixels_only(node.config.dims());
+        assert_eq!(body["namespaces_fingerprint"].as_str(), Some(without.fingerprint()), "{body}");
+        let reader = shared::fleet_config::Reader::new("ws-node", "node", &crate::config::Config::command(), &[]);
+        let fleet = shared::fleet_config::FleetFile::parse("[namespaces.chat]\nmodel = \"stream\"\n", std::path::Path::new("fleet.toml"), &reader);
+        let (node, _stop) = up_node_with(fleet);
+        let (_, _, body) = send(&router(node.clone()), get("/health")).await;
+        assert_eq!(body["namespaces_fingerprint"].as_str(), Some(node.config.namespaces().fingerprint()), "{body}");
+        assert_ne!(node.config.namespaces().fingerprint(), without.fingerprint());
+        assert_eq!(body["node_id"], "ws-probe", "the other fields stay");
     }
 
     fn admin_post(path: &str, content_type: Option<&str>, extra: &[(&str, &str)], body: &str) -> axum::http::Request<Body> {

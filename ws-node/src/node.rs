@@ -238,6 +238,7 @@ impl Node {
                 // Only a serving node is judged: one that is UP or draining is not serving anyway.
                 degraded: assessment.degraded.filter(|_| phase == Phase::Ready),
             },
+            namespaces_fingerprint: self.config.namespaces().fingerprint().to_owned(),
         }
     }
 
