@@ -7,7 +7,7 @@
 //! | `GET /api/fleet/history?since_ms=<unix ms>` | `200` `{"poll_interval_ms","partition_count","history_ms","samples":[{"at_ms","nodes":[{"id","state","sessions","partitions","records_per_sec"}]}]}`: one sample per scheduled poll over the last 10 minutes, oldest first, only those after `since_ms` when given ([`crate::history`]) |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`); needs `Authorization: Bearer <ADMIN_TOKEN>` (401); the leader carries it out under its fencing token, a follower forwards it to the leader ([`crate::to_leader`]: `503 no_leader` / `not_leader` + `Retry-After` while leadership moves, `409 not_leader` when it cannot forward, `502 leader_unreachable`) |
 //! | `POST /api/canvases/{id}/pixels`, `POST /api/pixels` (batch), `GET /api/canvases/{id}` | forwarded to the publisher that accepts writes (one origin for pages; [`crate::publishers`]), with `X-Forwarded-For`: its answer; the publishes `429 rate_limited` + `Retry-After` over `PUBLISH_RATE_PER_SEC` ([`shared::rate_limit`]); the last `503` + `Retry-After` when every publisher refused (`fenced`, `not_ready`), `503 publisher_unavailable` when none could be reached; `504 publisher_outcome_unknown` when the request went out and no answer came |
-//! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms}}` while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
+//! | `GET /health` | `200` `{"up":true,"fresh":true,"ready",…,"nodes":{id: state},"polled_ms_ago":{id: ms},"namespaces_fingerprint"}` (the last: the gateway's namespaces, [`shared::namespaces::Namespaces::fingerprint`]) while every node was polled within a few intervals ([`crate::health`]); else `503 stale_view` + `Retry-After` with the same fields |
 //! | `GET /readyz`, `GET /ready` (the same) | `200` (same body) when the view is fresh and some node serves; else `503 stale_view` or `503 no_node_serving` + `Retry-After` (readiness probes, load balancers) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers ([`shared::probe`]) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
@@ -143,7 +143,7 @@ async fn ready(State(fleet): State<Arc<Fleet>>) -> Response {
 }
 
 /// The verdict on the gateway's view, and the body `/health` and `/ready` show:
-/// `{"up":true,"fresh","ready","stale_after_ms","nodes":{id: state},"polled_ms_ago":{id: ms|null}}`.
+/// `{"up":true,"fresh","ready","stale_after_ms","nodes":{id: state},"polled_ms_ago":{id: ms|null},"namespaces_fingerprint"}`.
 fn view_verdict(fleet: &Fleet) -> (crate::health::Verdict, serde_json::Value) {
     let polls = fleet.poll_ages();
     let stale_after = crate::health::stale_after(fleet.config.poll_interval());
@@ -158,6 +158,7 @@ fn view_verdict(fleet: &Fleet) -> (crate::health::Verdict, serde_json::Value) {
         "stale_after_ms": stale_after.as_millis() as u64,
         "nodes": nodes,
         "polled_ms_ago": ages,
+        "namespaces_fingerprint": fleet.config.namespaces().fingerprint(),
     });
     (verdict, body)
 }
@@ -450,6 +451,8 @@ mod tests {
         assert_eq!(status, 200, "a failed poll is a finished poll (the node is known DOWN): {body}");
         assert_eq!(body["nodes"]["ws-1"], "DOWN");
         assert!(body["polled_ms_ago"]["ws-1"].as_u64().is_some(), "{body}");
+        let fingerprint = shared::namespaces::Namespaces::pixels_only(shared::CanvasDims { width: 64, height: 64 });
+        assert_eq!(body["namespaces_fingerprint"].as_str(), Some(fingerprint.fingerprint()), "no fleet.toml: pixels 64 x 64");
         let (status, _, body) = get(&app, "/ready").await;
         assert_eq!((status, body["error"].as_str()), (503, Some("no_node_serving")), "{body}");
 
@@ -459,6 +462,22 @@ mod tests {
         assert_eq!(body["stale_nodes"], serde_json::Value::Null, "the body is the view, not the verdict's internals");
         let (status, _, body) = get(&app, "/ready").await;
         assert_eq!((status, body["error"].as_str()), (503, Some("stale_view")), "{body}");
+    }
+
+    /// `/health` (and `/ready`) name the gateway's namespaces, `fleet.toml`'s, by their fingerprint,
+    /// whether the view is fresh or not.
+    #[tokio::test]
+    async fn health_shows_the_namespaces_fingerprint() {
+        use clap::{CommandFactory, Parser};
+        let mut config = crate::config::Config::try_parse_from(["gateway", "--nodes", "ws-1=http://127.0.0.1:1"]).unwrap();
+        let reader = shared::fleet_config::Reader::new("gateway", "gateway", &crate::config::Config::command(), &[]);
+        config.fleet = shared::fleet_config::FleetFile::parse("[namespaces.scores]\nmodel = \"json\"\n", std::path::Path::new("fleet.toml"), &reader);
+        let want = config.namespaces().fingerprint().to_owned();
+        let app = router(Fleet::new(config, tokio_util::sync::CancellationToken::new()));
+        for path in ["/health", "/ready"] {
+            let (status, _, body) = get(&app, path).await;
+            assert_eq!((status, body["namespaces_fingerprint"].as_str()), (503, Some(want.as_str())), "{path}: {body}");
+        }
     }
 
     /// `/livez` is 200 whatever the view; `/readyz` is `/ready`: 503 + `Retry-After` with the JSON

@@ -1,6 +1,9 @@
 //! Configuration of the gateway: flags with environment-variable fallbacks.
 
 use clap::Parser;
+use shared::fleet_config::FleetFile;
+use shared::namespaces::Namespaces;
+use shared::CanvasDims;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -69,10 +72,26 @@ fn is_http_url(url: &str) -> bool {
     url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).is_some_and(|rest| !rest.is_empty())
 }
 
-/// Gateway settings. Every flag can also be given by the environment variable named in its help.
+/// Gateway settings. Every flag can also be given by the environment variable named in its help,
+/// or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
 #[command(name = "gateway", version, about = "Entry point and lifecycle orchestrator of the canvas fleet")]
 pub struct Config {
+    /// The fleet's file: its namespaces, and settings (`[fleet]`, `[gateway]`) for what no flag or
+    /// environment variable sets (docs/configuration.md).
+    #[arg(long = "config", env = "FLEET_CONFIG", value_name = "FILE")]
+    pub fleet_config: Option<std::path::PathBuf>,
+    /// What `fleet.toml` said ([`Config::load`]; empty otherwise).
+    #[arg(skip)]
+    pub fleet: FleetFile,
+    /// Canvas width in pixels of a `pixels` namespace that sets none (the default namespace,
+    /// without `fleet.toml`): the same as the publisher's and the nodes', for the namespaces'
+    /// fingerprint.
+    #[arg(long, env = "CANVAS_WIDTH", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub canvas_width: u32,
+    /// Canvas height in pixels (see `CANVAS_WIDTH`).
+    #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub canvas_height: u32,
     /// Address to serve HTTP and WebSocket on.
     #[arg(long, env = "LISTEN_ADDR", default_value = "0.0.0.0:8000")]
     pub listen: SocketAddr,
@@ -273,6 +292,25 @@ pub struct Config {
 }
 
 impl Config {
+    /// This process's configuration: flags over environment variables over `fleet.toml`
+    /// (`--config`, `FLEET_CONFIG`) over the defaults. Call it first in `main`: it may set
+    /// environment variables.
+    pub fn load() -> Self {
+        let (mut config, fleet) = shared::fleet_config::load::<Self>("gateway", "gateway", &[]);
+        config.fleet = fleet;
+        config
+    }
+
+    /// `CANVAS_WIDTH` × `CANVAS_HEIGHT`: the size of a `pixels` namespace that sets none.
+    pub fn canvas_dims(&self) -> CanvasDims {
+        CanvasDims { width: self.canvas_width, height: self.canvas_height }
+    }
+
+    /// The namespaces (`fleet.toml`'s, or the default namespace alone as `pixels`).
+    pub fn namespaces(&self) -> Namespaces {
+        self.fleet.namespaces_or_pixels(self.canvas_dims())
+    }
+
     /// Every problem of this configuration that clap's per-value checks cannot see (empty when
     /// it is valid), so all of them are reported at once.
     pub fn problems(&self) -> Vec<String> {
@@ -332,6 +370,7 @@ impl Config {
                 self.leader_heartbeat_ms, self.leader_session_timeout_ms
             ));
         }
+        p.extend(self.fleet.problems(self.canvas_dims()));
         p
     }
 
@@ -387,6 +426,8 @@ impl Config {
         let mut pairs = vec![
             ("LISTEN_ADDR", self.listen.to_string()),
             ("NODES", nodes.join(",")),
+            ("CANVAS_WIDTH", self.canvas_width.to_string()),
+            ("CANVAS_HEIGHT", self.canvas_height.to_string()),
             ("NODE_ADMIN_URLS", admin.join(",")),
             ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
             ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
@@ -438,7 +479,7 @@ impl Config {
         ];
         pairs.extend(self.rate.env_pairs());
         pairs.extend(self.client_tokens.describe());
-        shared::telemetry::env_lines(&pairs)
+        format!("{}\n{}", shared::telemetry::env_lines(&pairs), self.fleet.describe(self.canvas_dims()))
     }
 
     /// `poll_interval_ms` as a duration.
@@ -484,6 +525,9 @@ impl shared::shutdown::ServiceConfig for Config {
     }
     fn listen(&self) -> std::net::SocketAddr {
         self.listen
+    }
+    fn notes(&self) -> Vec<String> {
+        self.fleet.notes.clone()
     }
 }
 

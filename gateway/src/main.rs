@@ -1,5 +1,3 @@
-use clap::Parser;
-
 fn main() -> anyhow::Result<()> {
-    shared::shutdown::service_main(gateway::config::Config::parse(), gateway::run)
+    shared::shutdown::service_main(gateway::config::Config::load(), gateway::run)
 }

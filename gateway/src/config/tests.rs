@@ -96,3 +96,21 @@ fn the_hold_down_settings_are_checked_and_listed() {
     assert!(c.problems().iter().any(|p| p.contains("HOLD_DOWN_MAX_MS (4000) must not be below HOLD_DOWN_BASE_MS (5000)")), "{:?}", c.problems());
     assert!(Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--hold-down-base-ms", "-1"]).is_err());
 }
+
+#[test]
+fn the_fleet_file_sets_the_namespaces_and_joins_the_problems() {
+    use clap::CommandFactory;
+    let reader = shared::fleet_config::Reader::new("gateway", "gateway", &Config::command(), &[]);
+    let file = |text: &str| FleetFile::parse(text, std::path::Path::new("fleet.toml"), &reader);
+    let mut c = Config::try_parse_from(["gateway", "--nodes", "ws-1=http://h:1", "--canvas-width", "32"]).unwrap();
+    assert!(c.describe().lines().any(|l| l == "CANVAS_WIDTH=32") && c.describe().lines().any(|l| l == "CANVAS_HEIGHT=64"), "{}", c.describe());
+    assert_eq!(c.namespaces().fingerprint(), Namespaces::pixels_only(CanvasDims { width: 32, height: 64 }).fingerprint(), "without a file");
+    c.fleet = file("[namespaces.chat]\nmodel = \"stream\"\n[gateway]\nup_threshold = 3\n[node]\nnode_id = \"ws-1\"\n");
+    assert!(c.problems().is_empty(), "{:?}", c.problems());
+    assert_eq!(c.fleet.settings["UP_THRESHOLD"].value, "3");
+    assert!(c.describe().lines().any(|l| l == format!("NAMESPACES_FINGERPRINT={}", c.namespaces().fingerprint())), "{}", c.describe());
+    c.fleet = file("[namespaces.chat]\nmodel = \"chat\"\n[gateway]\nnode_id = \"ws-1\"\n");
+    let p = c.problems();
+    assert_eq!(p.len(), 2, "{p:?}");
+    assert!(p[0].starts_with("fleet.toml:2:9: unknown variant `chat`") && p[1].starts_with("fleet.toml:4 [gateway]: node_id is not a setting of gateway"), "{p:?}");
+}
