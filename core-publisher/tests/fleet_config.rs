@@ -2,7 +2,8 @@
 //! settings merged (flag over environment over file over default), the namespaces resolved and
 //! their fingerprint; a bad file stops it with exit 2, every problem named.
 
-use std::path::PathBuf;
+use clap::CommandFactory;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Writes `text` as a file of this test's own.
@@ -128,4 +129,18 @@ fn a_bad_file_exits_2_naming_every_problem() {
     let (out, text) = run(&["--check-config", "--config", path.to_str().unwrap()], &[]);
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains(&format!("error: {}:2:21: invalid basic string", path.display())), "{text}");
+}
+
+/// The example at the repository's root is a valid file, its four models resolved.
+#[test]
+fn the_repository_fleet_toml_is_accepted() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../fleet.toml");
+    let (out, text) = run(&["--check-config", "--config", root], &[]);
+    assert!(out.status.success(), "{text}");
+    for ns in ["[default]\nmodel = \"pixels\"\nwidth = 64\nheight = 64\n", "[namespaces.chat]\nmodel = \"stream\"\n", "[namespaces.prices]\nmodel = \"latest\"\n", "[namespaces.scores]\nmodel = \"json\"\n"] {
+        assert!(text.contains(ns), "{ns} in {text}");
+    }
+    let reader = shared::fleet_config::Reader::new("core-publisher", "publisher", &core_publisher::config::Config::command(), &[]);
+    let want = shared::fleet_config::FleetFile::read(Path::new(root), &reader).namespaces(shared::CanvasDims { width: 64, height: 64 }).unwrap();
+    assert_eq!(line(&text, "NAMESPACES_FINGERPRINT"), want.fingerprint());
 }

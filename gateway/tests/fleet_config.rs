@@ -110,3 +110,17 @@ fn a_bad_file_exits_2_naming_every_problem() {
     assert!(text.contains(&format!("error: {}:3 [gateway]: max_canvases is not a setting of gateway", path.display())), "{text}");
     assert!(text.contains("--nodes <NODES>"), "{text}");
 }
+
+/// The example at the repository's root is a valid file, its four models resolved.
+#[test]
+fn the_repository_fleet_toml_is_accepted() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../fleet.toml");
+    let (out, text) = run(&["--check-config", "--config", root, "--nodes", "ws-1=http://h:1"], &[]);
+    assert!(out.status.success(), "{text}");
+    for ns in ["[default]\nmodel = \"pixels\"\nwidth = 64\nheight = 64\n", "[namespaces.chat]\nmodel = \"stream\"\n", "[namespaces.prices]\nmodel = \"latest\"\n", "[namespaces.scores]\nmodel = \"json\"\n"] {
+        assert!(text.contains(ns), "{ns} in {text}");
+    }
+    let reader = shared::fleet_config::Reader::new("gateway", "gateway", &gateway::config::Config::command(), &[]);
+    let want = shared::fleet_config::FleetFile::read(Path::new(root), &reader).namespaces(shared::CanvasDims { width: 64, height: 64 }).unwrap();
+    assert_eq!(line(&text, "NAMESPACES_FINGERPRINT"), want.fingerprint());
+}
