@@ -38,7 +38,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::ErrorBody;
 use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody, JsonBodyUpTo};
-use shared::namespaces::Namespaces;
 use shared::{ChannelId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -481,6 +480,7 @@ mod tests {
     use axum::body::Body;
     use axum::http::{header, Request};
     use http_body_util::BodyExt;
+    use shared::namespaces::Namespaces;
     use shared::CanvasDims;
     use tower::ServiceExt;
 

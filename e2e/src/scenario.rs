@@ -1,7 +1,9 @@
 //! The scenario of the brief, end to end: normal (with a burst of concurrent publishes to one
 //! canvas: group records) → kill -9 ws-1 → ws-2 takes over → ws-1 restarts, is seen UP 5 times,
 //! recovers by replay → failback drain of ws-2 → clients back — under steady publishing, with
-//! every client checked at the end.
+//! every client checked at the end. Beside the canvases, channels of the other three models
+//! (`json`, `stream`, `latest`, from a `fleet.toml` every binary reads) are published to and
+//! followed by clients of the channel frames, checked the same way.
 
 use crate::broker::{Broker, BrokerKind};
 use crate::checker::{check, Summary, Verdict};
@@ -30,6 +32,25 @@ pub struct ScenarioConfig {
     pub phase: Duration,
     /// Print the timeline as it happens.
     pub echo: bool,
+    /// Clients of each channel of the other models ([`MODEL_CHANNELS`]); 0 runs canvases only.
+    pub model_clients: usize,
+}
+
+/// The channels of the other models the scenario publishes to (one per model), and the
+/// `fleet.toml` that declares their namespaces (the default namespace stays pixels of the fleet's
+/// `CANVAS_WIDTH` × `CANVAS_HEIGHT`).
+pub const MODEL_CHANNELS: [&str; 3] = ["scores:final", "chat:lobby", "prices:eur"];
+
+/// The namespaces of [`MODEL_CHANNELS`].
+pub const MODEL_FLEET_TOML: &str = "[namespaces.scores]\nmodel = \"json\"\n\n[namespaces.chat]\nmodel = \"stream\"\n\n[namespaces.prices]\nmodel = \"latest\"\n";
+
+/// The data of the `i`th publication to `channel` (of [`MODEL_CHANNELS`]).
+pub fn model_data(channel: &str, i: u64) -> serde_json::Value {
+    match channel.split(':').next() {
+        Some("scores") => serde_json::json!({ "home": i / 3, "away": i / 5, format!("p{}", i % 4): i }),
+        Some("chat") => serde_json::json!({ "text": format!("message {i}"), "from": "e2e" }),
+        _ => serde_json::json!({ "bid": i as f64 / 4.0, "ask": (i + 1) as f64 / 4.0 }),
+    }
 }
 
 impl Default for ScenarioConfig {
@@ -42,6 +63,7 @@ impl Default for ScenarioConfig {
             fleet: FleetSpec::default(),
             phase: Duration::from_secs(3),
             echo: false,
+            model_clients: 2,
         }
     }
 }
@@ -74,6 +96,8 @@ pub struct Report {
     /// (offsets) they went out in (fewer records than events: the publisher's group commit).
     pub burst_events: usize,
     pub burst_records: usize,
+    /// Publications accepted to the channels of the other models.
+    pub model_published: u64,
 }
 
 impl Report {
@@ -120,6 +144,7 @@ impl Report {
         s += &format!("| final canvas hash = publisher's | {}/{} clients |\n", promise.clients - promise.hash_mismatches, promise.clients);
         s += &format!("| promise violations (all five kinds) / clients not ok | {} / {} |\n", promise.violations(), promise.clients_not_ok);
         s += &format!("| burst: concurrent publishes to one canvas accepted / records they took | {} / {} |\n", self.burst_events, self.burst_records);
+        s += &format!("| publications to json / stream / latest channels (checked like the canvases) | {} |\n", self.model_published);
         s += &format!("| failover (kill -9 → all clients receiving again) | {} ms |\n", self.failover_ms);
         s += &format!("| failback gap (longest publish → receive during recovery and failback) | {} ms |\n", self.failback_gap_ms);
         s += &format!("| steady publish → receive, max | {} ms |\n", self.steady_max_latency_ms);
@@ -297,7 +322,14 @@ pub async fn run_keeping(cfg: ScenarioConfig, keep: bool) -> anyhow::Result<(Rep
 async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyhow::Result<(Report, Option<Running>)> {
     tl.mark(format!("starting broker: {}", cfg.broker.label()));
     let broker = Broker::start(cfg.broker.clone()).await.context("start the broker")?;
-    let mut fleet = Fleet::start(&broker, cfg.fleet.clone(), tl.clone()).await.context("start the fleet")?;
+    // Every binary reads the same namespaces.
+    let toml = tempfile::Builder::new().prefix("fleet-").suffix(".toml").tempfile().context("a fleet.toml")?;
+    std::fs::write(toml.path(), MODEL_FLEET_TOML).context("write fleet.toml")?;
+    let mut spec = cfg.fleet.clone();
+    if cfg.model_clients > 0 {
+        spec.env.push(("FLEET_CONFIG".into(), toml.path().display().to_string()));
+    }
+    let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.context("start the fleet")?;
     let rf = cfg.broker.replication_factor();
     if rf > 1 {
         // The publisher created the topic; on a cluster every partition must be on `rf` nodes.
@@ -323,7 +355,19 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     tl.mark(format!("canvases: {}", placement.join(", ")));
 
     // ---- normal
-    let clients = spawn_clients(&fleet, &canvases, cfg.clients, dims).await?;
+    let mut clients = spawn_clients(&fleet, &canvases, cfg.clients, dims).await?;
+    let models = shared::namespaces::Namespaces::from_toml(MODEL_FLEET_TOML, dims).map_err(anyhow::Error::msg)?;
+    let model_channels: Vec<String> = if cfg.model_clients > 0 { MODEL_CHANNELS.iter().map(|c| (*c).to_owned()).collect() } else { Vec::new() };
+    let mut model_clients = Vec::new();
+    for c in &model_channels {
+        let model = models.of(&shared::ChannelId::parse(c)?).map_err(|e| anyhow::anyhow!("{e}"))?.model.clone();
+        for i in 0..cfg.model_clients {
+            model_clients.push(Client::spawn_channel(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
+        }
+    }
+    wait_connected(&model_clients).await?;
+    let model_load = ModelLoad::start(&fleet.publisher.url(), model_channels.clone());
+    clients.extend(model_clients);
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), cfg.rate, dims.width, dims.height);
     tl.mark(format!("publishing {} events/s over {} canvases", cfg.rate, canvases.len()));
     tokio::time::sleep(cfg.phase).await;
@@ -370,8 +414,10 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     // ---- settle
     tokio::time::sleep(cfg.phase).await;
     let stats = load.stop().await;
-    tl.mark(format!("publishing stopped: {} events accepted", stats.accepted.load(Ordering::Relaxed)));
-    let truths = wait_for_heads(&fleet, &clients, &canvases).await?;
+    let model_published = model_load.stop().await;
+    tl.mark(format!("publishing stopped: {} events accepted, {model_published} publications to {} channels of other models", stats.accepted.load(Ordering::Relaxed), model_channels.len()));
+    let all: Vec<String> = canvases.iter().chain(&model_channels).cloned().collect();
+    let truths = wait_for_heads(&fleet, &clients, &all).await?;
     let settled_at = shared::event::now_ms();
     let ws1_sessions_after = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.ok().and_then(|h| h["sessions"].as_u64()).unwrap_or(0);
     let ws1_health = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.unwrap_or_default();
@@ -438,8 +484,52 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         ws1_sessions_after,
         burst_events,
         burst_records,
+        model_published,
     };
+    drop(toml);
     Ok((report, running))
+}
+
+/// Steady publishing to channels of the other models: one publication to each every 50 ms, each
+/// retried until the publisher answers 201 (a 503 used no version).
+pub struct ModelLoad {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl ModelLoad {
+    /// Starts publishing to `channels` through `publisher`.
+    pub fn start(publisher: &str, channels: Vec<String>) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (publisher, token) = (publisher.to_owned(), stop.clone());
+        let task = tokio::spawn(async move {
+            let http = reqwest::Client::new();
+            let mut accepted = 0u64;
+            let mut i = 0u64;
+            while !token.is_cancelled() && !channels.is_empty() {
+                for c in &channels {
+                    let body = serde_json::json!({ "data": model_data(c, i) });
+                    let url = format!("{publisher}/channels/{c}/publications");
+                    if let Ok(r) = http.post(&url).json(&body).timeout(Duration::from_secs(10)).send().await {
+                        accepted += u64::from(r.status().as_u16() == 201);
+                    }
+                }
+                i += 1;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(50)) => {}
+                    () = token.cancelled() => {}
+                }
+            }
+            accepted
+        });
+        Self { stop, task }
+    }
+
+    /// Stops; returns the publications accepted.
+    pub async fn stop(self) -> u64 {
+        self.stop.cancel();
+        self.task.await.unwrap_or(0)
+    }
 }
 
 /// Concurrent publishes of the scenario's burst.

@@ -145,6 +145,10 @@ pub struct NodeHealth {
     /// every binary of a fleet shows the same. Empty from a node that does not report one.
     #[serde(default)]
     pub namespaces_fingerprint: String,
+    /// Another fingerprint read in the records' `fleet-namespaces` header (the publisher runs with
+    /// other namespaces: their data may be misread), the last one read; absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces_mismatch: Option<String>,
 }
 
 /// Application progress in a node's `/health` (what tells a node that answers from one that
@@ -376,6 +380,7 @@ mod tests {
                 degraded: None,
             },
             namespaces_fingerprint: "0123456789abcdef".into(),
+            namespaces_mismatch: None,
         };
         let json = serde_json::to_value(&h).unwrap();
         assert_eq!(json["namespaces_fingerprint"], "0123456789abcdef");

@@ -44,7 +44,7 @@ use std::time::Duration;
 /// The node's public router: `/health`, the probes, `/metrics` and `/ws`, and the admin routes
 /// behind the admin token when one is configured.
 pub fn router(node: Arc<Node>) -> Router {
-    let metrics = Arc::new(Metrics::new(&node.config.node_id, &node.hub.counters, &node.guard));
+    let metrics = Arc::new(Metrics::new(&node.config.node_id, &node.hub.counters, &node.hub.formats, &node.guard));
     let public = Router::new()
         .route("/health", get(health))
         .merge(shared::probe::routes(get(readyz)))

@@ -62,7 +62,7 @@ pub struct Metrics {
 
 impl Metrics {
     /// A registry of `node_id`'s series (prefix `ws_node`, label `node`), with `counters`.
-    pub fn new(node_id: &str, counters: &Counters, guard: &shared::fence::Guard) -> Self {
+    pub fn new(node_id: &str, counters: &Counters, formats: &crate::counters::Formats, guard: &shared::fence::Guard) -> Self {
         let mut r = Registry::with_prefix_and_labels("ws_node", [("node".into(), node_id.to_owned().into())].into_iter());
         let s = Scraped::default();
         r.register("up", "1 while the node answers (its /health is always 200)", s.up.clone());
@@ -91,6 +91,7 @@ impl Metrics {
         r.register("incomplete_canvases", "Canvases whose versions skipped (records deleted with no snapshot covering them) until a snapshot restores them", s.incomplete_canvases.clone());
         r.register("healed_canvases", "Incomplete canvases healed from a newer snapshot while the node served", s.healed_canvases.clone());
         r.register("deliveries", "Event frames handed to sessions (live and backlog)", counters.deliveries.clone());
+        r.register("records_other_namespaces", "Records written under other namespaces than this node's (their fleet-namespaces header names another fingerprint)", formats.other.clone());
         r.register("sent_bytes", "Bytes of the event frames handed to sessions", counters.sent_bytes.clone());
         r.register("session_closes", "Sessions ended, by close code (1006: connection lost without a close frame)", counters.closes.clone());
         r.register("snapshots_sent", "Sessions started with a canvas snapshot instead of events", counters.snapshots_sent.clone());

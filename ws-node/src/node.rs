@@ -52,7 +52,7 @@ pub struct Node {
 impl Node {
     /// A node in phase `Up`, with its hand-over task running until `shutdown`.
     pub fn new(config: Config, shutdown: CancellationToken) -> Arc<Self> {
-        let hub = Arc::new(Hub::new(Arc::new(shared::namespaces::Namespaces::pixels_only(config.dims())), config.window()));
+        let hub = Arc::new(Hub::new(Arc::new(config.namespaces()), config.window()));
         let (handover_tx, mut handover_rx) = mpsc::unbounded_channel::<Revoked>();
         let seats = crate::admission::Seats::new(usize::try_from(config.max_sessions).unwrap_or(usize::MAX));
         let client_tokens = config.client_tokens.load().expect("client token settings are checked by Config::problems at startup");
@@ -238,7 +238,8 @@ impl Node {
                 // Only a serving node is judged: one that is UP or draining is not serving anyway.
                 degraded: assessment.degraded.filter(|_| phase == Phase::Ready),
             },
-            namespaces_fingerprint: self.config.namespaces().fingerprint().to_owned(),
+            namespaces_fingerprint: self.hub.namespaces().fingerprint().to_owned(),
+            namespaces_mismatch: self.hub.formats.other_seen(),
         }
     }
 
