@@ -96,6 +96,13 @@ pub enum DecodeError {
     Stopped(String),
 }
 
+impl DecodeError {
+    /// Whether the reader stops on it (a later format) rather than skip the record.
+    pub fn stops(&self) -> bool {
+        matches!(self, DecodeError::NewerFormat(_) | DecodeError::Stopped(_))
+    }
+}
+
 /// The headers of a record that decide how it is read.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RecordHeaders<'a> {

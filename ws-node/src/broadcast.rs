@@ -396,7 +396,10 @@ fn poll_loop(consumer: BaseConsumer<BroadcastContext>, hub: Arc<Hub>, stop: Arc<
             tracing::info!("[BROADCAST] first record of assigned partition={} read {}ms after its assignment (offset={})", p, t.elapsed().as_millis(), off);
         }
         if let Err(e) = hub.queue_record(p, off, shared::record::RecordHeaders::of(&msg), msg.payload()) {
-            tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a publication");
+            // A record of a later format is not skipped: the node stops (the hub logged why).
+            if !e.stops() {
+                tracing::warn!(partition = p, offset = off, error = %e, "[BROADCAST] skipping a record that is not a publication");
+            }
         }
     };
     while !stop.load(Ordering::Acquire) {

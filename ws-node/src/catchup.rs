@@ -133,7 +133,10 @@ pub fn run(
         |msg| {
             let (p, off) = (msg.partition(), msg.offset());
             if let Err(e) = hub.apply_record(p, off, shared::record::RecordHeaders::of(msg), msg.payload()) {
-                tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a publication");
+                // A record of a later format is not skipped: the node stops (the hub logged why).
+                if !e.stops() {
+                    tracing::warn!(partition = p, offset = off, error = %e, "[CATCHUP] skipping a record that is not a publication");
+                }
             }
         },
         |pr| {

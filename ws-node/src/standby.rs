@@ -59,7 +59,10 @@ pub fn run(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hub>, s
                 // A partition that just moved to the node is the broadcast consumer's now.
                 if reading.contains(&p) && !hub.owned().contains(&p) {
                     if let Err(e) = hub.apply_record(p, off, shared::record::RecordHeaders::of(&msg), msg.payload()) {
-                        tracing::warn!(partition = p, offset = off, error = %e, "[STANDBY] skipping a record that is not a publication");
+                        // A record of a later format is not skipped: the node stops (the hub logged why).
+                        if !e.stops() {
+                            tracing::warn!(partition = p, offset = off, error = %e, "[STANDBY] skipping a record that is not a publication");
+                        }
                     }
                 }
             }

@@ -468,3 +468,84 @@ async fn a_token_that_no_claim_backs_is_refused_and_locks_nobody_out() {
     assert_eq!((status, body["error"].as_str()), (409, Some("stale_leader")), "{body}");
     h.stop().await;
 }
+
+/// The namespaces of the channel tests: a json, a stream and a latest namespace beside the
+/// default pixels one.
+const FLEET: &str = "[namespaces.scores]\nmodel = \"json\"\n[namespaces.chat]\nmodel = \"stream\"\n[namespaces.prices]\nmodel = \"latest\"\n";
+
+fn with_namespaces(c: &mut Config) {
+    c.fleet.namespaces = toml_spec(FLEET);
+    c.recent_events = 3;
+}
+
+fn toml_spec(text: &str) -> shared::namespaces::NamespacesSpec {
+    let ns = shared::namespaces::Namespaces::from_toml(text, shared::CanvasDims::default()).unwrap();
+    ns.to_spec()
+}
+
+/// The frames of a session up to `n` after its welcome, as (kind, version, payload).
+async fn frames(ws: &mut Ws, n: usize) -> Vec<(String, u64, serde_json::Value)> {
+    let mut out = Vec::new();
+    while out.len() < n {
+        match next_frame(ws).await.expect("a frame") {
+            ServerMessage::Welcome { channel, model, .. } => out.push(("welcome".into(), 0, serde_json::json!({"channel": channel, "model": model}))),
+            ServerMessage::State { version, state, .. } => out.push(("state".into(), version, state)),
+            ServerMessage::Publication { version, data, .. } => out.push(("publication".into(), version, data)),
+            ServerMessage::Reset { version, .. } => out.push(("reset".into(), version, serde_json::Value::Null)),
+            other => panic!("unexpected frame {other:?}"),
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn channels_of_each_model_are_served_in_the_channel_frames() {
+    let mut h = Harness::start(with_namespaces).await;
+    let fp = h.config.namespaces().fingerprint().to_owned();
+    for i in 1..=5 {
+        h.publish_data("scores:final", serde_json::json!({ "home": i, format!("k{i}"): i }), "2", &fp).await;
+        h.publish_data("chat:lobby", serde_json::json!({ "text": format!("m{i}") }), "2", &fp).await;
+        h.publish_data("prices:eur", serde_json::json!(i as f64 / 2.0), "2", &fp).await;
+    }
+    h.recover().await;
+    // A client with nothing gets the welcome naming the model, then the state.
+    let mut ws = h.connect_with("channel=scores:final&since=0").await.unwrap();
+    let got = frames(&mut ws, 2).await;
+    assert_eq!(got[0].2, serde_json::json!({"channel": "scores:final", "model": "json"}));
+    assert_eq!((got[1].0.as_str(), got[1].1), ("state", 5));
+    assert_eq!(got[1].2, serde_json::json!({"home": 5, "k1": 1, "k2": 2, "k3": 3, "k4": 4, "k5": 5}));
+    // Live publications follow, data as published.
+    h.publish_data("scores:final", serde_json::json!({"away": 1}), "2", &fp).await;
+    assert_eq!(frames(&mut ws, 1).await, vec![("publication".into(), 6, serde_json::json!({"away": 1}))]);
+    // A resume within the window (the last 3) gets publications; a stream's from before it a reset.
+    let mut ws = h.connect_with("channel=chat:lobby&since=3").await.unwrap();
+    let got = frames(&mut ws, 3).await;
+    assert_eq!(got[1..].iter().map(|f| (f.0.as_str(), f.1)).collect::<Vec<_>>(), [("publication", 4), ("publication", 5)]);
+    let mut ws = h.connect_with("channel=chat:lobby&since=1").await.unwrap();
+    assert_eq!(frames(&mut ws, 2).await[1].0, "reset", "what the node no longer holds is not coming");
+    let mut ws = h.connect_with("channel=prices:eur&since=1").await.unwrap();
+    assert_eq!(frames(&mut ws, 2).await[1], ("state".into(), 5, serde_json::json!(2.5)), "a latest's resume from before the window gets the state");
+    // Refusals: an unknown namespace, and today's frames of a channel that is not pixels.
+    let (status, body, _) = h.connect_with("channel=nope:a").await.expect_err("refused");
+    assert_eq!((status, body["error"].as_str()), (400, Some("unknown_namespace")));
+    let (status, body, _) = h.connect_with("canvas=chat:lobby").await.expect_err("refused");
+    assert_eq!((status, body["field"].as_str()), (400, Some("canvas")));
+    assert!(h.health().await.get("namespaces_mismatch").is_none(), "every record was written under the node's namespaces");
+    // A record of other namespaces is applied, counted and shown.
+    h.publish_data("prices:eur", serde_json::json!(9), "2", "0000000000000000").await;
+    h.wait_health("the other fingerprint shown", |h| h["namespaces_mismatch"] == "0000000000000000").await;
+    h.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_of_a_later_format_stops_the_node_instead_of_skipping_it() {
+    let mut h = Harness::start(with_namespaces).await;
+    let fp = h.config.namespaces().fingerprint().to_owned();
+    h.publish_data("chat:lobby", serde_json::json!("one"), "2", &fp).await;
+    h.recover().await;
+    h.publish_data("chat:lobby", serde_json::json!("from the future"), "3", &fp).await;
+    let task = h.task.take().expect("the node runs");
+    let ended = tokio::time::timeout(Duration::from_secs(20), task).await.expect("the node stops").expect("joins");
+    let e = ended.expect_err("stopped with an error");
+    assert!(format!("{e:#}").contains("format 3"), "{e:#}");
+}

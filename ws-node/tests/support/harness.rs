@@ -125,6 +125,30 @@ impl Harness {
         ev.version
     }
 
+    /// Appends the next version of `channel` with `data`, as the publisher writes it (format 2,
+    /// the namespaces fingerprint `fingerprint`), or with `format` as its format header.
+    pub(crate) async fn publish_data(&mut self, channel: &str, data: serde_json::Value, format: &str, fingerprint: &str) -> u64 {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let v = self.versions.entry(channel.into()).or_default();
+        *v += 1;
+        let p = shared::record::Publication {
+            channel: ChannelId::parse(channel).unwrap(),
+            version: *v,
+            data: serde_json::value::to_raw_value(&data).unwrap(),
+            published_at_ms: shared::event::now_ms(),
+        };
+        let partition = partition_for(channel.as_bytes(), PARTITIONS as u32) as i32;
+        let value = shared::record::Publication::record_value(std::slice::from_ref(&p));
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: shared::record::FORMAT_HEADER, value: Some(format) })
+            .insert(Header { key: shared::record::NAMESPACES_HEADER, value: Some(fingerprint) });
+        self.producer
+            .send(FutureRecord::to(&self.topic).partition(partition).key(channel).payload(&value).headers(headers), Duration::from_secs(5))
+            .await
+            .expect("produce");
+        p.version
+    }
+
     pub(crate) async fn health(&self) -> serde_json::Value {
         self.http.get(format!("{}/health", self.url)).send().await.unwrap().json().await.unwrap()
     }
