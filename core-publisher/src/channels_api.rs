@@ -62,8 +62,16 @@ pub struct BatchPublication {
 }
 
 /// The answer to an accepted publication, in the channel routes' words.
+#[derive(serde::Serialize)]
+struct Accepted<'a> {
+    channel: &'a ChannelId,
+    version: u64,
+    partition: i32,
+    offset: i64,
+}
+
 fn accepted(p: &Published) -> serde_json::Value {
-    serde_json::json!({ "channel": p.canvas, "version": p.version, "partition": p.partition, "offset": p.offset })
+    serde_json::to_value(Accepted { channel: &p.canvas, version: p.version, partition: p.partition, offset: p.offset }).expect("an answer serialises")
 }
 
 /// The `Idempotency-Key` header, checked.
@@ -112,7 +120,8 @@ async fn post_publication<L: EventLog>(
     let task = tokio::spawn(async move { v.publish_data(&channel, &[(req.data.as_ref(), key.as_deref())]).await });
     let result = task.await.map_err(internal)?.into_iter().next().unwrap_or(Err(crate::types::PublishError::NotReady));
     let (published, replayed) = result.map_err(publish_error)?;
-    let mut resp = (StatusCode::CREATED, Json(accepted(&published))).into_response();
+    let answer = Accepted { channel: &published.canvas, version: published.version, partition: published.partition, offset: published.offset };
+    let mut resp = (StatusCode::CREATED, Json(answer)).into_response();
     if replayed {
         resp.headers_mut().insert(REPLAYED, axum::http::HeaderValue::from_static("true"));
     }

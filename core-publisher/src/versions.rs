@@ -552,6 +552,7 @@ impl<L: EventLog> Versions<L> {
         if self.status.is_fenced() {
             return Err(PublishError::Fenced);
         }
+        self.namespaces.of(canvas).map_err(|e| PublishError::UnknownNamespace(e.to_string()))?;
         let Some((_, p)) = self.partition(canvas) else { return Err(PublishError::NotReady) };
         Ok(match p.truth(canvas) {
             Some((version, hash)) => CanvasTruth { canvas: canvas.clone(), version, hash },

@@ -343,6 +343,16 @@ async fn forward_channel(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): Con
     fleet.publishers.forward(&req).await
 }
 
+/// Checks that the channel's namespace is configured and, for today's frames (`canvas=`), that it
+/// is a `pixels` one: 400 `unknown_namespace`, or 400 naming `canvas`.
+fn check_namespace(namespaces: &shared::namespaces::Namespaces, q: &WsQuery) -> Result<(), ApiError> {
+    let ns = namespaces.of(q.id()).map_err(|e| ApiError::new(axum::http::StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()))?;
+    if q.style() == shared::protocol::FrameStyle::Canvas && ns.kind() != shared::model::ModelKind::Pixels {
+        return Err(ApiError::field("canvas", format!("canvas= serves pixels channels; {} is a {} channel: use channel=", q.id(), ns.kind())));
+    }
+    Ok(())
+}
+
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
 /// `epoch` optional and well-formed; passed on to the node).
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
@@ -365,6 +375,11 @@ async fn ws(
             Refusal::Frame => proxy::refuse_origin_with_frame(upgrade, refused.0),
             Refusal::Http => ApiError::new(axum::http::StatusCode::FORBIDDEN, "origin_not_allowed", refused.0).into_response(),
         });
+    }
+    // A channel no node will serve as asked: refused here, for good (not a 503 to retry).
+    if let Err(e) = check_namespace(&fleet.namespaces, &q) {
+        tracing::info!(channel = %q.id(), code = %e.body.error, "handshake refused: namespace");
+        return if q.refusal == Refusal::Frame { Ok(proxy::refuse_for_good_with_frame(upgrade, e)) } else { Err(e) };
     }
     // The client token, when required: checked before an upstream is opened (the node checks
     // it again, and closes the session when it expires).
@@ -408,6 +423,12 @@ mod tests {
     fn ws_query_is_validated() {
         let q = parse_ws_query(Some("canvas=c1&since=7")).unwrap();
         assert_eq!((q.id().as_str(), q.since), ("c1", 7));
+        let spaces = shared::namespaces::Namespaces::from_toml("[namespaces.chat]\nmodel = \"stream\"", shared::CanvasDims::default()).unwrap();
+        let check = |raw: &str| check_namespace(&spaces, &parse_ws_query(Some(raw)).unwrap()).map_err(|e| (e.status.as_u16(), e.body.error, e.body.field));
+        assert_eq!(check("channel=chat:a"), Ok(()));
+        assert_eq!(check("canvas=c1"), Ok(()));
+        assert_eq!(check("channel=nope:a"), Err((400, "unknown_namespace".into(), None)));
+        assert_eq!(check("canvas=chat:a"), Err((400, "invalid_field".into(), Some("canvas".into()))));
         for (raw, field) in [("since=1", "channel"), ("channel=a&canvas=a", "canvas"), ("canvas=c1&since=-2", "since"), ("canvas=a%20b", "canvas"), ("canvas=c1&epoch=a%2Fb", "epoch")] {
             assert_eq!(parse_ws_query(Some(raw)).unwrap_err().body.field.as_deref(), Some(field), "{raw}");
         }

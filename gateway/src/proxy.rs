@@ -186,6 +186,15 @@ pub fn refuse_with_frame(upgrade: WebSocketUpgrade, refused: Refused) -> axum::r
     refuse_frame(upgrade, frame, close::TRY_AGAIN_LATER, reason)
 }
 
+/// Answers a handshake that will never be served as asked (an unknown namespace, today's frames of
+/// a channel that is not pixels) the way browsers can read: an `error` frame with `code` (no
+/// `retry_after_ms`) and close 1008 Policy Violation.
+pub fn refuse_for_good_with_frame(upgrade: WebSocketUpgrade, e: shared::http::ApiError) -> axum::response::Response {
+    let reason = format!("{}: not served", e.body.error);
+    let frame = shared::protocol::ServerMessage::Error { code: e.body.error, message: e.body.message, retry_after_ms: None, channel: None };
+    refuse_frame(upgrade, frame, close::POLICY_VIOLATION, reason)
+}
+
 /// Answers a handshake from a page of a foreign origin the way browsers can read: an `error`
 /// frame `origin_not_allowed` (no `retry_after_ms`: trying again will not help) and close 1008
 /// Policy Violation.

@@ -65,6 +65,8 @@ pub struct Target {
 /// The fleet state shared by the poller, the proxy and the API.
 pub struct Fleet {
     pub config: Config,
+    /// The namespaces (`fleet.toml`), resolved once: a handshake to an unknown one is refused here.
+    pub namespaces: shared::namespaces::Namespaces,
     pub nodes: Vec<NodeEntry>,
     decisions: crate::decisions::Decisions,
     /// This replica's part in the election (standalone without Kafka).
@@ -157,6 +159,7 @@ impl Fleet {
         let admin = crate::node_admin::NodeAdmin::new(http.clone(), config.admin_token());
         let publisher_admin = crate::publisher_admin::PublisherAdmin::new(http.clone(), config.admin_token());
         Arc::new(Self {
+            namespaces: config.namespaces(),
             decisions: crate::decisions::Decisions::new(config.decision_log as usize),
             leadership,
             control,

@@ -542,6 +542,12 @@ impl Hub {
         };
         match backlog {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
+            // A reset names the epoch its version belongs to (the client's position is then that).
+            Backlog::Reset { version, .. } => {
+                let frame = crate::state::reset_frame(handle.canvas.as_str(), version, Some(current.clone()));
+                channel.sessions.push(handle);
+                Ok(Start { epoch: current, since, backlog: Backlog::Reset { frame, version } })
+            }
             backlog => {
                 channel.sessions.push(handle);
                 Ok(Start { epoch: current, since, backlog })
