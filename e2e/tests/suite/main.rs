@@ -27,6 +27,7 @@ mod scenario;
 mod snapshot_loads;
 mod standby;
 mod transactions;
+mod upgrade;
 
 static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
