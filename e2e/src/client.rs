@@ -538,7 +538,7 @@ mod tests {
         assert_eq!(session_url("ws://g:1", "c1", 5, None, Some("a.b+c/=")), "ws://g:1/ws?canvas=c1&since=5&token=a.b%2Bc%2F%3D");
         assert_eq!(session_url("ws://g:1", "c1", 5, Some("e"), Some("")), "ws://g:1/ws?canvas=c1&since=5&epoch=e");
         // What the servers parse back.
-        let q = shared::protocol::WsQuery::parse("canvas=c1&since=5&token=a.b%2Bc%2F%3D").unwrap();
+        let q = shared::http::parse_ws_query("canvas=c1&since=5&token=a.b%2Bc%2F%3D").unwrap();
         assert_eq!(q.token.as_deref(), Some("a.b+c/="));
     }
 

@@ -356,7 +356,7 @@ fn check_namespace(namespaces: &shared::namespaces::Namespaces, q: &WsQuery) -> 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
 /// `epoch` optional and well-formed; passed on to the node).
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
-    WsQuery::parse(raw.unwrap_or(""))
+    shared::http::parse_ws_query(raw.unwrap_or(""))
 }
 
 async fn ws(

@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn the_upstream_handshake_carries_the_client_s_resume_position() {
-        let q = |raw: &str| WsQuery::parse(raw).unwrap();
+        let q = |raw: &str| shared::http::parse_ws_query(raw).unwrap();
         let node = "http://127.0.0.1:9001";
         let cases = [
             ("canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0&refusal=frame", "ws://127.0.0.1:9001/ws?canvas=c1&since=40&epoch=q5XGvJ9mR2yqH7Y1cjTQfA-0"),

@@ -13,7 +13,7 @@ use crate::event::{
     ChannelId, ChannelIdError, Color, PixelEvent, CHANNEL_ID_MAX_LEN, MAX_EVENTS_PER_RECORD,
 };
 use crate::http::ApiError;
-use crate::protocol::{Refusal, WsQuery};
+use crate::protocol::Refusal;
 use crate::snapshot::{self, Entry, CHECKPOINT_KEY, MAX_SIDE};
 use std::path::Path;
 
@@ -88,7 +88,7 @@ pub fn assert_one_json_object(body: &[u8]) {
 /// `invalid_field` naming the parameter.
 pub fn check_ws_query(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
-    match WsQuery::parse(&raw) {
+    match crate::http::parse_ws_query(&raw) {
         Ok(q) => {
             assert_eq!(ChannelId::parse(q.id().as_str()).as_ref(), Ok(q.id()));
             if let Some(e) = &q.epoch {
@@ -98,7 +98,7 @@ pub fn check_ws_query(data: &[u8]) {
             if q.refusal == Refusal::Frame {
                 again.push_str("&refusal=frame");
             }
-            let back = WsQuery::parse(&again)
+            let back = crate::http::parse_ws_query(&again)
                 .unwrap_or_else(|e| panic!("{again:?} of {raw:?} does not parse: {e:?}"));
             assert_eq!(back, q, "{again:?} of {raw:?}");
         }

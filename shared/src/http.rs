@@ -265,6 +265,19 @@ pub fn parse_query<T: DeserializeOwned>(raw: &str) -> Result<T, ApiError> {
     })
 }
 
+/// Parses a `/ws` query string ([`crate::protocol::WsQuery`]).
+///
+/// # Errors
+/// 400 `invalid_field` naming the parameter: a bad one, neither `channel` nor `canvas`, or both.
+pub fn parse_ws_query(raw: &str) -> Result<crate::protocol::WsQuery, ApiError> {
+    let q: crate::protocol::WsQuery = parse_query(raw)?;
+    match (&q.channel, &q.canvas) {
+        (None, None) => Err(ApiError::field("channel", "missing field `channel`")),
+        (Some(_), Some(_)) => Err(ApiError::field("canvas", "give channel or canvas, not both")),
+        _ => Ok(q),
+    }
+}
+
 fn field_error(path: &str, msg: &str) -> ApiError {
     // The path names the field at fault, unknown fields included; a missing field is named only in
     // serde's message, below the path of its parent.

@@ -193,7 +193,7 @@ pub enum FrameStyle {
 /// one of them), `since` (last version applied; 0 = nothing), `epoch` (the epoch of the client's
 /// last `welcome`; absent = none known) and `refusal` (`http` or `frame`, see [`Refusal`]) and
 /// `token` (the client token when the service requires one, see [`crate::client_token`]: browsers
-/// cannot set headers on a WebSocket). Parse it with [`WsQuery::parse`].
+/// cannot set headers on a WebSocket). Parse it with `shared::http::parse_ws_query`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WsQuery {
     /// Validated while parsing (a bad id is an error naming `channel`).
@@ -215,19 +215,6 @@ pub struct WsQuery {
 }
 
 impl WsQuery {
-    /// Parses a `/ws` query string.
-    ///
-    /// # Errors
-    /// 400 `invalid_field` naming the parameter: a bad one, neither `channel` nor `canvas`, or both.
-    pub fn parse(raw: &str) -> Result<Self, crate::http::ApiError> {
-        let q: Self = crate::http::parse_query(raw)?;
-        match (&q.channel, &q.canvas) {
-            (None, None) => Err(crate::http::ApiError::field("channel", "missing field `channel`")),
-            (Some(_), Some(_)) => Err(crate::http::ApiError::field("canvas", "give channel or canvas, not both")),
-            _ => Ok(q),
-        }
-    }
-
     /// A query for `id` in `style`.
     pub fn new(id: crate::ChannelId, style: FrameStyle, since: u64, epoch: Option<Epoch>) -> Self {
         let (channel, canvas) = match style {
@@ -237,7 +224,7 @@ impl WsQuery {
         Self { channel, canvas, since, epoch, refusal: Refusal::Http, token: None }
     }
 
-    /// The channel (of a query [`WsQuery::parse`] accepted).
+    /// The channel (of a query `shared::http::parse_ws_query` accepted).
     pub fn id(&self) -> &crate::ChannelId {
         self.channel.as_ref().or(self.canvas.as_ref()).expect("a parsed query names a channel")
     }
@@ -457,28 +444,28 @@ mod tests {
 
     #[test]
     fn ws_query_carries_the_epoch_and_builds_the_resume_query() {
-        let q: WsQuery = WsQuery::parse("canvas=c1&since=40&epoch=q5X-_9-3&refusal=frame").unwrap();
+        let q: WsQuery = crate::http::parse_ws_query("canvas=c1&since=40&epoch=q5X-_9-3&refusal=frame").unwrap();
         assert_eq!(q.epoch.as_ref().map(Epoch::as_str), Some("q5X-_9-3"));
         assert_eq!(q.resume_query(), "canvas=c1&since=40&epoch=q5X-_9-3");
-        let q: WsQuery = WsQuery::parse("canvas=c1&since=40").unwrap();
+        let q: WsQuery = crate::http::parse_ws_query("canvas=c1&since=40").unwrap();
         assert_eq!((q.epoch.is_none(), q.resume_query()), (true, "canvas=c1&since=40".to_owned()));
-        let q: WsQuery = WsQuery::parse("canvas=c1&since=4&token=a.b%2Bc.d&refusal=frame").unwrap();
+        let q: WsQuery = crate::http::parse_ws_query("canvas=c1&since=4&token=a.b%2Bc.d&refusal=frame").unwrap();
         assert_eq!(q.token.as_deref(), Some("a.b+c.d"));
         assert_eq!(q.resume_query(), "canvas=c1&since=4&token=a.b%2Bc.d");
         for bad in ["canvas=c1&epoch=", "canvas=c1&epoch=a%20b", "canvas=c1&epoch=a%2Bb"] {
-            let e = WsQuery::parse(bad).unwrap_err();
+            let e = crate::http::parse_ws_query(bad).unwrap_err();
             assert_eq!(e.body.field.as_deref(), Some("epoch"), "{bad}");
         }
     }
 
     #[test]
     fn ws_query_takes_a_channel_or_a_canvas() {
-        let q = WsQuery::parse("channel=scores:m1&since=3&epoch=q5X-0").unwrap();
+        let q = crate::http::parse_ws_query("channel=scores:m1&since=3&epoch=q5X-0").unwrap();
         assert_eq!((q.id().as_str(), q.style()), ("scores:m1", FrameStyle::Channel));
         assert_eq!(q.resume_query(), "channel=scores:m1&since=3&epoch=q5X-0");
-        assert_eq!(WsQuery::parse("canvas=c1").unwrap().style(), FrameStyle::Canvas);
+        assert_eq!(crate::http::parse_ws_query("canvas=c1").unwrap().style(), FrameStyle::Canvas);
         for (bad, field) in [("since=3", "channel"), ("channel=a&canvas=a", "canvas"), ("channel=a:", "channel"), ("channel=a:b:c", "channel")] {
-            let e = WsQuery::parse(bad).unwrap_err();
+            let e = crate::http::parse_ws_query(bad).unwrap_err();
             assert_eq!((e.status.as_u16(), e.body.field.as_deref()), (400, Some(field)), "{bad}");
         }
     }

@@ -34,7 +34,7 @@ use shared::http::{method_not_allowed, parse_json, ApiError, JsonBody, MAX_BODY_
 use shared::partitioner::partition_for;
 use shared::client_token::Action;
 use shared::control::Listener;
-use shared::protocol::{close, DrainReason, FrameStyle, WsQuery};
+use shared::protocol::{close, DrainReason, FrameStyle};
 use shared::epoch::Epoch;
 use shared::ChannelId;
 use std::sync::Arc;
@@ -173,7 +173,7 @@ const RETRY_AFTER_SECS: u64 = 1;
 const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
 
 fn parse_query(raw: Option<&str>) -> Result<(ChannelId, FrameStyle, u64, Option<Epoch>, Option<String>), ApiError> {
-    let q = WsQuery::parse(raw.unwrap_or(""))?;
+    let q = shared::http::parse_ws_query(raw.unwrap_or(""))?;
     Ok((q.id().clone(), q.style(), q.since, q.epoch, q.token))
 }
 

@@ -106,7 +106,7 @@ proptest! {
     #[test]
     fn a_ws_query_round_trips(q in ws_query()) {
         let raw = query_of(&q);
-        prop_assert_eq!(WsQuery::parse(&raw).unwrap(), q);
+        prop_assert_eq!(shared::http::parse_ws_query(&raw).unwrap(), q);
     }
 
     /// One parameter of a valid query made invalid: a 400 naming exactly that parameter.
@@ -134,7 +134,7 @@ proptest! {
                 raw = format!("{raw}&{part}");
             }
         }
-        let e = WsQuery::parse(&raw).unwrap_err();
+        let e = shared::http::parse_ws_query(&raw).unwrap_err();
         prop_assert_eq!(e.status.as_u16(), 400);
         prop_assert_eq!(e.body.error.as_str(), "invalid_field");
         prop_assert_eq!(e.body.field.as_deref(), Some(param), "{}: {}", raw, e.body.message);
