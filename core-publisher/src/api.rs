@@ -42,9 +42,9 @@ use shared::{ChannelId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
 
+pub use crate::answers::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER_SECS};
+use crate::answers::{count_publish, refuse};
 pub use shared::http::{MAX_BATCH_BODY_BYTES, MAX_BODY_BYTES};
-/// `Retry-After` of a 503, seconds.
-pub const RETRY_AFTER_SECS: u64 = 1;
 
 /// Body of `POST /canvases/{id}/pixels`.
 #[derive(Debug, serde::Deserialize)]
@@ -105,79 +105,9 @@ impl BatchResult {
 
 use shared::rate_limit::PublishLimiter;
 
-pub(crate) fn publish_error(e: PublishError) -> ApiError {
-    match e {
-        PublishError::NotReady => ApiError::unavailable("not_ready", e.to_string(), RETRY_AFTER_SECS),
-        PublishError::Standby => ApiError::unavailable(
-            "standby",
-            "this publisher is a standby (--standby): it follows the log and accepts writes only once the gateway leader \
-             promotes it; nothing was applied, send the request to the active publisher",
-            RETRY_AFTER_SECS,
-        ),
-        PublishError::Fenced => ApiError::unavailable(
-            "fenced",
-            "another publisher took over this topic; this one accepts no writes and is stopping: nothing was applied, \
-             send the request to the publisher that accepts writes",
-            RETRY_AFTER_SECS,
-        ),
-        PublishError::NotWritten(_) => ApiError::unavailable(
-            "kafka_unavailable",
-            "the kafka transaction carrying the event did not commit; nothing was applied, retry",
-            RETRY_AFTER_SECS,
-        ),
-        PublishError::Unknown(_) => ApiError::unavailable(
-            "kafka_outcome_unknown",
-            "kafka did not confirm the transaction in time: the event may or may not have been applied; retry with the \
-             same Idempotency-Key to apply it exactly once (GET /canvases/{id} shows the head)",
-            RETRY_AFTER_SECS,
-        ),
-        PublishError::KeyConflict => ApiError::conflict("idempotency_key_conflict", e.to_string()),
-        PublishError::KeyInFlight => {
-            let mut a = ApiError::conflict("idempotency_key_in_flight", e.to_string());
-            a.retry_after_secs = Some(RETRY_AFTER_SECS);
-            a
-        }
-        PublishError::IdempotencyStoreFull { retry_after_secs, .. } => {
-            ApiError::unavailable("idempotency_store_full", e.to_string(), retry_after_secs)
-        }
-        PublishError::CanvasLimit { .. } => ApiError::conflict("canvas_limit", e.to_string()),
-        PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
-        PublishError::UnknownNamespace(_) => ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()),
-        PublishError::InvalidData(_) => {
-            let mut a = ApiError::new(StatusCode::BAD_REQUEST, "invalid_data", e.to_string());
-            a.body.field = Some("data".into());
-            a
-        }
-        PublishError::DataTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "data_too_large", e.to_string()),
-        PublishError::StateTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "state_too_large", e.to_string()),
-    }
-}
-
-/// Header of a retry-safe publish (`Idempotency-Key`, 1–128 visible ASCII characters).
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
-/// Response header set to `true` when the answer is the replay of an earlier request.
-pub const REPLAYED: &str = "idempotent-replayed";
-
-/// The verifier of client tokens (`None`: publishing needs none), a request extension.
-#[derive(Clone, Default)]
-pub struct ClientAuth(pub Option<Arc<ClientTokens>>);
-
-impl ClientAuth {
-    /// Verifies the request's Bearer token: its grant, or `None` when no token is needed.
-    fn grant(&self, headers: &HeaderMap) -> Result<Option<Grant>, ApiError> {
-        let Some(tokens) = &self.0 else { return Ok(None) };
-        tokens.verify(shared::auth::bearer(headers)).map(Some).map_err(refuse)
-    }
-}
-
 /// Checks that `grant` (from [`ClientAuth::grant`]) allows publishing to `canvas`.
 fn allow(grant: Option<&Grant>, canvas: &ChannelId) -> Result<(), ApiError> {
     grant.map_or(Ok(()), |g| g.check(canvas.as_str(), Action::Publish).map_err(refuse))
-}
-
-fn refuse(e: shared::client_token::TokenError) -> ApiError {
-    tracing::info!(code = e.code(), "publish refused: client token");
-    e.api_error()
 }
 
 async fn post_pixel<L: EventLog>(
@@ -415,13 +345,6 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
 
 async fn metrics<L: EventLog>(State(v): State<Arc<Versions<L>>>, headers: HeaderMap) -> Response {
     v.counters().metrics.render(&v.figures(), headers.get(axum::http::header::ACCEPT))
-}
-
-/// Counts a single publish's answer (`POST /canvases/{id}/pixels`) by its status.
-pub(crate) async fn count_publish<L: EventLog>(State(v): State<Arc<Versions<L>>>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
-    let resp = next.run(req).await;
-    v.counters().metrics.published("single", resp.status().as_u16());
-    resp
 }
 
 /// `GET /readyz` and its alias `GET /ready`: whether writes are accepted.

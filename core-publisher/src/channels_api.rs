@@ -6,14 +6,14 @@
 //! | `POST /publications` `{"publications":[{"channel","data","idempotency_key"?}, …]}` (1–1,000) | `200 {"results":[…]}`, one per publication in order: `{"status":201,"channel","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /channels/{id}` | `200 {"channel","model","version","state","hash"}` |
 //!
-//! Errors are those of the pixel routes ([`crate::api`]), and: 400 `unknown_namespace` (the id's
+//! Errors are those of the pixel routes (`api`), and: 400 `unknown_namespace` (the id's
 //! namespace is not in `fleet.toml`), 400 `invalid_data` (not the model's data: a pixel that is
 //! not `{"x","y","color"}`, a JSON patch that does not apply), 413 `data_too_large` (over the
 //! namespace's `max_data_bytes`), 413 `state_too_large` (the state after it would pass the
 //! namespace's `max_state_bytes`; nothing written). Client tokens name channels as they name
 //! canvases (patterns such as `scores:*`).
 
-use crate::api::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED, MAX_BATCH_EVENTS};
+use crate::answers::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER_SECS};
 use crate::log::EventLog;
 use crate::types::Published;
 use crate::versions::Versions;
@@ -33,6 +33,9 @@ use std::sync::Arc;
 /// Largest body of `POST /channels/{id}/publications`: the largest data a namespace may take
 /// and room for the envelope.
 pub const MAX_PUBLICATION_BODY_BYTES: usize = shared::namespaces::MAX_DATA_BYTES + 4096;
+
+/// Most publications one `POST /publications` takes.
+pub const MAX_PUBLICATIONS: usize = 1000;
 
 /// Largest body of `POST /publications`.
 pub const MAX_PUBLICATIONS_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -128,7 +131,7 @@ async fn post_publication<L: EventLog>(
     Ok(resp)
 }
 
-/// `POST /publications`: checked first (1 to [`MAX_BATCH_EVENTS`] publications, keys valid and
+/// `POST /publications`: checked first (1 to [`MAX_PUBLICATIONS`] publications, keys valid and
 /// none used twice: else 400 naming it, nothing published); then each channel's publications in
 /// their order, in one transaction, channels side by side. As `POST /pixels`: a failure stops its
 /// channel there (`not_attempted` for the rest of it), `Retry-After` is the longest any asks for.
@@ -165,8 +168,8 @@ pub fn check(req: &PublicationsRequest) -> Result<(), ApiError> {
     if req.publications.is_empty() {
         return Err(ApiError::field("publications", "at least one publication is needed"));
     }
-    if req.publications.len() > MAX_BATCH_EVENTS {
-        return Err(ApiError::field("publications", format!("at most {MAX_BATCH_EVENTS} publications per request")));
+    if req.publications.len() > MAX_PUBLICATIONS {
+        return Err(ApiError::field("publications", format!("at most {MAX_PUBLICATIONS} publications per request")));
     }
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, p) in req.publications.iter().enumerate() {
@@ -220,7 +223,7 @@ async fn publish_all<L: EventLog>(v: Arc<Versions<L>>, pubs: Vec<BatchPublicatio
                 }
                 None => {
                     let message = "an earlier publication of this channel in the request failed; this one was not published";
-                    match failed.unwrap_or(Some(crate::api::RETRY_AFTER_SECS)) {
+                    match failed.unwrap_or(Some(RETRY_AFTER_SECS)) {
                         Some(secs) => ApiError::unavailable("not_attempted", message, secs),
                         None => ApiError::conflict("not_attempted", message),
                     }
@@ -248,7 +251,7 @@ async fn get_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(
 /// The channel routes, the publish routes rate-limited by `limiter` and counted by status.
 pub fn routes<L: EventLog>(versions: Arc<Versions<L>>, limiter: Arc<PublishLimiter>) -> Router<Arc<Versions<L>>> {
     let limited = || axum::middleware::from_fn_with_state(limiter.clone(), shared::rate_limit::enforce);
-    let counted = axum::middleware::from_fn_with_state(versions, crate::api::count_publish::<L>);
+    let counted = axum::middleware::from_fn_with_state(versions, crate::answers::count_publish::<L>);
     Router::new()
         .route(
             "/channels/{id}/publications",

@@ -20,6 +20,7 @@
 //! (`GET /metrics`).
 
 pub mod admin;
+pub mod answers;
 pub mod api;
 pub mod channels_api;
 pub mod committer;
