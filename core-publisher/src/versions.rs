@@ -459,7 +459,11 @@ impl<L: EventLog> Versions<L> {
                 results.push(Some(Err(e.clone())));
                 break;
             }
-            let fp = Fingerprint::of(canvas, data);
+            // Only a keyed publish is ever compared with another (its canonical JSON is work).
+            let fp = match key {
+                Some(_) => Fingerprint::of(canvas, data),
+                None => Fingerprint { canvas: canvas.clone(), data: String::new() },
+            };
             if let Some(k) = key {
                 let lookup = self.lock_keys().begin(k, &fp, shared::event::now_ms());
                 match lookup {
