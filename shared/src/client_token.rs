@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `exp` | yes | expiry, Unix seconds; no leeway |
 //! | `nbf` | no | not before, Unix seconds; no leeway: a token used earlier is refused |
-//! | `canvases` | yes | the canvases allowed: exact ids (`c1`) or a prefix ending in `*` (`team-*`; `*` alone is every canvas) |
+//! | `channels` (or `canvases`, its name before channels) | yes | the channels allowed: exact ids (`c1`, `scores:final`) or a prefix ending in `*` (`scores:*`, `team-*`; `*` alone is every channel) |
 //! | `allow` | no | what the token may do: `["publish"]`, `["subscribe"]` or both (absent = both) |
 //! | `aud` | with `CLIENT_TOKEN_AUDIENCE` | a string or an array that must hold that audience (without the setting, not looked at) |
 //! | `iss` | with `CLIENT_TOKEN_ISSUER` | must be that issuer (without the setting, not looked at) |
@@ -67,6 +67,8 @@ struct Claims {
     exp: u64,
     #[serde(default)]
     sub: Option<String>,
+    /// `channels`, or its name of before channels, `canvases`.
+    #[serde(alias = "channels")]
     canvases: Vec<String>,
     #[serde(default)]
     allow: Option<Vec<Action>>,
@@ -518,6 +520,8 @@ mod tests {
                 Ok(()),
             ),
             ("rs256", &rs_tokens, Some(rs(good.clone())), "c1", Action::Subscribe, Ok(())),
+            ("channels claim", &hs_tokens, Some(hs(K1, json!({"exp": later, "channels": ["scores:*"]}))), "scores:final", Action::Subscribe, Ok(())),
+            ("channels claim, another namespace", &hs_tokens, Some(hs(K1, json!({"exp": later, "channels": ["scores:*"]}))), "chat:a", Action::Subscribe, Err("token_not_allowed")),
             ("wrong algorithm: hs256 to rs256", &rs_tokens, Some(hs(K1, good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
             ("wrong algorithm: rs256 to hs256", &hs_tokens, Some(rs(good.clone())), "c1", Action::Subscribe, Err("invalid_token")),
             (
