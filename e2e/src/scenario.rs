@@ -118,6 +118,25 @@ impl Report {
         self.promise().out_of_order
     }
 
+    /// The promise per model (the channel's namespace says which: [`MODEL_CHANNELS`], the
+    /// canvases `pixels`), with the publications and states received, in the docs' order.
+    pub fn by_model(&self) -> Vec<(&'static str, Summary, usize)> {
+        let model = |channel: &str| match channel.split_once(':').map(|(ns, _)| ns) {
+            Some("scores") => "json",
+            Some("chat") => "stream",
+            Some("prices") => "latest",
+            _ => "pixels",
+        };
+        ["stream", "latest", "json", "pixels"]
+            .into_iter()
+            .filter_map(|m| {
+                let verdicts: Vec<Verdict> = self.verdicts.iter().filter(|v| model(&v.canvas) == m).cloned().collect();
+                let frames = self.reports.iter().filter(|r| model(&r.canvas) == m).map(|r| r.got.len()).sum();
+                (!verdicts.is_empty()).then(|| (m, Summary::of(&verdicts), frames))
+            })
+            .collect()
+    }
+
     /// Whether the promise held and the lifecycle went as it must.
     pub fn passed(&self) -> bool {
         self.promise().ok() && self.lifecycle_missing.is_empty() && self.replay_count > 0 && self.ws1_sessions_after > 0
@@ -145,6 +164,17 @@ impl Report {
         s += &format!("| promise violations (all five kinds) / clients not ok | {} / {} |\n", promise.violations(), promise.clients_not_ok);
         s += &format!("| burst: concurrent publishes to one canvas accepted / records they took | {} / {} |\n", self.burst_events, self.burst_records);
         s += &format!("| publications to json / stream / latest channels (checked like the canvases) | {} |\n", self.model_published);
+        for (model, summary, frames) in self.by_model() {
+            s += &format!(
+                "| {model}: clients / frames received / lost, duplicated, out of order / hashes equal | {} / {frames} / {}, {}, {} / {}/{} |\n",
+                summary.clients,
+                summary.lost,
+                summary.duplicated,
+                summary.out_of_order,
+                summary.clients - summary.hash_mismatches,
+                summary.clients
+            );
+        }
         s += &format!("| failover (kill -9 → all clients receiving again) | {} ms |\n", self.failover_ms);
         s += &format!("| failback gap (longest publish → receive during recovery and failback) | {} ms |\n", self.failback_gap_ms);
         s += &format!("| steady publish → receive, max | {} ms |\n", self.steady_max_latency_ms);
