@@ -93,3 +93,66 @@ pub async fn count_publish<L: EventLog>(State(v): State<Arc<Versions<L>>>, req: 
     resp
 }
 
+
+/// A batch's publishes answered: `items` grouped by their channel (`channel_of`), each channel's
+/// published in item order by `publish` (given the group's indexes), channels side by side. Each
+/// result becomes an answer (`accepted` with the published version and whether it was a replay,
+/// `refused` with the error); an item after a failure of its channel was not attempted (503
+/// `not_attempted` with `message` when the failure was a "not now", else 409). Returns the answers in item order, each with the `Retry-After` it asks for.
+pub async fn run_batch<'a, T, A, Fut>(
+    items: &'a [T],
+    channel_of: impl Fn(&'a T) -> &'a shared::ChannelId,
+    publish: impl Fn(&'a shared::ChannelId, &[usize]) -> Fut,
+    accepted: impl Fn(&crate::types::Published, bool) -> A,
+    refused: impl Fn(ApiError) -> A,
+    message: &str,
+) -> Vec<(A, Option<u64>)>
+where
+    Fut: std::future::Future<Output = Vec<Result<(crate::types::Published, bool), PublishError>>>,
+{
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    let mut group_of: std::collections::HashMap<&shared::ChannelId, usize> = std::collections::HashMap::new();
+    for (i, item) in items.iter().enumerate() {
+        let g = *group_of.entry(channel_of(item)).or_insert_with(|| {
+            groups.push(Vec::new());
+            groups.len() - 1
+        });
+        groups[g].push(i);
+    }
+    let (accepted, refused) = (&accepted, &refused);
+    let done = futures::future::join_all(groups.into_iter().map(|group| {
+        let publishing = publish(channel_of(&items[group[0]]), &group);
+        async move {
+            let results = publishing.await;
+            // Set once an item of this channel failed: the retry later that failure asked for.
+            let mut failed: Option<Option<u64>> = None;
+            let mut out = Vec::with_capacity(group.len());
+            for (n, i) in group.into_iter().enumerate() {
+                let err = match results.get(n) {
+                    Some(Ok((published, replayed))) => {
+                        out.push((i, (accepted(published, *replayed), None)));
+                        continue;
+                    }
+                    Some(Err(err)) => {
+                        let err = publish_error(err.clone());
+                        failed = Some(err.retry_after_secs);
+                        err
+                    }
+                    None => match failed.unwrap_or(Some(RETRY_AFTER_SECS)) {
+                        Some(secs) => ApiError::unavailable("not_attempted", message, secs),
+                        None => ApiError::conflict("not_attempted", message),
+                    },
+                };
+                let retry = err.retry_after_secs;
+                out.push((i, (refused(err), retry)));
+            }
+            out
+        }
+    }))
+    .await;
+    let mut results: Vec<Option<(A, Option<u64>)>> = (0..items.len()).map(|_| None).collect();
+    for (i, r) in done.into_iter().flatten() {
+        results[i] = Some(r);
+    }
+    results.into_iter().map(|r| r.expect("every item of the batch has a result")).collect()
+}

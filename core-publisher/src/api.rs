@@ -249,57 +249,20 @@ pub fn check_batch(req: &BatchRequest, dims_of: impl Fn(&ChannelId) -> Result<sh
 /// Publishes checked batch `events`: each canvas's in one group, canvases side by side. Returns
 /// each event's result, in request order, and the `Retry-After` it asks for, if any.
 async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, Option<u64>)> {
-    // Each canvas's events, in batch order.
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut group_of: HashMap<&ChannelId, usize> = HashMap::new();
-    for (i, e) in events.iter().enumerate() {
-        let g = *group_of.entry(&e.canvas).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[g].push(i);
-    }
-    let (events, v) = (&events, &v);
-    let done = futures::future::join_all(groups.into_iter().map(|group| async move {
-        let canvas = &events[group[0]].canvas;
-        let pixels: Vec<crate::versions::Pixel<'_>> =
-            group.iter().map(|&i| (events[i].x, events[i].y, events[i].color, events[i].idempotency_key.as_deref())).collect();
-        let results = v.publish_many(canvas, &pixels).await;
-        let mut out = Vec::with_capacity(group.len());
-        // Set once an event of this canvas failed: the retry later that failure asked for.
-        let mut failed: Option<Option<u64>> = None;
-        for (n, i) in group.into_iter().enumerate() {
-            let err = match results.get(n) {
-                Some(Ok((published, replayed))) => {
-                    let status = StatusCode::CREATED.as_u16();
-                    out.push((i, (BatchResult::Published { status, published: published.clone(), replayed: *replayed }, None)));
-                    continue;
-                }
-                Some(Err(err)) => {
-                    let err = publish_error(err.clone());
-                    failed = Some(err.retry_after_secs);
-                    err
-                }
-                None => {
-                    let message =
-                        "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)";
-                    match failed.unwrap_or(Some(RETRY_AFTER_SECS)) {
-                        Some(secs) => ApiError::unavailable("not_attempted", message, secs),
-                        None => ApiError::conflict("not_attempted", message),
-                    }
-                }
-            };
-            let retry = err.retry_after_secs;
-            out.push((i, (BatchResult::failed(err), retry)));
-        }
-        out
-    }))
-    .await;
-    let mut results: Vec<Option<(BatchResult, Option<u64>)>> = vec![None; events.len()];
-    for (i, r) in done.into_iter().flatten() {
-        results[i] = Some(r);
-    }
-    results.into_iter().map(|r| r.expect("every event of the batch has a result")).collect()
+    let v = &v;
+    crate::answers::run_batch(
+        &events,
+        |e| &e.canvas,
+        |canvas, group| {
+            let pixels: Vec<crate::versions::Pixel<'_>> =
+                group.iter().map(|&i| (events[i].x, events[i].y, events[i].color, events[i].idempotency_key.as_deref())).collect();
+            async move { v.publish_many(canvas, &pixels).await }
+        },
+        |published, replayed| BatchResult::Published { status: StatusCode::CREATED.as_u16(), published: published.clone(), replayed },
+        BatchResult::failed,
+        "an earlier event of this canvas in the batch failed; this one was not published (publish it after that one)",
+    )
+    .await
 }
 
 async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {

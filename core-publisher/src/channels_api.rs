@@ -13,7 +13,7 @@
 //! namespace's `max_state_bytes`; nothing written). Client tokens name channels as they name
 //! canvases (patterns such as `scores:*`).
 
-use crate::answers::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED, RETRY_AFTER_SECS};
+use crate::answers::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED};
 use crate::log::EventLog;
 use crate::types::Published;
 use crate::versions::Versions;
@@ -191,57 +191,28 @@ pub fn check(req: &PublicationsRequest) -> Result<(), ApiError> {
 /// Publishes checked `pubs`: each channel's in one group, channels side by side. Returns each
 /// one's result, in request order, and the `Retry-After` it asks for, if any.
 async fn publish_all<L: EventLog>(v: Arc<Versions<L>>, pubs: Vec<BatchPublication>) -> Vec<(serde_json::Value, Option<u64>)> {
-    let mut groups: Vec<Vec<usize>> = Vec::new();
-    let mut group_of: HashMap<&ChannelId, usize> = HashMap::new();
-    for (i, p) in pubs.iter().enumerate() {
-        let g = *group_of.entry(&p.channel).or_insert_with(|| {
-            groups.push(Vec::new());
-            groups.len() - 1
-        });
-        groups[g].push(i);
-    }
-    let (pubs, v) = (&pubs, &v);
-    let done = futures::future::join_all(groups.into_iter().map(|group| async move {
-        let channel = &pubs[group[0]].channel;
-        let items: Vec<(&shared::model::Data, Option<&str>)> = group.iter().map(|&i| (pubs[i].data.as_ref(), pubs[i].idempotency_key.as_deref())).collect();
-        let results = v.publish_data(channel, &items).await;
-        let mut out = Vec::with_capacity(group.len());
-        let mut failed: Option<Option<u64>> = None;
-        for (n, i) in group.into_iter().enumerate() {
-            let err = match results.get(n) {
-                Some(Ok((published, replayed))) => {
-                    let mut r = accepted(published);
-                    r["status"] = 201.into();
-                    r["replayed"] = (*replayed).into();
-                    out.push((i, (r, None)));
-                    continue;
-                }
-                Some(Err(err)) => {
-                    let err = publish_error(err.clone());
-                    failed = Some(err.retry_after_secs);
-                    err
-                }
-                None => {
-                    let message = "an earlier publication of this channel in the request failed; this one was not published";
-                    match failed.unwrap_or(Some(RETRY_AFTER_SECS)) {
-                        Some(secs) => ApiError::unavailable("not_attempted", message, secs),
-                        None => ApiError::conflict("not_attempted", message),
-                    }
-                }
-            };
-            let retry = err.retry_after_secs;
+    let v = &v;
+    crate::answers::run_batch(
+        &pubs,
+        |p| &p.channel,
+        |channel, group| {
+            let items: Vec<(&shared::model::Data, Option<&str>)> = group.iter().map(|&i| (pubs[i].data.as_ref(), pubs[i].idempotency_key.as_deref())).collect();
+            async move { v.publish_data(channel, &items).await }
+        },
+        |published, replayed| {
+            let mut r = accepted(published);
+            r["status"] = 201.into();
+            r["replayed"] = replayed.into();
+            r
+        },
+        |err| {
             let mut r = serde_json::to_value(&err.body).expect("an error body serialises");
             r["status"] = err.status.as_u16().into();
-            out.push((i, (r, retry)));
-        }
-        out
-    }))
-    .await;
-    let mut results: Vec<Option<(serde_json::Value, Option<u64>)>> = vec![None; pubs.len()];
-    for (i, r) in done.into_iter().flatten() {
-        results[i] = Some(r);
-    }
-    results.into_iter().map(|r| r.expect("every publication has a result")).collect()
+            r
+        },
+        "an earlier publication of this channel in the request failed; this one was not published",
+    )
+    .await
 }
 
 async fn get_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
