@@ -158,7 +158,7 @@ fn view_verdict(fleet: &Fleet) -> (crate::health::Verdict, serde_json::Value) {
         "stale_after_ms": stale_after.as_millis() as u64,
         "nodes": nodes,
         "polled_ms_ago": ages,
-        "namespaces_fingerprint": fleet.config.namespaces().fingerprint(),
+        "namespaces_fingerprint": fleet.namespaces.fingerprint(),
     });
     (verdict, body)
 }

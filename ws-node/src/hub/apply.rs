@@ -10,17 +10,14 @@ use shared::record::{DecodeError, Publication, RecordHeaders};
 impl Hub {
     /// Why the node must stop, once a reader met a record it must not skip.
     pub fn fatal(&self) -> Option<String> {
-        self.fatal.lock().expect("fatal lock").clone()
+        self.fatal.get().cloned()
     }
 
     /// Stops applying records, for `why` (the first reason is kept), and wakes the run loop.
     fn stop_applying(&self, why: String) {
-        let mut fatal = self.fatal.lock().expect("fatal lock");
-        if fatal.is_none() {
+        if self.fatal.set(why.clone()).is_ok() {
             tracing::error!(reason = %why, "[NODE] stopping: a record this node cannot read without skipping versions");
-            *fatal = Some(why);
         }
-        drop(fatal);
         self.stopping.notify_waiters();
         self.stopping.notify_one();
     }
@@ -105,8 +102,9 @@ impl Hub {
     /// # Errors
     /// As [`Hub::apply_record`].
     pub fn queue_record(&self, partition: i32, offset: i64, headers: RecordHeaders<'_>, value: Option<&[u8]>) -> Result<(), DecodeError> {
-        if let Some(why) = self.fatal() {
-            return Err(DecodeError::Stopped(why));
+        // A lock-free look on every record: set once, when the node stops.
+        if let Some(why) = self.fatal.get() {
+            return Err(DecodeError::Stopped(why.clone()));
         }
         self.formats.read(headers.namespaces);
         match Publication::decode_record(headers.format, value) {

@@ -120,7 +120,7 @@ pub struct Hub {
     pub formats: crate::counters::Formats,
     /// Why the node must stop (a record of a format it does not read), once set; the node's run
     /// loop waits on [`Hub::stopping`].
-    fatal: Mutex<Option<String>>,
+    fatal: std::sync::OnceLock<String>,
     /// Woken when `fatal` is set.
     pub stopping: Notify,
 }
@@ -147,7 +147,7 @@ impl Hub {
             counters: crate::counters::Counters::default(),
             sampler: Sampler::default(),
             formats,
-            fatal: Mutex::new(None),
+            fatal: std::sync::OnceLock::new(),
             stopping: Notify::new(),
         }
     }
