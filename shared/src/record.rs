@@ -14,6 +14,19 @@
 //! `data` is JSON of the channel's model ([`crate::model`]). Versions are per channel, contiguous
 //! from 1; readers drop any version at or below the one they hold.
 //!
+//! A record with the header [`OP_HEADER`] is not a publication but a change of the channel's
+//! history ([`ChannelOp`]): `reset` (its state starts again, empty, at version 0 of its next reset
+//! count; [`crate::epoch`]) or `delete` (its state and snapshot are gone). Value, JSON:
+//!
+//! ```json
+//! {"channel":"scores:final","resets":1,"published_at_ms":1764400000000}
+//! ```
+//!
+//! `resets` is the reset count of the history that starts (`reset`) or that ends (`delete`). A
+//! reader applies a record of a channel only at an offset past what its state covers (a snapshot's
+//! offset, or the op's), so publications of a history that a reset ended are never applied on top
+//! of the next one, whatever their versions.
+//!
 //! A record without a [`FORMAT_HEADER`] is of format 1, the fleet before namespaces: a
 //! [`PixelEvent`] (or a group of them), read as the `pixels` model's data `{"x","y","color"}`. So a
 //! log written before the upgrade keeps its history. A record of a later format than this build
@@ -33,6 +46,9 @@ pub const FORMAT: u32 = 2;
 
 /// The header carrying the publisher's namespaces fingerprint.
 pub const NAMESPACES_HEADER: &str = "fleet-namespaces";
+
+/// The header of a [`ChannelOp`] record: its value names the op (`reset` or `delete`).
+pub const OP_HEADER: &str = "fleet-op";
 
 /// Most publications one record carries (as format 1's groups).
 pub const MAX_PER_RECORD: usize = crate::event::MAX_EVENTS_PER_RECORD;
@@ -94,12 +110,15 @@ pub enum DecodeError {
     /// The reader stopped applying records (it met one it must not skip) and reads no more.
     #[error("not applied: {0}")]
     Stopped(String),
+    /// An op this build does not know (a later build's): not skipped, as a later format.
+    #[error("record's {OP_HEADER} header names an op this build does not know ({0:?}): upgrade the nodes before the publisher")]
+    UnknownOp(String),
 }
 
 impl DecodeError {
-    /// Whether the reader stops on it (a later format) rather than skip the record.
+    /// Whether the reader stops on it (a later format or op) rather than skip the record.
     pub fn stops(&self) -> bool {
-        matches!(self, DecodeError::NewerFormat(_) | DecodeError::Stopped(_))
+        matches!(self, DecodeError::NewerFormat(_) | DecodeError::Stopped(_) | DecodeError::UnknownOp(_))
     }
 }
 
@@ -110,11 +129,13 @@ pub struct RecordHeaders<'a> {
     pub format: Option<&'a [u8]>,
     /// [`NAMESPACES_HEADER`]'s value.
     pub namespaces: Option<&'a [u8]>,
+    /// [`OP_HEADER`]'s value (`None`: publications).
+    pub op: Option<&'a [u8]>,
 }
 
 impl<'a> RecordHeaders<'a> {
     /// A record of format 1 (no headers).
-    pub const NONE: RecordHeaders<'static> = RecordHeaders { format: None, namespaces: None };
+    pub const NONE: RecordHeaders<'static> = RecordHeaders { format: None, namespaces: None, op: None };
 
     /// The headers of `msg`.
     pub fn of<M: rdkafka::message::Message>(msg: &'a M) -> Self {
@@ -125,6 +146,7 @@ impl<'a> RecordHeaders<'a> {
                 match h.key {
                     FORMAT_HEADER => out.format = h.value,
                     NAMESPACES_HEADER => out.namespaces = h.value,
+                    OP_HEADER => out.op = h.value,
                     _ => {}
                 }
             }
@@ -134,8 +156,98 @@ impl<'a> RecordHeaders<'a> {
 
     /// Format 2 headers (what the publisher writes), with `namespaces` as fingerprint.
     pub fn current(namespaces: &'a str) -> Self {
-        RecordHeaders { format: Some(b"2"), namespaces: Some(namespaces.as_bytes()) }
+        RecordHeaders { format: Some(b"2"), namespaces: Some(namespaces.as_bytes()), op: None }
     }
+
+    /// The headers of an op record of `op` (what the publisher writes), with `namespaces` as
+    /// fingerprint.
+    pub fn of_op(namespaces: &'a str, op: OpKind) -> Self {
+        RecordHeaders { op: Some(op.as_str().as_bytes()), ..Self::current(namespaces) }
+    }
+}
+
+/// What an op record does to its channel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpKind {
+    /// The channel's state starts again, empty, at version 0 of reset count `resets`.
+    Reset,
+    /// The channel is gone: its state, recent publications and snapshot (history of reset count
+    /// `resets`). A later publication starts a new history.
+    Delete,
+}
+
+impl OpKind {
+    /// The [`OP_HEADER`] value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Reset => "reset",
+            OpKind::Delete => "delete",
+        }
+    }
+
+    fn parse(raw: &[u8]) -> Option<Self> {
+        match raw {
+            b"reset" => Some(OpKind::Reset),
+            b"delete" => Some(OpKind::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// A change of a channel's history: an op record's header and value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChannelOp {
+    pub op: OpKind,
+    pub channel: ChannelId,
+    /// The reset count of the history that starts (a reset) or ends (a delete).
+    pub resets: u64,
+    /// When the publisher accepted it (Unix epoch, milliseconds).
+    pub published_at_ms: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpValue {
+    channel: ChannelId,
+    resets: u64,
+    published_at_ms: u64,
+}
+
+impl ChannelOp {
+    /// The record value.
+    pub fn record_value(&self) -> Vec<u8> {
+        serde_json::to_vec(&OpValue { channel: self.channel.clone(), resets: self.resets, published_at_ms: self.published_at_ms }).expect("an op serialises")
+    }
+}
+
+/// One record of the events topic, decoded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decoded {
+    /// One publication, or a channel's group of them.
+    Publications(Vec<Publication>),
+    /// A reset or a delete.
+    Op(ChannelOp),
+}
+
+/// Decodes a record of the events topic from its headers and value: publications
+/// ([`Publication::decode_record`]) or, with an [`OP_HEADER`], a [`ChannelOp`].
+///
+/// # Errors
+/// As [`Publication::decode_record`]; an op header of another value than `reset` / `delete` is
+/// [`DecodeError::NewerFormat`] of the record's format (a later build's op: a node stops on it
+/// rather than skip it).
+pub fn decode(headers: RecordHeaders<'_>, value: Option<&[u8]>) -> Result<Decoded, DecodeError> {
+    let Some(op) = headers.op else {
+        return Publication::decode_record(headers.format, value).map(Decoded::Publications);
+    };
+    let format: u32 = headers.format.and_then(|f| std::str::from_utf8(f).ok()).and_then(|f| f.parse().ok()).ok_or(DecodeError::BadFormat)?;
+    if format > FORMAT {
+        return Err(DecodeError::NewerFormat(format));
+    }
+    let op = OpKind::parse(op).ok_or(DecodeError::UnknownOp(String::from_utf8_lossy(op).into_owned()))?;
+    let v: OpValue = serde_json::from_slice(value.ok_or(DecodeError::Empty)?)?;
+    Ok(Decoded::Op(ChannelOp { op, channel: v.channel, resets: v.resets, published_at_ms: v.published_at_ms }))
 }
 
 impl Publication {
@@ -253,6 +365,29 @@ mod tests {
         let group = br##"[{"canvas":"c1","version":1,"x":0,"y":0,"color":"#000000","published_at_ms":0},{"canvas":"c1","version":2,"x":1,"y":0,"color":"#000000","published_at_ms":0}]"##;
         assert_eq!(Publication::decode_record(None, Some(group)).unwrap().iter().map(|p| p.version).collect::<Vec<_>>(), [1, 2]);
         assert!(matches!(Publication::decode_record(None, Some(b"{}")), Err(DecodeError::Legacy(_))));
+    }
+
+    #[test]
+    fn op_records_round_trip_and_an_unknown_op_stops_the_reader() {
+        for op in [OpKind::Reset, OpKind::Delete] {
+            let want = ChannelOp { op, channel: ChannelId::parse("scores:final").unwrap(), resets: 3, published_at_ms: 9 };
+            let value = want.record_value();
+            assert_eq!(value, br#"{"channel":"scores:final","resets":3,"published_at_ms":9}"#.to_vec());
+            assert_eq!(decode(RecordHeaders::of_op("f", op), Some(&value)).unwrap(), Decoded::Op(want.clone()));
+            // A reader of publications only does not take it for one.
+            assert!(Publication::decode_record(Some(b"2"), Some(&value)).is_err());
+        }
+        let value = br#"{"channel":"c","resets":1,"published_at_ms":0}"#;
+        let headers = |op: &'static [u8]| RecordHeaders { format: Some(b"2"), namespaces: None, op: Some(op) };
+        let e = decode(headers(b"truncate"), Some(value)).unwrap_err();
+        assert!(matches!(&e, DecodeError::UnknownOp(o) if o == "truncate") && e.stops(), "{e}");
+        assert!(matches!(decode(RecordHeaders { format: Some(b"3"), ..headers(b"reset") }, Some(value)), Err(DecodeError::NewerFormat(3))));
+        assert!(matches!(decode(RecordHeaders { format: None, ..headers(b"reset") }, Some(value)), Err(DecodeError::BadFormat)));
+        assert!(decode(headers(b"reset"), Some(br#"{"channel":"c","resets":1}"#)).is_err());
+        assert!(matches!(decode(headers(b"reset"), None), Err(DecodeError::Empty)));
+        // Without the op header: publications, as before.
+        let raw = br#"{"channel":"c1","version":1,"data":1,"published_at_ms":0}"#;
+        assert!(matches!(decode(RecordHeaders::current("f"), Some(raw)), Ok(Decoded::Publications(p)) if p.len() == 1));
     }
 
     #[test]

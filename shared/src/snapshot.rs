@@ -452,12 +452,16 @@ impl Loaded {
 }
 
 impl Loaded {
-    /// A tombstone of `key` read on `partition`: a key record it names is gone. (A canvas's or a
-    /// checkpoint's tombstone changes nothing here: the publisher writes none.)
+    /// A tombstone of `key` read on `partition`: a key record it names is gone; a channel's
+    /// snapshot it names is gone (the channel was deleted: a snapshot of its next history, read
+    /// later, is kept again). (A checkpoint's tombstone changes nothing: the publisher writes none.)
     pub fn tombstone(&mut self, partition: i32, key: &str) {
         if key.starts_with(KEYS_PREFIX) {
             self.keys.retain(|(p, k)| !(*p == partition && k.name == key));
             self.tombstoned.push((partition, key.to_owned()));
+        } else if let Ok(channel) = ChannelId::parse(key) {
+            self.canvases.remove(&channel);
+            self.channels.remove(&channel);
         }
     }
 }
@@ -723,6 +727,22 @@ mod tests {
         old[0] = FORMAT_VERSION + 1;
         assert!(matches!(decode(Some(b"#keys-40-0"), Some(&old)), Err(SnapshotError::NewerFormat(_))));
         assert_eq!(KEYS_FORMAT, 2);
+    }
+
+    #[test]
+    fn a_channel_s_tombstone_removes_its_snapshot_and_a_later_one_is_kept_again() {
+        let mut l = Loaded::default();
+        l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(3), 0, 9)));
+        l.add(0, Entry::Canvas(Snapshot::of(&id("b"), &painted(2), 0, 9)));
+        let doc = |version: u64, epoch: u64| ChannelSnapshot { channel: id("docs:x"), version, epoch, offset: 9, model: ModelKind::Json, encoding: "json".into(), body: b"{}".to_vec() };
+        l.add(1, Entry::Channel(doc(5, 0)));
+        l.tombstone(0, "a");
+        l.tombstone(1, "docs:x");
+        assert!(!l.canvases.contains_key(&id("a")) && l.canvases.contains_key(&id("b")));
+        assert!(l.channels.is_empty());
+        // The channel's next history (a reset to 1 before its first publication) is kept.
+        l.add(1, Entry::Channel(doc(1, 1)));
+        assert_eq!(l.channels[&id("docs:x")].1.version, 1);
     }
 
     #[test]
