@@ -98,7 +98,10 @@ pub fn run(
             s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
         }
     }
-    let from_snapshots = hub.restore(hub.restorable(&loaded).map_err(ReplayError::Refused)?);
+    let mut restorable = hub.restorable(&loaded).map_err(ReplayError::Refused)?;
+    let moved: Vec<i32> = gaps.moved_back.iter().map(|m| m.partition).collect();
+    crate::hub::of_another_log(&mut restorable, &moved, partitions);
+    let from_snapshots = hub.restore(restorable);
     tracing::info!(
         "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
         snapshot_topic,

@@ -140,7 +140,7 @@ fn restore_partitions(
     // A snapshot that does not read under this node's namespaces (another canvas size, another
     // model) is refused before anything moves: raising the positions to the checkpoints would
     // skip that channel's records.
-    let restorable = match hub.restorable(&loaded) {
+    let mut restorable = match hub.restorable(&loaded) {
         Ok(r) => r,
         Err(e) => {
             tracing::error!(partitions = ?picked, error = %e,
@@ -160,6 +160,7 @@ fn restore_partitions(
             })
             .collect();
         let n = shared::replay::partition_count(&consumer, &config.topic, Duration::from_secs(5)).unwrap_or(0);
+        crate::hub::of_another_log(&mut restorable, &moved_back, n);
         for s in hub.forget_partitions(&moved_back, n, &starts) {
             s.close(shared::protocol::close::SERVICE_RESTART, "the log moved backwards: reconnect to get the rebuilt state");
         }

@@ -103,8 +103,13 @@ pub struct ChannelState {
     recent_bytes: usize,
     window: Window,
     id: String,
-    /// The channel's reset counter (from its snapshot; 0 for a channel built from records only).
+    /// The channel's reset counter (from its snapshot or a reset; 0 for a channel built from
+    /// publications only).
     resets: u64,
+    /// The events-topic offset below which the channel's records are reflected in the state (a
+    /// snapshot's offset, or past a reset): a record there is never applied again, which keeps a
+    /// history that a reset ended from being applied on top of the next one (versions start over).
+    covered: i64,
     /// Whether data the model refused was reported already (once per channel).
     warned: bool,
 }
@@ -112,19 +117,38 @@ pub struct ChannelState {
 impl ChannelState {
     /// A channel at version 0 under `model`, keeping the recent publications `window` allows.
     pub fn new(id: &str, model: &dyn Model, window: Window) -> Self {
-        Self::restored(id, model.kind(), model.empty(), 0, 0, window)
+        Self::restored(id, model.kind(), model.empty(), 0, 0, 0, window)
     }
 
-    /// A state restored from a snapshot at `version` of a channel reset `resets` times (no recent
-    /// publications: a resume from before it gets the state).
-    pub fn restored(id: &str, kind: ModelKind, state: Box<dyn State>, version: u64, resets: u64, window: Window) -> Self {
+    /// A state restored from a snapshot at `version` of a channel reset `resets` times, which
+    /// reflects the channel's records below `offset` (no recent publications: a resume from before
+    /// it gets the state).
+    pub fn restored(id: &str, kind: ModelKind, state: Box<dyn State>, version: u64, resets: u64, offset: i64, window: Window) -> Self {
         let window = Window { events: window.events.max(1), bytes: window.bytes };
-        Self { state, kind, version, recent: VecDeque::new(), recent_bytes: 0, window, id: id.to_owned(), resets, warned: false }
+        Self { state, kind, version, recent: VecDeque::new(), recent_bytes: 0, window, id: id.to_owned(), resets, covered: offset, warned: false }
     }
 
     /// The channel's reset counter.
     pub fn resets(&self) -> u64 {
         self.resets
+    }
+
+    /// The offset below which the channel's records are reflected (see the field).
+    pub fn covered(&self) -> i64 {
+        self.covered
+    }
+
+    /// The channel reset by the op record at `offset`: `model`'s empty state at version 0 of reset
+    /// count `resets`, nothing held.
+    pub fn reset(&mut self, model: &dyn Model, resets: u64, offset: i64) {
+        self.state = model.empty();
+        self.kind = model.kind();
+        self.version = 0;
+        self.recent.clear();
+        self.recent_bytes = 0;
+        self.resets = resets;
+        self.covered = offset + 1;
+        self.warned = false;
     }
 
     /// Bytes of the recent publications held.

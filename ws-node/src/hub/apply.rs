@@ -1,11 +1,19 @@
 //! Applying records: each publication to its channel's state, the frames fanned out to the
-//! channel's sessions in their styles, and the stop on a record of a later format.
+//! channel's sessions in their styles; a channel's reset and delete ([`ChannelOp`]); and the stop
+//! on a record of a later format.
+//!
+//! A record is applied to a channel only at an offset past what its state reflects
+//! ([`ChannelState::covered`]: a snapshot's offset, or past a reset), and a record that would
+//! give a channel with no state a new one only at an offset the partition's position has not
+//! passed (below it, it is another reader's late copy of a record of a channel deleted since).
+//! Versions alone cannot tell: a reset or a delete starts them over.
 
 use super::{Channel, Hub, SessionHandle};
 use crate::fanout::Fanout;
 use crate::state::{ChannelState, Frame};
-use shared::protocol::FrameStyle;
-use shared::record::{DecodeError, Publication, RecordHeaders};
+use shared::epoch::Epoch;
+use shared::protocol::{close, FrameStyle};
+use shared::record::{ChannelOp, DecodeError, Decoded, OpKind, Publication, RecordHeaders};
 
 impl Hub {
     /// Why the node must stop, once a reader met a record it must not skip.
@@ -35,15 +43,24 @@ impl Hub {
     fn apply_quietly(&self, partition: i32, offset: i64, p: &Publication) {
         let model = self.model_of(&p.channel);
         let mut inner = self.lock();
-        let pos = inner.positions.entry(partition).or_insert(offset + 1);
+        let pos = inner.positions.entry(partition).or_insert(offset);
+        let passed = offset < *pos;
         *pos = (*pos).max(offset + 1);
         let live = inner.own.live(partition);
         let window = self.window;
         // Looked up before inserting: the id is cloned only for a channel new to the node.
         if !inner.canvases.contains_key(&p.channel) {
+            if passed {
+                return;
+            }
             inner.canvases.insert(p.channel.clone(), Channel { state: None, sessions: Vec::new() });
         }
         let channel = inner.canvases.get_mut(&p.channel).expect("present or just inserted");
+        match &channel.state {
+            Some(state) if offset < state.covered() => return,
+            None if passed => return,
+            _ => {}
+        }
         let state = channel.state.get_or_insert_with(|| ChannelState::new(p.channel.as_str(), model, window));
         let before = state.version();
         let Some(frame) = state.apply(p) else { return };
@@ -107,14 +124,18 @@ impl Hub {
             return Err(DecodeError::Stopped(why.clone()));
         }
         self.formats.read(headers.namespaces);
-        match Publication::decode_record(headers.format, value) {
-            Ok(pubs) => {
+        match shared::record::decode(headers, value) {
+            Ok(Decoded::Publications(pubs)) => {
                 for p in &pubs {
                     self.apply_quietly(partition, offset, p);
                 }
                 Ok(())
             }
-            Err(e @ DecodeError::NewerFormat(_)) => {
+            Ok(Decoded::Op(op)) => {
+                self.apply_op(partition, offset, &op);
+                Ok(())
+            }
+            Err(e) if e.stops() => {
                 self.stop_applying(format!("the record at partition {partition} offset {offset}: {e}"));
                 Err(e)
             }
@@ -123,6 +144,77 @@ impl Hub {
                 Err(e)
             }
         }
+    }
+
+    /// Applies the op record at `offset` of `partition`: a reset gives the channel its model's
+    /// empty state at version 0 of the op's reset count; a delete drops its state (the channel is
+    /// blank, and forgotten once it has no session). The channel's sessions in the channel style
+    /// are sent `reset` to version 0 of the new epoch and, for a model with state, that state;
+    /// sessions of today's frames (which have no `reset`) are closed with 1012 Service Restart and
+    /// resume with a snapshot of the new epoch. An op at an offset the channel's state reflects,
+    /// or the partition's position passed, was applied already.
+    pub fn apply_op(&self, partition: i32, offset: i64, op: &ChannelOp) {
+        let model = self.model_of(&op.channel);
+        let topic = self.topic_id();
+        let mut inner = self.lock();
+        let pos = inner.positions.entry(partition).or_insert(offset);
+        let passed = offset < *pos;
+        *pos = (*pos).max(offset + 1);
+        let live = inner.own.live(partition);
+        let window = self.window;
+        let Some(channel) = inner.canvases.get_mut(&op.channel) else {
+            // Not held here: a reset starts a state (so its reset count is known), a delete has
+            // nothing to drop.
+            if op.op == OpKind::Reset && !passed {
+                let mut state = ChannelState::new(op.channel.as_str(), model, window);
+                state.reset(model, op.resets, offset);
+                inner.canvases.insert(op.channel.clone(), Channel { state: Some(state), sessions: Vec::new() });
+            }
+            return;
+        };
+        match &channel.state {
+            Some(state) if offset < state.covered() => return,
+            None if passed => return,
+            _ => {}
+        }
+        let resets = match op.op {
+            OpKind::Reset => {
+                let state = channel.state.get_or_insert_with(|| ChannelState::new(op.channel.as_str(), model, window));
+                state.reset(model, op.resets, offset);
+                op.resets
+            }
+            OpKind::Delete => {
+                channel.state = None;
+                0
+            }
+        };
+        let sessions = channel.sessions.len();
+        match op.op {
+            OpKind::Reset => tracing::info!(channel = %op.channel, resets, sessions, partition, offset, "[CHANNEL] reset: the channel starts again at version 0 of its next epoch"),
+            OpKind::Delete => tracing::info!(channel = %op.channel, sessions, partition, offset, "[CHANNEL] deleted: its state and recent publications are freed"),
+        }
+        if live && !channel.sessions.is_empty() {
+            let epoch = Epoch::of(&topic, resets);
+            let (canvas, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut channel.sessions).into_iter().partition(|s| s.style == FrameStyle::Canvas);
+            channel.sessions = keep;
+            for s in &canvas {
+                s.close(close::SERVICE_RESTART, format!("channel {}: reconnect", op.op.as_str()));
+            }
+            let outs: Vec<_> = channel.sessions.iter().map(|s| s.out.clone()).collect();
+            if !outs.is_empty() {
+                self.fanout.send(outs.clone(), crate::state::reset_frame(op.channel.as_str(), 0, Some(epoch)));
+                if model.kind() != shared::model::ModelKind::Stream {
+                    self.fanout.send(outs, crate::state::state_frame(op.channel.as_str(), 0, model.empty().as_ref(), FrameStyle::Channel));
+                }
+            }
+        }
+        if channel.state.is_none() && channel.sessions.is_empty() {
+            inner.canvases.remove(&op.channel);
+        }
+        inner.incomplete.remove(&op.channel);
+        inner.healing.remove(&op.channel);
+        drop(inner);
+        self.applied.notify_waiters();
     }
 
     /// Events applied and waiting to be written to their sessions (see [`Hub::write_queued`]).

@@ -33,7 +33,7 @@ mod restore;
 pub use crate::outbox::CloseOrder;
 pub use handle::{SessionHandle, SessionRx};
 pub use heal::{heals, NotHealed, Rebuilt};
-pub use restore::Restorable;
+pub use restore::{of_another_log, Restorable};
 use apply::send_state;
 
 use crate::fanout::Fanout;
@@ -513,7 +513,7 @@ fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<Sessio
 mod tests {
     use super::*;
     use crate::state::Frame;
-    use shared::protocol::{close, ServerMessage};
+    use shared::protocol::{close, FrameStyle, ServerMessage};
     use shared::record::RecordHeaders;
     use shared::{CanvasDims, Color, PixelEvent};
 
@@ -743,6 +743,132 @@ mod tests {
         let e = h.restore_canvases([ours, other]).unwrap_err();
         assert!(e.contains("8x4") && e.contains("4x4"), "{e}");
         assert_eq!((h.version_of(&id("a")), h.version_of(&id("b"))), (0, 0), "nothing restored: the caller keeps its positions");
+    }
+
+    fn op(op: shared::record::OpKind, channel: &str, resets: u64) -> shared::record::ChannelOp {
+        shared::record::ChannelOp { op, channel: id(channel), resets, published_at_ms: 0 }
+    }
+
+    fn json_hub() -> Hub {
+        let ns = Namespaces::from_toml("[namespaces.docs]\nmodel = \"json\"\n[namespaces.chat]\nmodel = \"stream\"\n", CanvasDims { width: 4, height: 4 }).unwrap();
+        Hub::new(Arc::new(ns), Window { events: 100, bytes: usize::MAX })
+    }
+
+    fn doc(channel: &str, v: u64, data: &str) -> Publication {
+        Publication { channel: id(channel), version: v, data: serde_json::value::RawValue::from_string(data.into()).unwrap(), published_at_ms: 0 }
+    }
+
+    /// The frames a session was sent, as short words: `welcome`-less kinds with their versions.
+    fn words(rx: &SessionRx) -> Vec<String> {
+        rx.out
+            .take_waiting()
+            .iter()
+            .filter(|w| w[0] == 0x81)
+            .map(|w| {
+                let start = match w[1] {
+                    126 => 4,
+                    127 => 10,
+                    _ => 2,
+                };
+                match serde_json::from_slice::<ServerMessage>(&w[start..]).unwrap() {
+                    ServerMessage::Publication { version, .. } => format!("p{version}"),
+                    ServerMessage::State { version, state, .. } => format!("state@{version}={state}"),
+                    ServerMessage::Reset { version, epoch, .. } => format!("reset@{version}/{}", epoch.unwrap()),
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_reset_starts_the_channel_again_and_the_old_history_is_never_applied_on_top() {
+        use shared::record::OpKind;
+        let h = json_hub();
+        h.assign(&[0]);
+        h.set_topic_id("T");
+        let (live, rx) = SessionHandle::of_style(1, id("docs:a"), 0, 64, FrameStyle::Channel);
+        h.subscribe_at(live, 0, None).unwrap();
+        let (old, old_rx) = SessionHandle::new(2, id("docs:a"), 0, 64);
+        h.subscribe(old, 0).unwrap();
+        for v in 1..=3 {
+            h.apply(0, v as i64 - 1, &doc("docs:a", v, &format!(r#"{{"n":{v}}}"#)));
+        }
+        h.apply_op(0, 3, &op(OpKind::Reset, "docs:a", 1));
+        h.fanout.settle();
+        let seen = words(&rx);
+        assert_eq!(seen[seen.len() - 2..], ["reset@0/T-1".to_owned(), "state@0={}".to_owned()], "{seen:?}");
+        assert_eq!(old_rx.out.order().map(|o| o.code), Some(close::SERVICE_RESTART), "today's frames have no reset: closed, it resumes");
+        assert_eq!((h.version_of(&id("docs:a")), h.epoch_of(&id("docs:a"))), (0, Epoch::of("T", 1)));
+        // Another reader's late copies of the old history and of the op: not applied.
+        h.apply(0, 2, &doc("docs:a", 3, r#"{"n":3}"#));
+        h.apply_op(0, 3, &op(OpKind::Reset, "docs:a", 1));
+        h.apply(0, 4, &doc("docs:a", 1, r#"{"m":1}"#));
+        h.fanout.settle();
+        assert_eq!(words(&rx), ["p1"]);
+        let mut json = Vec::new();
+        h.lock().canvases[&id("docs:a")].state.as_ref().unwrap().state().write_json(&mut json);
+        assert_eq!(String::from_utf8(json).unwrap(), r#"{"m":1}"#);
+        // A client of the old epoch gets the state; one of the new resumes by publications.
+        let (a, _ra) = SessionHandle::of_style(3, id("docs:a"), 0, 16, FrameStyle::Channel);
+        assert_eq!(served(&h.subscribe_at(a, 3, Some(&Epoch::of("T", 0))).unwrap().backlog).0, "snapshot");
+        let (b, _rb) = SessionHandle::of_style(4, id("docs:a"), 0, 16, FrameStyle::Channel);
+        assert!(matches!(h.subscribe_at(b, 0, Some(&Epoch::of("T", 1))).unwrap().backlog, Backlog::Events(f) if f.len() == 1), "version 1 of the new epoch");
+        // A snapshot of the old history does not replace the reset state; one of the new does.
+        let restored = |version: u64, epoch: u64, offset: i64| Restorable {
+            channel: id("docs:a"), version, epoch, offset, kind: shared::model::ModelKind::Json,
+            state: shared::model::json::Json::default().from_json(&serde_json::json!({"s": version})).unwrap(),
+        };
+        assert_eq!(h.restore([restored(3, 0, 3)]), 0);
+        assert_eq!(h.restore([restored(1, 1, 5)]), 0, "not newer than the state at version 1");
+        assert_eq!(h.restore([restored(4, 1, 9)]), 1);
+        h.apply(0, 5, &doc("docs:a", 2, r#"{"late":1}"#));
+        assert_eq!(h.version_of(&id("docs:a")), 4, "a record the snapshot covers is not applied");
+    }
+
+    #[test]
+    fn a_reset_of_a_channel_not_held_here_keeps_its_reset_count_and_a_stream_gets_no_state() {
+        use shared::record::OpKind;
+        let h = json_hub();
+        h.assign(&[0]);
+        h.set_topic_id("T");
+        h.apply_op(0, 0, &op(OpKind::Reset, "docs:b", 4));
+        assert_eq!((h.version_of(&id("docs:b")), h.epoch_of(&id("docs:b"))), (0, Epoch::of("T", 4)));
+        let (s, rx) = SessionHandle::of_style(1, id("chat:c"), 0, 16, FrameStyle::Channel);
+        h.subscribe_at(s, 0, None).unwrap();
+        h.apply(0, 1, &doc("chat:c", 1, r#""hi""#));
+        h.apply_op(0, 2, &op(OpKind::Reset, "chat:c", 1));
+        h.fanout.settle();
+        assert_eq!(words(&rx), ["p1", "reset@0/T-1"], "a stream has no state to send");
+    }
+
+    #[test]
+    fn a_delete_frees_the_channel_and_a_late_copy_does_not_bring_it_back() {
+        use shared::record::OpKind;
+        let h = json_hub();
+        h.assign(&[0]);
+        h.set_topic_id("T");
+        for v in 1..=3 {
+            h.apply(0, v as i64 - 1, &doc("docs:a", v, &format!(r#"{{"n":{v}}}"#)));
+            h.apply(0, v as i64 + 9, &doc("docs:gone", v, r#"{"x":1}"#));
+        }
+        let (s, rx) = SessionHandle::of_style(1, id("docs:a"), 0, 64, FrameStyle::Channel);
+        h.subscribe_at(s, 3, Some(&Epoch::of("T", 0))).unwrap();
+        assert_eq!(h.canvas_count(), 2);
+        h.apply_op(0, 20, &op(OpKind::Delete, "docs:a", 0));
+        h.apply_op(0, 21, &op(OpKind::Delete, "docs:gone", 0));
+        h.fanout.settle();
+        assert_eq!(words(&rx), ["reset@0/T-0", "state@0={}"]);
+        assert_eq!(h.canvas_count(), 0, "both states freed");
+        assert!(!h.lock().canvases.contains_key(&id("docs:gone")), "a deleted channel without sessions is forgotten");
+        // Another reader's late copy of an old record creates nothing.
+        h.apply(0, 12, &doc("docs:gone", 3, r#"{"x":1}"#));
+        h.apply(0, 2, &doc("docs:a", 3, r#"{"n":3}"#));
+        assert_eq!(h.canvas_count(), 0);
+        // A new history starts at version 1.
+        h.apply(0, 22, &doc("docs:a", 1, r#"{"again":1}"#));
+        h.fanout.settle();
+        assert_eq!(words(&rx), ["p1"]);
+        assert_eq!(h.version_of(&id("docs:a")), 1);
     }
 
     #[test]

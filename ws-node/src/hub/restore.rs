@@ -87,7 +87,7 @@ impl Hub {
             if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
             }
-            let state = channel.state.insert(ChannelState::restored(snap.channel.as_str(), snap.kind, snap.state, snap.version, snap.epoch, window));
+            let state = channel.state.insert(ChannelState::restored(snap.channel.as_str(), snap.kind, snap.state, snap.version, snap.epoch, snap.offset, window));
             restored += 1;
             if !channel.sessions.is_empty() {
                 super::send_state(&self.fanout, &channel.sessions, state);
@@ -225,6 +225,19 @@ mod tests {
         ];
         for (position, seen, read, end, want) in table {
             assert_eq!(past_end_marker(position, seen, read, end), want, "position {position}, seen {seen}, read {read}, end {end}");
+        }
+    }
+}
+
+/// Marks the snapshots of channels in `partitions` (of a topic of `partition_count`) as covering
+/// nothing: those partitions' logs moved backwards (the topic recreated with the snapshot topic
+/// kept, or truncated), so the offsets the snapshots name are of another log, and a record of the
+/// new one must not be taken for one they reflect ([`crate::state::ChannelState::covered`]).
+pub fn of_another_log(restorable: &mut [Restorable], partitions: &[i32], partition_count: u32) {
+    for r in restorable {
+        let p = shared::partitioner::partition_for(r.channel.as_str().as_bytes(), partition_count.max(1)) as i32;
+        if partitions.contains(&p) {
+            r.offset = 0;
         }
     }
 }
