@@ -61,6 +61,7 @@ pub fn publish_error(e: PublishError) -> ApiError {
         }
         PublishError::DataTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "data_too_large", e.to_string()),
         PublishError::StateTooLarge { .. } => ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "state_too_large", e.to_string()),
+        PublishError::UnknownChannel(_) => ApiError::new(StatusCode::NOT_FOUND, "unknown_channel", e.to_string()),
     }
 }
 

@@ -332,13 +332,21 @@ async fn ready<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Result<Respons
 
 /// The publisher's router over `versions`, publishing without client tokens.
 pub fn router<L: EventLog>(versions: Arc<Versions<L>>) -> Router {
-    router_with(versions, None, Arc::new(PublishLimiter::new(0, 0, Default::default())))
+    router_with(versions, None, Arc::new(PublishLimiter::new(0, 0, Default::default())), None)
 }
 
 /// The publisher's router over `versions`; with `tokens`, publishing needs a client token; the
-/// publish routes have the rate limit `limiter` (429 `rate_limited`).
-pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<ClientTokens>, limiter: Arc<PublishLimiter>) -> Router {
+/// publish routes have the rate limit `limiter` (429 `rate_limited`); with `admin`, a channel's
+/// reset and delete are served behind it ([`crate::channels_api::admin_routes`]).
+pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<ClientTokens>, limiter: Arc<PublishLimiter>, admin: Option<shared::auth::AdminToken>) -> Router {
     let limited = || axum::middleware::from_fn_with_state(limiter.clone(), shared::rate_limit::enforce);
+    let channel_admin = match admin {
+        // The token first (401), then what a page could send (415, 403).
+        Some(token) => crate::channels_api::admin_routes::<L>()
+            .route_layer(axum::middleware::from_fn_with_state(shared::admin_guard::AdminGuard::Token, shared::admin_guard::guard))
+            .route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
+        None => crate::channels_api::admin_routes_refused::<L>(),
+    };
     Router::new()
         .route(
             "/canvases/{id}/pixels",
@@ -347,6 +355,7 @@ pub fn router_with<L: EventLog>(versions: Arc<Versions<L>>, tokens: Option<Clien
         .route("/pixels", post(post_batch::<L>).layer(DefaultBodyLimit::max(MAX_BATCH_BODY_BYTES)).layer(limited()))
         .route("/canvases/{id}", get(get_canvas::<L>))
         .merge(crate::channels_api::routes(versions.clone(), limiter.clone()))
+        .merge(channel_admin)
         .route("/health", get(health::<L>))
         .route("/metrics", get(metrics::<L>))
         // The orchestrators' probes ([`shared::probe`]); `/ready` is `/readyz` under its old name.
@@ -398,7 +407,7 @@ mod tests {
     #[tokio::test]
     async fn publishing_needs_a_client_token_for_every_canvas() {
         let (_, v) = make_app(Fate::Commit, true).await;
-        let app = router_with(v.clone(), Some(ClientTokens::hs256(PUB_SECRET.as_bytes()).unwrap()), Arc::new(PublishLimiter::new(0, 0, Default::default())));
+        let app = router_with(v.clone(), Some(ClientTokens::hs256(PUB_SECRET.as_bytes()).unwrap()), Arc::new(PublishLimiter::new(0, 0, Default::default())), None);
         let one = r##"{"x":1,"y":1,"color":"#ff0000"}"##;
         let batch = r##"{"events":[{"canvas":"c1","x":1,"y":1,"color":"#ff0000"},{"canvas":"d1","x":1,"y":1,"color":"#ff0000"}]}"##;
         let good = token(PUB_SECRET, &["c*", "d1"], &["publish"]);

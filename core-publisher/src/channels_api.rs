@@ -4,7 +4,14 @@
 //! |---|---|
 //! | `POST /channels/{id}/publications` `{"data": <JSON>}`, optional header `Idempotency-Key` | `201 {"channel","version","partition","offset"}` after the Kafka transaction carrying it committed |
 //! | `POST /publications` `{"publications":[{"channel","data","idempotency_key"?}, …]}` (1–1,000) | `200 {"results":[…]}`, one per publication in order: `{"status":201,"channel","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
-//! | `GET /channels/{id}` | `200 {"channel","model","version","state","hash"}` |
+//! | `GET /channels/{id}` | `200 {"channel","model","version","epoch","state","hash"}` |
+//! | `POST /channels/{id}/reset` (admin) | `200 {"channel","version":0,"epoch","partition","offset"}` once the reset committed: the channel's state starts again, empty, at version 0 of its next epoch |
+//! | `DELETE /channels/{id}` (admin) | `200 {"channel","deleted":true,"epoch","partition","offset"}` once the delete committed: its state and snapshot are gone (tombstoned), and a later publication starts a new history |
+//!
+//! The two admin routes need `Authorization: Bearer <ADMIN_TOKEN>` and `Content-Type:
+//! application/json` (as every admin route, [`shared::admin_guard`]); without an `ADMIN_TOKEN`
+//! they answer 403 `admin_token_required`. Both answer 404 `unknown_channel` for a channel with
+//! no publication.
 //!
 //! Errors are those of the pixel routes (`api`), and: 400 `unknown_namespace` (the id's
 //! namespace is not in `fleet.toml`), 400 `invalid_data` (not the model's data: a pixel that is
@@ -217,6 +224,48 @@ async fn publish_all<L: EventLog>(v: Arc<Versions<L>>, pubs: Vec<BatchPublicatio
 
 async fn get_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
     Ok(Json(v.channel_truth(&channel).await.map_err(publish_error)?).into_response())
+}
+
+/// The answer to a reset or a delete.
+#[derive(serde::Serialize)]
+struct Changed<'a> {
+    channel: &'a ChannelId,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version: Option<u64>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    deleted: bool,
+    epoch: &'a shared::epoch::Epoch,
+    partition: i32,
+    offset: i64,
+}
+
+async fn post_reset<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+    // Run to the end even if the caller goes away, as a publish does.
+    let task = tokio::spawn(async move { v.reset_channel(&channel).await });
+    let c = task.await.map_err(internal)?.map_err(publish_error)?;
+    let body = Changed { channel: &c.channel, version: Some(0), deleted: false, epoch: &c.epoch, partition: c.partition, offset: c.offset };
+    Ok(Json(body).into_response())
+}
+
+async fn delete_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+    let task = tokio::spawn(async move { v.delete_channel(&channel).await });
+    let c = task.await.map_err(internal)?.map_err(publish_error)?;
+    let body = Changed { channel: &c.channel, version: None, deleted: true, epoch: &c.epoch, partition: c.partition, offset: c.offset };
+    Ok(Json(body).into_response())
+}
+
+/// The admin routes of channels (a reset, a delete), for the caller to put behind the admin
+/// token and [`shared::admin_guard`].
+pub fn admin_routes<L: EventLog>() -> Router<Arc<Versions<L>>> {
+    Router::new().route("/channels/{id}/reset", post(post_reset::<L>)).route("/channels/{id}", axum::routing::delete(delete_channel::<L>))
+}
+
+/// The admin routes of channels when no `ADMIN_TOKEN` is set: 403 `admin_token_required`.
+pub fn admin_routes_refused<L: EventLog>() -> Router<Arc<Versions<L>>> {
+    let refuse = || async {
+        ApiError::forbidden("admin_token_required", "resetting or deleting a channel needs the publisher's ADMIN_TOKEN (Authorization: Bearer), and none is set")
+    };
+    Router::new().route("/channels/{id}/reset", post(refuse)).route("/channels/{id}", axum::routing::delete(refuse))
 }
 
 /// The channel routes, the publish routes rate-limited by `limiter` and counted by status.

@@ -349,14 +349,22 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
         t
     };
     let (records, placed) = {
-        let input: Vec<(i32, &shared::ChannelId, &[Pending])> = batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice())).collect();
-        crate::partition::plan(&input, |p, c| partition(ctx, p).version_of(c), shared::event::now_ms())
+        let input: Vec<(i32, &shared::ChannelId, &[Pending], Option<shared::record::OpKind>)> =
+            batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice(), u.op)).collect();
+        crate::partition::plan(&input, |p, c| partition(ctx, p).head_at(c), shared::event::now_ms())
     };
     let planned = plan_snapshots(ctx, writer, &batch);
     if records.is_empty() && planned.is_empty() {
+        // Nothing to write (a delete of a channel deleted already): answered as done.
+        answer_committed(ctx, batch, &placed, &records, &[]);
         return true;
     }
-    let writes: Vec<SnapshotWrite> = planned.iter().flat_map(|s| s.writes.iter().cloned()).collect();
+    let mut writes: Vec<SnapshotWrite> = planned.iter().flat_map(|s| s.writes.iter().cloned()).collect();
+    // A deleted channel's snapshot is tombstoned in the same transaction, after any written above.
+    writes.extend(records.iter().filter_map(|r| match &r.op {
+        Some(op) if op.op == shared::record::OpKind::Delete => Some(SnapshotWrite { partition: r.partition, key: op.channel.as_str().to_owned(), value: Vec::new() }),
+        _ => None,
+    }));
     let touched: Vec<i32> = {
         let mut t = touched;
         t.extend(planned.iter().map(|s| s.partition));

@@ -21,7 +21,7 @@
 //! promotion's last read.
 
 use crate::idempotency::KeyStore;
-use crate::log::{EventLog, LoggedEvent, ReadError, Tail};
+use crate::log::{EventLog, Logged, LoggedEvent, LoggedOp, ReadError, Tail};
 use crate::heads;
 use crate::partition::Partition;
 use crate::rebuild::{read_heads_now, RebuildError, Restored};
@@ -138,6 +138,23 @@ impl Applier {
     }
 }
 
+impl Applier {
+    /// Applies one op read: the channel's head starts again (reset) or is gone (delete), as the
+    /// active publisher's did; what was kept of its records goes with its history.
+    fn apply_op(&mut self, lo: &LoggedOp) {
+        let p = lo.partition as usize;
+        let (Some(part), Some(track)) = (self.partitions.get(p), self.tracks.get_mut(p)) else { return };
+        let (namespaces, now) = (self.namespaces.clone(), self.now);
+        part.with_book(|book| crate::partition::apply_op(book, &namespaces, &lo.op, lo.offset, now));
+        track.recent.remove(&lo.op.channel);
+        track.start_last.remove(&lo.op.channel);
+        if lo.op.op == shared::record::OpKind::Reset {
+            track.recent.entry(lo.op.channel.clone()).or_default().push_back((lo.offset, now));
+        }
+        self.incomplete.retain(|c| *c != lo.op.channel);
+    }
+}
+
 impl Follower {
     /// Reads the snapshots and the log after them, as a rebuild does, without waiting for the
     /// active publisher's open transactions, teaching `keys` the keys within `key_window`.
@@ -193,8 +210,12 @@ impl Follower {
             events: 0,
         }));
         let sink = applier.clone();
-        let read = log.read_tail(Tail { needed: needed.clone(), wanted: Offsets::new(), following: true }, move |le: LoggedEvent| {
-            sink.lock().expect("applier lock").apply(&le);
+        let read = log.read_tail(Tail { needed: needed.clone(), wanted: Offsets::new(), following: true }, move |logged: Logged| {
+            let mut applier = sink.lock().expect("applier lock");
+            match logged {
+                Logged::Event(le) => applier.apply(&le),
+                Logged::Op(lo) => applier.apply_op(&lo),
+            }
         });
         let result = read.await;
         let back = std::mem::replace(

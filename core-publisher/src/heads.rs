@@ -90,11 +90,17 @@ pub fn from_channel(namespaces: &Namespaces, s: &ChannelSnapshot) -> Result<Head
 }
 
 /// Applies one publication read from or written to the log (at `offset`) to its channel's head in
-/// `heads` (a new one when it has none).
-pub fn apply(heads: &mut HashMap<ChannelId, Head>, namespaces: &Namespaces, p: &Publication, offset: i64) {
+/// `heads` (a new one when it has none). Returns whether it was applied (not a version the head
+/// has already).
+///
+/// Versions start over after a reset or a delete, so a record of an ended history is told apart
+/// by its place in the log, not its version: every read of the publisher's is contiguous from a
+/// checkpoint, so it meets the op record after the ended history's records and before the next
+/// one's, and the op puts the head right ([`crate::partition::BookParts::apply_op`]).
+pub fn apply(heads: &mut HashMap<ChannelId, Head>, namespaces: &Namespaces, p: &Publication, offset: i64) -> bool {
     let head = heads.entry(p.channel.clone()).or_insert_with(|| Head::of(namespaces, &p.channel));
     if p.version <= head.version {
-        return;
+        return false;
     }
     let expected = head.version + 1;
     if let Err(e) = head.state.apply(&p.data) {
@@ -104,6 +110,7 @@ pub fn apply(heads: &mut HashMap<ChannelId, Head>, namespaces: &Namespaces, p: &
     if p.version != expected {
         tracing::error!(channel = %p.channel, expected, got = p.version, offset, "the log skips versions of this channel");
     }
+    true
 }
 
 /// The key entries of the keyed publications of one record at `offset`: (publication, its key).

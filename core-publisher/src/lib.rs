@@ -215,7 +215,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         shared::fence::spawn_claim_reader(config.kafka(), "core-publisher", config.control_topic.clone(), guard.fence.clone(), claims.clone(), "PUBLISHER");
     }
     let limits = config.serve.limits();
-    let mut app = api::router_with(versions.clone(), tokens, limiter);
+    let mut app = api::router_with(versions.clone(), tokens, limiter, config.admin_token());
     match config.admin_token() {
         Some(token) => {
             app = app.merge(

@@ -15,7 +15,7 @@ use crate::heads::{self, Head};
 use crate::types::{Fingerprint, PublishError, Published};
 use shared::event::MAX_EVENTS_PER_RECORD;
 use shared::namespaces::Namespaces;
-use shared::record::Publication;
+use shared::record::{ChannelOp, OpKind, Publication};
 use shared::ChannelId;
 use std::sync::Arc;
 use std::collections::{HashMap, VecDeque};
@@ -40,7 +40,8 @@ pub struct Pending {
 /// The answer to a unit: one [`Published`] per event, in order.
 pub type UnitAnswer = Result<Vec<Published>, PublishError>;
 
-/// Events of one canvas that commit together, in order.
+/// Events of one canvas that commit together, in order; or, with `op`, the channel's reset or
+/// delete (no events), in order with the publishes around it.
 pub struct Unit {
     pub id: u64,
     pub canvas: ChannelId,
@@ -48,6 +49,9 @@ pub struct Unit {
     pub done: oneshot::Sender<UnitAnswer>,
     /// When it was queued.
     pub queued_at: Instant,
+    /// A reset or a delete (answered with one [`Published`] at version 0 naming the op record, or
+    /// none when the channel was deleted already).
+    pub op: Option<OpKind>,
 }
 
 /// Which committer writes a partition.
@@ -124,6 +128,20 @@ pub(crate) struct Book {
     pub(crate) end: i64,
     /// The idempotency keys of its records on their way into the snapshot topic.
     pub(crate) keys: KeyBook,
+    /// Channels deleted (by an op record this process wrote or read), with the reset count their
+    /// next history starts at: a publish to one writes a reset to it first, so a client that
+    /// held a position in the deleted history is never resumed in the new one.
+    pub(crate) deleted: HashMap<ChannelId, u64>,
+}
+
+/// What [`plan`] needs of a channel's committed head.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HeadAt {
+    pub version: u64,
+    /// Its reset count.
+    pub resets: u64,
+    /// Deleted: the reset count its next history starts at.
+    pub deleted: Option<u64>,
 }
 
 /// Snapshots planned for one transaction on one partition: (canvas, version) of each, and the
@@ -170,7 +188,7 @@ impl Partition {
             id,
             namespaces,
             queue: Mutex::new(Queue::default()),
-            book: Mutex::new(Book { heads, coverage, end, keys }),
+            book: Mutex::new(Book { heads, coverage, end, keys, deleted: HashMap::new() }),
             mode: Mutex::new(Mode::Shared),
             activity: Mutex::new(Activity::Idle),
             isolated_wake: Notify::new(),
@@ -195,7 +213,16 @@ impl Partition {
             // The publisher started over: no committer of this state will take it.
             let _ = done.send(Err(PublishError::NotReady));
         } else {
-            q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now() });
+            q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now(), op: None });
+        }
+        (id, answer)
+    }
+
+    /// Queues `op` of `canvas` as a unit of its own (after what is queued for it).
+    pub fn push_op(&self, canvas: ChannelId, op: OpKind) -> (u64, oneshot::Receiver<UnitAnswer>) {
+        let (id, answer) = self.push(canvas, Vec::new());
+        if let Some(u) = self.lock_queue().units.iter_mut().find(|u| u.id == id) {
+            u.op = Some(op);
         }
         (id, answer)
     }
@@ -284,6 +311,20 @@ impl Partition {
         self.lock_book().heads.get(canvas).map_or(0, |h| h.version)
     }
 
+    /// What [`plan`] continues `channel` from.
+    pub fn head_at(&self, channel: &ChannelId) -> HeadAt {
+        let book = self.lock_book();
+        match book.heads.get(channel) {
+            Some(h) => HeadAt { version: h.version, resets: book.coverage.resets(channel), deleted: None },
+            None => HeadAt { version: 0, resets: 0, deleted: book.deleted.get(channel).copied() },
+        }
+    }
+
+    /// The reset count of `channel`'s current history (0 when it has none).
+    pub fn resets_of(&self, channel: &ChannelId) -> u64 {
+        self.lock_book().coverage.resets(channel)
+    }
+
     /// The committed version and hash of `canvas`, if it has events.
     pub fn truth(&self, canvas: &ChannelId) -> Option<(u64, String)> {
         self.lock_book().heads.get(canvas).map(|c| (c.version, c.hash()))
@@ -349,6 +390,10 @@ impl Partition {
     /// Applies committed `record` (at `offset`) to the heads.
     pub fn apply_committed(&self, record: &Record, offset: i64) {
         let mut book = self.lock_book();
+        if let Some(op) = &record.op {
+            apply_op(&mut book, &self.namespaces, op, offset, Instant::now());
+            return;
+        }
         for ev in &record.events {
             heads::apply(&mut book.heads, &self.namespaces, ev, offset);
         }
@@ -371,6 +416,13 @@ impl Partition {
                 snapshots::due(policy, h.version, book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end))
             })
         };
+        // A channel reset since its snapshot first: its snapshot is of the history before.
+        let reset = book.coverage.reset_pending(policy.max_per_txn);
+        for c in &reset {
+            if book.heads.contains_key(c) {
+                chosen.push(c);
+            }
+        }
         for c in writing {
             if chosen.len() < policy.max_per_txn && !chosen.contains(c) && is_due(c) {
                 chosen.push(c);
@@ -430,6 +482,7 @@ impl Partition {
         book.coverage.due_oldest(now, book.end, policy, policy.max_per_txn).iter().any(|c| {
             book.heads.get(c).is_some_and(|h| snapshots::due(policy, h.version, book.coverage.snapshot_version(c), book.coverage.behind(c, now, book.end)))
         }) || book.keys.held_back(book.coverage.checkpoint_after(&[], book.end))
+            || book.coverage.reset_pending(1).iter().any(|c| book.heads.contains_key(c))
     }
 
     /// Canvases with records no snapshot covers yet.
@@ -457,51 +510,149 @@ fn group_chunks<T>(items: &[T], bytes: impl Fn(&T) -> usize) -> Vec<&[T]> {
     chunks
 }
 
-/// Units to plan: (partition, canvas, events).
-pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending])];
+/// Units to plan: (partition, canvas, events, op).
+pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending], Option<OpKind>)];
 
-/// Where each event of each unit went: (record index, its event).
+/// Where each event of each unit went: (record index, its event). An op unit has one entry, its
+/// op record and a stand-in publication at version 0 (none when there was nothing to do: the
+/// channel was deleted already).
 pub type Placement = Vec<Vec<(usize, Publication)>>;
 
-/// Gives the units' events their versions (each canvas continues from `version_of` its committed
-/// head, in unit order) and groups each canvas's events into records of at most
-/// [`MAX_EVENTS_PER_RECORD`], each on the canvas's partition. Pure.
-pub fn plan(units: &PlanInput<'_>, version_of: impl Fn(i32, &ChannelId) -> u64, now_ms: u64) -> (Vec<Record>, Placement) {
-    // Each canvas's events in unit order: (unit, event index).
+/// A channel's course through one plan.
+#[derive(Clone, Copy)]
+enum Course {
+    Live { version: u64, resets: u64 },
+    /// Deleted: its next history starts at this reset count.
+    Deleted { next: u64 },
+}
+
+/// Gives the units' events their versions (each canvas continues from its committed head,
+/// `head_of`, in unit order) and groups each canvas's events into records of at most
+/// [`MAX_EVENTS_PER_RECORD`], each on the canvas's partition; an op unit is an op record of its
+/// own, after which versions start at 1 again. A channel deleted before gets a reset to its next
+/// reset count before its first event. Pure.
+pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, now_ms: u64) -> (Vec<Record>, Placement) {
+    // Each canvas's events in unit order: (unit, event index), `None` for an op unit.
     let mut order: Vec<(i32, &ChannelId)> = Vec::new();
-    let mut of_canvas: HashMap<(i32, &ChannelId), Vec<(usize, usize)>> = HashMap::new();
-    for (u, (partition, canvas, events)) in units.iter().enumerate() {
+    let mut of_canvas: HashMap<(i32, &ChannelId), Vec<(usize, Option<usize>)>> = HashMap::new();
+    for (u, (partition, canvas, events, op)) in units.iter().enumerate() {
         let list = of_canvas.entry((*partition, *canvas)).or_insert_with(|| {
             order.push((*partition, *canvas));
             Vec::new()
         });
-        list.extend((0..events.len()).map(|i| (u, i)));
-    }
-    let mut records: Vec<Record> = Vec::new();
-    let mut slots: Vec<Vec<Option<(usize, Publication)>>> = units.iter().map(|(_, _, e)| vec![None; e.len()]).collect();
-    for (partition, canvas) in &order {
-        let mut version = version_of(*partition, canvas);
-        for chunk in group_chunks(&of_canvas[&(*partition, *canvas)], |&(u, e)| units[u].2[e].data.get().len()) {
-            let record = records.len();
-            let mut r = Record { partition: *partition, events: Vec::with_capacity(chunk.len()), keys: Vec::with_capacity(chunk.len()) };
-            for &(u, e) in chunk {
-                let p = &units[u].2[e];
-                version += 1;
-                let ev = Publication {
-                    channel: (*canvas).clone(),
-                    version,
-                    data: p.data.clone(),
-                    published_at_ms: now_ms,
-                };
-                r.events.push(ev.clone());
-                r.keys.push(p.key.clone());
-                slots[u][e] = Some((record, ev));
-            }
-            records.push(r);
+        match op {
+            Some(_) => list.push((u, None)),
+            None => list.extend((0..events.len()).map(|i| (u, Some(i)))),
         }
     }
-    let placed = slots.into_iter().map(|s| s.into_iter().map(|x| x.expect("every event was placed")).collect()).collect();
+    let mut records: Vec<Record> = Vec::new();
+    let mut slots: Vec<Vec<Option<(usize, Publication)>>> = units.iter().map(|(_, _, e, op)| vec![None; if op.is_some() { 1 } else { e.len() }]).collect();
+    let stand_in = |channel: &ChannelId| Publication {
+        channel: channel.clone(),
+        version: 0,
+        data: serde_json::value::RawValue::from_string("null".into()).expect("null is JSON"),
+        published_at_ms: now_ms,
+    };
+    for (partition, canvas) in &order {
+        let head = head_of(*partition, canvas);
+        let mut course = match head.deleted {
+            Some(next) => Course::Deleted { next },
+            None => Course::Live { version: head.version, resets: head.resets },
+        };
+        let op_record = |records: &mut Vec<Record>, op: OpKind, resets: u64| {
+            records.push(Record::of_op(*partition, ChannelOp { op, channel: (*canvas).clone(), resets, published_at_ms: now_ms }));
+            records.len() - 1
+        };
+        let entries = &of_canvas[&(*partition, *canvas)];
+        let mut at = 0;
+        while at < entries.len() {
+            let (u, event) = entries[at];
+            let Some(_) = event else {
+                // An op unit.
+                let op = units[u].3.expect("an entry without an event is an op");
+                let (record, next) = match (op, course) {
+                    (OpKind::Reset, Course::Live { resets, .. }) => (Some(op_record(&mut records, op, resets + 1)), Course::Live { version: 0, resets: resets + 1 }),
+                    (OpKind::Reset, Course::Deleted { next }) => (Some(op_record(&mut records, op, next)), Course::Live { version: 0, resets: next }),
+                    (OpKind::Delete, Course::Live { resets, .. }) => (Some(op_record(&mut records, op, resets)), Course::Deleted { next: resets + 1 }),
+                    (OpKind::Delete, Course::Deleted { .. }) => (None, course),
+                };
+                course = next;
+                slots[u] = vec![record.map(|r| (r, stand_in(canvas)))];
+                at += 1;
+                continue;
+            };
+            // A run of events up to the next op unit.
+            let run_end = entries[at..].iter().position(|(_, e)| e.is_none()).map_or(entries.len(), |n| at + n);
+            let run = &entries[at..run_end];
+            let mut version = match course {
+                Course::Live { version, .. } => version,
+                Course::Deleted { next } => {
+                    op_record(&mut records, OpKind::Reset, next);
+                    course = Course::Live { version: 0, resets: next };
+                    0
+                }
+            };
+            for chunk in group_chunks(run, |&(u, e)| units[u].2[e.expect("a run holds events")].data.get().len()) {
+                let record = records.len();
+                let mut r = Record::of_events(*partition, Vec::with_capacity(chunk.len()), Vec::with_capacity(chunk.len()));
+                for &(u, e) in chunk {
+                    let e = e.expect("a run holds events");
+                    let p = &units[u].2[e];
+                    version += 1;
+                    let ev = Publication {
+                        channel: (*canvas).clone(),
+                        version,
+                        data: p.data.clone(),
+                        published_at_ms: now_ms,
+                    };
+                    r.events.push(ev.clone());
+                    r.keys.push(p.key.clone());
+                    slots[u][e] = Some((record, ev));
+                }
+                records.push(r);
+            }
+            if let Course::Live { resets, .. } = course {
+                course = Course::Live { version, resets };
+            }
+            at = run_end;
+        }
+    }
+    let placed = slots.into_iter().map(|s| s.into_iter().flatten().collect()).collect();
     (records, placed)
+}
+
+/// Applies a committed op record at `offset` to `book`.
+pub(crate) fn apply_op(book: &mut Book, namespaces: &Namespaces, op: &ChannelOp, offset: i64, now: Instant) {
+    BookParts { heads: &mut book.heads, coverage: &mut book.coverage, deleted: &mut book.deleted }.apply_op(namespaces, op, offset, now);
+    book.end = book.end.max(offset + 1);
+}
+
+/// The parts of a partition's committed state an op changes (a [`Book`]'s, or a rebuild's).
+pub(crate) struct BookParts<'a> {
+    pub(crate) heads: &'a mut HashMap<ChannelId, Head>,
+    pub(crate) coverage: &'a mut Coverage,
+    pub(crate) deleted: &'a mut HashMap<ChannelId, u64>,
+}
+
+impl BookParts<'_> {
+    /// Applies the op record at `offset`: a reset gives the channel its model's empty head at
+    /// version 0 (a snapshot of it due at once); a delete drops its head and remembers the
+    /// reset count its next history starts at.
+    pub(crate) fn apply_op(&mut self, namespaces: &Namespaces, op: &ChannelOp, offset: i64, now: Instant) {
+        let c = &op.channel;
+        match op.op {
+            OpKind::Reset => {
+                self.heads.insert(c.clone(), Head::of(namespaces, c));
+                self.deleted.remove(c);
+                self.coverage.reset_at(c, op.resets, offset, now);
+            }
+            OpKind::Delete => {
+                self.heads.remove(c);
+                self.deleted.insert(c.clone(), op.resets + 1);
+                self.coverage.forget(c);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -552,7 +703,7 @@ mod tests {
     /// (partition, canvas, first version, events).
     #[test]
     fn plan_table() {
-        let version_of = |_: i32, c: &ChannelId| if c.as_str() == "a" { 4 } else { 0 };
+        let version_of = |_: i32, c: &ChannelId| HeadAt { version: if c.as_str() == "a" { 4 } else { 0 }, ..HeadAt::default() };
         type Case = (&'static str, Vec<(i32, &'static str, usize)>, Vec<Vec<u64>>, Vec<(i32, &'static str, u64, usize)>);
         let cases: Vec<Case> = vec![
             ("one publish continues the head", vec![(0, "a", 1)], vec![vec![5]], vec![(0, "a", 5, 1)]),
@@ -568,7 +719,7 @@ mod tests {
         for (name, units, want_versions, want_records) in cases {
             let ids: Vec<ChannelId> = units.iter().map(|(_, c, _)| id(c)).collect();
             let events: Vec<Vec<Pending>> = units.iter().map(|(_, c, n)| (0..*n).map(|i| pending(c, i as u32 % 8, None)).collect()).collect();
-            let input: Vec<(i32, &ChannelId, &[Pending])> = units.iter().enumerate().map(|(i, (p, _, _))| (*p, &ids[i], events[i].as_slice())).collect();
+            let input: Vec<(i32, &ChannelId, &[Pending], Option<OpKind>)> = units.iter().enumerate().map(|(i, (p, _, _))| (*p, &ids[i], events[i].as_slice(), None)).collect();
             let (records, placed) = plan(&input, version_of, 7);
             let versions: Vec<Vec<u64>> = placed.iter().map(|u| u.iter().map(|(_, e)| e.version).collect()).collect();
             assert_eq!(versions, want_versions, "{name}");
@@ -581,6 +732,52 @@ mod tests {
                     assert_eq!(ev.data.get(), events[u][e].data.get(), "{name}: the event carries its own data");
                 }
             }
+        }
+    }
+
+    /// Ops among the units: (heads: "a" at version 4 of reset 2, "d" deleted with next reset 3),
+    /// units as (canvas, events or an op) → the records, as `op:resets` or `first version x
+    /// events`, and each unit's versions (an op's: 0, or none when it did nothing).
+    #[test]
+    fn plan_with_ops_table() {
+        let head_of = |_: i32, c: &ChannelId| match c.as_str() {
+            "a" => HeadAt { version: 4, resets: 2, deleted: None },
+            "d" => HeadAt { version: 0, resets: 0, deleted: Some(3) },
+            _ => HeadAt::default(),
+        };
+        enum U {
+            Events(&'static str, usize),
+            Op(&'static str, OpKind),
+        }
+        use OpKind::{Delete, Reset};
+        type Case = (&'static str, Vec<U>, Vec<&'static str>, Vec<Vec<u64>>);
+        let cases: Vec<Case> = vec![
+            ("a reset starts versions again, in unit order", vec![U::Events("a", 2), U::Op("a", Reset), U::Events("a", 2)], vec!["a 5x2", "a reset:3", "a 1x2"], vec![vec![5, 6], vec![0], vec![1, 2]]),
+            ("a delete ends the history; a publish after it starts the next with a reset", vec![U::Op("a", Delete), U::Events("a", 1)], vec!["a delete:2", "a reset:3", "a 1x1"], vec![vec![0], vec![1]]),
+            ("a channel deleted before: a reset to its next count first", vec![U::Events("d", 2)], vec!["d reset:3", "d 1x2"], vec![vec![1, 2]]),
+            ("a second delete does nothing", vec![U::Op("a", Delete), U::Op("a", Delete)], vec!["a delete:2"], vec![vec![0], vec![]]),
+            ("a reset of a deleted channel starts its next history", vec![U::Op("d", Reset), U::Events("d", 1)], vec!["d reset:3", "d 1x1"], vec![vec![0], vec![1]]),
+            ("other channels are not touched", vec![U::Events("b", 1), U::Op("a", Reset), U::Events("b", 1)], vec!["b 1x2", "a reset:3"], vec![vec![1], vec![0], vec![2]]),
+        ];
+        for (name, units, want_records, want_versions) in cases {
+            let ids: Vec<ChannelId> = units.iter().map(|u| id(match u { U::Events(c, _) | U::Op(c, _) => c })).collect();
+            let events: Vec<Vec<Pending>> = units.iter().map(|u| match u { U::Events(c, n) => (0..*n).map(|i| pending(c, i as u32, None)).collect(), U::Op(..) => Vec::new() }).collect();
+            let input: Vec<(i32, &ChannelId, &[Pending], Option<OpKind>)> = units
+                .iter()
+                .enumerate()
+                .map(|(i, u)| (0, &ids[i], events[i].as_slice(), match u { U::Op(_, op) => Some(*op), U::Events(..) => None }))
+                .collect();
+            let (records, placed) = plan(&input, head_of, 7);
+            let shape: Vec<String> = records
+                .iter()
+                .map(|r| match &r.op {
+                    Some(op) => format!("{} {}:{}", op.channel, op.op.as_str(), op.resets),
+                    None => format!("{} {}x{}", r.events[0].channel, r.events[0].version, r.events.len()),
+                })
+                .collect();
+            assert_eq!(shape, want_records, "{name}");
+            let versions: Vec<Vec<u64>> = placed.iter().map(|u| u.iter().map(|(_, e)| e.version).collect()).collect();
+            assert_eq!(versions, want_versions, "{name}");
         }
     }
 

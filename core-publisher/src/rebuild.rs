@@ -7,7 +7,7 @@
 //! ([`refuse_open_transactions`]).
 
 use crate::idempotency::KeyStore;
-use crate::log::{EventLog, LoggedEvent, OpenTxn, PrepareError, ReadError, Tail};
+use crate::log::{EventLog, Logged, LoggedEvent, LoggedOp, OpenTxn, PrepareError, ReadError, Tail};
 use crate::keylog::KeyBook;
 use crate::partition::Partition;
 use crate::snapshots::Coverage;
@@ -51,6 +51,8 @@ struct Rebuilt {
     fresh: HashSet<ChannelId>,
     /// Per partition, the keyed events read (below the checkpoint: only for the key store).
     keyed: Vec<Vec<KeyEntry>>,
+    /// Per partition, the channels a delete read in the tail ended, with their next reset count.
+    deleted: Vec<HashMap<ChannelId, u64>>,
     events: usize,
 }
 
@@ -79,6 +81,17 @@ impl Rebuilt {
         }
         self.events += 1;
         true
+    }
+
+    /// Applies one op of the tail: a reset or delete ends the channel's history, and with it any
+    /// gap found in it.
+    fn apply_op(&mut self, lo: &LoggedOp, now: std::time::Instant) {
+        let p = lo.partition as usize;
+        let (Some(heads), Some(coverage), Some(deleted)) = (self.heads.get_mut(p), self.coverage.get_mut(p), self.deleted.get_mut(p)) else { return };
+        let mut book = crate::partition::BookParts { heads, coverage, deleted };
+        book.apply_op(&self.namespaces, &lo.op, lo.offset, now);
+        self.incomplete.retain(|c| *c != lo.op.channel);
+        self.fresh.insert(lo.op.channel.clone());
     }
 }
 
@@ -169,6 +182,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
         incomplete: Vec::new(),
         fresh: HashSet::new(),
         keyed: (0..n).map(|_| Vec::new()).collect(),
+        deleted: (0..n).map(|_| HashMap::new()).collect(),
         events: 0,
     };
     // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
@@ -206,8 +220,12 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
     let (sink_keys, sink_state) = (keys.clone(), state.clone());
     let now = std::time::Instant::now();
     let (_, end) = log
-        .read_tail(Tail { needed, wanted, following: false }, move |le: LoggedEvent| {
+        .read_tail(Tail { needed, wanted, following: false }, move |logged: Logged| {
             let mut state = sink_state.lock().expect("rebuild state lock");
+            let le = match logged {
+                Logged::Event(le) => le,
+                Logged::Op(lo) => return state.apply_op(&lo, now),
+            };
             state.apply(&le, now);
             if let Some(k) = &le.idempotency_key {
                 let ev = &le.event;
@@ -222,7 +240,16 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
         .await?;
     let rebuilt = std::mem::replace(
         &mut *state.lock().expect("rebuild state lock"),
-        Rebuilt { namespaces: namespaces.clone(), heads: Vec::new(), coverage: Vec::new(), incomplete: Vec::new(), fresh: HashSet::new(), keyed: Vec::new(), events: 0 },
+        Rebuilt {
+            namespaces: namespaces.clone(),
+            heads: Vec::new(),
+            coverage: Vec::new(),
+            incomplete: Vec::new(),
+            fresh: HashSet::new(),
+            keyed: Vec::new(),
+            deleted: Vec::new(),
+            events: 0,
+        },
     );
     let (marker_only, lost): (Vec<i32>, Vec<i32>) =
         end.truncated.iter().partition(|p| only_a_marker_deleted(**p, &needed_at, &end.starts, &restored_at));
@@ -265,6 +292,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
     let events_read = end.records as usize;
     let ends = end.positions.clone();
     let mut keyed = rebuilt.keyed;
+    let mut deleted = rebuilt.deleted;
     let mut key_from = shared::replay::Offsets::new();
     let partitions: Vec<Arc<Partition>> = rebuilt
         .heads
@@ -285,7 +313,9 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
             for e in std::mem::take(&mut keyed[p]).into_iter().filter(|e| e.offset >= from) {
                 book.record(e.offset, vec![e]);
             }
-            Arc::new(Partition::restored(p as i32, namespaces.clone(), h, c, end, book))
+            let part = Partition::restored(p as i32, namespaces.clone(), h, c, end, book);
+            part.with_book(|b| b.deleted = std::mem::take(&mut deleted[p]));
+            Arc::new(part)
         })
         .collect();
     Ok(Restored { partitions, incomplete: rebuilt.incomplete, events_read, positions: end.positions, snapshot_positions, checkpoints: key_from })

@@ -85,6 +85,9 @@ pub struct Coverage {
     marks: HashMap<ChannelId, Mark>,
     /// Oldest uncovered record's offset → its canvas.
     uncovered: BTreeMap<i64, ChannelId>,
+    /// Channels reset since their latest snapshot: their snapshot is of an earlier reset, so one
+    /// is due at once, whatever the versions (its state is at version 0 again).
+    reset: std::collections::BTreeSet<ChannelId>,
 }
 
 impl Coverage {
@@ -113,8 +116,41 @@ impl Coverage {
         }
     }
 
+    /// The op record at `offset` reset `channel` to version 0 of reset count `resets`: its
+    /// snapshot is of an earlier history now, and one of the new state is due at once
+    /// ([`Coverage::reset_pending`]).
+    pub fn reset_at(&mut self, channel: &ChannelId, resets: u64, offset: i64, now: Instant) {
+        self.recorded(channel, offset, now);
+        let mark = self.marks.get_mut(channel).expect("recorded above");
+        mark.snapshot_version = 0;
+        mark.resets = resets;
+        self.reset.insert(channel.clone());
+    }
+
+    /// The op record at `offset` deleted `channel`: it needs nothing replayed any more (its
+    /// snapshot was tombstoned with the op), so it no longer holds the checkpoint back.
+    pub fn forget(&mut self, channel: &ChannelId) {
+        if let Some(mark) = self.marks.remove(channel) {
+            if let Some((offset, _)) = mark.first_uncovered {
+                self.uncovered.remove(&offset);
+            }
+        }
+        self.reset.remove(channel);
+    }
+
+    /// Channels reset since their latest snapshot (a snapshot of each is due now), at most `limit`.
+    pub fn reset_pending(&self, limit: usize) -> Vec<ChannelId> {
+        self.reset.iter().take(limit).cloned().collect()
+    }
+
+    /// Whether `channel` was reset since its latest snapshot.
+    pub fn is_reset_pending(&self, channel: &ChannelId) -> bool {
+        self.reset.contains(channel)
+    }
+
     /// A committed snapshot of `canvas` at `version`, covering every record committed before it.
     pub fn snapshotted(&mut self, canvas: &ChannelId, version: u64) {
+        self.reset.remove(canvas);
         if let Some(mark) = self.marks.get_mut(canvas) {
             mark.snapshot_version = mark.snapshot_version.max(version);
             if let Some((offset, _)) = mark.first_uncovered.take() {
@@ -128,6 +164,11 @@ impl Coverage {
     /// not cover, with when it was read (`None`: it covers every record read).
     pub fn followed(&mut self, canvas: &ChannelId, version: u64, resets: u64, first: Option<(i64, Instant)>) {
         let mark = self.marks.entry(canvas.clone()).or_insert(Mark { snapshot_version: 0, resets, last_offset: -1, first_uncovered: None });
+        if resets < mark.resets {
+            // A snapshot of a history a reset ended: it covers nothing of the new one.
+            return;
+        }
+        self.reset.remove(canvas);
         mark.snapshot_version = mark.snapshot_version.max(version);
         mark.resets = resets;
         if let Some((offset, _)) = mark.first_uncovered.take() {

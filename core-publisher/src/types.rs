@@ -29,6 +29,9 @@ pub struct ChannelTruth {
     pub channel: ChannelId,
     pub model: shared::model::ModelKind,
     pub version: u64,
+    /// The epoch of its history ([`shared::epoch`]): a client holding `version` of this epoch
+    /// holds this state.
+    pub epoch: shared::epoch::Epoch,
     /// Its model's JSON form of the state.
     pub state: Box<Data>,
     /// [`shared::model::State::hash`].
@@ -54,6 +57,17 @@ impl Fingerprint {
     pub fn of_paint(canvas: &ChannelId, x: u32, y: u32, color: Color) -> Self {
         Self::of(canvas, &shared::model::pixels::Paint { x, y, color }.to_data())
     }
+}
+
+/// A channel's reset or delete, committed: its op record, and the channel's epoch after it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ChannelChanged {
+    pub channel: ChannelId,
+    /// The epoch its clients resume with now ([`shared::epoch`]).
+    pub epoch: shared::epoch::Epoch,
+    pub partition: i32,
+    /// The op record's offset.
+    pub offset: i64,
 }
 
 /// Why a publish was not accepted.
@@ -110,6 +124,9 @@ pub enum PublishError {
     /// The data is larger than the namespace's `max_data_bytes`.
     #[error("the data is {size} bytes, more than this namespace's max_data_bytes ({limit})")]
     DataTooLarge { size: usize, limit: usize },
+    /// A reset or delete of a channel with no publication (or deleted already).
+    #[error("channel {0} has no publication")]
+    UnknownChannel(String),
     /// The channel's state after it would be larger than the namespace's `max_state_bytes`.
     #[error("the state would be {size} bytes, more than this namespace's max_state_bytes ({limit})")]
     StateTooLarge { size: usize, limit: usize },

@@ -37,6 +37,7 @@ use tokio_util::sync::CancellationToken;
 /// within the window held before new keys are refused ([`PublishError::IdempotencyStoreFull`]).
 pub const KEYS_REMEMBERED: usize = 100_000;
 
+mod ops;
 mod publish;
 
 /// One pixel of a publish: (x, y, colour, idempotency key).
@@ -106,6 +107,8 @@ pub struct Versions<L> {
     pub(crate) promotion: Notify,
     /// A standby's reading of the log, handed to the committers by a promotion.
     pub(crate) follower: tokio::sync::Mutex<Option<Follower>>,
+    /// The events topic's ID (the topic half of every channel's epoch), once read.
+    pub(crate) topic_id: tokio::sync::OnceCell<String>,
 }
 
 impl<L> Drop for Versions<L> {
@@ -164,6 +167,7 @@ impl<L: EventLog> Versions<L> {
             role: Mutex::new(Role::Active { promoted: false }),
             promotion: Notify::new(),
             follower: tokio::sync::Mutex::new(None),
+            topic_id: tokio::sync::OnceCell::new(),
         }
     }
 

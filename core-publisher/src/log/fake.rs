@@ -39,6 +39,8 @@ type InDoubtTxn = (Vec<Record>, Vec<SnapshotWrite>, bool);
 #[derive(Clone, Debug)]
 enum Entry {
     Record(FakeRecord),
+    /// An op record.
+    Op(shared::record::ChannelOp),
     Aborted,
     Marker,
     /// A record of another producer's transaction, still open.
@@ -201,6 +203,20 @@ impl FakeLog {
             .unwrap_or_default()
     }
 
+    /// The committed op records of `partition` (resets and deletes), with their offsets, in order.
+    pub fn ops_of(&self, partition: i32) -> Vec<(i64, shared::record::ChannelOp)> {
+        let entries = self.shared.entries.lock().unwrap();
+        entries
+            .get(&partition)
+            .map(|v| v.iter().enumerate().filter_map(|(o, e)| if let Entry::Op(op) = e { Some((o as i64, op.clone())) } else { None }).collect())
+            .unwrap_or_default()
+    }
+
+    /// The keys of `partition`'s snapshot-topic records, in order, `None` value for a tombstone.
+    pub fn snapshot_keys(&self, partition: i32) -> Vec<(String, bool)> {
+        self.shared.snapshots.lock().unwrap().get(&partition).map(|v| v.iter().map(|(k, v)| (k.clone(), v.is_empty())).collect()).unwrap_or_default()
+    }
+
     /// Writes `snapshot` to `partition`'s snapshot topic as if a publisher had committed it.
     pub fn put_snapshot(&self, partition: i32, snapshot: &shared::snapshot::Snapshot) {
         let mut snaps = self.shared.snapshots.lock().unwrap();
@@ -251,7 +267,11 @@ impl FakeLog {
         for r in records {
             let part = entries.entry(r.partition).or_default();
             offsets.push(part.len() as i64);
-            part.push(if commit { Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()) } else { Entry::Aborted });
+            part.push(match (&r.op, commit) {
+                (_, false) => Entry::Aborted,
+                (Some(op), true) => Entry::Op(op.clone()),
+                (None, true) => Entry::Record(r.events.iter().cloned().zip(r.keys.iter().cloned()).collect()),
+            });
         }
         let touched: std::collections::BTreeSet<i32> = records.iter().map(|r| r.partition).collect();
         for p in touched {
@@ -260,12 +280,16 @@ impl FakeLog {
         offsets
     }
 
-    fn logged(partition: i32, v: &[Entry]) -> Vec<LoggedEvent> {
+    fn logged(partition: i32, v: &[Entry]) -> Vec<Logged> {
         v.iter()
             .enumerate()
-            .filter_map(|(o, e)| if let Entry::Record(r) = e { Some((o, r)) } else { None })
-            .flat_map(|(o, rec)| {
-                rec.iter().map(move |(e, k)| LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() })
+            .flat_map(|(o, e)| match e {
+                Entry::Record(rec) => rec
+                    .iter()
+                    .map(|(e, k)| Logged::Event(LoggedEvent { partition, offset: o as i64, event: e.clone(), idempotency_key: k.clone() }))
+                    .collect(),
+                Entry::Op(op) => vec![Logged::Op(LoggedOp { partition, offset: o as i64, op: op.clone() })],
+                _ => Vec::new(),
             })
             .collect()
     }
@@ -306,7 +330,10 @@ impl EventLog for FakeLog {
         }
         for r in &records {
             assert_eq!(r.events.len(), r.keys.len(), "one key slot per event");
-            assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events");
+            match &r.op {
+                Some(_) => assert!(r.events.is_empty(), "an op record carries no event"),
+                None => assert!((1..=shared::event::MAX_EVENTS_PER_RECORD).contains(&r.events.len()), "a record carries 1..=MAX events"),
+            }
             assert!(r.events.windows(2).all(|w| w[0].channel == w[1].channel && w[1].version == w[0].version + 1));
             if let Writer::Partition(p) = writer {
                 assert_eq!(r.partition, p, "an isolated partition's writer writes only that partition");
@@ -410,7 +437,7 @@ impl EventLog for FakeLog {
         Ok(out)
     }
 
-    async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
+    async fn read_tail<F: FnMut(Logged) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
         let entries = self.shared.entries.lock().unwrap().clone();
         let low = self.shared.low.lock().unwrap().clone();
         let mut end = TailEnd::default();
@@ -424,16 +451,23 @@ impl EventLog for FakeLog {
                 end.truncated.push(p);
             }
             end.starts.insert(p, start);
-            for e in Self::logged(p, &v).into_iter().filter(|e| e.offset >= start) {
+            for e in Self::logged(p, &v).into_iter().filter(|e| e.offset() >= start) {
                 sink(e);
             }
-            end.records += v.iter().skip(start as usize).filter(|e| matches!(e, Entry::Record(_))).count() as u64;
+            end.records += v.iter().skip(start as usize).filter(|e| matches!(e, Entry::Record(_) | Entry::Op(_))).count() as u64;
             end.positions.insert(p, v.len() as i64);
         }
         Ok((sink, end))
+    }
+
+    async fn topic_id(&self) -> Result<String, ReadError> {
+        Ok(FAKE_TOPIC_ID.to_owned())
     }
 
     fn reset(&self) {
         self.mine.lock().unwrap().clear();
     }
 }
+
+/// The topic ID the fake log's topic has.
+pub const FAKE_TOPIC_ID: &str = "FakeTopicIdOfTheTests0";

@@ -1,7 +1,7 @@
 //! [`EventLog`] on a real Kafka-protocol broker ([`KafkaLog`]), and the topics it needs
 //! ([`ensure_topics`]).
 
-use super::{EventLog, LoggedEvent, OpenTxn, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
+use super::{EventLog, Logged, LoggedEvent, LoggedOp, OpenTxn, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
 use crate::txn::{Polling, ProducerSettings, TxnWriter};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -9,7 +9,7 @@ use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::{FleetContext, KafkaSettings};
 use shared::replay::{self, Offsets};
 use shared::snapshot::Loaded;
-use shared::record::{Publication, RecordHeaders};
+use shared::record::{Decoded, RecordHeaders};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -115,10 +115,11 @@ impl KafkaLog {
     }
 }
 
-/// The events of one record, each with its idempotency key (record headers, one per event).
-fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<LoggedEvent> {
-    match Publication::decode_record(RecordHeaders::of(msg).format, msg.payload()) {
-        Ok(events) => {
+/// What one record holds: its events, each with its idempotency key (record headers, one per
+/// event), or its op.
+fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<Logged> {
+    match shared::record::decode(RecordHeaders::of(msg), msg.payload()) {
+        Ok(Decoded::Publications(events)) => {
             let mut keys = header_values(msg, IDEMPOTENCY_HEADER);
             if keys.len() != events.len() {
                 if !keys.is_empty() {
@@ -130,9 +131,10 @@ fn logged_events(msg: &rdkafka::message::BorrowedMessage<'_>) -> Vec<LoggedEvent
             events
                 .into_iter()
                 .zip(keys)
-                .map(|(event, idempotency_key)| LoggedEvent { partition: msg.partition(), offset: msg.offset(), event, idempotency_key })
+                .map(|(event, idempotency_key)| Logged::Event(LoggedEvent { partition: msg.partition(), offset: msg.offset(), event, idempotency_key }))
                 .collect()
         }
+        Ok(Decoded::Op(op)) => vec![Logged::Op(LoggedOp { partition: msg.partition(), offset: msg.offset(), op })],
         Err(e) => {
             tracing::warn!(partition = msg.partition(), offset = msg.offset(), error = %e, "skipping a record that is not a publication");
             Vec::new()
@@ -247,7 +249,7 @@ impl EventLog for KafkaLog {
         .await
     }
 
-    async fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
+    async fn read_tail<F: FnMut(Logged) + Send + 'static>(&self, tail: Tail, mut sink: F) -> Result<(F, TailEnd), ReadError> {
         let topic = self.settings.topic.clone();
         self.with_reader(move |consumer| {
             let (plan, gaps) = replay::plan_wanting(consumer, &topic, &tail.needed, &tail.wanted, Duration::from_secs(10))
@@ -282,6 +284,14 @@ impl EventLog for KafkaLog {
             )
             .map_err(|e| ReadError(e.to_string()))?;
             Ok((sink, TailEnd { positions: progress.positions, truncated, starts: plan.starts.clone(), records: progress.count }))
+        })
+        .await
+    }
+
+    async fn topic_id(&self) -> Result<String, ReadError> {
+        let topic = self.settings.topic.clone();
+        self.with_reader(move |consumer| {
+            shared::topic_id::describe(consumer.client(), &topic, Duration::from_secs(10)).map_err(|e| ReadError(e.to_string()))
         })
         .await
     }

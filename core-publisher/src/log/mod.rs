@@ -31,18 +31,31 @@ pub mod fake;
 
 use shared::replay::Offsets;
 use shared::snapshot::Loaded;
-use shared::record::Publication;
+use shared::record::{ChannelOp, Publication};
 use std::future::Future;
 use std::time::Duration;
 
 /// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one canvas
 /// with consecutive versions, on the canvas's partition, and the idempotency key of each (record
-/// headers, one per event).
+/// headers, one per event); or, with `op`, a channel's reset or delete ([`ChannelOp`]; no events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub partition: i32,
     pub events: Vec<Publication>,
     pub keys: Vec<Option<String>>,
+    pub op: Option<ChannelOp>,
+}
+
+impl Record {
+    /// A record of `events` (with their `keys`) on `partition`.
+    pub fn of_events(partition: i32, events: Vec<Publication>, keys: Vec<Option<String>>) -> Self {
+        Self { partition, events, keys, op: None }
+    }
+
+    /// The op record of `op` on `partition`.
+    pub fn of_op(partition: i32, op: ChannelOp) -> Self {
+        Self { partition, events: Vec::new(), keys: Vec::new(), op: Some(op) }
+    }
 }
 
 /// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a canvas's
@@ -127,6 +140,31 @@ pub struct LoggedEvent {
     pub idempotency_key: Option<String>,
 }
 
+/// An op record read back ([`ChannelOp`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedOp {
+    pub partition: i32,
+    pub offset: i64,
+    pub op: ChannelOp,
+}
+
+/// What a read of the events topic gives, in log order per partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Logged {
+    Event(LoggedEvent),
+    Op(LoggedOp),
+}
+
+impl Logged {
+    /// The offset of the record it came from.
+    pub fn offset(&self) -> i64 {
+        match self {
+            Logged::Event(e) => e.offset,
+            Logged::Op(o) => o.offset,
+        }
+    }
+}
+
 /// Where a rebuild reads the events topic from, per partition: `needed` (the checkpoint: every
 /// record at or after it may be needed; absent = the log start) and `wanted` (earlier, for
 /// idempotency keys only: records there are not needed if retention deleted them).
@@ -206,14 +244,18 @@ pub trait EventLog: Send + Sync + 'static {
     /// offsets-for-times; the partition's end when there is none).
     fn offsets_for_time(&self, ms: i64) -> impl Future<Output = Result<Offsets, ReadError>> + Send;
 
-    /// Streams the committed events of every partition from `plan`'s start ([`Tail`]) to its
-    /// end into `sink`, in log order per partition; returns the sink and where each partition's
-    /// read ended.
-    fn read_tail<F: FnMut(LoggedEvent) + Send + 'static>(
+    /// Streams the committed events and ops of every partition from `plan`'s start ([`Tail`]) to
+    /// its end into `sink`, in log order per partition; returns the sink and where each
+    /// partition's read ended.
+    fn read_tail<F: FnMut(Logged) + Send + 'static>(
         &self,
         plan: Tail,
         sink: F,
     ) -> impl Future<Output = Result<(F, TailEnd), ReadError>> + Send;
+
+    /// The events topic's Kafka topic ID (KIP-516): the topic half of every channel's epoch
+    /// ([`shared::epoch`]); [`shared::epoch::ZERO_TOPIC_ID`] from a broker without topic IDs.
+    fn topic_id(&self) -> impl Future<Output = Result<String, ReadError>> + Send;
 
     /// Drops every producer after one failed for good, before the publisher starts over with
     /// [`EventLog::prepare`] (as a restarted process would).

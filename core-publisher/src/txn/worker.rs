@@ -8,7 +8,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
 use shared::event::IDEMPOTENCY_HEADER;
 use shared::kafka::FleetContext;
-use shared::record::{Publication, FORMAT_HEADER, NAMESPACES_HEADER};
+use shared::record::{Publication, FORMAT_HEADER, NAMESPACES_HEADER, OP_HEADER};
 
 /// The value of every record's [`FORMAT_HEADER`].
 const FORMAT_VALUE: &str = "2";
@@ -414,6 +414,21 @@ impl Worker {
 
     /// Queues one record (waiting while librdkafka's queue is full).
     fn send(&self, producer: &TxnProducer, seq: usize, index: usize, r: &Record, by: Instant) -> Result<(), KafkaError> {
+        if let Some(op) = &r.op {
+            // A reset or delete: its format, namespaces and op headers, no keys.
+            let payload = op.record_value();
+            let headers = OwnedHeaders::new_with_capacity(3)
+                .insert(Header { key: FORMAT_HEADER, value: Some(FORMAT_VALUE) })
+                .insert(Header { key: NAMESPACES_HEADER, value: Some(self.settings.namespaces_fingerprint.as_str()) })
+                .insert(Header { key: OP_HEADER, value: Some(op.op.as_str()) });
+            let record = BaseRecord::with_opaque_to(&self.settings.topic, seq << INDEX_BITS | index)
+                .partition(r.partition)
+                .key(op.channel.as_str())
+                .payload(&payload)
+                .timestamp(op.published_at_ms as i64)
+                .headers(headers);
+            return producer.queue(record, by);
+        }
         let first = r.events.first().expect("a record carries at least one event");
         let payload = Publication::record_value(&r.events);
         let mut record = BaseRecord::with_opaque_to(&self.settings.topic, seq << INDEX_BITS | index)

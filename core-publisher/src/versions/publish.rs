@@ -211,6 +211,7 @@ impl<L: EventLog> Versions<L> {
             (0, empty.hash(), json)
         });
         let state = serde_json::value::RawValue::from_string(String::from_utf8(state).expect("JSON is UTF-8")).expect("a state's JSON form is JSON");
-        Ok(crate::types::ChannelTruth { channel: channel.clone(), model: ns.kind(), version, state, hash })
+        let epoch = self.epoch_of(channel).await;
+        Ok(crate::types::ChannelTruth { channel: channel.clone(), model: ns.kind(), version, epoch, state, hash })
     }
 }
