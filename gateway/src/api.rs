@@ -53,6 +53,8 @@ pub fn router(fleet: Arc<Fleet>) -> Router {
         // The token first (401), then what a page could send (415, 403).
         Some(token) => Router::new()
             .route("/api/fleet/nodes/{id}/drain", post(drain))
+            .route("/api/channels/{id}/reset", post(forward_reset))
+            .route("/api/channels/{id}", axum::routing::delete(forward_delete))
             .route_layer(axum::middleware::from_fn_with_state(AdminGuard::Token, shared::admin_guard::guard))
             .route_layer(axum::middleware::from_fn_with_state(token, shared::auth::require_admin)),
         None => Router::new(),
@@ -343,6 +345,33 @@ async fn forward_channel(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): Con
     fleet.publishers.forward(&req).await
 }
 
+/// A channel's reset or delete, forwarded to the publisher that accepts writes with the
+/// gateway's own admin token (the caller's was checked here) and an empty JSON body, as the
+/// publisher's admin routes want.
+fn forward_admin(fleet: &Fleet, method: reqwest::Method, path: String, headers: &HeaderMap, peer: SocketAddr) -> Forward {
+    let mut only = HeaderMap::new();
+    for v in headers.get_all("x-forwarded-for") {
+        only.append("x-forwarded-for", v.clone());
+    }
+    let mut req = forward(method, path, Some(axum::body::Bytes::from_static(b"{}")), &only, peer, fleet.config.publisher_timeout());
+    if let Some(Ok(v)) = fleet.admin_token.as_ref().map(|t| axum::http::HeaderValue::from_str(&format!("Bearer {}", t.expose()))) {
+        req.headers.push(("authorization", v));
+    }
+    req
+}
+
+/// `POST /api/channels/{id}/reset` (admin).
+async fn forward_reset(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath, headers: HeaderMap) -> Response {
+    let req = forward_admin(&fleet, reqwest::Method::POST, format!("/channels/{channel}/reset"), &headers, peer);
+    fleet.publishers.forward(&req).await
+}
+
+/// `DELETE /api/channels/{id}` (admin).
+async fn forward_delete(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath, headers: HeaderMap) -> Response {
+    let req = forward_admin(&fleet, reqwest::Method::DELETE, format!("/channels/{channel}"), &headers, peer);
+    fleet.publishers.forward(&req).await
+}
+
 /// Checks that the channel's namespace is configured and, for today's frames (`canvas=`), that it
 /// is a `pixels` one: 400 `unknown_namespace`, or 400 naming `canvas`.
 fn check_namespace(namespaces: &shared::namespaces::Namespaces, q: &WsQuery) -> Result<(), ApiError> {
@@ -483,6 +512,43 @@ mod tests {
         assert_eq!(body["stale_nodes"], serde_json::Value::Null, "the body is the view, not the verdict's internals");
         let (status, _, body) = get(&app, "/ready").await;
         assert_eq!((status, body["error"].as_str()), (503, Some("stale_view")), "{body}");
+    }
+
+    /// A channel's reset and delete are admin routes: 401 without the token, forwarded with it (no
+    /// publisher answers here: 503, nothing applied); without an `ADMIN_TOKEN` they are not
+    /// routed. `GET /api/channels/{id}` stays public beside them.
+    #[tokio::test]
+    async fn channel_reset_and_delete_need_the_admin_token() {
+        use clap::Parser;
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let app_with = |token: Option<&str>| {
+            let mut args = vec!["gateway", "--nodes", "ws-1=http://127.0.0.1:1", "--publisher-url", "http://127.0.0.1:1"];
+            if let Some(t) = token {
+                args.extend(["--admin-token", t]);
+            }
+            router(Fleet::new(crate::config::Config::try_parse_from(args).unwrap(), tokio_util::sync::CancellationToken::new()))
+        };
+        async fn send(app: Router, method: &'static str, path: &'static str, bearer: Option<&'static str>) -> (u16, String) {
+            let mut req = axum::http::Request::builder().method(method).uri(path).header("content-type", "application/json");
+            if let Some(b) = bearer {
+                req = req.header("authorization", format!("Bearer {b}"));
+            }
+            let mut req = req.body(axum::body::Body::from("{}")).unwrap();
+            req.extensions_mut().insert(ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 9))));
+            let resp = app.oneshot(req).await.unwrap();
+            let status = resp.status().as_u16();
+            let body: serde_json::Value = serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap_or_default();
+            (status, body["error"].as_str().unwrap_or("").to_owned())
+        }
+        let secured = app_with(Some("a-long-enough-admin-token-for-tests"));
+        for (method, path) in [("POST", "/api/channels/scores:a/reset"), ("DELETE", "/api/channels/scores:a")] {
+            assert_eq!(send(secured.clone(), method, path, None).await.0, 401, "{method} {path}");
+            let (status, code) = send(secured.clone(), method, path, Some("a-long-enough-admin-token-for-tests")).await;
+            assert_eq!(status, 503, "{method} {path}: forwarded, no publisher answers ({code})");
+            assert_eq!(send(app_with(None), method, path, None).await.0 / 100, 4, "{method} {path} without ADMIN_TOKEN");
+        }
+        assert_eq!(send(secured, "GET", "/api/channels/scores:a", None).await.0, 503, "the public GET is still routed");
     }
 
     /// `/health` (and `/ready`) name the gateway's namespaces, `fleet.toml`'s, by their fingerprint,

@@ -209,7 +209,7 @@ pub struct Forward {
 impl Forward {
     /// Whether the request writes (a success then shows that its publisher accepts writes).
     fn is_write(&self) -> bool {
-        self.method == reqwest::Method::POST
+        self.method != reqwest::Method::GET
     }
 }
 
