@@ -278,6 +278,83 @@ pub fn parse_ws_query(raw: &str) -> Result<crate::protocol::WsQuery, ApiError> {
     }
 }
 
+/// Parses a `/ws` query string that may name no channel: `None` when it names none (no
+/// `channel`, `canvas`, `since` or `epoch`: the client sends a `subscribe` frame first, see
+/// [`parse_subscribe`]); else as [`parse_ws_query`]. `refusal` and `token` alone are allowed.
+///
+/// # Errors
+/// As [`parse_ws_query`].
+pub fn parse_ws_open(raw: &str) -> Result<Option<crate::protocol::WsQuery>, ApiError> {
+    let names_position = form_urlencoded::parse(raw.as_bytes()).any(|(k, _)| matches!(k.as_ref(), "channel" | "canvas" | "since" | "epoch"));
+    if names_position {
+        return parse_ws_query(raw).map(Some);
+    }
+    // Checked all the same: a bad `refusal` or an unknown parameter is named.
+    let _: crate::protocol::WsQuery = parse_query(raw)?;
+    Ok(None)
+}
+
+/// Parses a client's `subscribe` frame ([`crate::protocol::ClientMessage::Subscribe`]) into the
+/// query it stands for (the channel's frames; `refusal` is the caller's).
+///
+/// # Errors
+/// 400 `invalid_field` naming the field (`type` for another frame), or `malformed_json`.
+pub fn parse_subscribe(text: &str) -> Result<crate::protocol::WsQuery, ApiError> {
+    // The frame's fields as a struct of their own (an internally tagged enum would lose the
+    // field's name in serde's error).
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        Subscribe,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Frame {
+        #[serde(rename = "type")]
+        _kind: Kind,
+        channel: crate::ChannelId,
+        #[serde(default)]
+        since: u64,
+        #[serde(default)]
+        epoch: Option<crate::epoch::Epoch>,
+        #[serde(default)]
+        token: Option<String>,
+    }
+    let f: Frame = parse_json(text.as_bytes())?;
+    let mut q = crate::protocol::WsQuery::new(f.channel, crate::protocol::FrameStyle::Channel, f.since, f.epoch);
+    q.token = f.token;
+    Ok(q)
+}
+
+#[cfg(test)]
+mod ws_open_tests {
+    use super::*;
+
+    #[test]
+    fn a_query_without_a_channel_waits_for_a_subscribe_frame() {
+        assert_eq!(parse_ws_open("").unwrap(), None);
+        assert_eq!(parse_ws_open("refusal=frame&token=a.b.c").unwrap(), None);
+        assert_eq!(parse_ws_open("channel=chat:a&since=2").unwrap().unwrap().since, 2);
+        assert_eq!(parse_ws_open("since=2").unwrap_err().body.field.as_deref(), Some("channel"), "a position needs its channel");
+        assert_eq!(parse_ws_open("refusal=never").unwrap_err().body.field.as_deref(), Some("refusal"));
+        let q = parse_subscribe(r#"{"type":"subscribe","channel":"scores:final","since":12,"epoch":"T-1","token":"x.y.z"}"#).unwrap();
+        assert_eq!((q.id().as_str(), q.since, q.epoch.as_ref().map(|e| e.as_str()), q.token.as_deref()), ("scores:final", 12, Some("T-1"), Some("x.y.z")));
+        assert_eq!(q.style(), crate::protocol::FrameStyle::Channel);
+        assert_eq!(parse_subscribe(r#"{"type":"subscribe","channel":"a"}"#).unwrap().since, 0);
+        for (bad, field) in [
+            (r#"{"type":"subscribe","channel":"a b"}"#, "channel"),
+            (r#"{"type":"subscribe"}"#, "channel"),
+            (r#"{"type":"subscribe","channel":"a","since":-1}"#, "since"),
+            (r#"{"type":"subscribe","channel":"a","epoch":"a/b"}"#, "epoch"),
+            (r#"{"type":"subscribe","channel":"a","extra":1}"#, "extra"),
+            (r#"{"type":"publish","channel":"a"}"#, "type"),
+        ] {
+            assert_eq!(parse_subscribe(bad).unwrap_err().body.field.as_deref(), Some(field), "{bad}");
+        }
+        assert_eq!(parse_subscribe("not json").unwrap_err().body.error, "malformed_json");
+    }
+}
+
 fn field_error(path: &str, msg: &str) -> ApiError {
     // The path names the field at fault, unknown fields included; a missing field is named only in
     // serde's message, below the path of its parent.

@@ -130,6 +130,36 @@ pub fn state_json(channel: &str, version: u64, state: &dyn State) -> Vec<u8> {
     out
 }
 
+/// A frame from client to server (JSON text, tagged by `"type"`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum ClientMessage {
+    /// The channel a connection opened without one in its query (`/ws` with no `channel=`) is
+    /// for, as its first frame: the same position as the query's (`since`, `epoch`) and the
+    /// client token when one is required. One per connection for now; several channels per
+    /// connection will extend this frame, not replace it.
+    Subscribe {
+        channel: crate::ChannelId,
+        #[serde(default)]
+        since: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        epoch: Option<Epoch>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
+    },
+}
+
+impl ClientMessage {
+    /// The frame as compact JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a ClientMessage always serialises")
+    }
+}
+
+/// How long a server waits for the `subscribe` frame of a connection opened without a channel
+/// before it closes it with 1008 Policy Violation.
+pub const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Why sessions are being handed over. Written in `SCREAMING_SNAKE_CASE` on the wire and in logs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]

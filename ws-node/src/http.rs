@@ -34,8 +34,7 @@ use shared::http::{method_not_allowed, parse_json, ApiError, JsonBody, MAX_BODY_
 use shared::partitioner::partition_for;
 use shared::client_token::Action;
 use shared::control::Listener;
-use shared::protocol::{close, DrainReason, FrameStyle};
-use shared::epoch::Epoch;
+use shared::protocol::{close, DrainReason, FrameStyle, WsQuery};
 use shared::ChannelId;
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,7 +171,8 @@ const RETRY_AFTER_SECS: u64 = 1;
 /// `Retry-After` of a handshake for an incomplete canvas, seconds: about one heal round.
 const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
 
-fn parse_query(raw: Option<&str>) -> Result<(ChannelId, FrameStyle, u64, Option<Epoch>, Option<String>), ApiError> {
+#[cfg(test)]
+fn parse_query(raw: Option<&str>) -> Result<(ChannelId, FrameStyle, u64, Option<shared::epoch::Epoch>, Option<String>), ApiError> {
     let q = shared::http::parse_ws_query(raw.unwrap_or(""))?;
     Ok((q.id().clone(), q.style(), q.since, q.epoch, q.token))
 }
@@ -209,10 +209,101 @@ fn accept_key(headers: &HeaderMap) -> Result<String, ApiError> {
 /// `GET /ws`: the handshake is answered here (not with axum's `WebSocketUpgrade`) so the session
 /// runs on tokio-tungstenite's stream, which can send a long message as fragments (see
 /// [`shared::ws::text_frames`]).
+///
+/// A query that names the channel is checked before the upgrade (refusals are HTTP answers); one
+/// that names none is upgraded at once and the client's first frame, `subscribe`, names it: the
+/// same checks then refuse with an `error` frame and a close code ([`session::Opening`]).
 async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Request) -> Result<Response, ApiError> {
-    let (canvas, style, since, epoch, token) = parse_query(raw.as_deref())?;
-    check_namespace(&node, &canvas, style)?;
+    let opening = shared::http::parse_ws_open(raw.as_deref().unwrap_or(""))?;
     let accept = accept_key(req.headers())?;
+    let headers = req.headers().clone();
+    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    shared::origin::check(origin, None, &node.config.allowed_origins, shared::origin::SameOrigin::NotAllowed)
+        .map_err(|r| ApiError::new(StatusCode::FORBIDDEN, "origin_not_allowed", r.0))?;
+    let opening = match opening {
+        Some(q) => session::Opening::Admitted(admit(&node, &q, &headers, || take_seat(&node)).await?),
+        None => {
+            // Nothing about a channel to check yet; the seat is taken (the connection is one).
+            if !node.is_ready() {
+                return Err(not_serving(&node));
+            }
+            let seat = take_seat(&node)?;
+            let (n, h) = (node.clone(), headers.clone());
+            let admit: session::Admit = Box::new(move |q| {
+                Box::pin(async move {
+                    let mut seat = Some(seat);
+                    admit(&n, &q, &h, move || seat.take().ok_or_else(|| ApiError::unavailable("full", "no seat", RETRY_AFTER_SECS))).await
+                })
+            });
+            session::Opening::Subscribing { admit, peer: peer_of(&headers) }
+        }
+    };
+    let c = &node.config;
+    let cfg = tungstenite::protocol::WebSocketConfig::default()
+        .read_buffer_size(c.ws_read_buffer as usize)
+        .write_buffer_size(c.ws_write_buffer as usize)
+        .max_write_buffer_size((c.ws_write_buffer as usize).max(64 * 1024) + c.session_queue as usize * 256)
+        .max_message_size(Some(c.ws_max_message as usize))
+        // A frame a little over the message limit is read whole and refused with 1009 (a clean
+        // close); only a much larger one is cut off at its header.
+        .max_frame_size(Some((c.ws_max_message as usize * 16).max(64 * 1024)));
+    let on_upgrade = hyper::upgrade::on(&mut req);
+    let tracker = node.sessions.clone();
+    let node2 = node.clone();
+    tokio::spawn(tracker.track_future(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let io = hyper_util::rt::TokioIo::new(upgraded);
+                let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(io, tungstenite::protocol::Role::Server, Some(cfg)).await;
+                session::run(socket, &node2.hub, opening).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "the WebSocket upgrade did not complete"),
+        }
+    }));
+    Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::CONNECTION, "upgrade")
+        .header(header::UPGRADE, "websocket")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
+        .body(Body::empty())
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+}
+
+/// 503 `not_ready` or `draining`: the node serves no session now.
+fn not_serving(node: &Node) -> ApiError {
+    let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
+    ApiError::unavailable(code, format!("node {} is not serving ({code})", node.config.node_id), RETRY_AFTER_SECS)
+}
+
+/// A seat for one more session: 503 `full` at `MAX_SESSIONS`.
+fn take_seat(node: &Node) -> Result<crate::admission::Seat, ApiError> {
+    node.seats.try_take().ok_or_else(|| {
+        ApiError::unavailable("full", format!("node {} serves its capacity of {} sessions; try again later", node.config.node_id, node.seats.max()), RETRY_AFTER_SECS)
+    })
+}
+
+/// Who is on the other end: a proxied session's origin comes in X-Forwarded-Origin (checked by
+/// the gateway).
+fn peer_of(headers: &HeaderMap) -> Peer {
+    let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    Peer {
+        origin: Some(header_str(header::ORIGIN))
+            .filter(|o| !o.is_empty())
+            .unwrap_or_else(|| headers.get(shared::origin::FORWARDED_ORIGIN).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()),
+        user_agent: header_str(header::USER_AGENT),
+    }
+}
+
+/// Whether the node serves a session for `q` now, and how: the namespace, the client token, the
+/// node's phase, the partition's owner, a complete state, a seat (`seat`, taken once the rest
+/// passed), and a state at the client's version (waited for, bounded).
+///
+/// # Errors
+/// The refusal: 400 (`unknown_namespace`, `canvas`), 401/403 (client token), 503 + Retry-After
+/// (`not_ready`, `draining`, `not_owner`, `canvas_incomplete`, `full`, `behind`).
+async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl FnOnce() -> Result<crate::admission::Seat, ApiError>) -> Result<SessionSpec, ApiError> {
+    let (canvas, style, since, epoch, token) = (q.id().clone(), q.style(), q.since, q.epoch.clone(), q.token.clone());
+    check_namespace(node, &canvas, style)?;
     // The client token, when required: checked before anything else about the session.
     let expires = match &node.client_tokens {
         None => None,
@@ -224,13 +315,8 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
             Some(tokio::time::Instant::now() + grant.remaining(std::time::SystemTime::now()))
         }
     };
-    let headers = req.headers().clone();
-    let origin = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok());
-    shared::origin::check(origin, None, &node.config.allowed_origins, shared::origin::SameOrigin::NotAllowed)
-        .map_err(|r| ApiError::new(StatusCode::FORBIDDEN, "origin_not_allowed", r.0))?;
     if !node.is_ready() {
-        let code = if node.phase() == crate::lifecycle::Phase::Draining { "draining" } else { "not_ready" };
-        return Err(ApiError::unavailable(code, format!("node {} is not serving ({code})", node.config.node_id), RETRY_AFTER_SECS));
+        return Err(not_serving(node));
     }
     let n = node.partition_count();
     let partition = partition_for(canvas.as_str().as_bytes(), n.max(1)) as i32;
@@ -249,13 +335,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
     // The seat is taken before the upgrade is answered (concurrent handshakes cannot pass the
     // limit) and goes with the session task: dropped when the session ends, when the upgrade never
     // completes, or when this handshake is refused below.
-    let seat = node.seats.try_take().ok_or_else(|| {
-        ApiError::unavailable(
-            "full",
-            format!("node {} serves its capacity of {} sessions; try again later", node.config.node_id, node.seats.max()),
-            RETRY_AFTER_SECS,
-        )
-    })?;
+    let seat = seat()?;
     // A client of another epoch is not ahead, whatever its `since`: it gets a snapshot.
     let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&canvas));
     let have = node.hub.version_of(&canvas);
@@ -276,8 +356,7 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
             ));
         }
     }
-    let header_str = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let spec = SessionSpec {
+    Ok(SessionSpec {
         canvas,
         style,
         partition,
@@ -287,45 +366,10 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
         write_timeout: node.config.write_timeout(),
         ping_interval: Duration::from_millis(node.config.ping_interval_ms),
         node_id: node.config.node_id.clone(),
-        // A proxied session's origin comes in X-Forwarded-Origin (checked by the gateway).
-        peer: Peer {
-            origin: Some(header_str(header::ORIGIN))
-                .filter(|o| !o.is_empty())
-                .unwrap_or_else(|| headers.get(shared::origin::FORWARDED_ORIGIN).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned()),
-            user_agent: header_str(header::USER_AGENT),
-        },
+        peer: peer_of(headers),
         expires,
-    };
-    let c = &node.config;
-    let cfg = tungstenite::protocol::WebSocketConfig::default()
-        .read_buffer_size(c.ws_read_buffer as usize)
-        .write_buffer_size(c.ws_write_buffer as usize)
-        .max_write_buffer_size((c.ws_write_buffer as usize).max(64 * 1024) + c.session_queue as usize * 256)
-        .max_message_size(Some(c.ws_max_message as usize))
-        // A frame a little over the message limit is read whole and refused with 1009 (a clean
-        // close); only a much larger one is cut off at its header.
-        .max_frame_size(Some((c.ws_max_message as usize * 16).max(64 * 1024)));
-    let on_upgrade = hyper::upgrade::on(&mut req);
-    let tracker = node.sessions.clone();
-    let node2 = node.clone();
-    tokio::spawn(tracker.track_future(async move {
-        let _seat = seat;
-        match on_upgrade.await {
-            Ok(upgraded) => {
-                let io = hyper_util::rt::TokioIo::new(upgraded);
-                let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(io, tungstenite::protocol::Role::Server, Some(cfg)).await;
-                session::run(socket, &node2.hub, spec).await;
-            }
-            Err(e) => tracing::debug!(error = %e, "the WebSocket upgrade did not complete"),
-        }
-    }));
-    Response::builder()
-        .status(StatusCode::SWITCHING_PROTOCOLS)
-        .header(header::CONNECTION, "upgrade")
-        .header(header::UPGRADE, "websocket")
-        .header(header::SEC_WEBSOCKET_ACCEPT, accept)
-        .body(Body::empty())
-        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))
+        seat: Some(seat),
+    })
 }
 
 #[cfg(test)]
@@ -446,7 +490,7 @@ mod tests {
         assert_eq!(parse_query(Some("canvas=c1&token=a.b.c")).unwrap().4.as_deref(), Some("a.b.c"));
         assert_eq!(parse_query(Some("since=0&canvas=a%2Db")).unwrap().0.as_str(), "a-b");
         assert_eq!(parse_query(Some("canvas=c1")).unwrap().2, 0);
-        assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().3, Some(Epoch::parse("AAAA-0").unwrap()));
+        assert_eq!(parse_query(Some("canvas=c1&since=3&epoch=AAAA-0")).unwrap().3, Some(shared::epoch::Epoch::parse("AAAA-0").unwrap()));
         for (q, field) in [
             ("", "channel"),
             ("since=3", "channel"),

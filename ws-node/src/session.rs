@@ -17,7 +17,8 @@ use crate::hub::{Hub, SessionHandle};
 use crate::outbox::Outbox;
 use crate::state::{Backlog, Frame};
 use bytes::Bytes;
-use shared::protocol::{close, FrameStyle, ServerMessage};
+use shared::http::ApiError;
+use shared::protocol::{close, FrameStyle, ServerMessage, WsQuery, SUBSCRIBE_WAIT};
 use shared::ws::{classify_ws as classify, encode_close, encode_ping, is_connection_loss_ws};
 use shared::ChannelId;
 use std::io;
@@ -36,7 +37,7 @@ pub struct Peer {
 }
 
 /// What the session serves.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct SessionSpec {
     pub canvas: ChannelId,
     /// Which frames it is sent (`channel=` or today's `canvas=`).
@@ -57,6 +58,22 @@ pub struct SessionSpec {
     /// with 1008 Policy Violation, reason `token expired`, and the client reconnects with a
     /// fresh token.
     pub expires: Option<Instant>,
+    /// The session's seat ([`crate::admission`]), released when the session ends.
+    pub seat: Option<crate::admission::Seat>,
+}
+
+/// Admits the session a `subscribe` frame asks for (the handshake's checks), or refuses it.
+pub type Admit = Box<dyn FnOnce(WsQuery) -> futures::future::BoxFuture<'static, Result<SessionSpec, ApiError>> + Send>;
+
+/// How a session starts.
+pub enum Opening {
+    /// Its query named the channel and the handshake admitted it.
+    Admitted(SessionSpec),
+    /// Its query named none: the client's first frame, `subscribe`, does (within
+    /// [`SUBSCRIBE_WAIT`]), and `admit` decides. A refusal is an `error` frame naming the channel,
+    /// then 1013 Try Again Later for a refusal for now (with `retry_after_ms`) or 1008 Policy
+    /// Violation for good.
+    Subscribing { admit: Admit, peer: Peer },
 }
 
 /// Why the session ended (for the log line at its end).
@@ -111,7 +128,7 @@ impl io::Write for ReadSide<'_> {
 }
 
 /// Runs the session on `socket` until it ends.
-pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
+pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
     let _open = hub.session_guard();
     let id = hub.next_session_id();
     let cfg = *socket.get_config();
@@ -121,7 +138,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     let parts = match upgraded.downcast::<hyper_util::rt::TokioIo<shared::serve::Conn>>() {
         Ok(parts) => parts,
         Err(_) => {
-            tracing::error!(session = id, canvas = %spec.canvas, "the upgraded connection is not a TCP stream; dropping it");
+            tracing::error!(session = id, "the upgraded connection is not a TCP stream; dropping it");
             return;
         }
     };
@@ -137,6 +154,19 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     // Even empty, `read_buf` may be a slice of hyper's read buffer: holding it would pin that
     // buffer (8 KiB and more) for the connection's life.
     drop(read_buf);
+    let spec = match opening {
+        Opening::Admitted(spec) => spec,
+        Opening::Subscribing { admit, peer } => match subscribed(&mut ctx, &sock).await {
+            Ok(q) => {
+                let channel = q.id().to_string();
+                match admit(q).await {
+                    Ok(spec) => spec,
+                    Err(e) => return refuse(&mut ctx, &sock, hub, id, Some(channel), e, &peer).await,
+                }
+            }
+            Err(e) => return refuse(&mut ctx, &sock, hub, id, None, e, &peer).await,
+        },
+    };
     let (handle, rx) = SessionHandle::of_style(id, spec.canvas.clone(), spec.partition, spec.queue, spec.style);
     let out = rx.out.clone();
     let start = match hub.subscribe_at(handle, spec.since, spec.epoch.as_ref()) {
@@ -271,6 +301,67 @@ pub async fn run(socket: WebSocket, hub: &Hub, spec: SessionSpec) {
     }
     // Dropping `rx` releases the outbox's socket; the last reference closes it.
     drop(rx);
+}
+
+/// Reads the client's first message, which must be a `subscribe` frame, within [`SUBSCRIBE_WAIT`]
+/// (pings before it are answered by the client's next read, not here).
+///
+/// # Errors
+/// 400 naming the frame's bad field; 408-like `subscribe_timeout` (a refusal for good) when none
+/// came; `connection_lost` when the client went away.
+async fn subscribed(ctx: &mut WebSocketContext, sock: &TcpStream) -> Result<WsQuery, ApiError> {
+    let deadline = Instant::now() + SUBSCRIBE_WAIT;
+    let mut ignored = Vec::new();
+    loop {
+        if !matches!(tokio::time::timeout_at(deadline, sock.readable()).await, Ok(Ok(()))) {
+            return Err(ApiError::bad_request("subscribe_expected", format!("no subscribe frame within {} s of the handshake", SUBSCRIBE_WAIT.as_secs())));
+        }
+        loop {
+            ignored.clear();
+            match ctx.read(&mut ReadSide { sock, replies: &mut ignored }) {
+                Ok(Message::Text(t)) => return shared::http::parse_subscribe(t.as_str()),
+                Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
+                Ok(Message::Binary(_)) => return Err(ApiError::bad_request("subscribe_expected", "the first frame must be a subscribe text frame")),
+                Ok(Message::Close(_)) => return Err(ApiError::bad_request("connection_lost", "the client closed before subscribing")),
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(ApiError::bad_request("connection_lost", format!("reading the subscribe frame: {e}"))),
+            }
+        }
+    }
+}
+
+/// Refuses a session after its upgrade: the `error` frame (naming `channel` when known; with
+/// `retry_after_ms` for a 503), then the close code (1013 Try Again Later for a 503, 1008 Policy
+/// Violation otherwise), written straight to the socket.
+async fn refuse(ctx: &mut WebSocketContext, sock: &TcpStream, hub: &Hub, id: u64, channel: Option<String>, e: ApiError, peer: &Peer) {
+    let (code, retry_after_ms) = match e.retry_after_secs {
+        Some(secs) if e.status.as_u16() == 503 => (close::TRY_AGAIN_LATER, Some(secs * 1000)),
+        _ => (close::POLICY_VIOLATION, None),
+    };
+    tracing::info!(session = id, channel = ?channel, code = %e.body.error, origin = %peer.origin, "session refused after its subscribe frame");
+    if e.body.error != "connection_lost" {
+        let frame: Frame = ServerMessage::Error { code: e.body.error.clone(), message: e.body.message.clone(), retry_after_ms, channel }.to_json().into();
+        let reason = format!("{}: not served", e.body.error);
+        let mut bytes = frame.wire().to_vec();
+        bytes.extend_from_slice(&encode_close(code, &reason));
+        write_all(sock, &bytes, Instant::now() + Duration::from_secs(5)).await;
+        linger(ctx, sock).await;
+    }
+    hub.counters.closed(Some(code));
+}
+
+/// Writes `bytes` to `sock` until done, the socket fails, or `deadline`.
+async fn write_all(sock: &TcpStream, mut bytes: &[u8], deadline: Instant) {
+    while !bytes.is_empty() {
+        if !matches!(tokio::time::timeout_at(deadline, sock.writable()).await, Ok(Ok(()))) {
+            return;
+        }
+        match sock.try_write(bytes) {
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// Sleeps until `at` (forever when `None`; the caller guards the branch).

@@ -1,7 +1,7 @@
 //! A node in-process against librdkafka's mock cluster, driven over real HTTP and WebSocket:
 //! readiness, catch-up, resume, drains.
 
-use futures::StreamExt;
+use futures::{SinkExt, StreamExt};
 use rdkafka::producer::FutureRecord;
 use shared::partitioner::partition_for;
 use shared::protocol::ServerMessage;
@@ -491,7 +491,10 @@ async fn frames(ws: &mut Ws, n: usize) -> Vec<(String, u64, serde_json::Value)> 
             ServerMessage::Welcome { channel, model, .. } => out.push(("welcome".into(), 0, serde_json::json!({"channel": channel, "model": model}))),
             ServerMessage::State { version, state, .. } => out.push(("state".into(), version, state)),
             ServerMessage::Publication { version, data, .. } => out.push(("publication".into(), version, data)),
-            ServerMessage::Reset { version, .. } => out.push(("reset".into(), version, serde_json::Value::Null)),
+            ServerMessage::Reset { version, epoch, .. } => out.push(("reset".into(), version, serde_json::json!(epoch))),
+            ServerMessage::Error { code, channel, retry_after_ms, .. } => {
+                out.push(("error".into(), 0, serde_json::json!({"code": code, "channel": channel, "retry_after_ms": retry_after_ms})))
+            }
             other => panic!("unexpected frame {other:?}"),
         }
     }
@@ -531,6 +534,39 @@ async fn channels_of_each_model_are_served_in_the_channel_frames() {
     let (status, body, _) = h.connect_with("canvas=chat:lobby").await.expect_err("refused");
     assert_eq!((status, body["field"].as_str()), (400, Some("canvas")));
     assert!(h.health().await.get("namespaces_mismatch").is_none(), "every record was written under the node's namespaces");
+    // A connection opened without a channel names it in its first frame, `subscribe`.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws", h.ws)).await.unwrap();
+    let subscribe = shared::protocol::ClientMessage::Subscribe { channel: shared::ChannelId::parse("scores:final").unwrap(), since: 4, epoch: None, token: None };
+    ws.send(Message::Text(subscribe.to_json().into())).await.unwrap();
+    let got = frames(&mut ws, 3).await;
+    assert_eq!(got.iter().map(|f| (f.0.as_str(), f.1)).collect::<Vec<_>>(), [("welcome", 0), ("publication", 5), ("publication", 6)]);
+    // A reset: the subscriber gets a reset to version 0 of the next epoch, then the empty state.
+    h.publish_op("scores:final", shared::record::OpKind::Reset, 1, &fp).await;
+    let got = frames(&mut ws, 2).await;
+    assert_eq!(got[0].0, "reset");
+    assert!(got[0].2.as_str().is_some_and(|e| e.ends_with("-1")), "the new epoch is the topic id and reset count 1: {}", got[0].2);
+    assert_eq!(got[1], ("state".into(), 0, serde_json::json!({})));
+    h.publish_data("scores:final", serde_json::json!({"again": 1}), "2", &fp).await;
+    assert_eq!(frames(&mut ws, 1).await, vec![("publication".into(), 1, serde_json::json!({"again": 1}))]);
+    // A delete frees the channel: its subscriber is reset to the blank channel's epoch.
+    h.publish_op("scores:final", shared::record::OpKind::Delete, 1, &fp).await;
+    let got = frames(&mut ws, 2).await;
+    assert_eq!((got[0].0.as_str(), got[1].0.as_str(), got[1].1), ("reset", "state", 0));
+    assert!(got[0].2.as_str().is_some_and(|e| e.ends_with("-0")), "a blank channel's epoch: {}", got[0].2);
+    // Subscribe frames the node refuses: an `error` naming the channel, then 1008 for good.
+    for (text, code) in [
+        (r#"{"type":"subscribe","channel":"nope:a"}"#.to_owned(), "unknown_namespace"),
+        (r#"{"type":"subscribe","channel":"a b"}"#.to_owned(), "invalid_field"),
+    ] {
+        let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws", h.ws)).await.unwrap();
+        ws.send(Message::Text(text.clone().into())).await.unwrap();
+        let got = frames(&mut ws, 1).await;
+        assert_eq!(got[0].2["code"], code, "{text}");
+        match ws.next().await {
+            Some(Ok(Message::Close(Some(c)))) => assert_eq!(u16::from(c.code), 1008, "{text}"),
+            other => panic!("{text}: expected a close, got {other:?}"),
+        }
+    }
     // A record of other namespaces is applied, counted and shown.
     h.publish_data("prices:eur", serde_json::json!(9), "2", "0000000000000000").await;
     h.wait_health("the other fingerprint shown", |h| h["namespaces_mismatch"] == "0000000000000000").await;

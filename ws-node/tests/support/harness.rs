@@ -149,6 +149,23 @@ impl Harness {
         p.version
     }
 
+    /// Writes an op record (a reset or a delete) of `channel` as the publisher would: a reset to
+    /// `resets` starts its versions again at 1.
+    pub(crate) async fn publish_op(&mut self, channel: &str, op: shared::record::OpKind, resets: u64, fingerprint: &str) {
+        use rdkafka::message::{Header, OwnedHeaders};
+        let value = shared::record::ChannelOp { op, channel: ChannelId::parse(channel).unwrap(), resets, published_at_ms: shared::event::now_ms() }.record_value();
+        self.versions.insert(channel.into(), 0);
+        let partition = partition_for(channel.as_bytes(), PARTITIONS as u32) as i32;
+        let headers = OwnedHeaders::new()
+            .insert(Header { key: shared::record::FORMAT_HEADER, value: Some("2") })
+            .insert(Header { key: shared::record::NAMESPACES_HEADER, value: Some(fingerprint) })
+            .insert(Header { key: shared::record::OP_HEADER, value: Some(op.as_str()) });
+        self.producer
+            .send(FutureRecord::to(&self.topic).partition(partition).key(channel).payload(&value).headers(headers), Duration::from_secs(5))
+            .await
+            .expect("produce");
+    }
+
     pub(crate) async fn health(&self) -> serde_json::Value {
         self.http.get(format!("{}/health", self.url)).send().await.unwrap().json().await.unwrap()
     }
