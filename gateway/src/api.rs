@@ -384,6 +384,7 @@ fn check_namespace(namespaces: &shared::namespaces::Namespaces, q: &WsQuery) -> 
 
 /// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
 /// `epoch` optional and well-formed; passed on to the node).
+#[cfg(test)]
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {
     shared::http::parse_ws_query(raw.unwrap_or(""))
 }
@@ -394,17 +395,37 @@ async fn ws(
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
-    let q = parse_ws_query(raw.as_deref())?;
+    let opening = shared::http::parse_ws_open(raw.as_deref().unwrap_or(""))?;
     let upgrade = upgrade.map_err(|r| ApiError::bad_request("not_a_websocket", r.body_text()))?;
     let header_str = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
     let same = shared::origin::SameOrigin::Allowed;
     if let Err(refused) = shared::origin::check(header_str(ORIGIN), header_str(HOST), &fleet.config.allowed_origins, same) {
         tracing::info!(origin = header_str(ORIGIN).unwrap_or(""), "handshake refused: origin not allowed");
-        return Ok(match q.refusal {
+        let refusal = opening.as_ref().map_or(Refusal::Frame, |q| q.refusal);
+        return Ok(match refusal {
             Refusal::Frame => proxy::refuse_origin_with_frame(upgrade, refused.0),
             Refusal::Http => ApiError::new(axum::http::StatusCode::FORBIDDEN, "origin_not_allowed", refused.0).into_response(),
         });
     }
+    let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
+    let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };
+    let Some(q) = opening else {
+        // No channel in the query: the first frame, `subscribe`, names it; its token may come in
+        // the query (`token=`) when the frame carries none.
+        let query_token: Option<String> = shared::http::parse_query::<WsQuery>(raw.as_deref().unwrap_or("")).ok().and_then(|q| q.token);
+        let f = fleet.clone();
+        let admit = move |q: &mut WsQuery| {
+            if q.token.is_none() {
+                q.token = query_token;
+            }
+            check_namespace(&f.namespaces, q)?;
+            if let Some(tokens) = &f.client_tokens {
+                tokens.authorize(q.token.as_deref(), q.id().as_str(), shared::client_token::Action::Subscribe).map_err(|e| e.api_error())?;
+            }
+            Ok(())
+        };
+        return Ok(proxy::upgrade_subscribing(fleet, upgrade, headers, peer, admit));
+    };
     // A channel no node will serve as asked: refused here, for good (not a 503 to retry).
     if let Err(e) = check_namespace(&fleet.namespaces, &q) {
         tracing::info!(channel = %q.id(), code = %e.body.error, "handshake refused: namespace");
@@ -424,8 +445,6 @@ async fn ws(
         Err(refused) => return Err(refused.into()),
     };
     tracing::debug!(channel = %q.id(), since = q.since, epoch = ?q.epoch.as_ref().map(|e| e.as_str()), node = %target.id, "proxying session");
-    let header = |name: axum::http::header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
-    let peer = proxy::Peer { origin: header(axum::http::header::ORIGIN), user_agent: header(axum::http::header::USER_AGENT) };
     Ok(proxy::upgrade(fleet, upgrade, upstream, target, peer))
 }
 

@@ -23,7 +23,7 @@ use crate::refusal::{Refused, FULL, TIMEOUT, UNREACHABLE};
 use axum::extract::ws::{self as aws, WebSocket, WebSocketUpgrade};
 use axum::http::HeaderMap;
 use futures::{SinkExt, StreamExt};
-use shared::protocol::{close, WsQuery};
+use shared::protocol::{close, WsQuery, SUBSCRIBE_WAIT};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
@@ -228,6 +228,79 @@ pub const MAX_CLIENT_WRITE_BUFFER: usize = 1 << 20;
 
 /// The client's upgrade, answered once the upstream is open.
 pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream, target: Target, peer: Peer) -> axum::response::Response {
+    configured(&fleet, upgrade).on_upgrade(move |client| {
+        // Tracked: the gateway's shutdown waits for its sessions' closing handshakes.
+        let tasks = fleet.tasks.clone();
+        tasks.track_future(pipe(fleet, client, upstream, target, peer))
+    })
+}
+
+/// The upgrade of a client whose query named no channel, answered at once: its first frame,
+/// `subscribe`, names the channel (within [`SUBSCRIBE_WAIT`]), which `admit` checks as a
+/// handshake's query is checked (its namespace, its token); then the upstream is opened as for
+/// a handshake, and the session proxied. Every refusal is an `error` frame naming the channel,
+/// then 1013 Try Again Later (with `retry_after_ms`) for a refusal for now, 1008 Policy
+/// Violation for good.
+pub fn upgrade_subscribing(
+    fleet: Arc<Fleet>,
+    upgrade: WebSocketUpgrade,
+    headers: HeaderMap,
+    peer: Peer,
+    admit: impl FnOnce(&mut WsQuery) -> Result<(), shared::http::ApiError> + Send + 'static,
+) -> axum::response::Response {
+    configured(&fleet, upgrade).on_upgrade(move |mut client| {
+        let tasks = fleet.tasks.clone();
+        tasks.track_future(async move {
+            let mut q = match first_subscribe(&mut client).await {
+                Ok(q) => q,
+                Err(e) => return refuse_open(client, None, e.body.error, e.body.message, None).await,
+            };
+            if let Err(e) = admit(&mut q) {
+                tracing::info!(channel = %q.id(), code = %e.body.error, "subscribe refused");
+                return refuse_open(client, Some(q.id().to_string()), e.body.error, e.body.message, None).await;
+            }
+            match connect(&fleet, &q, &headers).await {
+                Ok((upstream, target)) => pipe(fleet, client, upstream, target, peer).await,
+                Err(r) => refuse_open(client, Some(q.id().to_string()), r.code, r.message, Some(r.retry_after_secs * 1000)).await,
+            }
+        })
+    })
+}
+
+/// The client's first message, a `subscribe` frame, within [`SUBSCRIBE_WAIT`] (pings before it
+/// are answered by axum).
+async fn first_subscribe(client: &mut WebSocket) -> Result<WsQuery, shared::http::ApiError> {
+    let expected = |why: &str| shared::http::ApiError::bad_request("subscribe_expected", why.to_owned());
+    let deadline = tokio::time::Instant::now() + SUBSCRIBE_WAIT;
+    loop {
+        match tokio::time::timeout_at(deadline, client.recv()).await {
+            Err(_) => return Err(expected(&format!("no subscribe frame within {} s of the handshake", SUBSCRIBE_WAIT.as_secs()))),
+            Ok(Some(Ok(aws::Message::Text(t)))) => return shared::http::parse_subscribe(t.as_str()),
+            Ok(Some(Ok(aws::Message::Ping(_) | aws::Message::Pong(_)))) => {}
+            Ok(Some(Ok(aws::Message::Binary(_)))) => return Err(expected("the first frame must be a subscribe text frame")),
+            Ok(Some(Ok(aws::Message::Close(_))) | Some(Err(_)) | None) => return Err(shared::http::ApiError::bad_request("connection_lost", "the client left before subscribing")),
+        }
+    }
+}
+
+/// Refuses an open client connection: the `error` frame, then 1013 (with `retry_after_ms`) or
+/// 1008, and a short wait for the client's close reply.
+async fn refuse_open(mut ws: WebSocket, channel: Option<String>, code: String, message: String, retry_after_ms: Option<u64>) {
+    if code == "connection_lost" {
+        return;
+    }
+    let (close_code, reason) = match retry_after_ms {
+        Some(_) => (close::TRY_AGAIN_LATER, format!("{code}: try again later")),
+        None => (close::POLICY_VIOLATION, format!("{code}: not served")),
+    };
+    let frame = shared::protocol::ServerMessage::Error { code, message, retry_after_ms, channel };
+    let _ = ws.send(aws::Message::Text(frame.to_json().into())).await;
+    let _ = ws.send(shared::ws::close_message(close_code, &reason)).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = ws.recv().await {} }).await;
+}
+
+/// The client-side WebSocket settings of a proxied session.
+fn configured(fleet: &Fleet, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
     let c = &fleet.config;
     upgrade
         .read_buffer_size(c.ws_read_buffer as usize)
@@ -240,11 +313,6 @@ pub fn upgrade(fleet: Arc<Fleet>, upgrade: WebSocketUpgrade, upstream: Upstream,
         // A frame a little over the message limit is read whole and refused with 1009 (a clean
         // close), as a node does; only a much larger one is cut off at its header.
         .max_frame_size((c.ws_max_message as usize * 16).max(64 * 1024))
-        .on_upgrade(move |client| {
-            // Tracked: the gateway's shutdown waits for its sessions' closing handshakes.
-            let tasks = fleet.tasks.clone();
-            tasks.track_future(pipe(fleet, client, upstream, target, peer))
-        })
 }
 
 /// Who is on the client side, for logs.
