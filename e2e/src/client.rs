@@ -144,6 +144,8 @@ struct State {
     model: Arc<dyn Model>,
     /// Which frames it asks for.
     style: FrameStyle,
+    /// Whether it names its channel in a `subscribe` first frame instead of the `/ws` query.
+    subscribing: bool,
 }
 
 /// What a test can make a running client do (the faults of a client: it stops reading; it drops
@@ -189,6 +191,14 @@ impl Client {
         Self::start(name, ws_bases, channel, model, FrameStyle::Channel, timing, token)
     }
 
+    /// [`Client::spawn_channel`] that opens `/ws` without a channel and names it (with its
+    /// position and token) in a `subscribe` first frame.
+    pub fn spawn_subscribing(name: &str, ws_bases: &[String], channel: &str, model: Arc<dyn Model>, timing: ClientTiming, token: Option<String>) -> Self {
+        let c = Self::start(name, ws_bases, channel, model, FrameStyle::Channel, timing, token);
+        c.state.lock().expect("client lock").subscribing = true;
+        c
+    }
+
     fn start(name: &str, ws_bases: &[String], canvas: &str, model: Arc<dyn Model>, style: FrameStyle, timing: ClientTiming, token: Option<String>) -> Self {
         assert!(!ws_bases.is_empty(), "a client needs at least one gateway");
         let ws_bases = ws_bases.to_vec();
@@ -197,6 +207,7 @@ impl Client {
             canvas: None,
             model,
             style,
+            subscribing: false,
         }));
         let cancel = CancellationToken::new();
         let control = Arc::new(Control { paused: tokio::sync::watch::channel(false).0, kick: tokio::sync::Notify::new() });
@@ -295,13 +306,17 @@ async fn run(
     let mut n = 0u32;
     let (mut gateway, mut retried) = (0usize, false);
     loop {
-        let (since, epoch, style) = {
+        let (since, epoch, style, subscribing) = {
             let s = state.lock().expect("client lock");
             // The epoch says "I hold version `since` of this history": only with a canvas held (a
             // welcome then a drop before the snapshot leaves nothing, which `since=0` alone says).
-            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()), s.style)
+            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()), s.style, s.subscribing)
         };
-        let url = session_url_as(style, &bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref());
+        let url = if subscribing {
+            format!("{}/ws", bases[gateway])
+        } else {
+            session_url_as(style, &bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref())
+        };
         let dialed_ms = now_ms();
         let connect = tokio::select! {
             r = tokio_tungstenite::connect_async(url.as_str()) => r,
@@ -325,7 +340,12 @@ async fn run(
                 let b = backoff.next().unwrap_or(t.backoff_max);
                 Next::After(Some(retry_after.map_or(b, |r| b.max(Duration::from_secs(r).min(t.backoff_max)))))
             }
-            Ok((ws, _)) => {
+            Ok((mut ws, _)) => {
+                if subscribing {
+                    let channel = shared::ChannelId::parse(&canvas).expect("a client's channel is a channel id");
+                    let frame = shared::protocol::ClientMessage::Subscribe { channel, since, epoch: epoch.clone(), token: token.clone() };
+                    let _ = futures::SinkExt::send(&mut ws, tungstenite::Message::Text(frame.to_json().into())).await;
+                }
                 n += 1;
                 let opened = Instant::now();
                 state.lock().expect("client lock").report.sessions.push(SessionInfo {
@@ -423,12 +443,23 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32) -> Option<(Next, Str
             let data = serde_json::value::to_raw_value(&data).expect("a JSON value is JSON");
             take_publication(s, version, &data, published_at_ms, n)
         }
-        ServerMessage::Reset { version, .. } => {
+        ServerMessage::Reset { version, epoch, .. } => {
             // What came between is not coming: the position moves on, the state (a stream's is
             // nothing) stays; a stateful model's `state` follows.
             s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Reset, version, published_at_ms: 0, session: n });
             s.report.resets += 1;
-            if s.canvas.is_none() {
+            let stateless = s.model.kind() == shared::model::ModelKind::Stream;
+            if epoch.is_some() && s.report.epoch.is_some() && epoch != s.report.epoch {
+                // The channel was reset (or deleted): another history starts, at this reset for a
+                // stream, at the `state` that follows for a model with state.
+                s.report.epoch_changes += 1;
+                s.report.history_from = if stateless { s.report.got.len() - 1 } else { s.report.got.len() };
+                s.report.epoch = epoch;
+                if !stateless {
+                    s.canvas = None;
+                }
+            }
+            if s.canvas.is_none() && stateless {
                 s.canvas = Some(s.model.empty());
             }
             s.report.version = version;
@@ -558,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_welcome_of_another_epoch_makes_the_next_snapshot_the_base_even_when_older() {
-        let mut s = State { report: ClientReport::default(), canvas: None, model: Arc::new(shared::model::pixels::Pixels { dims: DIMS }), style: FrameStyle::Canvas };
+        let mut s = State { report: ClientReport::default(), canvas: None, model: Arc::new(shared::model::pixels::Pixels { dims: DIMS }), style: FrameStyle::Canvas, subscribing: false };
         for f in [welcome(Some("T1-0")), snapshot(10), event(11)] {
             assert!(apply_frame(&mut s, f, 1).is_none());
         }

@@ -6,7 +6,7 @@
 //! followed by clients of the channel frames, checked the same way.
 
 use crate::broker::{Broker, BrokerKind};
-use crate::checker::{check, Summary, Verdict};
+use crate::checker::{check_history, Summary, Verdict};
 use crate::client::{Client, ClientReport, ClientTiming, Kind};
 use crate::fleet::{Fleet, FleetSpec};
 use crate::load::Load;
@@ -40,6 +40,10 @@ pub struct ScenarioConfig {
 /// `fleet.toml` that declares their namespaces (the default namespace stays pixels of the fleet's
 /// `CANVAS_WIDTH` × `CANVAS_HEIGHT`).
 pub const MODEL_CHANNELS: [&str; 3] = ["scores:final", "chat:lobby", "prices:eur"];
+
+/// The channel of [`MODEL_CHANNELS`] the scenario resets mid-run: its clients go on in its next
+/// epoch (a `reset` to version 0, then its empty state), checked from there.
+pub const RESET_CHANNEL: &str = "scores:final";
 
 /// The namespaces of [`MODEL_CHANNELS`].
 pub const MODEL_FLEET_TOML: &str = "[namespaces.scores]\nmodel = \"json\"\n\n[namespaces.chat]\nmodel = \"stream\"\n\n[namespaces.prices]\nmodel = \"latest\"\n";
@@ -98,6 +102,9 @@ pub struct Report {
     pub burst_records: usize,
     /// Publications accepted to the channels of the other models.
     pub model_published: u64,
+    /// The channel reset during the normal phase ([`RESET_CHANNEL`], through the gateway's admin
+    /// route) and the epoch its answer named (`None` when the run has no model channels).
+    pub reset: Option<(String, String)>,
 }
 
 impl Report {
@@ -270,7 +277,8 @@ pub async fn finish(clients: Vec<Client>, truths: &BTreeMap<String, (u64, String
         .iter()
         .map(|r| {
             let (head, hash) = &truths[&r.canvas];
-            check(r, *head, hash)
+            // From the client's last epoch change: a reset channel is judged in its new history.
+            check_history(r, *head, hash)
         })
         .collect();
     (reports, verdicts)
@@ -392,7 +400,9 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     for c in &model_channels {
         let model = models.of(&shared::ChannelId::parse(c)?).map_err(|e| anyhow::anyhow!("{e}"))?.model.clone();
         for i in 0..cfg.model_clients {
-            model_clients.push(Client::spawn_channel(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
+            // Every other client names its channel in a `subscribe` first frame.
+            let spawn = if i % 2 == 1 { Client::spawn_subscribing } else { Client::spawn_channel };
+            model_clients.push(spawn(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
         }
     }
     wait_connected(&model_clients).await?;
@@ -406,6 +416,10 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     // in order, through the kill, the catch-up (which replays the group records) and the failback.
     let (burst_events, burst_records) = publish_burst(&fleet.publisher.url(), &canvases[0], BURST, dims).await?;
     tl.mark(format!("burst: {burst_events} concurrent publishes to {} went out in {burst_records} records", canvases[0]));
+    let reset = if model_channels.is_empty() { None } else { Some((RESET_CHANNEL.to_owned(), reset_channel(&fleet, RESET_CHANNEL).await?)) };
+    if let Some((c, epoch)) = &reset {
+        tl.mark(format!("reset {c} through the gateway: its clients go on in epoch {epoch}"));
+    }
     tl.mark(format!("normal: {} events published", load.accepted()));
 
     // ---- failure
@@ -515,9 +529,24 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
         burst_events,
         burst_records,
         model_published,
+        reset,
     };
     drop(toml);
     Ok((report, running))
+}
+
+/// Resets `channel` through the gateway's admin route (`POST /api/channels/{id}/reset`); returns
+/// the epoch the answer names.
+///
+/// # Errors
+/// When the answer is not 200 with an epoch.
+pub async fn reset_channel(fleet: &Fleet, channel: &str) -> anyhow::Result<String> {
+    let url = format!("{}/api/channels/{channel}/reset", fleet.gateway.url());
+    let r = fleet.admin(fleet.http.post(&url)).json(&serde_json::json!({})).timeout(Duration::from_secs(15)).send().await?;
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    anyhow::ensure!(status == 200, "reset of {channel} answered {status}: {body}");
+    body["epoch"].as_str().map(str::to_owned).with_context(|| format!("reset of {channel}: no epoch in {body}"))
 }
 
 /// Steady publishing to channels of the other models: one publication to each every 50 ms, each

@@ -40,6 +40,13 @@ async fn scenario_on(broker: BrokerKind) {
     );
     assert!(report.lifecycle_missing.is_empty(), "lifecycle steps missing: {:?} (saw {:?})", report.lifecycle_missing, report.lifecycle);
     assert!(report.ws1_sessions_after > 0, "no client came back to ws-1 after the failback");
+    // The channel reset mid-run: its clients followed it into its next epoch.
+    let (channel, epoch) = report.reset.clone().expect("the scenario resets a channel");
+    assert!(epoch.ends_with("-1"), "the reset's epoch is reset count 1: {epoch}");
+    for r in report.reports.iter().filter(|r| r.canvas == channel) {
+        assert_eq!(r.epoch.as_ref().map(|e| e.as_str()), Some(epoch.as_str()), "{} ends in the reset's epoch", r.name);
+        assert!(r.epoch_changes >= 1, "{} saw the reset", r.name);
+    }
     assert!(report.passed());
 }
 
