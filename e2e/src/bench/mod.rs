@@ -3,9 +3,10 @@
 //! in one run — the publisher's own throughput (publish), how recovery grows with the length
 //! of the log (age), and the publisher's failover on a log it has just written (writer).
 //!
-//! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
-//! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
-//! serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
+//! Every system consumes the same kind of topic (6 partitions, key = channel id, a
+//! `centrifugo-channels` header) written by the bench's own producer, with the same record values:
+//! the fleet's JSON pixel event, or a format-2 publication of a `stream` channel with data of a
+//! given size ([`payload`]); and serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
 //! measures on a fresh topic and stops it afterwards, so runs do not disturb each other.
 
 pub mod age;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod kafka;
 pub mod latency;
 pub mod memory;
+pub mod payload;
 pub mod peers;
 pub mod publish;
 pub mod replay;
