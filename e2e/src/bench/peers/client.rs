@@ -201,14 +201,16 @@ fn event_version(json: &str) -> Option<u64> {
 }
 
 /// The version of the first JSON value at the start of `json` (an event object, or a string
-/// holding one), ignoring what follows it.
+/// holding one), ignoring what follows it. An object is read as an [`Event`] straight from the
+/// text (its other fields skipped, nothing of them kept), as the other systems' frames are.
 fn leading_event_version(json: &str) -> Option<u64> {
-    let mut values = serde_json::Deserializer::from_str(json).into_iter::<serde_json::Value>();
-    match values.next()?.ok()? {
-        serde_json::Value::String(inner) => serde_json::from_str::<Event>(&inner).ok().map(|e| e.version),
-        v @ serde_json::Value::Object(_) => serde_json::from_value::<Event>(v).ok().map(|e| e.version),
-        _ => None,
+    use serde::Deserialize as _;
+    let mut de = serde_json::Deserializer::from_str(json);
+    if json.starts_with('"') {
+        let inner = String::deserialize(&mut de).ok()?;
+        return serde_json::from_str::<Event>(&inner).ok().map(|e| e.version);
     }
+    Event::deserialize(&mut de).ok().map(|e| e.version)
 }
 
 /// Handles one text frame received on a subscribed socket: pushes the `version` of every event
@@ -221,7 +223,8 @@ fn leading_event_version(json: &str) -> Option<u64> {
 ///   empty object `{}`, answered by a pong `{}` (within `client.pong_timeout`, 8 s by default;
 ///   pings come every 25 s). Everything else is ignored.
 /// - Socket.IO (<https://socket.io/docs/v4/socket-io-protocol/>): one Engine.IO packet per frame.
-///   An event is `42["event",<the record value as a JSON string>,<recovery offset>]`; the
+///   An event is `42["event",<the record value as JSON>,<recovery offset>]` (a JSON string
+///   holding the value is read too); the
 ///   Engine.IO ping `2` is answered by the pong `3` (within `pingTimeout`, 20 s; pings come every
 ///   `pingInterval`, 25 s). Everything else is ignored.
 pub fn on_text(peer: Peer, text: &str, versions: &mut Vec<u64>) -> Option<String> {
@@ -291,12 +294,19 @@ mod tests {
     #[test]
     fn socketio_frames() {
         let mut v = Vec::new();
-        let frame = r#"42["event","{\"canvas\":\"bench-c3\",\"version\":7,\"published_at_ms\":1}","Q8fcF8V"]"#;
+        let frame = r#"42["event",{"canvas":"bench-c3","version":7,"published_at_ms":1},"Q8fcF8V"]"#;
         assert_eq!(on_text(Peer::SocketIo, frame, &mut v), None);
         assert_eq!(v, [7]);
+        // A stream publication: the version is the record's, not the data's `n`.
+        let frame = r#"42["event",{"channel":"bench:c3","version":8,"data":{"n":1,"text":"ab\"c"},"published_at_ms":1},"Q8fcF8W"]"#;
+        assert_eq!(on_text(Peer::SocketIo, frame, &mut v), None);
+        // A value emitted as a string holding it is read as well.
+        let frame = r#"42["event","{\"canvas\":\"bench-c3\",\"version\":9,\"published_at_ms\":1}","Q8fcF8X"]"#;
+        assert_eq!(on_text(Peer::SocketIo, frame, &mut v), None);
+        assert_eq!(v, [7, 8, 9]);
         assert_eq!(on_text(Peer::SocketIo, "2", &mut v).as_deref(), Some("3"));
         assert_eq!(on_text(Peer::SocketIo, r#"431[{"joined":"c"}]"#, &mut v), None);
         assert_eq!(on_text(Peer::SocketIo, r#"42["other","{\"version\":9}"]"#, &mut v), None);
-        assert_eq!(v, [7]);
+        assert_eq!(v, [7, 8, 9]);
     }
 }

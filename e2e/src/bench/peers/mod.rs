@@ -4,7 +4,7 @@
 //! | peer | server | fed by | client protocol |
 //! |---|---|---|---|
 //! | [`Peer::Centrifugo`] | Centrifugo v6.9.1 built by `bench/peers/centrifugo/install.sh` | its built-in Kafka consumer in publication data mode: a record's value is published as is to the channels named by its `centrifugo-channels` header | Centrifugo's bidirectional JSON protocol over WebSocket at `/connection/websocket` |
-//! | [`Peer::SocketIo`] | `bench/peers/socketio/server.mjs` on Node.js, socket.io 4.8.1 (installed by `bench/peers/socketio/install.sh`) | `@platformatic/kafka`: every record is emitted to the room named after its key | Engine.IO 4 / Socket.IO 5 packets over WebSocket at `/socket.io/?EIO=4&transport=websocket` |
+//! | [`Peer::SocketIo`] | `bench/peers/socketio/server.mjs` on Node.js, socket.io 4.8.1 (installed by `bench/peers/socketio/install.sh`) | `@platformatic/kafka`: every record's value, parsed as JSON, is emitted to the room named after its key | Engine.IO 4 / Socket.IO 5 packets over WebSocket at `/socket.io/?EIO=4&transport=websocket` |
 //!
 //! Both serve loopback only, each on a fresh port, with a fresh consumer group per start.
 //!
@@ -154,6 +154,10 @@ async fn ensure_installed(peer: Peer) -> anyhow::Result<()> {
 ///   (how long), `force_recovery` (every subscription is recoverable: a reconnecting client gets
 ///   what it missed), i.e. the fleet's catch-up, turned on the Centrifugo way
 ///   (<https://centrifugal.dev/docs/server/history_and_recovery>).
+/// - `channel.namespaces[]`: the same options for the `bench` namespace, whose channels
+///   (`bench:<name>`) carry the `stream` payloads: in Centrifugo, too, the part of a channel name
+///   before `:` names a namespace, and a channel of one that is not configured is refused
+///   (<https://centrifugal.dev/docs/server/channels#channel-namespaces>).
 /// - `consumers[]`: one consumer, `type: kafka`, `enabled: true` (without it the consumer is
 ///   skipped), with `kafka.brokers`, `kafka.topics`, `kafka.consumer_group` and
 ///   `kafka.publication_data_mode.{enabled, channels_header}`: each record's value is published
@@ -171,7 +175,10 @@ fn centrifugo_config(port: u16, bootstrap: &str, topic: &str, group: &str) -> se
         "health": { "enabled": true },
         "usage_stats": { "disabled": true },
         "channel": {
-            "without_namespace": { "history_size": 1000, "history_ttl": "300s", "force_recovery": true }
+            "without_namespace": { "history_size": 1000, "history_ttl": "300s", "force_recovery": true },
+            "namespaces": [
+                { "name": super::payload::NAMESPACE, "history_size": 1000, "history_ttl": "300s", "force_recovery": true }
+            ]
         },
         "consumers": [{
             "name": "kafka",
