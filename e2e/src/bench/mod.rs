@@ -76,11 +76,31 @@ impl Size {
         Self {
             name: "full",
             duration: Duration::from_secs(10),
-            fanout: vec![
-                fanout::Case { name: "1,000 clients over 10 canvases".into(), active_canvases: 10, active_clients: 1000, idle_clients: 0, rate: 500.0 },
-                fanout::Case { name: "100 clients on 1 canvas".into(), active_canvases: 1, active_clients: 100, idle_clients: 0, rate: 500.0 },
-                fanout::Case { name: "5,000 idle + 100 active over 10 canvases".into(), active_canvases: 10, active_clients: 100, idle_clients: 5000, rate: 5000.0 },
-            ],
+            fanout: {
+                use payload::Payload::{self as P, Pixels};
+                let case = |payload: P, name: &str, active_canvases, active_clients, idle_clients, rate| fanout::Case {
+                    name: match payload {
+                        Pixels => name.to_owned(),
+                        _ => format!("{}: {}", payload.label(), name.replace("canvases", "channels").replace("canvas", "channel")),
+                    },
+                    payload,
+                    active_canvases,
+                    active_clients,
+                    idle_clients,
+                    rate,
+                };
+                let mut cases = Vec::new();
+                for p in [Pixels, P::STREAM_100_B] {
+                    cases.push(case(p, "1,000 clients over 10 canvases", 10, 1000, 0, 500.0));
+                    cases.push(case(p, "100 clients on 1 canvas", 1, 100, 0, 500.0));
+                    cases.push(case(p, "5,000 idle + 100 active over 10 canvases", 10, 100, 5000, 5000.0));
+                }
+                cases.push(case(P::STREAM_1_KIB, "1,000 clients over 10 canvases", 10, 1000, 0, 500.0));
+                // A tenth of the rate: at 500 events/s, 16 KiB to 1,000 clients is 800 MB/s of
+                // WebSocket data, more than the bench's own clients read on two shared cores.
+                cases.push(case(P::STREAM_16_KIB, "1,000 clients over 10 canvases at 50 events/s", 10, 1000, 0, 50.0));
+                cases
+            },
             latency_rates: vec![1000.0, 10_000.0, 50_000.0],
             latency_canvases: 100,
             latency_warmup: Duration::from_secs(3),
@@ -105,7 +125,10 @@ impl Size {
         Self {
             name: "tiny",
             duration: Duration::from_secs(2),
-            fanout: vec![fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 }],
+            fanout: vec![
+                fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), payload: payload::Payload::Pixels, active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 },
+                fanout::Case { name: "stream 16 KiB: 20 clients over 2 channels, 20 idle".into(), payload: payload::Payload::STREAM_16_KIB, active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 },
+            ],
             latency_rates: vec![200.0],
             latency_canvases: 5,
             latency_warmup: Duration::from_millis(500),
