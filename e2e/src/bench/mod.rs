@@ -40,6 +40,9 @@ pub struct Size {
     pub fanout: Vec<fanout::Case>,
     /// Offered loads of the latency runs, events/s.
     pub latency_rates: Vec<f64>,
+    /// The `stream` payloads the latency measure runs beside the pixel events, each at the loads
+    /// it fits ([`payload::Payload::fits_rate`]), produced straight to Kafka like the peers' path.
+    pub latency_stream: Vec<payload::Payload>,
     pub latency_canvases: usize,
     /// Load at the offered rate before each latency window, not measured: every path (bare,
     /// through the publisher, straight to Kafka, the peers) gets the same, so none is measured
@@ -102,6 +105,7 @@ impl Size {
                 cases
             },
             latency_rates: vec![1000.0, 10_000.0, 50_000.0],
+            latency_stream: vec![payload::Payload::STREAM_100_B, payload::Payload::STREAM_1_KIB, payload::Payload::STREAM_16_KIB],
             latency_canvases: 100,
             latency_warmup: Duration::from_secs(3),
             replay_events: 1_000_000,
@@ -130,6 +134,7 @@ impl Size {
                 fanout::Case { name: "stream 16 KiB: 20 clients over 2 channels, 20 idle".into(), payload: payload::Payload::STREAM_16_KIB, active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 },
             ],
             latency_rates: vec![200.0],
+            latency_stream: vec![payload::Payload::STREAM_100_B],
             latency_canvases: 5,
             latency_warmup: Duration::from_millis(500),
             replay_events: 20_000,

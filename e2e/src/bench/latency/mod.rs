@@ -1,6 +1,8 @@
 //! End-to-end latency at fixed offered loads: publish → client receive, p50/p99/p99.9, for the
 //! fleet (through its HTTP publisher, and produced straight to Kafka like the peers), the peers,
-//! and a bare librdkafka produce → consume round trip; plus what the gateway proxy adds.
+//! and a bare librdkafka produce → consume round trip; plus what the gateway proxy adds. The
+//! Kafka-in path of every system runs on pixel events and on `stream` publications of each size
+//! that fits the load ([`super::payload`]).
 
 mod http_paths;
 mod rows;
@@ -9,6 +11,7 @@ use http_paths::{http_phase, Publish};
 use rows::rows;
 
 use super::kafka::{BareTail, DirectProducer};
+use super::payload::Payload;
 use super::peers::Peer;
 use super::report::Row;
 use super::servers::{Server, PARTITIONS};
@@ -159,6 +162,36 @@ pub struct Level {
     /// the publisher's protocol costs by itself), and the events per transaction.
     pub bare_txn: Option<Dist>,
     pub bare_txn_events_per_txn: Option<f64>,
+    /// Produced straight to Kafka on `stream` channels, one entry per payload that fits the rate.
+    pub stream: Vec<StreamLevel>,
+}
+
+/// The Kafka-in path of every system at one load, on `stream` channels of one payload size.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StreamLevel {
+    pub payload: Payload,
+    pub fleet: Option<Dist>,
+    pub centrifugo: Option<Dist>,
+    pub socketio: Option<Dist>,
+}
+
+impl StreamLevel {
+    /// `system`'s figures.
+    pub fn of(&self, system: System) -> &Option<Dist> {
+        match system {
+            System::Fleet => &self.fleet,
+            System::Peer(Peer::Centrifugo) => &self.centrifugo,
+            System::Peer(Peer::SocketIo) => &self.socketio,
+        }
+    }
+
+    fn of_mut(&mut self, system: System) -> &mut Option<Dist> {
+        match system {
+            System::Fleet => &mut self.fleet,
+            System::Peer(Peer::Centrifugo) => &mut self.centrifugo,
+            System::Peer(Peer::SocketIo) => &mut self.socketio,
+        }
+    }
 }
 
 async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -> anyhow::Result<()> {
@@ -174,17 +207,21 @@ async fn fleet_level(ctx: &Ctx, server: &Server, rate: f64, level: &mut Level) -
 
     // Produced straight to Kafka, like the peers.
     let canvases: Vec<String> = (0..n).map(|i| format!("lk{tag}-{i}")).collect();
-    level.fleet_kafka = Some(kafka_in(ctx, server, &canvases, rate).await?);
+    level.fleet_kafka = Some(kafka_in(ctx, server, &canvases, rate, Payload::Pixels).await?);
     Ok(())
 }
 
-/// Produces straight to Kafka at `rate` to `canvases` of the server's topic with one subscriber
-/// per canvas.
-async fn kafka_in(ctx: &Ctx, server: &Server, canvases: &[String], rate: f64) -> anyhow::Result<Dist> {
-    let label = server.system.label();
-    let subs = subs::subscribe_many(server.system, &server.ws_base, canvases, canvases.len(), true).await?;
+/// Produces `payload`'s records straight to Kafka at `rate` to `channels` of the server's topic
+/// with one subscriber per channel.
+async fn kafka_in(ctx: &Ctx, server: &Server, channels: &[String], rate: f64, payload: Payload) -> anyhow::Result<Dist> {
+    let label = &match payload {
+        Payload::Pixels => server.system.label().to_owned(),
+        _ => format!("{} ({})", server.system.label(), payload.label()),
+    };
+    let subs = subs::subscribe_many(server.system, &server.ws_base, channels, channels.len(), true).await?;
     let refs: Vec<&Sub> = subs.iter().collect();
-    let producer = Arc::new(tokio::sync::Mutex::new(DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, ctx.canvas_side, canvases.to_vec(), false)?));
+    let producer = DirectProducer::new(&ctx.broker.bootstrap, &server.topic, PARTITIONS, ctx.canvas_side, channels.to_vec(), false)?.carrying(payload);
+    let producer = Arc::new(tokio::sync::Mutex::new(producer));
     warm_up(label, &refs, || {
         let p = producer.clone();
         async move {
@@ -311,7 +348,8 @@ pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
     let mut levels = Vec::new();
     for &rate in rates {
         println!("[bench] latency at {rate} events/s");
-        let mut level = Level { rate, ..Level::default() };
+        let stream = ctx.size.latency_stream.iter().filter(|p| p.fits_rate(rate));
+        let mut level = Level { rate, stream: stream.map(|&payload| StreamLevel { payload, fleet: None, centrifugo: None, socketio: None }).collect(), ..Level::default() };
         match bare_level(ctx, rate).await {
             Ok(d) => level.bare = Some(d),
             Err(e) => ctx.error(format!("latency {rate}/s, bare librdkafka: {e:#}")),
@@ -337,7 +375,7 @@ pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
                 System::Fleet => fleet_level(ctx, &server, rate, &mut level).await,
                 System::Peer(p) => {
                     let canvases: Vec<String> = (0..ctx.size.latency_canvases).map(|i| format!("lp-{i}")).collect();
-                    kafka_in(ctx, &server, &canvases, rate).await.map(|d| match p {
+                    kafka_in(ctx, &server, &canvases, rate, Payload::Pixels).await.map(|d| match p {
                         Peer::Centrifugo => level.centrifugo = Some(d),
                         Peer::SocketIo => level.socketio = Some(d),
                     })
@@ -345,6 +383,15 @@ pub async fn run(ctx: &Ctx, rates: &[f64]) -> Vec<Row> {
             };
             if let Err(e) = r {
                 ctx.error(format!("latency {rate}/s on {}: {e:#}", system.label()));
+            }
+            // The same path on `stream` channels, on the same server after the pixel paths (every
+            // system alike), fresh channels for each size.
+            for (k, sl) in level.stream.iter_mut().enumerate() {
+                let channels: Vec<String> = (0..ctx.size.latency_canvases).map(|i| sl.payload.channel(&format!("ls{k}-{i}"))).collect();
+                match kafka_in(ctx, &server, &channels, rate, sl.payload).await {
+                    Ok(d) => *sl.of_mut(system) = Some(d),
+                    Err(e) => ctx.error(format!("latency {rate}/s, {} on {}: {e:#}", sl.payload.label(), system.label())),
+                }
             }
             server.stop().await;
         }

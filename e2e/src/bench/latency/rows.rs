@@ -1,7 +1,10 @@
 //! The latency measure's rows: every path at every load, the targets beside them.
 
 use super::{pct, Dist, Level};
+use crate::bench::payload::Payload;
+use crate::bench::peers::Peer;
 use crate::bench::report::{Better, Cell, Row};
+use crate::bench::subs::System;
 use crate::bench::Ctx;
 
 pub(super) fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
@@ -166,6 +169,111 @@ pub(super) fn rows(ctx: &Ctx, levels: &[Level]) -> Vec<Row> {
             target: None,
             met: None,
         });
+        rows.extend(stream_rows(ctx, l, peers_run));
     }
     rows
+}
+
+/// The rows of `l`'s `stream` paths: each payload's latencies, the cores' busy share and what was
+/// not received, per system; then the ratio the target names, `stream` 100 B ÷ pixels at p99.
+fn stream_rows(ctx: &Ctx, l: &Level, peers_run: bool) -> Vec<Row> {
+    let mut rows = Vec::new();
+    let cell = |d: &Option<Dist>, f: &dyn Fn(&Dist) -> Option<f64>, run: bool| -> Cell {
+        match d {
+            Some(d) => f(d).map_or_else(|| Cell::na("could not read /proc/stat"), Cell::Value),
+            None if run => Cell::na("failed: see errors"),
+            None => Cell::na("not run (--no-peers)"),
+        }
+    };
+    for sl in &l.stream {
+        let Payload::Stream { data_bytes } = sl.payload else { continue };
+        let label = sl.payload.label();
+        let setup = format!(
+            "offered {} events/s round-robin over {} `stream` channels (namespace `{}`), each record a format-2 publication with {data_bytes} B of data, \
+             produced straight to Kafka to every system; {} s after {:.1} s at the same rate not measured, on the same server right after its pixel paths, \
+             one subscriber per channel (the fleet: on the ws-node); latency = client receive − librdkafka produce() of the record, same clock; {}",
+            l.rate, ctx.size.latency_canvases, crate::bench::payload::NAMESPACE, ctx.size.duration.as_secs(), ctx.size.latency_warmup.as_secs_f64(), ctx.broker_label
+        );
+        let row = |figure: String, better: Better, f: &dyn Fn(&Dist) -> Option<f64>| Row {
+            section: "latency".into(),
+            figure,
+            setup: setup.clone(),
+            better,
+            ours: cell(&sl.fleet, f, true),
+            centrifugo: cell(&sl.centrifugo, f, peers_run),
+            socketio: cell(&sl.socketio, f, peers_run),
+            target: None,
+            met: None,
+        };
+        for (q, f) in [("p50", (|d: &Dist| Some(d.p50_ms)) as fn(&Dist) -> Option<f64>), ("p99", |d: &Dist| Some(d.p99_ms)), ("p99.9", |d: &Dist| Some(d.p999_ms))] {
+            rows.push(row(format!("{} ev/s, {label}: Kafka produce → client {q}, ms", l.rate), Better::Lower, &f));
+        }
+        rows.push(row(format!("{} ev/s, {label}: cores busy while producing straight to Kafka, % of all cores (every process on the machine)", l.rate), Better::Neither, &|d| d.cores_busy_pct));
+        rows.push(row(format!("{} ev/s, {label}: events not received 2 s after the last was sent", l.rate), Better::Lower, &|d| Some(d.missing as f64)));
+    }
+    rows.extend(p99_ratio_row(l, peers_run));
+    rows
+}
+
+/// The ratio issue 33's target names at `l`'s load: each system's p99 on `stream` 100 B ÷ its p99
+/// on pixel events, both produced straight to Kafka in the same run; ours judged (at most 1.10).
+fn p99_ratio_row(l: &Level, peers_run: bool) -> Option<Row> {
+    let sl = l.stream.iter().find(|sl| sl.payload == Payload::STREAM_100_B)?;
+    let pixel = |s: System| match s {
+        System::Fleet => &l.fleet_kafka,
+        System::Peer(Peer::Centrifugo) => &l.centrifugo,
+        System::Peer(Peer::SocketIo) => &l.socketio,
+    };
+    let ratio = |s: System| match (sl.of(s), pixel(s)) {
+        (Some(st), Some(px)) => Cell::Value(st.p99_ms / px.p99_ms.max(1e-9)),
+        _ if s != System::Fleet && !peers_run => Cell::na("not run (--no-peers)"),
+        _ => Cell::na("failed: see errors"),
+    };
+    let ours = ratio(System::Fleet);
+    let mut row = Row {
+        section: "latency".into(),
+        figure: format!("{} ev/s: {} ÷ pixels, Kafka produce → client p99 (same run)", l.rate, sl.payload.label()),
+        setup: format!("the p99 rows above of the `{}` and the pixel Kafka-in paths, same server, same load", sl.payload.label()),
+        better: Better::Neither,
+        ours: ours.clone(),
+        centrifugo: ratio(System::Peer(Peer::Centrifugo)),
+        socketio: ratio(System::Peer(Peer::SocketIo)),
+        target: None,
+        met: None,
+    };
+    if let Cell::Value(r) = ours {
+        row = row.with_target("≤ 1.10 (ours within 10 % of pixels, or better)", r <= 1.10);
+    }
+    Some(row)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::latency::StreamLevel;
+
+    fn p99(ms: f64) -> Option<Dist> {
+        Some(Dist { samples: 1000, p50_ms: ms / 2.0, p99_ms: ms, p999_ms: ms * 2.0, missing: 0, achieved_rate: 1000.0, cores_busy_pct: Some(50.0) })
+    }
+
+    #[test]
+    fn the_p99_ratio_is_stream_100_b_over_pixels_per_system() {
+        let mut l = Level { rate: 1000.0, fleet_kafka: p99(4.0), centrifugo: p99(5.0), socketio: p99(10.0), ..Level::default() };
+        assert!(p99_ratio_row(&l, true).is_none(), "no stream path, no ratio");
+        l.stream = vec![
+            StreamLevel { payload: Payload::STREAM_1_KIB, fleet: p99(8.0), centrifugo: None, socketio: None },
+            StreamLevel { payload: Payload::STREAM_100_B, fleet: p99(4.2), centrifugo: p99(6.0), socketio: None },
+        ];
+        let r = p99_ratio_row(&l, true).expect("a 100 B path");
+        assert!(matches!(r.ours, Cell::Value(v) if (v - 1.05).abs() < 1e-9), "{:?}", r.ours);
+        assert!(matches!(r.centrifugo, Cell::Value(v) if (v - 1.2).abs() < 1e-9));
+        assert!(matches!(r.socketio, Cell::NotApplicable { .. }));
+        assert_eq!(r.met, Some(true));
+        l.stream[1].fleet = p99(4.5);
+        assert_eq!(p99_ratio_row(&l, true).unwrap().met, Some(false), "1.125 is more than 10 % above pixels");
+        l.stream[1].fleet = None;
+        let r = p99_ratio_row(&l, false).unwrap();
+        assert_eq!(r.met, None, "not judged without our figure");
+        assert!(matches!(&r.socketio, Cell::NotApplicable { not_applicable } if not_applicable.contains("--no-peers")));
+    }
 }
