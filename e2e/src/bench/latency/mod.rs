@@ -116,6 +116,43 @@ fn join(sent: &[(usize, u64, Instant)], subs: &[&Sub]) -> (Histogram<u64>, u64) 
     (h, expected.saturating_sub(got))
 }
 
+/// Latency above which [`slow_events`] counts an event (a tail worth a look).
+const SLOW: Duration = Duration::from_millis(50);
+
+/// Where a tail came from, in words for the progress line: the events slower than [`SLOW`], on
+/// how many of the clients, sent when in the window. One client's stall and a stall of the whole
+/// server (or machine) give the same p99 and need different explanations.
+fn slow_events(sent: &[(usize, u64, Instant)], subs: &[&Sub]) -> String {
+    let by_key: HashMap<(usize, u64), Instant> = sent.iter().map(|(c, v, t)| ((*c, *v), *t)).collect();
+    let Some(start) = sent.iter().map(|(_, _, t)| *t).min() else { return "nothing sent".into() };
+    let (mut n, mut clients, mut worst) = (0usize, 0usize, Duration::ZERO);
+    let (mut first, mut last) = (f64::MAX, 0.0f64);
+    for s in subs {
+        let mut slow_here = false;
+        for (v, at) in s.seen.times.lock().expect("times lock").iter() {
+            let Some(t0) = by_key.get(&(s.canvas, *v)) else { continue };
+            let took = at.saturating_duration_since(*t0);
+            if took > SLOW {
+                n += 1;
+                slow_here = true;
+                worst = worst.max(took);
+                let when = t0.duration_since(start).as_secs_f64();
+                (first, last) = (first.min(when), last.max(when));
+            }
+        }
+        clients += usize::from(slow_here);
+    }
+    if n == 0 {
+        return format!("no event took over {} ms", SLOW.as_millis());
+    }
+    format!(
+        "{n} events took over {} ms (the slowest {:.0} ms), on {clients} of {} clients, sent {first:.2}–{last:.2} s into the window",
+        SLOW.as_millis(),
+        worst.as_secs_f64() * 1e3,
+        subs.len()
+    )
+}
+
 /// Waits until every subscriber got at least one event (the server's consumer is live), sending
 /// one event per canvas with `poke` every 300 ms.
 async fn warm_up<F, Fut>(label: &str, subs: &[&Sub], mut poke: F) -> anyhow::Result<()>
@@ -249,7 +286,7 @@ async fn kafka_in(ctx: &Ctx, server: &Server, channels: &[String], rate: f64, pa
     tokio::time::sleep(Duration::from_secs(2)).await;
     let (h, m) = join(&p.log, &refs);
     let d = Dist { cores_busy_pct: busy, ..dist(&h, m, sent as f64 / ctx.size.duration.as_secs_f64()) };
-    println!("[bench]   {label}: {d:?}");
+    println!("[bench]   {label}: {d:?}; {}", slow_events(&p.log, &refs));
     Ok(d)
 }
 
