@@ -74,7 +74,7 @@ pub struct Size {
 }
 
 impl Size {
-    /// The published sizes: about 11 minutes on 2 cores (plus the peers' first install).
+    /// The published sizes: about 23 minutes on 2 cores (plus the peers' first install).
     pub fn full() -> Self {
         Self {
             name: "full",
