@@ -3,7 +3,10 @@
  *
  * One Node.js process: a Kafka consumer (@platformatic/kafka 1.x, a maintained pure-JS client that
  * runs on Node.js 20.19+; 2.x needs Node.js 22) reads the same topic as the fleet and emits every
- * record to the room named after its key (the canvas id); Socket.IO 4 serves WebSocket clients (transport `websocket` only) that join rooms, with
+ * record to the room named after its key (the canvas or channel id), its value parsed as JSON, so
+ * that clients receive the record's JSON as it was written (a fleet pixel event, or a format-2
+ * publication whose data is any JSON) and not a string holding it; Socket.IO 4 serves WebSocket
+ * clients (transport `websocket` only) that join rooms, with
  * connection state recovery on (Socket.IO's own resume: missed packets are replayed to a client
  * that reconnects within `maxDisconnectionDuration`).
  *
@@ -17,14 +20,14 @@
  * Protocol for clients (Engine.IO 4 over WebSocket, https://socket.io/docs/v4/socket-io-protocol/):
  * connect to ws://host:PORT/socket.io/?EIO=4&transport=websocket, read the Engine.IO open packet
  * `0{...}`, send `40` (connect to the main namespace; answered by `40{"sid":...}`), then emit
- * `join` with a canvas id and an ack id N (`42N["join","c1"]`), answered by `43N[{"joined":"c1"}]`
- * once the socket is in the room. Events arrive as `42["event",<the record value, a JSON string>,
- * <recovery offset>]`. The server pings with `2` every 25 s; the client must answer `3`.
+ * `join` with a canvas or channel id and an ack id N (`42N["join","c1"]`), answered by
+ * `43N[{"joined":"c1"}]` once the socket is in the room. Events arrive as
+ * `42["event",<the record value, as JSON>,<recovery offset>]`. The server pings with `2` every 25 s; the client must answer `3`.
  */
 
 import { createServer } from 'node:http';
 import { Server } from 'socket.io';
-import { Consumer, stringDeserializers } from '@platformatic/kafka';
+import { Consumer, jsonDeserializer, stringDeserializers } from '@platformatic/kafka';
 
 const port = Number(process.env.PORT || 8090);
 const host = process.env.HOST || '127.0.0.1';
@@ -84,11 +87,22 @@ http.on('error', (e) => {
 });
 http.listen(port, host, () => log(`listening on ${host}:${port}, topic ${topic} at ${bootstrap}, group ${group}`));
 
+/** A record value: its JSON, parsed; its text when it is not JSON. */
+const valueOf = (data) => {
+  try {
+    return jsonDeserializer(data);
+  } catch {
+    return data?.toString('utf-8');
+  }
+};
+
 consumer = new Consumer({
   groupId: group,
   clientId: 'socketio-peer',
   bootstrapBrokers: [bootstrap],
-  deserializers: stringDeserializers,
+  // Keys and headers as strings; values parsed as JSON (socket.io serialises them again once per
+  // emit, not once per client), a value that is not JSON passed on as its text.
+  deserializers: { ...stringDeserializers, value: valueOf },
   sessionTimeout: 10000,
   heartbeatInterval: 1000,
 });

@@ -1,6 +1,7 @@
 //! The benchmark's own Kafka clients: topic creation, a rate-controlled producer writing fleet
-//! events straight to the topic (what the peers consume: they have no publisher), and a bare
-//! librdkafka consumer (the ceiling and the baseline the fleet is compared with).
+//! events or `stream` publications straight to the topic (what the peers consume: they have no
+//! publisher), and a bare librdkafka consumer (the ceiling and the baseline the fleet is compared
+//! with).
 
 use anyhow::{bail, Context};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -9,6 +10,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Message, Offset, TopicPartitionList};
+use super::payload::{Payload, StreamRecords};
 use shared::kafka::KafkaSettings;
 use shared::partitioner::partition_for;
 use shared::{ChannelId, Color, PixelEvent};
@@ -127,11 +129,14 @@ pub fn event(canvas: &str, version: u64, side: u32) -> PixelEvent {
 /// Writes fleet events straight to a topic: key = canvas id, explicit partition from
 /// [`partition_for`] (the fleet's murmur2), the [`CHANNELS_HEADER`] header, contiguous versions per
 /// canvas from 1. Uses the publisher's producer settings (`acks=all`, idempotent, `linger.ms=1`).
+/// Pixel events (format 1) unless [`DirectProducer::carrying`] says otherwise.
 pub struct DirectProducer {
     producer: FutureProducer,
     topic: String,
     partitions: u32,
     side: u32,
+    /// The writer of `stream` records, when it carries them ([`DirectProducer::carrying`]).
+    stream: Option<StreamRecords>,
     canvases: Vec<String>,
     next_version: Vec<u64>,
     /// (canvas index, version, enqueue time) of each event sent while `record` is on.
@@ -157,7 +162,18 @@ impl DirectProducer {
         cfg.set("queue.buffering.max.messages", "2000000").set("queue.buffering.max.kbytes", "1048576");
         let producer: FutureProducer = cfg.create()?;
         let n = canvases.len();
-        Ok(Self { producer, topic: topic.into(), partitions, side, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0, timestamp_ms: None })
+        Ok(Self { producer, topic: topic.into(), partitions, side, stream: None, canvases, next_version: vec![1; n], log: Vec::new(), record, sent: 0, value_bytes: 0, timestamp_ms: None })
+    }
+
+    /// The same producer writing `payload`'s records: for a `stream` payload, format-2
+    /// publications of that size ([`StreamRecords`]) to channels that must be of
+    /// [`super::payload::NAMESPACE`].
+    pub fn carrying(mut self, payload: Payload) -> Self {
+        self.stream = match payload {
+            Payload::Pixels => None,
+            Payload::Stream { data_bytes } => Some(StreamRecords::new(data_bytes, self.side)),
+        };
+        self
     }
 
     /// Enqueues the next event of canvas number `i` (without waiting for the broker).
@@ -167,10 +183,18 @@ impl DirectProducer {
     pub async fn send(&mut self, i: usize) -> anyhow::Result<()> {
         let canvas = &self.canvases[i];
         let version = self.next_version[i];
-        let value = event(canvas, version, self.side).to_json();
+        let mut headers = OwnedHeaders::new().insert(Header { key: CHANNELS_HEADER, value: Some(canvas.as_bytes()) });
+        let value = match &self.stream {
+            None => event(canvas, version, self.side).to_json(),
+            Some(records) => {
+                for (key, value) in records.headers() {
+                    headers = headers.insert(Header { key, value: Some(value) });
+                }
+                records.value(canvas, version, shared::event::now_ms())
+            }
+        };
         self.value_bytes = value.len();
         let partition = partition_for(canvas.as_bytes(), self.partitions) as i32;
-        let headers = OwnedHeaders::new().insert(Header { key: CHANNELS_HEADER, value: Some(canvas.as_bytes()) });
         let t0 = Instant::now();
         let mut record = FutureRecord::to(&self.topic).key(canvas.as_bytes()).payload(value.as_bytes()).partition(partition).headers(headers);
         if let Some(ts) = self.timestamp_ms {

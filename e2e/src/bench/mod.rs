@@ -3,9 +3,10 @@
 //! in one run — the publisher's own throughput (publish), how recovery grows with the length
 //! of the log (age), and the publisher's failover on a log it has just written (writer).
 //!
-//! Every system consumes the same kind of topic (6 partitions, key = canvas id, value = the fleet's
-//! JSON pixel event, a `centrifugo-channels` header) written by the bench's own producer, and
-//! serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
+//! Every system consumes the same kind of topic (6 partitions, key = channel id, a
+//! `centrifugo-channels` header) written by the bench's own producer, with the same record values:
+//! the fleet's JSON pixel event, or a format-2 publication of a `stream` channel with data of a
+//! given size ([`payload`]); and serves the same light WebSocket subscribers ([`subs`]). Each measure starts the system it
 //! measures on a fresh topic and stops it afterwards, so runs do not disturb each other.
 
 pub mod age;
@@ -16,6 +17,7 @@ pub mod http;
 pub mod kafka;
 pub mod latency;
 pub mod memory;
+pub mod payload;
 pub mod peers;
 pub mod publish;
 pub mod replay;
@@ -38,6 +40,9 @@ pub struct Size {
     pub fanout: Vec<fanout::Case>,
     /// Offered loads of the latency runs, events/s.
     pub latency_rates: Vec<f64>,
+    /// The `stream` payloads the latency measure runs beside the pixel events, each at the loads
+    /// it fits ([`payload::Payload::fits_rate`]), produced straight to Kafka like the peers' path.
+    pub latency_stream: Vec<payload::Payload>,
     pub latency_canvases: usize,
     /// Load at the offered rate before each latency window, not measured: every path (bare,
     /// through the publisher, straight to Kafka, the peers) gets the same, so none is measured
@@ -69,17 +74,38 @@ pub struct Size {
 }
 
 impl Size {
-    /// The published sizes: about 11 minutes on 2 cores (plus the peers' first install).
+    /// The published sizes: about 23 minutes on 2 cores (plus the peers' first install).
     pub fn full() -> Self {
         Self {
             name: "full",
             duration: Duration::from_secs(10),
-            fanout: vec![
-                fanout::Case { name: "1,000 clients over 10 canvases".into(), active_canvases: 10, active_clients: 1000, idle_clients: 0, rate: 500.0 },
-                fanout::Case { name: "100 clients on 1 canvas".into(), active_canvases: 1, active_clients: 100, idle_clients: 0, rate: 500.0 },
-                fanout::Case { name: "5,000 idle + 100 active over 10 canvases".into(), active_canvases: 10, active_clients: 100, idle_clients: 5000, rate: 5000.0 },
-            ],
+            fanout: {
+                use payload::Payload::{self as P, Pixels};
+                let case = |payload: P, name: &str, active_canvases, active_clients, idle_clients, rate| fanout::Case {
+                    name: match payload {
+                        Pixels => name.to_owned(),
+                        _ => format!("{}: {}", payload.label(), name.replace("canvases", "channels").replace("canvas", "channel")),
+                    },
+                    payload,
+                    active_canvases,
+                    active_clients,
+                    idle_clients,
+                    rate,
+                };
+                let mut cases = Vec::new();
+                for p in [Pixels, P::STREAM_100_B] {
+                    cases.push(case(p, "1,000 clients over 10 canvases", 10, 1000, 0, 500.0));
+                    cases.push(case(p, "100 clients on 1 canvas", 1, 100, 0, 500.0));
+                    cases.push(case(p, "5,000 idle + 100 active over 10 canvases", 10, 100, 5000, 5000.0));
+                }
+                cases.push(case(P::STREAM_1_KIB, "1,000 clients over 10 canvases", 10, 1000, 0, 500.0));
+                // A tenth of the rate: at 500 events/s, 16 KiB to 1,000 clients is 800 MB/s of
+                // WebSocket data, more than the bench's own clients read on two shared cores.
+                cases.push(case(P::STREAM_16_KIB, "1,000 clients over 10 canvases at 50 events/s", 10, 1000, 0, 50.0));
+                cases
+            },
             latency_rates: vec![1000.0, 10_000.0, 50_000.0],
+            latency_stream: vec![payload::Payload::STREAM_100_B, payload::Payload::STREAM_1_KIB, payload::Payload::STREAM_16_KIB],
             latency_canvases: 100,
             latency_warmup: Duration::from_secs(3),
             replay_events: 1_000_000,
@@ -103,8 +129,12 @@ impl Size {
         Self {
             name: "tiny",
             duration: Duration::from_secs(2),
-            fanout: vec![fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 }],
+            fanout: vec![
+                fanout::Case { name: "20 clients over 2 canvases, 20 idle".into(), payload: payload::Payload::Pixels, active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 },
+                fanout::Case { name: "stream 16 KiB: 20 clients over 2 channels, 20 idle".into(), payload: payload::Payload::STREAM_16_KIB, active_canvases: 2, active_clients: 20, idle_clients: 20, rate: 100.0 },
+            ],
             latency_rates: vec![200.0],
+            latency_stream: vec![payload::Payload::STREAM_100_B],
             latency_canvases: 5,
             latency_warmup: Duration::from_millis(500),
             replay_events: 20_000,

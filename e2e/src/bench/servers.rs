@@ -10,7 +10,8 @@ use crate::procs::Timeline;
 pub const PARTITIONS: u32 = 6;
 
 enum Inner {
-    Fleet(Box<Fleet>),
+    /// The fleet, and the `fleet.toml` its binaries read (removed when dropped).
+    Fleet(Box<Fleet>, tempfile::TempPath),
     Peer(PeerServer),
 }
 
@@ -31,18 +32,29 @@ pub struct Server {
 }
 
 impl Server {
-    /// Starts `system` against the context's broker on a fresh topic (the fleet with
-    /// `ctx.canvas_side`-pixel square canvases) and waits until it serves.
+    /// Starts `system` against the context's broker on a fresh topic and waits until it serves.
+    /// The fleet's binaries read the bench's `fleet.toml` ([`super::payload::fleet_toml`]: canvases
+    /// of `ctx.canvas_side` pixels, and the `stream` namespace of the `stream` payloads), and its
+    /// node must show that file's namespaces fingerprint, the one the bench's records carry.
     ///
     /// # Errors
-    /// When it does not come up.
+    /// When it does not come up, or its node reads other namespaces.
     pub async fn start(system: System, ctx: &super::Ctx) -> anyhow::Result<Self> {
         let broker = &ctx.broker;
         println!("[bench]   starting {}", system.label());
         match system {
             System::Fleet => {
-                let spec = FleetSpec { nodes: 1, partitions: PARTITIONS, width: ctx.canvas_side, height: ctx.canvas_side, ..FleetSpec::default() };
-                let fleet = Fleet::start(broker, spec, Timeline::new(false)).await?;
+                let toml = tempfile::Builder::new().prefix("bench-fleet-").suffix(".toml").tempfile()?.into_temp_path();
+                std::fs::write(&toml, super::payload::fleet_toml(ctx.canvas_side))?;
+                let env = vec![("FLEET_CONFIG".to_owned(), toml.display().to_string())];
+                let spec = FleetSpec { nodes: 1, partitions: PARTITIONS, width: ctx.canvas_side, height: ctx.canvas_side, env, ..FleetSpec::default() };
+                let mut fleet = Fleet::start(broker, spec, Timeline::new(false)).await?;
+                let want = super::payload::fingerprint(ctx.canvas_side);
+                let health: serde_json::Value = fleet.http.get(format!("{}/health", fleet.nodes[0].url())).send().await?.json().await?;
+                if health["namespaces_fingerprint"].as_str() != Some(want.as_str()) {
+                    fleet.stop().await;
+                    anyhow::bail!("the ws-node reads namespaces {} (GET /health), not the bench's {want}: it did not read {}", health["namespaces_fingerprint"], toml.display());
+                }
                 let pid = fleet.nodes[0].pid().unwrap_or(0);
                 Ok(Self {
                     system,
@@ -52,7 +64,7 @@ impl Server {
                     gateway: Some((fleet.gateway_ws(), fleet.gateway.pid().unwrap_or(0))),
                     publisher: Some(fleet.publisher.url()),
                     publisher_pid: fleet.publisher.pid(),
-                    inner: Inner::Fleet(Box::new(fleet)),
+                    inner: Inner::Fleet(Box::new(fleet), toml),
                 })
             }
             System::Peer(peer) => {
@@ -67,7 +79,7 @@ impl Server {
     /// Stops every process of the system.
     pub async fn stop(self) {
         match self.inner {
-            Inner::Fleet(mut f) => f.stop().await,
+            Inner::Fleet(mut f, _toml) => f.stop().await,
             Inner::Peer(p) => p.stop().await,
         }
     }

@@ -1,5 +1,6 @@
 //! Light WebSocket subscribers for every system, the same client code for all: each counts the
-//! events it receives and, when asked, keeps the receive time of each (canvas, version).
+//! events (pixel events or `stream` publications) it receives and, when asked, keeps the receive
+//! time of each (channel, version), taken when the frame that carried it was read whole.
 
 use super::peers::{self, Peer};
 use futures::{SinkExt, StreamExt};
@@ -12,7 +13,9 @@ use tokio_tungstenite::tungstenite::Message;
 /// The system a subscriber talks to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub enum System {
-    /// Our ws-node (directly or through the gateway): `/ws?canvas=<id>&since=0`.
+    /// Our ws-node (directly or through the gateway): `/ws?canvas=<id>&since=0` for a canvas of the
+    /// default namespace (today's `event` frames), `/ws?channel=<id>&since=0` for a channel of a
+    /// namespace (`publication` frames).
     Fleet,
     Peer(Peer),
 }
@@ -71,7 +74,9 @@ type Ws = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<t
 async fn open(system: System, base: &str, canvas: &str) -> anyhow::Result<Ws> {
     match system {
         System::Fleet => {
-            let url = format!("{base}/ws?canvas={canvas}&since=0");
+            // A channel of a namespace is no canvas: its session takes `channel=`.
+            let key = if canvas.contains(':') { "channel" } else { "canvas" };
+            let url = format!("{base}/ws?{key}={canvas}&since=0");
             let (mut ws, _) = tokio_tungstenite::connect_async_with_config(url.as_str(), Some(ws_config()), false).await?;
             // The welcome frame says the session is open on the node.
             match tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
@@ -87,7 +92,7 @@ fn on_text(system: System, text: &str, versions: &mut Vec<u64>) -> Option<String
     match system {
         System::Fleet => {
             if let Ok(f) = serde_json::from_str::<FleetFrame>(text) {
-                if f.kind == "event" {
+                if f.kind == "event" || f.kind == "publication" {
                     versions.push(f.version);
                 }
             }

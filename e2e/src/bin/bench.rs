@@ -14,7 +14,7 @@ use std::time::Instant;
 enum SizeChoice {
     /// A few seconds of each measure (what CI runs so the tool cannot rot).
     Tiny,
-    /// The sizes of the published results (about 11 minutes on 2 cores).
+    /// The sizes of the published results (about 23 minutes on 2 cores).
     Full,
 }
 
