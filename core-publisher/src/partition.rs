@@ -320,9 +320,14 @@ impl Partition {
         }
     }
 
-    /// The reset count of `channel`'s current history (0 when it has none).
+    /// The reset count of `channel`'s current history: its head's; for a channel deleted here,
+    /// the one its next history starts at (what nodes told its clients); else 0.
     pub fn resets_of(&self, channel: &ChannelId) -> u64 {
-        self.lock_book().coverage.resets(channel)
+        let book = self.lock_book();
+        match (book.heads.contains_key(channel), book.deleted.get(channel)) {
+            (false, Some(next)) => *next,
+            _ => book.coverage.resets(channel),
+        }
     }
 
     /// The committed version and hash of `canvas`, if it has events.

@@ -361,8 +361,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     tl.mark(format!("starting broker: {}", cfg.broker.label()));
     let broker = Broker::start(cfg.broker.clone()).await.context("start the broker")?;
     // Every binary reads the same namespaces.
-    let toml = tempfile::Builder::new().prefix("fleet-").suffix(".toml").tempfile().context("a fleet.toml")?;
-    std::fs::write(toml.path(), MODEL_FLEET_TOML).context("write fleet.toml")?;
+    let toml = model_fleet_toml()?;
     let mut spec = cfg.fleet.clone();
     if cfg.model_clients > 0 {
         spec.env.push(("FLEET_CONFIG".into(), toml.path().display().to_string()));
@@ -394,18 +393,8 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
 
     // ---- normal
     let mut clients = spawn_clients(&fleet, &canvases, cfg.clients, dims).await?;
-    let models = shared::namespaces::Namespaces::from_toml(MODEL_FLEET_TOML, dims).map_err(anyhow::Error::msg)?;
     let model_channels: Vec<String> = if cfg.model_clients > 0 { MODEL_CHANNELS.iter().map(|c| (*c).to_owned()).collect() } else { Vec::new() };
-    let mut model_clients = Vec::new();
-    for c in &model_channels {
-        let model = models.of(&shared::ChannelId::parse(c)?).map_err(|e| anyhow::anyhow!("{e}"))?.model.clone();
-        for i in 0..cfg.model_clients {
-            // Every other client names its channel in a `subscribe` first frame.
-            let spawn = if i % 2 == 1 { Client::spawn_subscribing } else { Client::spawn_channel };
-            model_clients.push(spawn(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
-        }
-    }
-    wait_connected(&model_clients).await?;
+    let model_clients = spawn_model_clients(&fleet, &model_channels, cfg.model_clients).await?;
     let model_load = ModelLoad::start(&fleet.publisher.url(), model_channels.clone());
     clients.extend(model_clients);
     let load = Load::start(&fleet.publisher.url(), canvases.clone(), cfg.rate, dims.width, dims.height);
@@ -535,6 +524,36 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     Ok((report, running))
 }
 
+/// A `fleet.toml` with the namespaces of [`MODEL_CHANNELS`] ([`MODEL_FLEET_TOML`]), for
+/// `FLEET_CONFIG` (removed when dropped).
+///
+/// # Errors
+/// When the file cannot be written.
+pub fn model_fleet_toml() -> anyhow::Result<tempfile::NamedTempFile> {
+    let toml = tempfile::Builder::new().prefix("fleet-").suffix(".toml").tempfile().context("a fleet.toml")?;
+    std::fs::write(toml.path(), MODEL_FLEET_TOML).context("write fleet.toml")?;
+    Ok(toml)
+}
+
+/// `per_channel` clients of each of `channels` (of [`MODEL_FLEET_TOML`]'s namespaces) through the
+/// fleet's gateway, connected; every other one names its channel in a `subscribe` first frame.
+///
+/// # Errors
+/// When a channel is not of those namespaces, or the clients do not connect.
+pub async fn spawn_model_clients(fleet: &Fleet, channels: &[String], per_channel: usize) -> anyhow::Result<Vec<Client>> {
+    let models = shared::namespaces::Namespaces::from_toml(MODEL_FLEET_TOML, CanvasDims::default()).map_err(anyhow::Error::msg)?;
+    let mut clients = Vec::new();
+    for c in channels {
+        let model = models.of(&shared::ChannelId::parse(c)?).map_err(|e| anyhow::anyhow!("{e}"))?.model.clone();
+        for i in 0..per_channel {
+            let spawn = if i % 2 == 1 { Client::spawn_subscribing } else { Client::spawn_channel };
+            clients.push(spawn(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
+        }
+    }
+    wait_connected(&clients).await?;
+    Ok(clients)
+}
+
 /// Resets `channel` through the gateway's admin route (`POST /api/channels/{id}/reset`); returns
 /// the epoch the answer names.
 ///
@@ -547,6 +566,20 @@ pub async fn reset_channel(fleet: &Fleet, channel: &str) -> anyhow::Result<Strin
     let body: serde_json::Value = r.json().await.unwrap_or_default();
     anyhow::ensure!(status == 200, "reset of {channel} answered {status}: {body}");
     body["epoch"].as_str().map(str::to_owned).with_context(|| format!("reset of {channel}: no epoch in {body}"))
+}
+
+/// Deletes `channel` through the gateway's admin route (`DELETE /api/channels/{id}`); returns
+/// the epoch the answer names (the blank channel's).
+///
+/// # Errors
+/// When the answer is not 200.
+pub async fn delete_channel(fleet: &Fleet, channel: &str) -> anyhow::Result<String> {
+    let url = format!("{}/api/channels/{channel}", fleet.gateway.url());
+    let r = fleet.admin(fleet.http.delete(&url)).json(&serde_json::json!({})).timeout(Duration::from_secs(15)).send().await?;
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    anyhow::ensure!(status == 200 && body["deleted"] == true, "delete of {channel} answered {status}: {body}");
+    body["epoch"].as_str().map(str::to_owned).with_context(|| format!("delete of {channel}: no epoch in {body}"))
 }
 
 /// Steady publishing to channels of the other models: one publication to each every 50 ms, each

@@ -552,7 +552,7 @@ async fn channels_of_each_model_are_served_in_the_channel_frames() {
     h.publish_op("scores:final", shared::record::OpKind::Delete, 1, &fp).await;
     let got = frames(&mut ws, 2).await;
     assert_eq!((got[0].0.as_str(), got[1].0.as_str(), got[1].1), ("reset", "state", 0));
-    assert!(got[0].2.as_str().is_some_and(|e| e.ends_with("-0")), "a blank channel's epoch: {}", got[0].2);
+    assert!(got[0].2.as_str().is_some_and(|e| e.ends_with("-2")), "the next history's epoch (the deleted one's + 1): {}", got[0].2);
     // Subscribe frames the node refuses: an `error` naming the channel, then 1008 for good.
     for (text, code) in [
         (r#"{"type":"subscribe","channel":"nope:a"}"#.to_owned(), "unknown_namespace"),

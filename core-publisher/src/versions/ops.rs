@@ -27,8 +27,8 @@ impl<L: EventLog> Versions<L> {
     }
 
     /// Deletes `channel`: its head, and its snapshot (tombstoned). Returns once the transaction
-    /// carrying the op committed, with the blank channel's epoch (reset count 0, as nodes tell
-    /// its clients).
+    /// carrying the op committed, with the epoch of its next history (the deleted one's reset
+    /// count + 1), which nodes tell its clients.
     ///
     /// # Errors
     /// As [`Versions::reset_channel`].
@@ -62,8 +62,8 @@ impl<L: EventLog> Versions<L> {
         };
         // No op record: the channel was deleted meanwhile (by a concurrent delete).
         let record = published.into_iter().next().ok_or_else(|| PublishError::UnknownChannel(channel.to_string()))?;
-        // After a delete the channel is blank, as on a node: reset count 0 until a publication
-        // starts its next history (with a reset to the count after the deleted one's).
+        // After a delete: the next history's count (the deleted one's + 1), as nodes tell its
+        // clients; a publication starts it with a reset to it.
         let resets = p.resets_of(channel);
         tracing::info!(channel = %channel, op = op.as_str(), resets, partition = record.partition, offset = record.offset,
             "[CHANNEL] {} committed", op.as_str());
@@ -186,10 +186,10 @@ mod tests {
         assert!(log.snapshot_keys(p).iter().any(|(k, tomb)| k == "docs:b" && !tomb), "snapshotted before the delete");
         let before = v.canvas_count();
         let changed = v.delete_channel(&c).await.unwrap();
-        assert_eq!(changed.epoch, Epoch::of(FAKE_TOPIC_ID, 0), "a blank channel's epoch, as nodes tell its clients");
+        assert_eq!(changed.epoch, Epoch::of(FAKE_TOPIC_ID, 1), "the next history's epoch, as nodes tell its clients");
         assert_eq!(v.canvas_count(), before - 1);
         assert_eq!(log.snapshot_keys(p).last(), Some(&("docs:b".to_owned(), true)), "its snapshot tombstoned in the same transaction");
-        assert_eq!(state(&v, "docs:b").await, (0, Epoch::of(FAKE_TOPIC_ID, 0).to_string(), "{}".to_owned()));
+        assert_eq!(state(&v, "docs:b").await, (0, Epoch::of(FAKE_TOPIC_ID, 1).to_string(), "{}".to_owned()));
         assert_eq!(v.delete_channel(&c).await.unwrap_err(), PublishError::UnknownChannel("docs:b".into()), "deleted already");
         // A restart learns the delete from the log's tail, and the next history starts with a
         // reset to the count after the deleted one's.

@@ -97,8 +97,11 @@ fn partitions_of(canvases: &[String], n: u32) -> Vec<i32> {
 async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     let tl = Timeline::new(true);
     let broker = Broker::start(BrokerKind::Real).await.expect("broker");
+    // Channels of every model beside the canvases.
+    let toml = e2e::scenario::model_fleet_toml().expect("fleet.toml");
     let spec = FleetSpec {
         publisher_env: vec![("SNAPSHOT_EVERY_MS".into(), "300".into()), ("SNAPSHOT_EVERY_VERSIONS".into(), "40".into())],
+        env: vec![("FLEET_CONFIG".into(), toml.path().display().to_string())],
         ..FleetSpec::default()
     };
     let mut fleet = Fleet::start(&broker, spec, tl.clone()).await.expect("fleet");
@@ -106,13 +109,21 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     let nodes = vec!["ws-1".to_owned(), "ws-2".to_owned()];
     let canvases = pick_canvases(&state, fleet.spec.partitions, 4, &nodes);
     let dims = CanvasDims { width: fleet.spec.width, height: fleet.spec.height };
-    let clients = spawn_clients(&fleet, &canvases, 8, dims).await.expect("clients");
+    let mut clients = spawn_clients(&fleet, &canvases, 8, dims).await.expect("clients");
+    let channels: Vec<String> = e2e::scenario::MODEL_CHANNELS.iter().map(|c| (*c).to_owned()).collect();
+    clients.extend(e2e::scenario::spawn_model_clients(&fleet, &channels, 2).await.expect("model clients"));
     let load = Load::start(&format!("{}/api", fleet.gateway.url()), canvases.clone(), 60.0, dims.width, dims.height);
+    let model_load = e2e::scenario::ModelLoad::start(&fleet.publisher.url(), channels.clone());
     tokio::time::sleep(Duration::from_secs(4)).await;
 
     // Retention, at once: every partition loses its records below its checkpoint.
-    let partitions = partitions_of(&canvases, fleet.spec.partitions);
+    let partitions: Vec<i32> = partitions_of(&canvases, fleet.spec.partitions).into_iter().chain(partitions_of(&channels, fleet.spec.partitions)).collect();
     delete_below_checkpoints(&broker, &fleet, &partitions, &Offsets::new()).await;
+    // A channel reset and one deleted (and published to again at once, a new history): through
+    // the kill, the catch-up and the publisher's restart their clients stay in the new epochs.
+    let reset = e2e::scenario::reset_channel(&fleet, "prices:eur").await.expect("reset");
+    e2e::scenario::delete_channel(&fleet, "chat:lobby").await.expect("delete");
+    tl.mark(format!("reset prices:eur (epoch {reset}) and deleted chat:lobby"));
 
     // kill -9 of ws-1: ws-2 takes its partitions from below their new log start.
     kill_ws1_and_wait_for_takeover(&mut fleet, &clients).await;
@@ -135,14 +146,24 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let stats = load.stop().await;
+    let model_published = model_load.stop().await;
+    assert!(model_published > 0, "nothing published to the model channels");
     let accepted = stats.accepted.load(std::sync::atomic::Ordering::Relaxed);
-    let truths = wait_for_heads(&fleet, &clients, &canvases).await.expect("heads");
-    let (_, verdicts) = finish(clients, &truths).await;
+    let all: Vec<String> = canvases.iter().chain(&channels).cloned().collect();
+    let truths = wait_for_heads(&fleet, &clients, &all).await.expect("heads");
+    let (reports, verdicts) = finish(clients, &truths).await;
     fleet.stop().await;
+    drop(toml);
+    for r in reports.iter().filter(|r| r.canvas == "prices:eur" || r.canvas == "chat:lobby") {
+        assert!(r.epoch_changes >= 1, "{} followed its channel into its next history: {:?}", r.name, r.epoch);
+    }
+    for r in reports.iter().filter(|r| r.canvas == "chat:lobby") {
+        assert!(r.epoch.as_ref().is_some_and(|e| e.as_str().ends_with("-1")), "{}: a deleted channel's next history is reset count 1: {:?}", r.name, r.epoch);
+    }
     for v in &verdicts {
         assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
     }
-    let versions: u64 = truths.values().map(|(v, _)| *v).sum();
+    let versions: u64 = canvases.iter().map(|c| truths[c].0).sum();
     assert!(versions >= accepted, "{accepted} publishes accepted but the canvases' versions add up to {versions}");
 }
 

@@ -53,7 +53,7 @@ impl Hub {
             if passed {
                 return;
             }
-            inner.canvases.insert(p.channel.clone(), Channel { state: None, sessions: Vec::new() });
+            inner.canvases.insert(p.channel.clone(), Channel::blank());
         }
         let channel = inner.canvases.get_mut(&p.channel).expect("present or just inserted");
         match &channel.state {
@@ -61,7 +61,16 @@ impl Hub {
             None if passed => return,
             _ => {}
         }
-        let state = channel.state.get_or_insert_with(|| ChannelState::new(p.channel.as_str(), model, window));
+        let blank_resets = channel.blank_resets;
+        let state = channel.state.get_or_insert_with(|| {
+            let mut s = ChannelState::new(p.channel.as_str(), model, window);
+            if blank_resets > 0 {
+                // A deleted channel's next history, its reset not read here (the publisher had
+                // forgotten the delete): it goes on in the epoch its sessions were told.
+                s.reset(model, blank_resets, offset - 1);
+            }
+            s
+        });
         let before = state.version();
         let Some(frame) = state.apply(p) else { return };
         if p.version > before + 1 {
@@ -168,7 +177,7 @@ impl Hub {
             if op.op == OpKind::Reset && !passed {
                 let mut state = ChannelState::new(op.channel.as_str(), model, window);
                 state.reset(model, op.resets, offset);
-                inner.canvases.insert(op.channel.clone(), Channel { state: Some(state), sessions: Vec::new() });
+                inner.canvases.insert(op.channel.clone(), Channel { state: Some(state), ..Channel::blank() });
             }
             return;
         };
@@ -177,23 +186,30 @@ impl Hub {
             None if passed => return,
             _ => {}
         }
+        // The epoch the channel is at after the op: a reset's count, or after a delete the next
+        // history's (the deleted one's + 1, where the publisher starts it).
         let resets = match op.op {
+            OpKind::Reset => op.resets,
+            OpKind::Delete => op.resets + 1,
+        };
+        // Told already (a delete's next history, now started by its reset): nothing new to send.
+        let told = op.op == OpKind::Reset && channel.resets() == resets && channel.state.as_ref().is_none_or(|s| s.version() == 0);
+        match op.op {
             OpKind::Reset => {
                 let state = channel.state.get_or_insert_with(|| ChannelState::new(op.channel.as_str(), model, window));
                 state.reset(model, op.resets, offset);
-                op.resets
             }
             OpKind::Delete => {
                 channel.state = None;
-                0
+                channel.blank_resets = resets;
             }
-        };
+        }
         let sessions = channel.sessions.len();
         match op.op {
             OpKind::Reset => tracing::info!(channel = %op.channel, resets, sessions, partition, offset, "[CHANNEL] reset: the channel starts again at version 0 of its next epoch"),
             OpKind::Delete => tracing::info!(channel = %op.channel, sessions, partition, offset, "[CHANNEL] deleted: its state and recent publications are freed"),
         }
-        if live && !channel.sessions.is_empty() {
+        if live && !told && !channel.sessions.is_empty() {
             let epoch = Epoch::of(&topic, resets);
             let (canvas, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut channel.sessions).into_iter().partition(|s| s.style == FrameStyle::Canvas);
             channel.sessions = keep;

@@ -61,6 +61,20 @@ pub use crate::ownership::Refusal;
 struct Channel {
     state: Option<ChannelState>,
     sessions: Vec<SessionHandle>,
+    /// A blank channel's reset count: 0, or the one after a deleted history's (its sessions
+    /// were told that epoch; the publisher starts the next history there).
+    blank_resets: u64,
+}
+
+impl Channel {
+    fn blank() -> Self {
+        Self { state: None, sessions: Vec::new(), blank_resets: 0 }
+    }
+
+    /// Its reset count: the state's, or the blank one's.
+    fn resets(&self) -> u64 {
+        self.state.as_ref().map_or(self.blank_resets, ChannelState::resets)
+    }
 }
 
 struct Inner {
@@ -378,7 +392,7 @@ impl Hub {
     /// The current epoch of `canvas`'s stream.
     pub fn epoch_of(&self, canvas: &ChannelId) -> Epoch {
         let topic = self.topic_id();
-        let resets = self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, ChannelState::resets);
+        let resets = self.lock().canvases.get(canvas).map_or(0, Channel::resets);
         Epoch::of(&topic, resets)
     }
 
@@ -402,8 +416,8 @@ impl Hub {
         let topic = self.topic_id();
         let mut inner = self.lock();
         inner.own.admits(handle.partition)?;
-        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
-        let current = Epoch::of(&topic, channel.state.as_ref().map_or(0, ChannelState::resets));
+        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel::blank());
+        let current = Epoch::of(&topic, channel.resets());
         let since = epoch::resume_after(since, epoch, &current);
         // A client naming the current epoch holds version `since` of this history, 0 included.
         let holds = epoch == Some(&current);
@@ -857,18 +871,30 @@ mod tests {
         h.apply_op(0, 20, &op(OpKind::Delete, "docs:a", 0));
         h.apply_op(0, 21, &op(OpKind::Delete, "docs:gone", 0));
         h.fanout.settle();
-        assert_eq!(words(&rx), ["reset@0/T-0", "state@0={}"]);
+        assert_eq!(words(&rx), ["reset@0/T-1", "state@0={}"], "the next history's epoch: where the publisher starts it");
         assert_eq!(h.canvas_count(), 0, "both states freed");
+        assert_eq!(h.epoch_of(&id("docs:a")), Epoch::of("T", 1), "kept for its sessions");
+        assert_eq!(h.epoch_of(&id("docs:gone")), Epoch::of("T", 0), "forgotten without sessions");
         assert!(!h.lock().canvases.contains_key(&id("docs:gone")), "a deleted channel without sessions is forgotten");
         // Another reader's late copy of an old record creates nothing.
         h.apply(0, 12, &doc("docs:gone", 3, r#"{"x":1}"#));
         h.apply(0, 2, &doc("docs:a", 3, r#"{"n":3}"#));
         assert_eq!(h.canvas_count(), 0);
-        // A new history starts at version 1.
-        h.apply(0, 22, &doc("docs:a", 1, r#"{"again":1}"#));
+        // The publisher starts the next history with a reset to that count: the session was told.
+        h.apply_op(0, 22, &op(OpKind::Reset, "docs:a", 1));
+        h.apply(0, 23, &doc("docs:a", 1, r#"{"again":1}"#));
         h.fanout.settle();
         assert_eq!(words(&rx), ["p1"]);
-        assert_eq!(h.version_of(&id("docs:a")), 1);
+        assert_eq!((h.version_of(&id("docs:a")), h.epoch_of(&id("docs:a"))), (1, Epoch::of("T", 1)));
+        // A publisher that forgot the delete starts it without the reset: the session's epoch holds.
+        let (s2, rx2) = SessionHandle::of_style(2, id("docs:b"), 0, 64, FrameStyle::Channel);
+        h.apply(0, 24, &doc("docs:b", 1, "{}"));
+        h.subscribe_at(s2, 1, Some(&Epoch::of("T", 0))).unwrap();
+        h.apply_op(0, 25, &op(OpKind::Delete, "docs:b", 0));
+        h.apply(0, 26, &doc("docs:b", 1, r#"{"b":1}"#));
+        h.fanout.settle();
+        assert_eq!(words(&rx2), ["reset@0/T-1", "state@0={}", "p1"]);
+        assert_eq!(h.epoch_of(&id("docs:b")), Epoch::of("T", 1));
     }
 
     #[test]

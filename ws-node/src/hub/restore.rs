@@ -82,7 +82,7 @@ impl Hub {
         let mut inner = self.lock();
         for snap in snapshots {
             let window = self.window;
-            let channel = inner.canvases.entry(snap.channel.clone()).or_insert_with(|| Channel { state: None, sessions: Vec::new() });
+            let channel = inner.canvases.entry(snap.channel.clone()).or_insert_with(|| Channel::blank());
             // A later reset is newer whatever its version; within one, the higher version.
             if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
