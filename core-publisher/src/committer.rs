@@ -375,7 +375,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     let outcome = tokio::select! {
         biased;
         _ = ctx.stop.cancelled() => return false,
-        o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
+        o = ctx.log.transact(writer, records.clone(), writes, None, stall_after) => o,
     };
     let took = began.elapsed();
     ctx.counters.metrics.commit_seconds.observe(took.as_secs_f64());
