@@ -91,7 +91,7 @@ pub fn problems(topics: &[InputTopic], namespaces: &Namespaces, own: &[&str]) ->
         match shared::ChannelId::parse(&probe) {
             Ok(id) => {
                 if let Err(e) = namespaces.of(&id) {
-                    p.push(format!("INPUT_TOPICS (--input-topics): {}={}: {e} (fleet.toml)", t.topic, t.namespace));
+                    p.push(format!("INPUT_TOPICS (--input-topics): {}={}: {e}", t.topic, t.namespace));
                 }
             }
             Err(e) => p.push(format!("INPUT_TOPICS (--input-topics): {}={}: not a namespace ({e})", t.topic, t.namespace)),
