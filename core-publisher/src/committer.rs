@@ -28,6 +28,7 @@
 //! - fenced, or a fatal producer error: the whole publisher stops accepting writes ([`Status`]).
 
 use crate::idempotency::KeyStore;
+use crate::input::{Ended, InputQueue, Take};
 use crate::log::{EventLog, Record, Resolution, SnapshotWrite, TxnOutcome, Writer};
 use crate::partition::{Activity, IsolationPolicy, Mode, ModeEvent, Partition, Pending, Placement, PlannedSnapshots, Unit, MAX_TXN_EVENTS};
 use crate::snapshots::SnapshotPolicy;
@@ -156,6 +157,9 @@ impl Counters {
 
 /// What every committer shares.
 pub struct Ctx<L> {
+    /// The input topics' records not committed yet ([`crate::input`]), when there are input
+    /// topics: each transaction may carry a take of them with its offsets.
+    pub input: Option<Arc<InputQueue>>,
     pub log: Arc<L>,
     pub partitions: Vec<Arc<Partition>>,
     pub keys: Arc<Mutex<KeyStore>>,
@@ -200,23 +204,31 @@ impl<L> Ctx<L> {
     }
 }
 
-/// Units taken for one transaction, with their partitions.
+/// Units taken for one transaction, with their partitions, and the input records it carries.
 struct Batch {
     units: Vec<(i32, Unit)>,
+    input: Option<Take>,
 }
 
 impl Batch {
     fn is_empty(&self) -> bool {
-        self.units.is_empty()
+        self.units.is_empty() && self.input.is_none()
     }
 }
 
-/// Takes whole units from the shared partitions, the partitions in turn from `start`, within
-/// [`MAX_TXN_EVENTS`].
+/// The input records a transaction of `writer` takes ([`crate::input::take`]).
+fn take_input<L>(ctx: &Ctx<L>, writer: Writer) -> Option<Take> {
+    crate::input::take(ctx.input.as_ref(), ctx.status.is_stopped(), writer, &ctx.partitions)
+}
+
+/// Takes the input's records ([`take_input`], at most [`crate::input::INPUT_ROOM`]), then whole
+/// units from the shared partitions, the partitions in turn from `start`, within
+/// [`MAX_TXN_EVENTS`] in all: the HTTP publishes always have half a transaction.
 fn take_shared<L>(ctx: &Ctx<L>, start: usize) -> Batch {
     let n = ctx.partitions.len();
     let mut units = Vec::new();
-    let mut room = MAX_TXN_EVENTS;
+    let input = take_input(ctx, Writer::Shared);
+    let mut room = MAX_TXN_EVENTS - input.as_ref().map_or(0, Take::len);
     for i in 0..n {
         let p = &ctx.partitions[(start + i) % n];
         if !matches!(p.mode(), Mode::Shared) {
@@ -229,23 +241,26 @@ fn take_shared<L>(ctx: &Ctx<L>, start: usize) -> Batch {
             break;
         }
     }
-    Batch { units }
+    Batch { units, input }
 }
 
 /// The shared committer (runs until `ctx.stop`).
 pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
     let mut start = 0;
+    let mut input = ctx.input.as_ref().map(|q| q.watch());
     loop {
         tokio::select! {
             _ = ctx.stop.cancelled() => return,
             _ = ctx.log.available(Writer::Shared) => {}
         }
+        crate::input::seen(&mut input);
         let batch = take_shared(&ctx, start);
         start = start.wrapping_add(1);
         if batch.is_empty() && !snapshots_due(&ctx, Writer::Shared) {
             tokio::select! {
                 _ = ctx.stop.cancelled() => return,
                 _ = ctx.shared_wake.notified() => {}
+                _ = crate::input::changed(&mut input) => {}
                 _ = tokio::time::sleep(SNAPSHOT_TICK) => {}
             }
             continue;
@@ -258,24 +273,30 @@ pub async fn run_shared<L: EventLog>(ctx: Arc<Ctx<L>>) {
 
 /// The committer of partition `p` while it is isolated (runs until `ctx.stop`).
 pub async fn run_isolated<L: EventLog>(ctx: Arc<Ctx<L>>, p: Arc<Partition>) {
+    let mut input = ctx.input.as_ref().map(|q| q.watch());
     loop {
         let isolated = matches!(p.mode(), Mode::Isolated { .. });
-        if isolated && p.has_work() {
+        if isolated && (p.has_work() || ctx.input.is_some()) {
             tokio::select! {
                 _ = ctx.stop.cancelled() => return,
                 _ = ctx.log.available(Writer::Partition(p.id)) => {}
             }
         }
-        let units = if isolated { p.take(MAX_TXN_EVENTS) } else { Vec::new() };
-        if units.is_empty() && !(isolated && snapshots_due(&ctx, Writer::Partition(p.id))) {
+        crate::input::seen(&mut input);
+        let taken = if isolated { take_input(&ctx, Writer::Partition(p.id)) } else { None };
+        let room = MAX_TXN_EVENTS - taken.as_ref().map_or(0, Take::len);
+        let units = if isolated { p.take(room) } else { Vec::new() };
+        if units.is_empty() && taken.is_none() && !(isolated && snapshots_due(&ctx, Writer::Partition(p.id))) {
             tokio::select! {
                 _ = ctx.stop.cancelled() => return,
                 _ = p.isolated_wake.notified() => {}
+                // Only an isolated partition's committer takes input records.
+                _ = crate::input::changed(&mut input), if isolated => {}
                 _ = tokio::time::sleep(SNAPSHOT_TICK) => {}
             }
             continue;
         }
-        let batch = Batch { units: units.into_iter().map(|u| (p.id, u)).collect() };
+        let batch = Batch { units: units.into_iter().map(|u| (p.id, u)).collect(), input: taken };
         if !commit(&ctx, Writer::Partition(p.id), batch, None).await {
             return;
         }
@@ -311,12 +332,13 @@ fn snapshots_due<L>(ctx: &Ctx<L>, writer: Writer) -> bool {
 
 /// The snapshots the next transaction of `writer` carries, per partition: the canvases it writes
 /// events of when due by count, and any due by age (see [`crate::snapshots`]).
-fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch) -> Vec<PlannedSnapshots> {
+fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch, input: Option<&Take>) -> Vec<PlannedSnapshots> {
     let now = Instant::now();
     written_by(ctx, writer)
         .into_iter()
         .map(|p| {
-            let writing: Vec<&shared::ChannelId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).collect();
+            let inputs = input.into_iter().flat_map(|t| t.pendings.iter().filter(|(id, _, _)| *id == p.id).map(|(_, c, _)| c));
+            let writing: Vec<&shared::ChannelId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).chain(inputs).collect();
             p.plan_snapshots(&writing, &ctx.snapshots, now)
         })
         .filter(|s| !s.writes.is_empty())
@@ -334,31 +356,39 @@ fn apply_snapshots<L>(ctx: &Ctx<L>, planned: &[PlannedSnapshots]) {
 
 /// Runs one transaction of `writer` for `batch` and answers its units. Returns `false` when the
 /// committer must stop.
-async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_after: Option<Duration>) -> bool {
+async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, mut batch: Batch, stall_after: Option<Duration>) -> bool {
+    // The input records it carries: their outcome is the queue's (nobody waits for an answer).
+    let input = batch.input.take();
     if ctx.status.is_stopped() {
         for (_, u) in batch.units {
             ctx.release(&u.events);
             let _ = u.done.send(Err(if ctx.status.is_fenced() { PublishError::Fenced } else { PublishError::NotReady }));
         }
+        crate::input::ended(ctx.input.as_ref(), input, Ended::Retry);
         return true;
     }
     let touched: Vec<i32> = {
         let mut t: Vec<i32> = batch.units.iter().map(|(p, _)| *p).collect();
+        t.extend(input.iter().flat_map(|i| i.pendings.iter().map(|(p, _, _)| *p)));
         t.sort_unstable();
         t.dedup();
         t
     };
+    // The input's publications are planned after the units (each a unit of one event), so each
+    // channel's versions continue from its head whichever way its publications came.
     let (records, placed) = {
-        let input: Vec<(i32, &shared::ChannelId, &[Pending], Option<shared::record::OpKind>)> =
+        let mut plan: Vec<(i32, &shared::ChannelId, &[Pending], Option<shared::record::OpKind>)> =
             batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice(), u.op)).collect();
-        crate::partition::plan(&input, |p, c| partition(ctx, p).head_at(c), shared::event::now_ms())
+        plan.extend(input.iter().flat_map(|i| i.pendings.iter().map(|(p, c, e)| (*p, c, std::slice::from_ref(e), None))));
+        crate::partition::plan(&plan, |p, c| partition(ctx, p).head_at(c), shared::event::now_ms())
     };
-    let planned = plan_snapshots(ctx, writer, &batch);
-    if records.is_empty() && planned.is_empty() {
+    let planned = plan_snapshots(ctx, writer, &batch, input.as_ref());
+    if records.is_empty() && planned.is_empty() && input.is_none() {
         // Nothing to write (a delete of a channel deleted already): answered as done.
         answer_committed(ctx, batch, &placed, &records, &[]);
         return true;
     }
+    let offsets = input.as_ref().map(Take::offsets);
     let mut writes: Vec<SnapshotWrite> = planned.iter().flat_map(|s| s.writes.iter().cloned()).collect();
     // A deleted channel's snapshot is tombstoned in the same transaction, after any written above.
     writes.extend(records.iter().filter_map(|r| match &r.op {
@@ -383,7 +413,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
     let outcome = tokio::select! {
         biased;
         _ = ctx.stop.cancelled() => return false,
-        o = ctx.log.transact(writer, records.clone(), writes, stall_after) => o,
+        o = ctx.log.transact(writer, records.clone(), writes, offsets, stall_after) => o,
     };
     let took = began.elapsed();
     ctx.counters.metrics.commit_seconds.observe(took.as_secs_f64());
@@ -399,6 +429,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
             apply_snapshots(ctx, &planned);
             apply_committed(ctx, &records, &offsets);
             answer_committed(ctx, batch, &placed, &records, &offsets);
+            crate::input::ended(ctx.input.as_ref(), input, Ended::Committed);
             if let Writer::Partition(id) = writer {
                 let p = partition(ctx, id);
                 if p.apply_mode(ModeEvent::IsolatedCommitted { delivered: took }, &ctx.policy) == Some(Mode::Shared) {
@@ -428,6 +459,9 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
                 p.requeue(units);
                 ctx.wake(p);
             }
+            // The input's records too, at once: the next take sends those of the isolated
+            // partitions to their own writers.
+            crate::input::ended(ctx.input.as_ref(), input, Ended::Retry);
         }
         TxnOutcome::NotCommitted { why, .. } => {
             Counters::add(&ctx.counters.not_committed, 1);
@@ -441,6 +475,8 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
                 ctx.release(&u.events);
                 let _ = u.done.send(Err(PublishError::NotWritten(why.clone())));
             }
+            // Retried after a backoff, from where the committed offset says (nothing is lost).
+            crate::input::ended(ctx.input.as_ref(), input, Ended::RetryLater);
         }
         TxnOutcome::Fenced { commit_sent } => {
             ctx.status.set_fenced();
@@ -462,7 +498,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, batch: Batch, stall_a
                 let _ = u.done.send(Err(PublishError::Unknown(why.clone())));
                 in_doubt.extend(u.events);
             }
-            if !resolve(ctx, writer, &records, &planned, &in_doubt).await {
+            if !resolve(ctx, writer, &records, &planned, &in_doubt, input).await {
                 return false;
             }
         }
@@ -509,7 +545,7 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
 
 /// Asks until `writer`'s in-doubt transaction's outcome is known, then applies it. Returns `false`
 /// when the committer must stop.
-async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], planned: &[PlannedSnapshots], in_doubt: &[Pending]) -> bool {
+async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], planned: &[PlannedSnapshots], in_doubt: &[Pending], input: Option<Take>) -> bool {
     let mut delay = Duration::from_millis(100);
     let started = Instant::now();
     loop {
@@ -533,12 +569,14 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
                     }
                 }
                 tracing::info!(writer = ?writer, waited_ms, "the in-doubt transaction committed");
+                crate::input::ended(ctx.input.as_ref(), input, Ended::Committed);
                 return true;
             }
             Ok(Resolution::NotCommitted) => {
                 Counters::add(&ctx.counters.not_committed, 1);
                 ctx.release(in_doubt);
                 tracing::info!(writer = ?writer, waited_ms, "the in-doubt transaction did not commit; no version used");
+                crate::input::ended(ctx.input.as_ref(), input, Ended::RetryLater);
                 return true;
             }
             Ok(Resolution::Fenced) => {

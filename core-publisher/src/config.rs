@@ -139,6 +139,23 @@ pub struct Config {
     /// request without a token promotes, as from a standalone gateway).
     #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
     pub control_topic: String,
+    /// Kafka topics of your own whose records the publisher publishes, exactly once, each to a
+    /// namespace: `topic=namespace` pairs, comma-separated (`orders=scores,chat-in=chat`; `topic`
+    /// alone: the default namespace). A record's key (or `INPUT_CHANNEL_HEADER`) is its channel
+    /// id, in the topic's namespace; its value, JSON, the data. Empty: none.
+    #[arg(long, env = "INPUT_TOPICS", default_value = "")]
+    pub input_topics: String,
+    /// Take an input record's channel id from this header instead of its key.
+    #[arg(long, env = "INPUT_CHANNEL_HEADER")]
+    pub input_channel_header: Option<String>,
+    /// The consumer group of the input topics, whose offsets the publisher's transactions commit
+    /// (the same in every publisher process of a deployment). Default: `<TRANSACTIONAL_ID>-input`.
+    #[arg(long, env = "INPUT_GROUP")]
+    pub input_group: Option<String>,
+    /// Where the input group starts a partition it has no committed offset for: `earliest` (the
+    /// topic's whole history becomes publications) or `latest` (what is written from now on).
+    #[arg(long, env = "INPUT_OFFSET_RESET", default_value = "earliest", value_parser = ["earliest", "latest"])]
+    pub input_offset_reset: String,
     /// Load and print the configuration, then exit 0 (exit 2 on a bad value).
     #[arg(long)]
     pub check_config: bool,
@@ -217,7 +234,39 @@ impl Config {
         }
         p.extend(shared::auth::demo_token_problem(self.admin_token.as_deref(), &self.listen));
         p.extend(self.fleet.problems(self.canvas_dims()));
+        match crate::input::config::parse_topics(&self.input_topics) {
+            Ok(topics) => {
+                let own = [self.topic.as_str(), &self.snapshot_topic(), self.control_topic.as_str()];
+                p.extend(crate::input::config::problems(&topics, &self.namespaces(), &own));
+            }
+            Err(e) => p.push(format!("INPUT_TOPICS (--input-topics): {e}")),
+        }
+        if self.input_channel_header.as_deref().is_some_and(|h| h.trim().is_empty()) {
+            p.push("INPUT_CHANNEL_HEADER (--input-channel-header) is empty: unset it to take the channel from the key".to_owned());
+        }
+        if self.input_group.as_deref().is_some_and(|g| g.trim().is_empty()) {
+            p.push("INPUT_GROUP (--input-group) is empty".to_owned());
+        }
         p
+    }
+
+    /// The input's settings, when `INPUT_TOPICS` names any (and parses: see [`Config::problems`]).
+    pub fn input(&self) -> Option<crate::input::config::InputSettings> {
+        use crate::input::config::{InputSettings, OffsetReset};
+        let topics = crate::input::config::parse_topics(&self.input_topics).ok().filter(|t| !t.is_empty())?;
+        let group = self.input_group();
+        Some(InputSettings {
+            topics,
+            channel_header: self.input_channel_header.clone(),
+            instance: format!("{group}-publisher"),
+            group,
+            offset_reset: if self.input_offset_reset == "latest" { OffsetReset::Latest } else { OffsetReset::Earliest },
+        })
+    }
+
+    /// The input's consumer group ([`Config::input_group`]'s default: `<TRANSACTIONAL_ID>-input`).
+    pub fn input_group(&self) -> String {
+        self.input_group.clone().unwrap_or_else(|| format!("{}-input", self.transactional_id()))
     }
 
     /// The admin token, when one is set (not empty).
@@ -288,6 +337,11 @@ impl Config {
             ("ADMIN_TOKEN", if self.admin_token().is_some() { "<set>".to_owned() } else { String::new() }),
             ("ADMIN_LISTEN_ADDR", if self.admin_token().is_some() { "(not used: ADMIN_TOKEN is set)".to_owned() } else { self.admin_listen.to_string() }),
             ("CONTROL_TOPIC", self.control_topic.clone()),
+            ("INPUT_TOPICS", crate::input::config::parse_topics(&self.input_topics).map_or_else(|e| e, |t| crate::input::config::describe_topics(&t))),
+            ("INPUT_CHANNEL_HEADER", self.input_channel_header.clone().unwrap_or_default()),
+            ("INPUT_GROUP", self.input_group()),
+            ("INPUT_GROUP_INSTANCE_ID", format!("{}-publisher", self.input_group())),
+            ("INPUT_OFFSET_RESET", self.input_offset_reset.clone()),
             ("KAFKA_CLIENT_*", shared::kafka::describe_overrides(&shared::kafka::client_overrides_from_env())),
             ("HEADER_READ_TIMEOUT_MS", self.serve.header_read_timeout_ms.to_string()),
             ("BODY_READ_TIMEOUT_MS", self.serve.body_read_timeout_ms.to_string()),
@@ -394,6 +448,29 @@ mod tests {
         assert_eq!(p.len(), 2, "{p:?}");
         assert!(p[0].starts_with("fleet.toml:5 [publisher]: kafka_topicc is not a setting of core-publisher"), "{p:?}");
         assert!(p[1].starts_with("fleet.toml: [namespaces.s] max_data_bytes 0"), "{p:?}");
+    }
+
+    #[test]
+    fn the_input_settings_are_checked_and_printed() {
+        assert!(parse(&[]).input().is_none(), "no INPUT_TOPICS: no input");
+        let c = parse(&["--topic", "ev", "--input-topics", "orders,clicks="]);
+        assert!(c.problems().is_empty(), "{:?}", c.problems());
+        let input = c.input().expect("an input");
+        assert_eq!(input.topic_names(), vec!["orders", "clicks"]);
+        assert_eq!((input.group.as_str(), input.instance.as_str()), ("core-publisher-ev-input", "core-publisher-ev-input-publisher"));
+        assert_eq!(input.offset_reset, crate::input::config::OffsetReset::Earliest, "a connector's users expect the topic's history");
+        let text = c.describe();
+        for line in ["INPUT_TOPICS=orders=,clicks=", "INPUT_GROUP=core-publisher-ev-input", "INPUT_OFFSET_RESET=earliest", "INPUT_CHANNEL_HEADER="] {
+            assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
+        }
+        let c = parse(&["--input-topics", "o=scores", "--input-group", "g", "--input-offset-reset", "latest", "--input-channel-header", "channel"]);
+        let p = c.problems();
+        assert!(p.len() == 1 && p[0].contains("o=scores") && p[0].contains("not configured"), "a namespace fleet.toml does not have: {p:?}");
+        assert_eq!(c.input().unwrap().channel_header.as_deref(), Some("channel"));
+        assert_eq!(c.input().unwrap().offset_reset, crate::input::config::OffsetReset::Latest);
+        let p = parse(&["--topic", "ev", "--input-topics", "ev"]).problems();
+        assert!(p.iter().any(|m| m.contains("read back what it writes")), "{p:?}");
+        assert!(Config::try_parse_from(["core-publisher", "--input-offset-reset", "none"]).is_err());
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! (answers and errors), [`verification`] (the broker setting checked at start), [`versions`] (the
 //! version authority: start-up, publish, truth),
 //! [`partition`] (a partition's queue, heads and isolation policy), [`committer`] (the shared
-//! committer and the isolated partitions' ones), [`idempotency`] (`Idempotency-Key`), [`log`] (the
+//! committer and the isolated partitions' ones), [`idempotency`] (`Idempotency-Key`), [`input`]
+//! (records of the users' own Kafka topics, versioned exactly once), [`log`] (the
 //! Kafka side as the version logic sees it), [`txn`] (one transactional producer), [`metrics`]
 //! (`GET /metrics`).
 
@@ -29,6 +30,7 @@ pub mod follow;
 pub mod heads;
 pub mod fuzzing;
 pub mod idempotency;
+pub mod input;
 pub mod keylog;
 pub mod log;
 pub mod metrics;
@@ -92,9 +94,13 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
         snapshots: config.snapshot_policy(),
         key_window: Duration::from_millis(config.idempotency_window_ms),
     };
-    let versions = Versions::new(kafka_log, namespaces, 0, timings)
+    let input = config.input();
+    let mut versions = Versions::new(kafka_log, namespaces, 0, timings)
         .with_max_canvases(config.max_channels as usize)
         .with_idempotency_keys(config.idempotency_keys_max as usize);
+    if let Some(input) = &input {
+        versions = versions.with_input(input.topics.iter().map(|t| (t.topic.clone(), t.namespace.clone())).collect());
+    }
     let versions = Arc::new(if config.standby { versions.as_standby() } else { versions });
 
     // Set when the start is refused for good (a broker setting): the process then stops with it.
@@ -157,6 +163,15 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                             "canvas versions rebuilt; accepting writes")
                     }
                     Err(e) => return tracing::error!(error = %e, "start-up gave up"),
+                }
+                // The input is read only now, by the publisher that writes: its producers fenced
+                // any older one, so what it reads from the committed offsets is final.
+                if let (Some(input), Some(queue)) = (&input, versions.input_queue()) {
+                    let (v, stop) = (versions.clone(), shutdown.clone());
+                    let keep_going = move || !stop.is_cancelled() && !v.is_fenced() && !v.failed();
+                    if let Err(e) = crate::input::consumer::spawn(settings.clone(), input.clone(), queue, keep_going) {
+                        tracing::error!(error = %e, "no thread for the input consumer; the input topics are not read");
+                    }
                 }
                 tokio::select! {
                     _ = versions.stopped_for_good() => {}

@@ -37,6 +37,8 @@ pub struct PublisherMetrics {
     /// Keyed publishes refused because the idempotency-key store is full of keys younger than
     /// the window.
     pub idempotency_store_full: Counter,
+    /// Records of the input topics, by `outcome` (`published`, `skipped`) and the skip's `reason`.
+    pub input_records: Family<Labels, Counter>,
     ready: Gauge,
     standby: Gauge,
     canvases: Gauge,
@@ -61,6 +63,7 @@ impl Default for PublisherMetrics {
             rebuilds: Counter::default(),
             rebuild_seconds: SecondsGauge::default(),
             idempotency_store_full: Counter::default(),
+            input_records: Family::default(),
             ready: Gauge::default(),
             standby: Gauge::default(),
             canvases: Gauge::default(),
@@ -92,6 +95,11 @@ impl Default for PublisherMetrics {
             m.idempotency_store_full.clone(),
         );
         r.register("idempotency_keys", "Idempotency keys held (with an outcome within the window, and in flight)", m.idempotency_keys.clone());
+        r.register(
+            "input_records",
+            "Records of the input topics committed, by outcome (published, skipped) and the reason of a skip",
+            m.input_records.clone(),
+        );
         Self { registry: r, ..m }
     }
 }

@@ -109,6 +109,9 @@ pub struct Versions<L> {
     pub(crate) follower: tokio::sync::Mutex<Option<Follower>>,
     /// The events topic's ID (the topic half of every channel's epoch), once read.
     pub(crate) topic_id: tokio::sync::OnceCell<String>,
+    /// The input topics (topic → namespace) and their counters, when there are any
+    /// ([`crate::input`]): each rebuild makes a new queue of them for its committers.
+    input: Option<(std::collections::HashMap<String, String>, Arc<crate::input::stats::Stats>)>,
 }
 
 impl<L> Drop for Versions<L> {
@@ -168,7 +171,36 @@ impl<L: EventLog> Versions<L> {
             promotion: Notify::new(),
             follower: tokio::sync::Mutex::new(None),
             topic_id: tokio::sync::OnceCell::new(),
+            input: None,
         }
+    }
+
+    /// Reads `topics` (topic → namespace) as a second input ([`crate::input`]): once rebuilt, the
+    /// committers take their records from [`Versions::input_queue`], which a consumer fills.
+    #[must_use]
+    pub fn with_input(mut self, topics: std::collections::HashMap<String, String>) -> Self {
+        let stats = crate::input::stats::Stats::new(self.counters.metrics.input_records.clone());
+        self.input = Some((topics, Arc::new(stats)));
+        self
+    }
+
+    /// The input queue of the current committers (none without input topics, or before the
+    /// rebuild).
+    pub fn input_queue(&self) -> Option<Arc<crate::input::InputQueue>> {
+        self.current()?.input.clone()
+    }
+
+    /// What `/health` shows of the input (null without input topics).
+    pub fn input_report(&self) -> serde_json::Value {
+        let Some((topics, stats)) = &self.input else { return serde_json::Value::Null };
+        let mut report = stats.to_json();
+        report["topics"] = serde_json::json!(topics);
+        if let Some(q) = self.input_queue() {
+            if let (Some(r), Some(q)) = (report.as_object_mut(), q.report().as_object()) {
+                r.extend(q.clone());
+            }
+        }
+        report
     }
 
     /// Whether writes are accepted (rebuilt, and neither fenced nor failed).
@@ -292,7 +324,11 @@ impl<L: EventLog> Versions<L> {
         };
         *self.incomplete.lock().expect("incomplete lock") = restored.incomplete;
         let (events_read, partitions) = (restored.events_read, restored.partitions);
+        let input = self.input.as_ref().map(|(topics, stats)| {
+            Arc::new(crate::input::InputQueue::new(topics.clone(), self.namespaces.clone(), n, self.max_canvases, stats.clone()))
+        });
         let ctx = Arc::new(Ctx {
+            input,
             log: self.log.clone(),
             partitions: partitions.clone(),
             keys: self.keys.clone(),
@@ -351,6 +387,10 @@ impl<L: EventLog> Versions<L> {
             ctx.stop.cancel();
             for p in &ctx.partitions {
                 p.close();
+            }
+            // The new state reads the input again from the committed offsets (its own queue).
+            if let Some(q) = &ctx.input {
+                q.close();
             }
         }
         self.log.reset();

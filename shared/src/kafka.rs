@@ -361,6 +361,39 @@ impl KafkaSettings {
         c
     }
 
+    /// The publisher's consumer of the input topics (users' own topics, read exactly once):
+    ///
+    /// - `group.id` `group`, `group.instance.id` `instance` (static membership, KIP-345): a
+    ///   restarted publisher takes the killed one's place at once instead of waiting for its
+    ///   session to time out, and an older process with the same instance is fenced out of the
+    ///   group;
+    /// - `enable.auto.commit=false`, `enable.auto.offset.store=false`: offsets are committed only
+    ///   inside the publisher's transactions (`send_offsets_to_transaction`);
+    /// - `isolation.level=read_committed`: records of the users' own transactions once they
+    ///   commit; librdkafka then asks for *stable* committed offsets on assignment, waiting for a
+    ///   transaction that carries offsets to end;
+    /// - `auto.offset.reset` `offset_reset` (`earliest` by default) for a partition the group has
+    ///   no offset of;
+    /// - `partition.assignment.strategy=roundrobin` (eager: a rebalance revokes everything, and
+    ///   the publisher drops what it had read of it).
+    pub fn input_consumer(&self, client_id: &str, group: &str, instance: &str, offset_reset: &str) -> ClientConfig {
+        let mut c = self.base(client_id);
+        prefetch(&mut c);
+        c.set("group.id", group)
+            .set("group.instance.id", instance)
+            .set("fetch.wait.max.ms", "100")
+            .set("partition.assignment.strategy", "roundrobin")
+            .set("session.timeout.ms", self.session_timeout.as_millis().to_string())
+            .set("heartbeat.interval.ms", self.heartbeat_interval.as_millis().to_string())
+            .set("max.poll.interval.ms", self.max_poll_interval.as_millis().to_string())
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", offset_reset)
+            .set("enable.partition.eof", "false")
+            .set("isolation.level", READ_COMMITTED);
+        c
+    }
+
     /// A plain reader (manual assignment, no commits): the publisher's head rebuild, the node's
     /// release and standby readers, and tools.
     pub fn reader(&self, client_id: &str) -> ClientConfig {

@@ -33,8 +33,17 @@ pub type FakeRecord = Vec<(Publication, Option<String>)>;
 /// A committed snapshot-topic record: key, value.
 type SnapshotEntry = (String, Vec<u8>);
 
-/// An in-doubt transaction: its records, its snapshots, and whether it commits.
-type InDoubtTxn = (Vec<Record>, Vec<SnapshotWrite>, bool);
+/// An in-doubt transaction: its records, its snapshots, its input offsets, and whether it commits.
+type InDoubtTxn = (Vec<Record>, Vec<SnapshotWrite>, Option<InputOffsets>, bool);
+
+/// A committed transaction as the fake log keeps it: its writer, its events, and the input
+/// offsets it committed.
+#[derive(Debug, Clone)]
+pub struct FakeTxn {
+    pub writer: Option<Writer>,
+    pub events: Vec<Publication>,
+    pub input: Vec<(String, i32, i64)>,
+}
 
 #[derive(Clone, Debug)]
 enum Entry {
@@ -74,6 +83,10 @@ struct Shared {
     gates: Mutex<HashMap<u64, Arc<tokio::sync::Notify>>>,
     /// Reads of the snapshot topic so far, by any process.
     snapshot_reads: AtomicU64,
+    /// The input consumer group's committed offsets: (topic, partition) → next offset.
+    input_offsets: Mutex<BTreeMap<(String, i32), i64>>,
+    /// Every committed transaction, in commit order.
+    transactions: Mutex<Vec<FakeTxn>>,
 }
 
 /// An in-memory log. Offsets are indexes in a partition's entries: records, aborted records
@@ -105,6 +118,8 @@ impl FakeLog {
                 stay_in_doubt: AtomicU32::new(0),
                 gates: Mutex::new(HashMap::new()),
                 snapshot_reads: AtomicU64::new(0),
+                input_offsets: Mutex::new(BTreeMap::new()),
+                transactions: Mutex::new(Vec::new()),
             }),
             mine: Mutex::new(HashMap::new()),
             prepare_gate: Mutex::new(None),
@@ -249,15 +264,35 @@ impl FakeLog {
     }
 
     /// Appends a transaction: its records (committed or aborted) and a marker on each of
-    /// their partitions, and, when it commits, its snapshots; returns the records' offsets.
-    fn append_txn(&self, records: &[Record], snapshots: &[SnapshotWrite], commit: bool) -> Vec<i64> {
+    /// their partitions, and, when it commits, its snapshots and input offsets (under the entries'
+    /// lock, so a reader sees the records and the offsets together or neither); returns the
+    /// records' offsets.
+    fn append_txn(&self, writer: Option<Writer>, records: &[Record], snapshots: &[SnapshotWrite], input: Option<&InputOffsets>, commit: bool) -> Vec<i64> {
+        let mut entries = self.shared.entries.lock().unwrap();
         if commit {
             let mut snaps = self.shared.snapshots.lock().unwrap();
             for w in snapshots {
                 snaps.entry(w.partition).or_default().push((w.key.clone(), w.value.clone()));
             }
+            let offsets = input.map(|i| i.offsets.clone()).unwrap_or_default();
+            let mut committed = self.shared.input_offsets.lock().unwrap();
+            for (t, p, o) in &offsets {
+                committed.insert((t.clone(), *p), *o);
+            }
+            let events = records.iter().flat_map(|r| r.events.iter().cloned()).collect();
+            self.shared.transactions.lock().unwrap().push(FakeTxn { writer, events, input: offsets });
         }
-        Self::append(&mut self.shared.entries.lock().unwrap(), records, commit)
+        Self::append(&mut entries, records, commit)
+    }
+
+    /// The input group's committed offset of `topic`'s `partition` (the next record to read).
+    pub fn input_offset(&self, topic: &str, partition: i32) -> Option<i64> {
+        self.shared.input_offsets.lock().unwrap().get(&(topic.to_owned(), partition)).copied()
+    }
+
+    /// Every committed transaction, in commit order.
+    pub fn transactions(&self) -> Vec<FakeTxn> {
+        self.shared.transactions.lock().unwrap().clone()
     }
 
     /// Appends a transaction's records (committed or aborted) and a marker on each of its
@@ -310,8 +345,8 @@ impl EventLog for FakeLog {
         for w in writers {
             // init_transactions finishes what an older producer left in doubt.
             let left = self.shared.pending.lock().unwrap().remove(&w);
-            if let Some((records, snapshots, commit)) = left {
-                self.append_txn(&records, &snapshots, commit);
+            if let Some((records, snapshots, input, commit)) = left {
+                self.append_txn(Some(w), &records, &snapshots, input.as_ref(), commit);
             }
             let mut epochs = self.shared.epochs.lock().unwrap();
             let e = epochs.entry(w).or_insert(0);
@@ -321,8 +356,8 @@ impl EventLog for FakeLog {
         Ok(())
     }
 
-    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, _stall_after: Option<Duration>) -> TxnOutcome {
-        assert!(!records.is_empty() || !snapshots.is_empty(), "a transaction writes at least one record");
+    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, input: Option<InputOffsets>, _stall_after: Option<Duration>) -> TxnOutcome {
+        assert!(!records.is_empty() || !snapshots.is_empty() || input.is_some(), "a transaction writes at least one record or offset");
         for w in &snapshots {
             if let Writer::Partition(p) = writer {
                 assert_eq!(w.partition, p, "an isolated partition's writer writes only that partition's snapshots");
@@ -352,27 +387,28 @@ impl EventLog for FakeLog {
         }
         let late = self.shared.pending.lock().unwrap().remove(&writer);
         // An in-doubt transaction nobody resolved lands now, before this one.
-        if let Some((late, late_snaps, commit)) = late {
-            self.append_txn(&late, &late_snaps, commit);
+        if let Some((late, late_snaps, late_input, commit)) = late {
+            self.append_txn(Some(writer), &late, &late_snaps, late_input.as_ref(), commit);
         }
         let fate = (self.shared.fate)(n);
+        let w = Some(writer);
         match fate {
-            Fate::Commit => TxnOutcome::Committed(self.append_txn(&records, &snapshots, true)),
+            Fate::Commit => TxnOutcome::Committed(self.append_txn(w, &records, &snapshots, input.as_ref(), true)),
             Fate::Abort => {
-                self.append_txn(&records, &snapshots, false);
+                self.append_txn(w, &records, &snapshots, input.as_ref(), false);
                 TxnOutcome::NotCommitted { why: "aborted".into(), stalled: Vec::new() }
             }
             Fate::StallLowest => {
-                self.append_txn(&records, &snapshots, false);
-                let lowest = records.iter().map(|r| r.partition).chain(snapshots.iter().map(|w| w.partition)).min().expect("records");
+                self.append_txn(w, &records, &snapshots, input.as_ref(), false);
+                let lowest = records.iter().map(|r| r.partition).chain(snapshots.iter().map(|w| w.partition)).min().unwrap_or(0);
                 TxnOutcome::NotCommitted { why: format!("partition {lowest} stalled"), stalled: vec![lowest] }
             }
             Fate::InDoubtThenCommit | Fate::InDoubtThenAbort => {
-                self.shared.pending.lock().unwrap().insert(writer, (records, snapshots, fate == Fate::InDoubtThenCommit));
+                self.shared.pending.lock().unwrap().insert(writer, (records, snapshots, input, fate == Fate::InDoubtThenCommit));
                 TxnOutcome::InDoubt("commit not confirmed".into())
             }
             Fate::FencedCommitted => {
-                self.append_txn(&records, &snapshots, true);
+                self.append_txn(w, &records, &snapshots, input.as_ref(), true);
                 *self.shared.epochs.lock().unwrap().entry(writer).or_default() += 1;
                 TxnOutcome::Fenced { commit_sent: true }
             }
@@ -389,10 +425,10 @@ impl EventLog for FakeLog {
             return Err("still in doubt".into());
         }
         let pending = self.shared.pending.lock().unwrap().remove(&writer);
-        let Some((records, snapshots, commit)) = pending else {
+        let Some((records, snapshots, input, commit)) = pending else {
             return Ok(Resolution::NotCommitted);
         };
-        let offsets = self.append_txn(&records, &snapshots, commit);
+        let offsets = self.append_txn(Some(writer), &records, &snapshots, input.as_ref(), commit);
         Ok(if commit { Resolution::Committed(offsets) } else { Resolution::NotCommitted })
     }
 

@@ -1,7 +1,7 @@
 //! [`EventLog`] on a real Kafka-protocol broker ([`KafkaLog`]), and the topics it needs
 //! ([`ensure_topics`]).
 
-use super::{EventLog, Logged, LoggedEvent, LoggedOp, OpenTxn, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
+use super::{EventLog, InputOffsets, Logged, LoggedEvent, LoggedOp, OpenTxn, PrepareError, ReadError, Record, Resolution, SnapshotWrite, Tail, TailEnd, TxnOutcome, Writer};
 use crate::txn::{Polling, ProducerSettings, TxnWriter};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -155,11 +155,11 @@ impl EventLog for KafkaLog {
         results.into_iter().collect()
     }
 
-    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
+    async fn transact(&self, writer: Writer, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, input: Option<InputOffsets>, stall_after: Option<Duration>) -> TxnOutcome {
         let Some((slot, producer)) = self.turn(writer) else {
             return TxnOutcome::NotCommitted { why: format!("{writer:?} was not prepared"), stalled: Vec::new() };
         };
-        let outcome = producer.transact(records, snapshots, stall_after).await;
+        let outcome = producer.transact(records, snapshots, input, stall_after).await;
         if matches!(outcome, TxnOutcome::InDoubt(_)) {
             if let Some(ws) = self.lock_writers().get_mut(&writer) {
                 ws.in_doubt = Some(slot);

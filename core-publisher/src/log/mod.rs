@@ -69,6 +69,29 @@ pub struct SnapshotWrite {
     pub value: Vec<u8>,
 }
 
+/// The input offsets a transaction commits with its records (Kafka Streams' exactly-once:
+/// `send_offsets_to_transaction`, KIP-447): they become the consumer group's committed offsets
+/// exactly when the transaction commits ([`crate::input`]).
+#[derive(Clone, Default)]
+pub struct InputOffsets {
+    /// (topic, partition, the offset of the next record to read) of each input partition whose
+    /// records the transaction carries.
+    pub offsets: Vec<(String, i32, i64)>,
+    /// The consumer group's metadata of the assignment the records were read under: the group
+    /// coordinator refuses the offsets of a generation that is not the group's any more (a
+    /// rebalance since), which aborts the transaction. None in unit tests.
+    pub group: Option<std::sync::Arc<rdkafka::consumer::ConsumerGroupMetadata>>,
+    /// Which of the input queue's assignments that was (the fake log's stand-in for the
+    /// generation).
+    pub assignment: u64,
+}
+
+impl std::fmt::Debug for InputOffsets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InputOffsets").field("offsets", &self.offsets).field("assignment", &self.assignment).finish_non_exhaustive()
+    }
+}
+
 /// How a transaction ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnOutcome {
@@ -209,14 +232,15 @@ pub trait EventLog: Send + Sync + 'static {
     fn prepare(&self, partitions: u32) -> impl Future<Output = Result<(), PrepareError>> + Send;
 
     /// Writes `records` (events topic) and `snapshots` (snapshot topic) in one transaction of
-    /// `writer` and commits it; the offsets of a commit are the records'. With `stall_after`, a
-    /// transaction whose records are not all acknowledged by then is aborted
-    /// ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
+    /// `writer`, with `input`'s offsets when given, and commits it; the offsets of a commit are
+    /// the records'. With `stall_after`, a transaction whose records are not all acknowledged by
+    /// then is aborted ([`TxnOutcome::NotCommitted`] naming the partitions still waiting).
     fn transact(
         &self,
         writer: Writer,
         records: Vec<Record>,
         snapshots: Vec<SnapshotWrite>,
+        input: Option<InputOffsets>,
         stall_after: Option<Duration>,
     ) -> impl Future<Output = TxnOutcome> + Send;
 

@@ -7,7 +7,8 @@
 //! first producer by producer.
 //!
 //! A transaction here is: `begin_transaction`; produce every record (`acks=all`, each to its own
-//! partition); wait for every delivery report; `commit_transaction`. The librdkafka calls block,
+//! partition); send the input's offsets, if any (`send_offsets_to_transaction`, while the records
+//! are in flight); wait for every delivery report; `commit_transaction`. The librdkafka calls block,
 //! so they run on the writer's thread; [`TxnWriter`]'s async methods hand it jobs and await the
 //! answers. How each failure is classed (librdkafka's `rd_kafka_error_is_retriable` /
 //! `txn_requires_abort` / `is_fatal`):
@@ -16,6 +17,7 @@
 //! |---|---|---|
 //! | delivery | not all acknowledged within the stall bound (shared writer only) | abort → [`TxnOutcome::NotCommitted`] naming the partitions still waiting |
 //! | produce or delivery | any (timeout, no leader, too large) | abort → [`TxnOutcome::NotCommitted`] naming the failed records' partitions: the commit was never sent, so the transaction cannot commit; a record that reached the log anyway stays invisible |
+//! | input offsets (`send_offsets_to_transaction`) | any but fencing or fatal (the group's generation moved on: `ILLEGAL_GENERATION`, `UNKNOWN_MEMBER_ID`, `FENCED_INSTANCE_ID`; the group coordinator not answering in time) | abort → [`TxnOutcome::NotCommitted`], for no partition's sake |
 //! | commit | retriable (timed out, coordinator moving) | retried until `message.timeout.ms` after the commit began, then [`TxnOutcome::InDoubt`]; [`TxnWriter::resolve`] retries it further |
 //! | commit | requires abort | abort → [`TxnOutcome::NotCommitted`] once the abort finished; [`TxnOutcome::InDoubt`] until then ([`TxnWriter::resolve`] finishes it) |
 //! | anywhere | fatal `_FENCED` (`PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`) | [`TxnOutcome::Fenced`]; the writer refuses everything after it |
@@ -37,7 +39,7 @@ mod worker;
 pub use producer::{Polling, ProducerSettings};
 pub use worker::longest_open;
 
-use crate::log::{PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
+use crate::log::{InputOffsets, PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
@@ -82,10 +84,10 @@ impl TxnWriter {
         self.ask(Job::Prepare, Err(PrepareError::Failed("the writer thread ended".into()))).await
     }
 
-    /// Writes `records` in one transaction and commits it (aborting when not every record is
-    /// acknowledged within `stall_after`, when given).
-    pub async fn transact(&self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
-        self.ask(|tx| Job::Transact(records, snapshots, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
+    /// Writes `records` in one transaction, with `input`'s offsets when given, and commits it
+    /// (aborting when not every record is acknowledged within `stall_after`, when given).
+    pub async fn transact(&self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, input: Option<InputOffsets>, stall_after: Option<Duration>) -> TxnOutcome {
+        self.ask(|tx| Job::Transact(records, snapshots, input, stall_after, tx), TxnOutcome::InDoubt("the writer thread ended".into())).await
     }
 
     /// One more attempt to learn how the in-doubt transaction ended.

@@ -162,6 +162,18 @@ impl TxnProducer {
         }
     }
 
+    /// `send_offsets_to_transaction` of `input`'s offsets under its group metadata (waiting up to
+    /// `timeout` for the group coordinator). Without metadata (no consumer) there is nothing to
+    /// send.
+    pub(super) fn send_offsets(&self, input: &crate::log::InputOffsets, timeout: Duration) -> Result<(), KafkaError> {
+        let Some(group) = input.group.as_deref() else { return Ok(()) };
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        for (topic, partition, next) in &input.offsets {
+            tpl.add_partition_offset(topic, *partition, rdkafka::Offset::Offset(*next))?;
+        }
+        with_producer!(self, p => p.send_offsets_to_transaction(&tpl, group, timeout))
+    }
+
     pub(super) fn poll_now(&self) {
         if let TxnProducer::Own(p) = self {
             p.poll(Duration::ZERO);

@@ -2,7 +2,7 @@
 //! commits, as the table in [`super`] says.
 
 use super::producer::{settle_reports, Polling, ProducerSettings, TxnContext, TxnProducer, Deliveries, Produced, IDLE_POLL, INDEX_BITS, SETTLE_AT_MOST};
-use crate::log::{PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
+use crate::log::{InputOffsets, PrepareError, Record, Resolution, SnapshotWrite, TxnOutcome};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::BaseRecord;
@@ -83,7 +83,7 @@ pub fn longest_open(message_timeout: Duration) -> Duration {
 /// A job for the writer's thread.
 pub(super) enum Job {
     Prepare(oneshot::Sender<Result<(), PrepareError>>),
-    Transact(Vec<Record>, Vec<SnapshotWrite>, Option<Duration>, oneshot::Sender<TxnOutcome>),
+    Transact(Vec<Record>, Vec<SnapshotWrite>, Option<InputOffsets>, Option<Duration>, oneshot::Sender<TxnOutcome>),
     Resolve(oneshot::Sender<Result<Resolution, String>>),
 }
 
@@ -215,8 +215,8 @@ impl Worker {
             Job::Prepare(reply) => {
                 let _ = reply.send(self.prepare());
             }
-            Job::Transact(records, snapshots, stall_after, reply) => {
-                let (outcome, after) = self.transact(records, snapshots, stall_after);
+            Job::Transact(records, snapshots, input, stall_after, reply) => {
+                let (outcome, after) = self.transact(records, snapshots, input.as_ref(), stall_after);
                 let _ = reply.send(outcome);
                 if let After::DrainThenAbort { until, why } = after {
                     self.drain_then_abort(until, &why);
@@ -308,8 +308,8 @@ impl Worker {
         self.init()
     }
 
-    fn transact(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> (TxnOutcome, After) {
-        let outcome = self.transact_inner(records, snapshots, stall_after);
+    fn transact(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, input: Option<&InputOffsets>, stall_after: Option<Duration>) -> (TxnOutcome, After) {
+        let outcome = self.transact_inner(records, snapshots, input, stall_after);
         let after = match self.deferred_abort.take() {
             Some((until, why)) => After::DrainThenAbort { until, why },
             None => After::Nothing,
@@ -317,7 +317,7 @@ impl Worker {
         (outcome, after)
     }
 
-    fn transact_inner(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, stall_after: Option<Duration>) -> TxnOutcome {
+    fn transact_inner(&mut self, records: Vec<Record>, snapshots: Vec<SnapshotWrite>, input: Option<&InputOffsets>, stall_after: Option<Duration>) -> TxnOutcome {
         if let Some(o) = self.dead_outcome(false) {
             return o;
         }
@@ -358,6 +358,12 @@ impl Worker {
         for (j, w) in snapshots.iter().enumerate() {
             if let Err(e) = self.send_snapshot(producer, seq, records.len() + j, w, deliver_by) {
                 return self.failed_before_commit(e, "produce a snapshot", vec![w.partition]);
+            }
+        }
+        // The input's offsets, while the records are in flight: they commit with them or not at all.
+        if let Some(input) = input.filter(|i| !i.offsets.is_empty()) {
+            if let Err(e) = producer.send_offsets(input, deliver_by.saturating_duration_since(Instant::now())) {
+                return self.failed_before_commit(e, "send the input offsets", Vec::new());
             }
         }
         // The partition of each delivery slot: the records', then the snapshots'.

@@ -15,6 +15,7 @@ mod containers;
 mod deploy;
 mod gateways;
 mod history;
+mod input;
 mod kafka_security;
 mod kafka_settings;
 mod limits;
