@@ -19,6 +19,8 @@
  */
 
 import { FleetClient, BUDGET_EXHAUSTED } from '/client/fleet-client.js';
+import { Board } from './board.js';
+import { postJson } from './publish.js';
 
 const DEFAULT_CANVAS = 'c1';
 const CANVAS_ID = /^[A-Za-z0-9_-]{1,64}$/;
@@ -27,7 +29,6 @@ const DEFAULT_SIZE = 64;
 const RATE_WINDOW_MS = 5000;
 const LOG_LINES = 20;
 const COUNTERS_EVERY_MS = 500; // also the period of #rate, #node and the backoff countdown
-const PAINT_ATTEMPTS = 3;
 const PALETTE = [
   '#000000', '#ffffff', '#7f7f7f', '#c3c3c3',
   '#e53935', '#fb8c00', '#fdd835', '#43a047',
@@ -114,65 +115,8 @@ function pageLog(text, kind = 'error') {
 
 // ---- board ----------------------------------------------------------------------------------
 
-const ctx = /** @type {CanvasRenderingContext2D} */ (el.board.getContext('2d', { alpha: false }));
-const offscreen = document.createElement('canvas');
-const offCtx = /** @type {CanvasRenderingContext2D} */ (offscreen.getContext('2d'));
-let boardW = 0;
-let boardH = 0;
-
-/** Sizes the board for a w×h canvas (a resize clears it). */
-function sizeBoard(w, h) {
-  if (w === boardW && h === boardH) return;
-  boardW = w;
-  boardH = h;
-  el.board.width = w * SCALE;
-  el.board.height = h * SCALE;
-  el.board.style.width = `${w * SCALE}px`;
-  offscreen.width = w;
-  offscreen.height = h;
-}
-
-/** Draws the whole canvas: RGB bytes → ImageData (offscreen, 1:1) → drawn ×SCALE. */
-function drawAll(canvas) {
-  sizeBoard(canvas.width, canvas.height);
-  const img = offCtx.createImageData(canvas.width, canvas.height);
-  const src = canvas.pixels;
-  const dst = img.data;
-  for (let i = 0, j = 0; i < src.length; i += 3, j += 4) {
-    dst[j] = src[i];
-    dst[j + 1] = src[i + 1];
-    dst[j + 2] = src[i + 2];
-    dst[j + 3] = 255;
-  }
-  offCtx.putImageData(img, 0, 0);
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(offscreen, 0, 0, canvas.width * SCALE, canvas.height * SCALE);
-}
-
-/** Draws one pixel. */
-function drawPixel(x, y, color) {
-  ctx.fillStyle = color;
-  ctx.fillRect(x * SCALE, y * SCALE, SCALE, SCALE);
-}
-
-/** A blank (white) board before the first snapshot. */
-function drawBlank(w, h) {
-  sizeBoard(w, h);
-  ctx.fillStyle = '#ffffff';
-  ctx.fillRect(0, 0, w * SCALE, h * SCALE);
-}
-
-/** The canvas pixel under a pointer event, or null when outside. */
-function pixelAt(e) {
-  const rect = el.board.getBoundingClientRect();
-  if (rect.width <= 0 || rect.height <= 0) return null;
-  const x = Math.floor(((e.clientX - rect.left) / rect.width) * boardW);
-  const y = Math.floor(((e.clientY - rect.top) / rect.height) * boardH);
-  if (x < 0 || y < 0 || x >= boardW || y >= boardH) return null;
-  return { x, y };
-}
-
-drawBlank(DEFAULT_SIZE, DEFAULT_SIZE);
+const board = new Board(el.board, SCALE);
+board.drawBlank(DEFAULT_SIZE, DEFAULT_SIZE);
 
 // ---- palette --------------------------------------------------------------------------------
 
@@ -200,93 +144,21 @@ markSwatch();
 
 // ---- painting -------------------------------------------------------------------------------
 
-/** A fresh Idempotency-Key. `crypto.randomUUID` exists only in secure contexts (https, localhost). */
-function newKey() {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const h = [...b].map((v) => v.toString(16).padStart(2, '0')).join('');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-}
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-/** Seconds of a Retry-After header as ms (1 s when absent or unreadable), at most 5 s. */
-function retryAfterMs(res) {
-  const s = Number(res.headers.get('Retry-After'));
-  return Math.min(5000, Number.isFinite(s) && s > 0 ? s * 1000 : 1000);
-}
-
-/** Reads an error body `{"error","message","field"?}` (or any text) into one short string. */
-async function describeError(res) {
-  let text = '';
-  try {
-    text = await res.text();
-  } catch {
-    // body unreadable: the status says enough
-  }
-  try {
-    const b = JSON.parse(text);
-    if (b && typeof b === 'object' && ('error' in b || 'message' in b)) {
-      return `${b.error ?? 'error'}: ${b.message ?? ''}${b.field ? ` (field ${b.field})` : ''}`;
-    }
-  } catch {
-    // not JSON
-  }
-  return text.slice(0, 200) || res.statusText || 'no body';
-}
-
-/**
- * Posts one pixel. Retries with the same Idempotency-Key (so it lands once) after a network error,
- * a 503 (publisher rebuilding, Kafka unavailable, outcome unknown), a 504 (the gateway got no
- * answer from the publisher in time: outcome unknown) or a 409 with Retry-After (the first attempt
- * with that key is still running). Never throws.
- */
+/** Posts one pixel (publish.js: retried with one Idempotency-Key, so it lands once). Never throws. */
 async function paint(x, y, color) {
-  const key = newKey();
   const url = `/api/canvases/${encodeURIComponent(canvasId)}/pixels`;
   const what = `paint (${x}, ${y}) ${color}`;
   el.paintStatus.textContent = `${what}…`;
-  for (let attempt = 1; attempt <= PAINT_ATTEMPTS; attempt++) {
-    const last = attempt === PAINT_ATTEMPTS;
-    let res;
-    try {
-      res = await fetch(url, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-        body: JSON.stringify({ x, y, color }),
-      });
-    } catch (err) {
-      if (!last) {
-        await sleep(500 * attempt);
-        continue;
-      }
-      el.paintStatus.textContent = `${what} failed`;
-      pageLog(`${what} failed: network error: ${err instanceof Error ? err.message : String(err)}`);
-      return;
-    }
-    if (res.ok) {
-      let body = null;
-      try {
-        body = await res.json();
-      } catch {
-        // 2xx without a JSON body: still painted
-      }
-      el.paintStatus.textContent = body && Number.isFinite(body.version)
-        ? `painted (${x}, ${y}) ${color} → v${body.version} (p${body.partition} @${body.offset})`
-        : `painted (${x}, ${y}) ${color}`;
-      return;
-    }
-    const retryable = res.status === 503 || res.status === 504 || (res.status === 409 && res.headers.has('Retry-After'));
-    if (retryable && !last) {
-      await sleep(retryAfterMs(res));
-      continue;
-    }
-    el.paintStatus.textContent = `${what} failed`;
-    pageLog(`${what} failed: HTTP ${res.status} ${await describeError(res)}`);
+  const r = await postJson(url, { x, y, color });
+  if (r.ok) {
+    const body = r.body;
+    el.paintStatus.textContent = body && Number.isFinite(body.version)
+      ? `painted (${x}, ${y}) ${color} → v${body.version} (p${body.partition} @${body.offset})`
+      : `painted (${x}, ${y}) ${color}`;
     return;
   }
+  el.paintStatus.textContent = `${what} failed`;
+  pageLog(`${what} failed: ${r.error}`);
 }
 
 // ---- client ---------------------------------------------------------------------------------
@@ -375,10 +247,10 @@ if (idError) {
   client.onCanvas((canvas, changed) => {
     if (changed) {
       eventTimes.push(performance.now());
-      if (canvas.width !== boardW || canvas.height !== boardH) drawAll(canvas);
-      else drawPixel(changed.x, changed.y, changed.color);
+      if (canvas.width !== board.width || canvas.height !== board.height) board.drawAll(canvas);
+      else board.drawPixel(changed.x, changed.y, changed.color);
     } else {
-      drawAll(canvas);
+      board.drawAll(canvas);
     }
     el.version.textContent = String(client?.version ?? 0);
   });
@@ -386,7 +258,7 @@ if (idError) {
   el.retry.addEventListener('click', () => client?.retry());
 
   el.board.addEventListener('click', (e) => {
-    const p = pixelAt(e);
+    const p = board.pixelAt(e);
     if (!p) return;
     paint(p.x, p.y, el.color.value.toLowerCase()).catch((err) => pageLog(`paint failed: ${err instanceof Error ? err.message : String(err)}`));
   });
@@ -403,7 +275,7 @@ if (idError) {
 }
 
 el.board.addEventListener('mousemove', (e) => {
-  const p = pixelAt(e);
+  const p = board.pixelAt(e);
   el.cursor.textContent = p ? `(${p.x}, ${p.y})` : '';
 });
 el.board.addEventListener('mouseleave', () => {
