@@ -3,7 +3,7 @@
 //!
 //! | path | file |
 //! |---|---|
-//! | `/` | `web/pages/index.html`: a canvas, live, click to paint, connection status |
+//! | `/` | `web/pages/index.html`: a channel of any model, live (`?channel=<id>`, `?canvas=` too): a canvas to paint, a JSON document or value, a stream's last publications; connection status |
 //! | `/fleet` | `web/pages/fleet.html`: node states, streaks, partitions, catch-up, decisions, and charts of the last minutes (`web/pages/charts.js`) |
 //! | `/assets/{file}` | `web/pages/{file}`: the pages' scripts and style |
 //! | `/client/{file}` | `web/client/{file}`: the client library (ES modules) |
@@ -36,6 +36,8 @@ static PAGES: &[Asset] = &[
     asset!("charts.js", JS, "web/pages/charts.js"),
     asset!("board.js", JS, "web/pages/board.js"),
     asset!("publish.js", JS, "web/pages/publish.js"),
+    asset!("panels.js", JS, "web/pages/panels.js"),
+    asset!("views.js", JS, "web/pages/views.js"),
     asset!("style.css", "text/css; charset=utf-8", "web/pages/style.css"),
 ];
 
