@@ -418,14 +418,13 @@ function onPublication(data, version, info) {
   changed();
 }
 
-/** A `reset`: what was shown is of a history that is gone (or, on a stream, has a gap). */
+/** A `reset`: what was shown is of a history that is gone (or, on a stream, has a gap). The client logs it. */
 function onReset(info) {
   syncModel();
   const where = `version ${info.version} of epoch ${info.epoch}`;
   if (model === 'pixels') board.drawBlank(board.width || DEFAULT_SIZE, board.height || DEFAULT_SIZE);
   else if (model === 'stream') stream.clear(`reset to ${where}: the publications before it are not coming`);
   else tree.clear(`reset to ${where}: waiting for the state`);
-  pageLog(`reset: the channel is now at ${where} (was ${info.previousVersion} of ${info.previousEpoch ?? 'none'})`, 'info');
   changed();
 }
 
