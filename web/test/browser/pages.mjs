@@ -57,6 +57,7 @@ function push(seq, v) {
   if (v !== undefined && v !== null && v !== '' && seq[seq.length - 1] !== v) seq.push(v);
 }
 
+const launchedAt = Date.now();
 const browser = await chromium.launch({
   executablePath,
   headless: true,
@@ -65,6 +66,7 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
     '--disable-component-update', '--disable-sync'],
 });
+note(`Chromium started in ${Date.now() - launchedAt} ms`);
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 // Uncaught exceptions fail the test; console errors are reported (Chromium also logs network
 // failures there, which page code cannot prevent).
@@ -78,12 +80,18 @@ const open = async (path) => {
   return page;
 };
 
-const canvasPages = {};
-for (const c of canvases) canvasPages[c] = await open(`/?canvas=${encodeURIComponent(c)}`);
-const channelPages = {};
-for (const c of channels) channelPages[c] = await open(`/?channel=${encodeURIComponent(c)}`);
+// Every page at once: each becomes `stable` 10 s after its socket opened, so opening them one after
+// the other would add up.
+const openedAt = Date.now();
+const [canvasList, channelList, fleetPage] = await Promise.all([
+  Promise.all(canvases.map((c) => open(`/?canvas=${encodeURIComponent(c)}`))),
+  Promise.all(channels.map((c) => open(`/?channel=${encodeURIComponent(c)}`))),
+  open('/fleet'),
+]);
+const canvasPages = Object.fromEntries(canvases.map((c, i) => [c, canvasList[i]]));
+const channelPages = Object.fromEntries(channels.map((c, i) => [c, channelList[i]]));
 const allPages = { ...canvasPages, ...channelPages };
-const fleetPage = await open('/fleet');
+note(`${Object.keys(allPages).length + 1} pages opened in ${Date.now() - openedAt} ms`);
 
 const seen = { canvases: {}, nodes: {}, fleet: {} };
 for (const c of Object.keys(allPages)) { seen.canvases[c] = []; seen.nodes[c] = []; }
@@ -127,6 +135,7 @@ for (;;) {
   }
   await sleep(200);
 }
+note(`every page stable ${Date.now() - openedAt} ms after they were opened`);
 say('READY');
 
 // Wait for FINISH with the publisher's truth.
