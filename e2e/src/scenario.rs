@@ -15,7 +15,7 @@ use anyhow::Context;
 use shared::partitioner::partition_for;
 use shared::CanvasDims;
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -330,6 +330,8 @@ pub struct Running {
     pub broker: Broker,
     /// The canvases the scenario painted.
     pub canvases: Vec<String>,
+    /// The channels of the other models it published to ([`MODEL_CHANNELS`], or none).
+    pub channels: Vec<String>,
 }
 
 /// Runs the scenario and stops the fleet.
@@ -495,7 +497,7 @@ async fn run_inner(cfg: &ScenarioConfig, tl: Arc<Timeline>, keep: bool) -> anyho
     }
 
     let running = if keep {
-        Some(Running { fleet, broker, canvases: canvases.clone() })
+        Some(Running { fleet, broker, canvases: canvases.clone(), channels: model_channels.clone() })
     } else {
         fleet.stop().await;
         drop(broker);
@@ -569,7 +571,7 @@ pub async fn reset_channel(fleet: &Fleet, channel: &str) -> anyhow::Result<Strin
 }
 
 /// Deletes `channel` through the gateway's admin route (`DELETE /api/channels/{id}`); returns
-/// the epoch the answer names (the blank channel's).
+/// the epoch the answer names (the channel's next history's).
 ///
 /// # Errors
 /// When the answer is not 200.
@@ -582,28 +584,57 @@ pub async fn delete_channel(fleet: &Fleet, channel: &str) -> anyhow::Result<Stri
     body["epoch"].as_str().map(str::to_owned).with_context(|| format!("delete of {channel}: no epoch in {body}"))
 }
 
-/// Steady publishing to channels of the other models: one publication to each every 50 ms, each
-/// retried until the publisher answers 201 (a 503 used no version).
+/// Steady publishing to channels of the other models: one publication to each every 50 ms (a
+/// publish the publisher does not answer 201 is not retried: the next one carries the next data).
+/// Made with [`ModelLoad::recording`], it keeps what it published, for checks of what clients show.
 pub struct ModelLoad {
     stop: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<u64>,
+    accepted: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<Vec<Published>>,
+}
+
+/// A publication [`ModelLoad`] made: its channel, the version the publisher gave it, its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    pub channel: String,
+    pub version: u64,
+    pub data: serde_json::Value,
 }
 
 impl ModelLoad {
     /// Starts publishing to `channels` through `publisher`.
     pub fn start(publisher: &str, channels: Vec<String>) -> Self {
+        Self::spawn(publisher, channels, false)
+    }
+
+    /// Starts publishing to `channels` through `publisher`, keeping each publication for
+    /// [`ModelLoad::published`].
+    pub fn recording(publisher: &str, channels: Vec<String>) -> Self {
+        Self::spawn(publisher, channels, true)
+    }
+
+    fn spawn(publisher: &str, channels: Vec<String>, record: bool) -> Self {
         let stop = tokio_util::sync::CancellationToken::new();
-        let (publisher, token) = (publisher.to_owned(), stop.clone());
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (publisher, token, count) = (publisher.to_owned(), stop.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             let http = reqwest::Client::new();
-            let mut accepted = 0u64;
+            let mut published = Vec::new();
             let mut i = 0u64;
             while !token.is_cancelled() && !channels.is_empty() {
                 for c in &channels {
-                    let body = serde_json::json!({ "data": model_data(c, i) });
+                    let data = model_data(c, i);
                     let url = format!("{publisher}/channels/{c}/publications");
-                    if let Ok(r) = http.post(&url).json(&body).timeout(Duration::from_secs(10)).send().await {
-                        accepted += u64::from(r.status().as_u16() == 201);
+                    let Ok(r) = http.post(&url).json(&serde_json::json!({ "data": data })).timeout(Duration::from_secs(10)).send().await else { continue };
+                    if r.status().as_u16() != 201 {
+                        continue;
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                    if !record {
+                        continue;
+                    }
+                    if let Some(version) = r.json::<serde_json::Value>().await.ok().and_then(|b| b["version"].as_u64()) {
+                        published.push(Published { channel: c.clone(), version, data });
                     }
                 }
                 i += 1;
@@ -612,15 +643,28 @@ impl ModelLoad {
                     () = token.cancelled() => {}
                 }
             }
-            accepted
+            published
         });
-        Self { stop, task }
+        Self { stop, accepted, task }
+    }
+
+    /// Publications accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
     }
 
     /// Stops; returns the publications accepted.
     pub async fn stop(self) -> u64 {
         self.stop.cancel();
-        self.task.await.unwrap_or(0)
+        let _ = self.task.await;
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Stops; returns the publications accepted, in the order they were answered (each channel's
+    /// in version order); none unless made by [`ModelLoad::recording`].
+    pub async fn published(self) -> Vec<Published> {
+        self.stop.cancel();
+        self.task.await.unwrap_or_default()
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! | path | file |
 //! |---|---|
-//! | `/` | `web/pages/index.html`: a canvas, live, click to paint, connection status |
+//! | `/` | `web/pages/index.html`: a channel of any model, live (`?channel=<id>`, `?canvas=` too): a canvas to paint, a JSON document or value, a stream's last publications; connection status |
 //! | `/fleet` | `web/pages/fleet.html`: node states, streaks, partitions, catch-up, decisions, and charts of the last minutes (`web/pages/charts.js`) |
 //! | `/assets/{file}` | `web/pages/{file}`: the pages' scripts and style |
 //! | `/client/{file}` | `web/client/{file}`: the client library (ES modules) |
@@ -34,6 +34,10 @@ static PAGES: &[Asset] = &[
     asset!("app.js", JS, "web/pages/app.js"),
     asset!("fleet.js", JS, "web/pages/fleet.js"),
     asset!("charts.js", JS, "web/pages/charts.js"),
+    asset!("board.js", JS, "web/pages/board.js"),
+    asset!("publish.js", JS, "web/pages/publish.js"),
+    asset!("panels.js", JS, "web/pages/panels.js"),
+    asset!("views.js", JS, "web/pages/views.js"),
     asset!("style.css", "text/css; charset=utf-8", "web/pages/style.css"),
 ];
 
@@ -132,6 +136,12 @@ mod tests {
                 for part in page.body.split(prefix).skip(1) {
                     let name: String = part.chars().take_while(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).collect();
                     assert!(set.iter().any(|a| a.name == name), "{} references {prefix}{name}, which is not served", page.name);
+                }
+            }
+            // A script's relative imports are of its own folder, /assets/.
+            for line in page.body.lines().filter(|l| l.trim_start().starts_with("import ")) {
+                if let Some(name) = line.split('\'').nth(1).and_then(|s| s.strip_prefix("./")) {
+                    assert!(PAGES.iter().any(|a| a.name == name), "{} imports ./{name}, which is not served", page.name);
                 }
             }
         }

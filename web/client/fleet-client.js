@@ -25,8 +25,8 @@
  * `subscribe(channel, handlers)` (`/ws?channel=<id>&since=&epoch=&refusal=frame`): the frames
  * keep the {@link Subscription}'s state by the channel's model. The models come in with the
  * `models` option; index.js (the package's entry) passes the four built-in ones (models/*.js).
- * This file imports none of them: the gateway serves the library's files one by one, and the
- * pages, which use the `canvas` option, load this file alone.
+ * This file imports none of them: the gateway serves the library's files one by one, and a page
+ * that follows a canvas with the `canvas` option may load this file alone.
  *
  * Usage:
  *   import { FleetClient } from './fleet-client.js';

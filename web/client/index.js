@@ -4,7 +4,8 @@
  * the four built-in models (stream, latest, json, pixels), so `subscribe` works out of the box.
  *
  * fleet-client.js itself imports no model: the gateway serves the library's files one by one
- * (`/client/<file>`), and its pages, which follow a canvas, load fleet-client.js alone.
+ * (`/client/<file>`), and a page that follows a canvas may load fleet-client.js alone (the
+ * gateway's `/` page loads this file: it subscribes to a channel of any model).
  */
 
 import { FleetClient as CoreFleetClient } from './fleet-client.js';

@@ -1,81 +1,109 @@
 /**
- * app.js — the canvas page (`/`): one canvas, live, through the fleet client; click to paint.
+ * app.js — the channel page (`/`): one channel of any model, live, through the fleet client.
  *
- * - Canvas id from `?canvas=<id>` (default c1), checked like the server does (1–64 of
- *   A-Z a-z 0-9 - _); the form `#canvas-form` switches canvas by navigating to `/?canvas=<id>`.
- * - `FleetClient` (/client/fleet-client.js) keeps the canvas in sync and owns reconnection; this
- *   page only shows what it says: phase (`#state`), serving node (`#node`), version (`#version`),
- *   events per second over the last 5 s (`#rate`), backoff/closed message (`#message`), a retry
- *   button when the retry budget is spent (`#retry`), the last 20 log lines (`#log`, newest first)
+ * - Channel id from `?channel=<id>` (`?canvas=<id>` is the old name, still in links; default c1,
+ *   a canvas), checked as the server checks it; the form `#channel-form` opens another by
+ *   navigating to `/?channel=<id>`.
+ * - `FleetClient.subscribe` (/client/index.js) keeps the channel's state by its model and owns
+ *   reconnection; the page learns the model from the subscription (`sub.model`, from the
+ *   `welcome`) and shows the view of that model:
+ *   - `pixels`: `#board`, the canvas scaled ×8 (board.js); click to paint a pixel
+ *     (`POST /api/channels/{id}/publications {"data":{"x","y","color"}}`);
+ *   - `json` and `latest`: `#tree`, the document or the value pretty-printed with sorted keys,
+ *     what the last publications changed marked (panels.js TreeView);
+ *   - `stream`: `#stream`, the last {@link STREAM_LIMIT} publications, oldest first (StreamView);
+ *   and, for the three that are not pixels, `#publish-form`, which publishes JSON data
+ *   (`POST /api/channels/{id}/publications {"data": …}`). Writes are retried with one
+ *   `Idempotency-Key` (publish.js); errors go to the log; nothing here throws at the page.
+ * - A `reset` (the channel starts again at version 0 of a new epoch, or a stream's resume beyond
+ *   the node's window) clears what the view shows until the state (or the next publications)
+ *   comes.
+ * - The status line: phase (`#state`), serving node (`#node`), model (`#model`), version
+ *   (`#version`), epoch (`#epoch`), publications per second over the last 5 s (`#rate`),
+ *   backoff/closed message (`#message`), a retry button when the retry budget is spent (`#retry`),
+ *   and the state's hash (`#hash`, `sub.hash()`, with `data-version` the version it is of: what
+ *   `GET /api/channels/{id}` answers as `hash`). Then the last 20 log lines (`#log`, newest first)
  *   and the counters (`#counters`, JSON, refreshed at most every 500 ms).
- * - `#board` is the canvas scaled ×8: the snapshot's RGB bytes go into an ImageData on an
- *   offscreen canvas that is drawn scaled (no smoothing); an event paints one 8×8 square.
- * - Clicking the board posts the pixel with the chosen colour to the gateway
- *   (`POST /api/canvases/{id}/pixels`, with an `Idempotency-Key`, so a retry after a network error
- *   or a 503 is applied once). Errors go to the log; nothing here throws at the page.
+ * - The views draw at most once per animation frame (or every 250 ms when frames do not come, as
+ *   in a hidden tab); the board draws each pixel as it comes.
  *
- * For debugging and tests: `window.fleetClient` (the FleetClient, null when the id is invalid) and
- * `window.fleetPage` (`{canvasId, scale, error}`).
+ * For debugging and tests: `window.fleetClient` (the FleetClient, null when the id is invalid),
+ * `window.fleetSub` (its Subscription) and `window.fleetPage` (`{channel, scale, error, stream}`,
+ * `stream` the StreamLog of a stream channel's list).
  */
 
-import { FleetClient, BUDGET_EXHAUSTED } from '/client/fleet-client.js';
+import { BUDGET_EXHAUSTED, FleetClient } from '/client/index.js';
+import { Board } from './board.js';
+import { StreamView, TreeView } from './panels.js';
+import { postJson } from './publish.js';
+import { channelIdError, pageChannel } from './views.js';
 
-const DEFAULT_CANVAS = 'c1';
-const CANVAS_ID = /^[A-Za-z0-9_-]{1,64}$/;
 const SCALE = 8; // CSS px (and backing-store px) per canvas pixel
 const DEFAULT_SIZE = 64;
+const STREAM_LIMIT = 200; // publications a stream's list keeps
+const FRAME_FALLBACK_MS = 250;
 const RATE_WINDOW_MS = 5000;
 const LOG_LINES = 20;
 const COUNTERS_EVERY_MS = 500; // also the period of #rate, #node and the backoff countdown
-const PAINT_ATTEMPTS = 3;
 const PALETTE = [
   '#000000', '#ffffff', '#7f7f7f', '#c3c3c3',
   '#e53935', '#fb8c00', '#fdd835', '#43a047',
   '#00897b', '#1e88e5', '#3949ab', '#8e24aa',
   '#d81b60', '#6d4c41', '#ffb3c7', '#a5d6a7',
 ];
-
-/**
- * Whether `id` is a canvas id the server accepts.
- * @param {unknown} id
- * @returns {boolean}
- */
-export function isValidCanvasId(id) {
-  return typeof id === 'string' && CANVAS_ID.test(id);
-}
+/** What the page calls a channel of each model (the title). */
+const KIND = { pixels: 'Canvas', json: 'Document', latest: 'Latest value', stream: 'Stream' };
+/** The publish form's hint and example, per model. */
+const HINT = {
+  json: 'JSON: an RFC 7386 merge patch ({"key": null} removes key); Ctrl+Enter publishes',
+  latest: 'JSON: the new value; Ctrl+Enter publishes',
+  stream: 'JSON: a message; Ctrl+Enter publishes',
+};
+const EXAMPLE = { json: '{"home": 1}', latest: '{"bid": 1.0842, "ask": 1.0844}', stream: '{"text": "hello"}' };
 
 /** @param {string} sel @returns {any} */
 const $ = (sel) => document.querySelector(sel);
 
 const el = {
-  title: $('#canvas-title'),
-  form: $('#canvas-form'),
-  input: $('#canvas-input'),
-  formError: $('#canvas-error'),
+  kind: $('#kind'),
+  title: $('#channel-title'),
+  form: $('#channel-form'),
+  input: $('#channel-input'),
+  formError: $('#channel-error'),
   state: $('#state'),
   node: $('#node'),
+  model: $('#model'),
   version: $('#version'),
+  epoch: $('#epoch'),
   rate: $('#rate'),
   message: $('#message'),
   retry: $('#retry'),
+  hash: $('#hash'),
+  waiting: $('#waiting'),
+  pixelsView: $('#pixels-view'),
+  treeView: $('#tree-view'),
+  streamView: $('#stream-view'),
   board: /** @type {HTMLCanvasElement} */ ($('#board')),
   color: /** @type {HTMLInputElement} */ ($('#color')),
   swatches: $('#swatches'),
   cursor: $('#cursor'),
   paintStatus: $('#paint-status'),
+  publishForm: $('#publish-form'),
+  publishData: /** @type {HTMLTextAreaElement} */ ($('#publish-data')),
+  publishGo: $('#publish-go'),
+  publishHint: $('#publish-hint'),
+  publishStatus: $('#publish-status'),
   log: $('#log'),
   counters: $('#counters'),
 };
 
-// ---- canvas id ------------------------------------------------------------------------------
+// ---- channel id -----------------------------------------------------------------------------
 
-const requested = new URLSearchParams(location.search).get('canvas');
-const canvasId = requested === null || requested === '' ? DEFAULT_CANVAS : requested;
-const idError = isValidCanvasId(canvasId) ? null : `invalid canvas id ${JSON.stringify(canvasId.slice(0, 80))}: use 1–64 characters of A-Z a-z 0-9 - _`;
+const { id: channelId, error: idError } = pageChannel(location.search);
 
-el.input.value = canvasId;
-el.title.textContent = idError ? '(invalid id)' : canvasId;
-document.title = idError ? 'Canvas fleet — invalid canvas id' : `Canvas fleet — ${canvasId}`;
+el.input.value = channelId;
+el.title.textContent = idError ? '(invalid id)' : channelId;
+document.title = idError ? 'Canvas fleet — invalid channel id' : `Canvas fleet — ${channelId}`;
 
 function showFormError(text) {
   el.formError.textContent = text ?? '';
@@ -86,13 +114,14 @@ function showFormError(text) {
 el.form.addEventListener('submit', (e) => {
   e.preventDefault();
   const id = el.input.value.trim();
-  if (!isValidCanvasId(id)) {
-    showFormError(id === '' ? 'enter a canvas id (1–64 characters of A-Z a-z 0-9 - _)' : `invalid canvas id ${JSON.stringify(id.slice(0, 80))}: use 1–64 characters of A-Z a-z 0-9 - _`);
+  const problem = channelIdError(id);
+  if (problem) {
+    showFormError(problem);
     el.input.focus();
     return;
   }
   showFormError(null);
-  location.assign(`/?canvas=${encodeURIComponent(id)}`);
+  location.assign(`/?channel=${encodeURIComponent(id)}`);
 });
 el.input.addEventListener('input', () => showFormError(null));
 
@@ -107,72 +136,97 @@ function addLogLine(text, kind) {
   while (el.log.children.length > LOG_LINES) el.log.lastElementChild.remove();
 }
 
-/** A page line (paint errors…), stamped like the client's lines (UTC HH:MM:SS.mmm). */
+/** A page line (publish errors, resets…), stamped like the client's lines (UTC HH:MM:SS.mmm). */
 function pageLog(text, kind = 'error') {
   addLogLine(`${new Date().toISOString().slice(11, 23)} ${text}`, kind);
 }
 
-// ---- board ----------------------------------------------------------------------------------
+// ---- views ----------------------------------------------------------------------------------
 
-const ctx = /** @type {CanvasRenderingContext2D} */ (el.board.getContext('2d', { alpha: false }));
-const offscreen = document.createElement('canvas');
-const offCtx = /** @type {CanvasRenderingContext2D} */ (offscreen.getContext('2d'));
-let boardW = 0;
-let boardH = 0;
+const board = new Board(el.board, SCALE);
+board.drawBlank(DEFAULT_SIZE, DEFAULT_SIZE);
+const tree = new TreeView($('#tree'), $('#tree-note'));
+const stream = new StreamView($('#stream'), $('#stream-caption'), STREAM_LIMIT);
 
-/** Sizes the board for a w×h canvas (a resize clears it). */
-function sizeBoard(w, h) {
-  if (w === boardW && h === boardH) return;
-  boardW = w;
-  boardH = h;
-  el.board.width = w * SCALE;
-  el.board.height = h * SCALE;
-  el.board.style.width = `${w * SCALE}px`;
-  offscreen.width = w;
-  offscreen.height = h;
-}
+/** The model the views show (null until a welcome named one). */
+let model = /** @type {string | null} */ (null);
 
-/** Draws the whole canvas: RGB bytes → ImageData (offscreen, 1:1) → drawn ×SCALE. */
-function drawAll(canvas) {
-  sizeBoard(canvas.width, canvas.height);
-  const img = offCtx.createImageData(canvas.width, canvas.height);
-  const src = canvas.pixels;
-  const dst = img.data;
-  for (let i = 0, j = 0; i < src.length; i += 3, j += 4) {
-    dst[j] = src[i];
-    dst[j + 1] = src[i + 1];
-    dst[j + 2] = src[i + 2];
-    dst[j + 3] = 255;
+/** Shows the view of the subscription's model, once the welcome named it (or names another). */
+function syncModel() {
+  const m = sub?.model ?? null;
+  if (m === model) return;
+  if (model !== null) {
+    // The namespace's model changed: nothing shown is of the new one.
+    board.drawBlank(DEFAULT_SIZE, DEFAULT_SIZE);
+    tree.clear('');
+    stream.clear('');
   }
-  offCtx.putImageData(img, 0, 0);
-  ctx.imageSmoothingEnabled = false;
-  ctx.drawImage(offscreen, 0, 0, canvas.width * SCALE, canvas.height * SCALE);
+  model = m;
+  const known = m !== null && Object.hasOwn(KIND, m);
+  el.waiting.hidden = known;
+  if (m !== null && !known) el.waiting.textContent = `this page does not show channels of model ${m}`;
+  el.pixelsView.hidden = m !== 'pixels';
+  el.treeView.hidden = m !== 'json' && m !== 'latest';
+  el.streamView.hidden = m !== 'stream';
+  el.publishForm.hidden = !known || m === 'pixels';
+  el.model.textContent = m ?? '—';
+  el.kind.textContent = known ? KIND[m] : 'Channel';
+  el.publishHint.textContent = HINT[m] ?? '';
+  el.publishData.placeholder = EXAMPLE[m] ?? '';
+  changed();
 }
 
-/** Draws one pixel. */
-function drawPixel(x, y, color) {
-  ctx.fillStyle = color;
-  ctx.fillRect(x * SCALE, y * SCALE, SCALE, SCALE);
+let framePending = false;
+let frameTimer = /** @type {ReturnType<typeof setTimeout> | null} */ (null);
+
+/** Asks for a frame: the views, the position and the hash are drawn once for what changed. */
+function changed() {
+  if (framePending) return;
+  framePending = true;
+  const run = () => {
+    if (!framePending) return;
+    framePending = false;
+    if (frameTimer !== null) clearTimeout(frameTimer);
+    frameTimer = null;
+    drawFrame();
+  };
+  requestAnimationFrame(run);
+  frameTimer = setTimeout(run, FRAME_FALLBACK_MS);
 }
 
-/** A blank (white) board before the first snapshot. */
-function drawBlank(w, h) {
-  sizeBoard(w, h);
-  ctx.fillStyle = '#ffffff';
-  ctx.fillRect(0, 0, w * SCALE, h * SCALE);
+function drawFrame() {
+  tree.draw();
+  stream.draw();
+  renderPosition();
+  refreshHash();
 }
 
-/** The canvas pixel under a pointer event, or null when outside. */
-function pixelAt(e) {
-  const rect = el.board.getBoundingClientRect();
-  if (rect.width <= 0 || rect.height <= 0) return null;
-  const x = Math.floor(((e.clientX - rect.left) / rect.width) * boardW);
-  const y = Math.floor(((e.clientY - rect.top) / rect.height) * boardH);
-  if (x < 0 || y < 0 || x >= boardW || y >= boardH) return null;
-  return { x, y };
-}
+let hashing = false;
+let hashAgain = false;
 
-drawBlank(DEFAULT_SIZE, DEFAULT_SIZE);
+/** Shows `sub.hash()` with the version it is of; one at a time, again when asked meanwhile. */
+async function refreshHash() {
+  if (!sub) return;
+  if (hashing) {
+    hashAgain = true;
+    return;
+  }
+  hashing = true;
+  try {
+    do {
+      hashAgain = false;
+      // hash() reads the state now (the digest then runs on a copy): it is of this version.
+      const version = sub.version;
+      const h = await sub.hash();
+      el.hash.textContent = h ?? '—';
+      el.hash.dataset.version = String(version);
+    } while (hashAgain);
+  } catch (err) {
+    pageLog(`hash failed: ${err instanceof Error ? err.message : String(err)}`);
+  } finally {
+    hashing = false;
+  }
+}
 
 // ---- palette --------------------------------------------------------------------------------
 
@@ -198,101 +252,67 @@ for (const c of PALETTE) {
 el.color.addEventListener('input', markSwatch);
 markSwatch();
 
-// ---- painting -------------------------------------------------------------------------------
+// ---- publishing -----------------------------------------------------------------------------
 
-/** A fresh Idempotency-Key. `crypto.randomUUID` exists only in secure contexts (https, localhost). */
-function newKey() {
-  if (typeof crypto.randomUUID === 'function') return crypto.randomUUID();
-  const b = crypto.getRandomValues(new Uint8Array(16));
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  const h = [...b].map((v) => v.toString(16).padStart(2, '0')).join('');
-  return `${h.slice(0, 8)}-${h.slice(8, 12)}-${h.slice(12, 16)}-${h.slice(16, 20)}-${h.slice(20)}`;
-}
+/** The gateway's publish route of this channel (a channel id needs no escaping in a path). */
+const publicationsUrl = `/api/channels/${channelId}/publications`;
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/** Where a publish landed, from its 201 answer. */
+const landed = (body) => (body && Number.isFinite(body.version) ? ` → v${body.version} (p${body.partition} @${body.offset})` : '');
 
-/** Seconds of a Retry-After header as ms (1 s when absent or unreadable), at most 5 s. */
-function retryAfterMs(res) {
-  const s = Number(res.headers.get('Retry-After'));
-  return Math.min(5000, Number.isFinite(s) && s > 0 ? s * 1000 : 1000);
-}
-
-/** Reads an error body `{"error","message","field"?}` (or any text) into one short string. */
-async function describeError(res) {
-  let text = '';
-  try {
-    text = await res.text();
-  } catch {
-    // body unreadable: the status says enough
-  }
-  try {
-    const b = JSON.parse(text);
-    if (b && typeof b === 'object' && ('error' in b || 'message' in b)) {
-      return `${b.error ?? 'error'}: ${b.message ?? ''}${b.field ? ` (field ${b.field})` : ''}`;
-    }
-  } catch {
-    // not JSON
-  }
-  return text.slice(0, 200) || res.statusText || 'no body';
-}
-
-/**
- * Posts one pixel. Retries with the same Idempotency-Key (so it lands once) after a network error,
- * a 503 (publisher rebuilding, Kafka unavailable, outcome unknown), a 504 (the gateway got no
- * answer from the publisher in time: outcome unknown) or a 409 with Retry-After (the first attempt
- * with that key is still running). Never throws.
- */
+/** Posts one pixel (publish.js: retried with one Idempotency-Key, so it lands once). Never throws. */
 async function paint(x, y, color) {
-  const key = newKey();
-  const url = `/api/canvases/${encodeURIComponent(canvasId)}/pixels`;
   const what = `paint (${x}, ${y}) ${color}`;
   el.paintStatus.textContent = `${what}…`;
-  for (let attempt = 1; attempt <= PAINT_ATTEMPTS; attempt++) {
-    const last = attempt === PAINT_ATTEMPTS;
-    let res;
-    try {
-      res = await fetch(url, {
-        method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'Idempotency-Key': key },
-        body: JSON.stringify({ x, y, color }),
-      });
-    } catch (err) {
-      if (!last) {
-        await sleep(500 * attempt);
-        continue;
-      }
-      el.paintStatus.textContent = `${what} failed`;
-      pageLog(`${what} failed: network error: ${err instanceof Error ? err.message : String(err)}`);
-      return;
-    }
-    if (res.ok) {
-      let body = null;
-      try {
-        body = await res.json();
-      } catch {
-        // 2xx without a JSON body: still painted
-      }
-      el.paintStatus.textContent = body && Number.isFinite(body.version)
-        ? `painted (${x}, ${y}) ${color} → v${body.version} (p${body.partition} @${body.offset})`
-        : `painted (${x}, ${y}) ${color}`;
-      return;
-    }
-    const retryable = res.status === 503 || res.status === 504 || (res.status === 409 && res.headers.has('Retry-After'));
-    if (retryable && !last) {
-      await sleep(retryAfterMs(res));
-      continue;
-    }
-    el.paintStatus.textContent = `${what} failed`;
-    pageLog(`${what} failed: HTTP ${res.status} ${await describeError(res)}`);
+  const r = await postJson(publicationsUrl, { data: { x, y, color } });
+  if (r.ok) {
+    el.paintStatus.textContent = `painted (${x}, ${y}) ${color}${landed(r.body)}`;
     return;
   }
+  el.paintStatus.textContent = `${what} failed`;
+  pageLog(`${what} failed: ${r.error}`);
 }
+
+/** Publishes the form's JSON. Never throws. */
+async function publishForm() {
+  let data;
+  try {
+    data = JSON.parse(el.publishData.value);
+  } catch (err) {
+    el.publishStatus.textContent = `not JSON: ${err instanceof Error ? err.message : String(err)}`;
+    el.publishStatus.className = 'error-text';
+    return;
+  }
+  el.publishStatus.textContent = 'publishing…';
+  el.publishStatus.className = '';
+  el.publishGo.disabled = true;
+  try {
+    const r = await postJson(publicationsUrl, { data });
+    el.publishStatus.textContent = r.ok ? `published${landed(r.body)}` : 'publish failed (see the log)';
+    el.publishStatus.className = r.ok ? '' : 'error-text';
+    if (!r.ok) pageLog(`publish failed: ${r.error}`);
+  } finally {
+    el.publishGo.disabled = false;
+  }
+}
+
+el.publishForm.addEventListener('submit', (e) => {
+  e.preventDefault();
+  publishForm();
+});
+el.publishData.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && (e.ctrlKey || e.metaKey)) {
+    e.preventDefault();
+    el.publishForm.requestSubmit();
+  }
+});
 
 // ---- client ---------------------------------------------------------------------------------
 
 /** @type {FleetClient | null} */
 let client = null;
+/** @type {import('/client/index.js').Subscription | null} */
+let sub = null;
 
 /** Event arrival times (performance.now()) within the rate window. */
 const eventTimes = [];
@@ -329,6 +349,11 @@ function renderState(state, info) {
   el.message.textContent = message;
   el.message.className = state === 'closed' ? 'closed' : '';
   el.retry.hidden = !(state === 'closed' && info?.reason === BUDGET_EXHAUSTED);
+  if (model === null && !idError) {
+    // Before any welcome: say whether the page is still connecting or is being refused.
+    const failing = (state === 'backoff' || state === 'closed') && info?.cause;
+    el.waiting.textContent = failing ? `not served (${info.cause}): see the log` : "waiting for the channel's model (the server's welcome)…";
+  }
   renderSession();
 }
 
@@ -340,7 +365,14 @@ function renderSession() {
   const live = client.state === 'probation' || client.state === 'stable';
   el.node.classList.toggle('muted', !live);
   el.node.title = live || !client.node ? '' : 'the node of the last session';
-  el.version.textContent = String(client.version);
+  syncModel();
+  renderPosition();
+}
+
+function renderPosition() {
+  if (!sub) return;
+  el.version.textContent = String(sub.version);
+  el.epoch.textContent = sub.epoch ?? '—';
 }
 
 /** Counters as JSON: one top-level key per line, nested maps on the same line. */
@@ -358,36 +390,65 @@ function tick() {
   if (el.counters.textContent !== text) el.counters.textContent = text;
 }
 
+/** A `state` frame replaced the whole state (the first, a resync, a reset's version 0). */
+function onState(state, version) {
+  syncModel();
+  if (model === 'pixels') board.drawAll(state);
+  else if (model === 'stream') stream.clear(version > 0 ? `from version ${version} on (earlier publications are not shown)` : 'from the start');
+  else if (model === 'json' || model === 'latest') {
+    tree.show(state, false);
+    tree.setNote(`${model === 'json' ? 'the document' : 'the last value'}: the state of version ${version}, then each publication applied`);
+  }
+  changed();
+}
+
+/** A publication was applied (`sub.state` is the new state). */
+function onPublication(data, version, info) {
+  syncModel();
+  eventTimes.push(performance.now());
+  if (model === 'pixels') {
+    const canvas = sub?.state;
+    if (canvas && (canvas.width !== board.width || canvas.height !== board.height)) board.drawAll(canvas);
+    else board.drawPixel(data.x, data.y, data.color);
+  } else if (model === 'stream') {
+    stream.push({ version, data, publishedAtMs: info.publishedAtMs });
+  } else if (model === 'json' || model === 'latest') {
+    tree.show(sub?.state, true);
+  }
+  changed();
+}
+
+/** A `reset`: what was shown is of a history that is gone (or, on a stream, has a gap). The client logs it. */
+function onReset(info) {
+  syncModel();
+  const where = `version ${info.version} of epoch ${info.epoch}`;
+  if (model === 'pixels') board.drawBlank(board.width || DEFAULT_SIZE, board.height || DEFAULT_SIZE);
+  else if (model === 'stream') stream.clear(`reset to ${where}: the publications before it are not coming`);
+  else tree.clear(`reset to ${where}: waiting for the state`);
+  changed();
+}
+
 if (idError) {
   showFormError(idError);
-  el.message.textContent = 'not connected: invalid canvas id';
+  el.message.textContent = 'not connected: invalid channel id';
   el.message.className = 'closed';
+  el.waiting.textContent = 'no channel';
   el.board.setAttribute('aria-disabled', 'true');
 } else {
   const proto = location.protocol === 'https:' ? 'wss' : 'ws';
-  client = new FleetClient({ url: `${proto}://${location.host}`, canvas: canvasId });
+  client = new FleetClient({ url: `${proto}://${location.host}` });
 
   client.onState((state, info) => renderState(state, info));
   client.onLog((line) => {
     addLogLine(line);
-    renderSession(); // the serving node is learnt from the welcome frame, which only logs
-  });
-  client.onCanvas((canvas, changed) => {
-    if (changed) {
-      eventTimes.push(performance.now());
-      if (canvas.width !== boardW || canvas.height !== boardH) drawAll(canvas);
-      else drawPixel(changed.x, changed.y, changed.color);
-    } else {
-      drawAll(canvas);
-    }
-    el.version.textContent = String(client?.version ?? 0);
+    renderSession(); // the serving node and the model are learnt from the welcome, which only logs
   });
 
   el.retry.addEventListener('click', () => client?.retry());
 
   el.board.addEventListener('click', (e) => {
-    const p = pixelAt(e);
-    if (!p) return;
+    const p = board.pixelAt(e);
+    if (!p || model !== 'pixels') return;
     paint(p.x, p.y, el.color.value.toLowerCase()).catch((err) => pageLog(`paint failed: ${err instanceof Error ? err.message : String(err)}`));
   });
 
@@ -399,11 +460,11 @@ if (idError) {
   });
 
   renderState(client.state, client.info);
-  client.connect();
+  sub = client.subscribe(channelId, { onState, onPublication, onReset }); // connects
 }
 
 el.board.addEventListener('mousemove', (e) => {
-  const p = pixelAt(e);
+  const p = board.pixelAt(e);
   el.cursor.textContent = p ? `(${p.x}, ${p.y})` : '';
 });
 el.board.addEventListener('mouseleave', () => {
@@ -414,4 +475,5 @@ setInterval(tick, COUNTERS_EVERY_MS);
 tick();
 
 window.fleetClient = client;
-window.fleetPage = { canvasId: idError ? null : canvasId, scale: SCALE, error: idError };
+window.fleetSub = sub;
+window.fleetPage = { channel: idError ? null : channelId, scale: SCALE, error: idError, stream: stream.log };

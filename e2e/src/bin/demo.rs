@@ -3,13 +3,15 @@
 //! reordered an event and the lifecycle went as it must.
 //!
 //! `--keep-running` leaves the fleet up afterwards (or instead, with `--no-scenario`) and prints
-//! where everything is, until Ctrl-C.
+//! where everything is, until Ctrl-C: the pages of its canvases and of its channels of the other
+//! models (`/?channel=scores:final`, … when the fleet has their namespaces), to which it keeps
+//! publishing.
 
 use clap::{Parser, ValueEnum};
 use e2e::broker::{Broker, BrokerKind};
 use e2e::fleet::{Fleet, FleetSpec};
 use e2e::procs::Timeline;
-use e2e::scenario::{run_keeping, Running, ScenarioConfig};
+use e2e::scenario::{run_keeping, ModelLoad, Running, ScenarioConfig, MODEL_CHANNELS};
 use std::time::Duration;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -51,7 +53,7 @@ struct Args {
     no_scenario: bool,
 }
 
-fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], rate: f64) {
+fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], channels: &[(String, String)], rate: f64) {
     println!("\nThe fleet is running (Ctrl-C stops it):");
     let where_ = match broker.pid() {
         Some(p) => format!("pid {p}"),
@@ -63,9 +65,9 @@ fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], rate: f64)
         println!("  kafka-{}    {}  (controller 127.0.0.1:{}, log {}/server.log)  pid {}",
             n.id, n.addr(), n.controller_port, n.dir.display(), n.pid.map_or("stopped".into(), |p| p.to_string()));
     }
-    println!("  gateway    {}  (ws: {}/ws?canvas=<id>&since=<version>, fleet: {}/api/fleet)  pid {}",
+    println!("  gateway    {}  (ws: {}/ws?channel=<id>&since=<version>, fleet: {}/api/fleet)  pid {}",
         fleet.gateway.url(), fleet.gateway_ws(), fleet.gateway.url(), fleet.gateway.pid().unwrap_or(0));
-    println!("  publisher  {}  (POST /canvases/<id>/pixels)  pid {}", fleet.publisher.url(), fleet.publisher.pid().unwrap_or(0));
+    println!("  publisher  {}  (POST /channels/<id>/publications, POST /canvases/<id>/pixels)  pid {}", fleet.publisher.url(), fleet.publisher.pid().unwrap_or(0));
     for n in &fleet.nodes {
         println!("  {:<10} {}  (/health)  pid {}", n.name, n.url(), n.pid().map_or("stopped".into(), |p| p.to_string()));
     }
@@ -74,16 +76,43 @@ fn print_running(fleet: &Fleet, broker: &Broker, canvases: &[String], rate: f64)
     for c in canvases {
         println!("  {}/?canvas={c}", fleet.gateway.url());
     }
+    if !channels.is_empty() {
+        println!("Channels of the other models (about 20 publications/s each):");
+    }
+    for (c, model) in channels {
+        println!("  {}/?channel={c}  ({model})", fleet.gateway.url());
+    }
     println!("  {}/fleet", fleet.gateway.url());
+}
+
+/// Which of `candidates` the fleet has a namespace of another model than pixels for, with that
+/// model: the publisher's `GET /channels/{id}` answers 200 with the model, or 400 for an unknown
+/// namespace.
+async fn channels_with_namespaces(fleet: &Fleet, candidates: &[String]) -> Vec<(String, String)> {
+    let http = reqwest::Client::new();
+    let mut out = Vec::new();
+    for c in candidates {
+        let url = format!("{}/channels/{c}", fleet.publisher.url());
+        let Ok(r) = http.get(&url).timeout(Duration::from_secs(5)).send().await else { continue };
+        let Ok(body) = r.json::<serde_json::Value>().await else { continue };
+        match body["model"].as_str() {
+            Some(model) if model != "pixels" => out.push((c.clone(), model.to_owned())),
+            _ => {}
+        }
+    }
+    out
 }
 
 async fn hold(mut running: Running, rate: f64) {
     let spec = &running.fleet.spec;
     let load = e2e::load::Load::start(&running.fleet.publisher.url(), running.canvases.clone(), rate, spec.width, spec.height);
-    print_running(&running.fleet, &running.broker, &running.canvases, rate);
+    let channels = channels_with_namespaces(&running.fleet, &running.channels).await;
+    let model_load = ModelLoad::start(&running.fleet.publisher.url(), channels.iter().map(|(c, _)| c.clone()).collect());
+    print_running(&running.fleet, &running.broker, &running.canvases, &channels, rate);
     shared::shutdown::signal_token().cancelled().await;
     println!("\nstopping the fleet");
     load.stop().await;
+    model_load.stop().await;
     running.fleet.stop().await;
 }
 
@@ -101,7 +130,9 @@ async fn main() -> anyhow::Result<()> {
         let b = Broker::start(broker).await?;
         let fleet = Fleet::start(&b, FleetSpec::default(), timeline).await?;
         let canvases = (1..=args.canvases.max(1)).map(|i| format!("c{i}")).collect();
-        hold(Running { fleet, broker: b, canvases }, args.rate).await;
+        // The channels of the other models, when FLEET_CONFIG declares their namespaces.
+        let channels = MODEL_CHANNELS.iter().map(|c| (*c).to_owned()).collect();
+        hold(Running { fleet, broker: b, canvases, channels }, args.rate).await;
         return Ok(());
     }
     println!("Scenario: normal → kill -9 ws-1 → ws-2 takes over → ws-1 restarts, UP×5, start-recovery, catch-up → failback drain → clients back.");
