@@ -103,6 +103,10 @@ async fn pages_follow_the_fleet() {
         })
         .await
         .unwrap();
+    // The json channel is reset: its page follows it into the next epoch (checked at the end
+    // against the publisher's state, version and hash).
+    let epoch = e2e::scenario::reset_channel(&fleet, "scores:final").await.expect("reset scores:final");
+    tl.mark(format!("reset scores:final: epoch {epoch}"));
     tokio::time::sleep(Duration::from_secs(3)).await;
     // The stream page's list is bounded at 200: publish past it on each channel.
     let enough = STREAM_LIMIT as u64 + 50;
