@@ -499,9 +499,12 @@ async fn spawn_clients(fleet: &Fleet, proxy: Option<&crate::haproxy::Haproxy>, c
 ///
 /// # Errors
 /// When the fleet cannot start.
-pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, faults: Vec<Fault>, tl: Arc<Timeline>) -> anyhow::Result<Outcome> {
+pub async fn run(broker: &Broker, mut spec: FleetSpec, load: &Load, seed: u64, faults: Vec<Fault>, tl: Arc<Timeline>) -> anyhow::Result<Outcome> {
     let dims = CanvasDims { width: spec.width, height: spec.height };
     let partitions = spec.partitions;
+    // Channels of every model beside the canvases: every binary reads their namespaces.
+    let toml = crate::scenario::model_fleet_toml()?;
+    spec.env.push(("FLEET_CONFIG".into(), toml.path().display().to_string()));
     let fleet = Fleet::start(broker, spec, tl.clone()).await.context("start the fleet")?;
     let proxy = if fleet.more_gateways.is_empty() {
         None
@@ -513,16 +516,23 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
     let node_ids: Vec<String> = fleet.nodes.iter().map(|n| n.name.clone()).collect();
     let state = fleet.fleet_state().await.map_err(anyhow::Error::msg)?;
     let canvases = pick_canvases(&state, partitions, load.canvases, &node_ids);
-    let clients = spawn_clients(&fleet, proxy.as_ref(), &canvases, load.clients, dims).await?;
+    let mut clients = spawn_clients(&fleet, proxy.as_ref(), &canvases, load.clients, dims).await?;
     let write_url = proxy.as_ref().map_or_else(|| fleet.gateway.url(), crate::haproxy::Haproxy::url);
     let writer = Writer::start(&write_url, canvases.clone(), load.rate, dims.width, dims.height);
+    // Two clients of each model's channel, through HAProxy when there is one; publications to
+    // them through the same door (a publish that fails is not retried: the heads are read back).
+    let channels: Vec<String> = crate::scenario::MODEL_CHANNELS.iter().map(|c| (*c).to_owned()).collect();
+    let door = proxy.as_ref().map_or_else(|| fleet.gateway_ws(), crate::haproxy::Haproxy::ws);
+    clients.extend(crate::scenario::spawn_model_clients_at(&[door], &channels, 2).await?);
+    let model_load = crate::scenario::ModelLoad::start(&format!("{write_url}/api"), channels.clone());
     tl.mark(format!(
-        "[CHAOS] schedule seed={seed}: {} faults; {} clients over {} canvases, {} events/s through {}",
+        "[CHAOS] schedule seed={seed}: {} faults; {} clients over {} canvases, {} events/s through {}; {} channels of the other models",
         faults.len(),
         load.clients,
         canvases.len(),
         load.rate,
-        if proxy.is_some() { "haproxy" } else { "the gateway" }
+        if proxy.is_some() { "haproxy" } else { "the gateway" },
+        channels.len()
     ));
     let started_ms = shared::event::now_ms();
     let fleet = Arc::new(tokio::sync::Mutex::new(fleet));
@@ -557,8 +567,11 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let stats = writer.stop().await;
+    let model_published = model_load.stop().await;
+    tl.mark(format!("[CHAOS] {model_published} publications to the other models' channels accepted"));
     let acked = stats.acked_count();
-    let (verdicts, seen) = match wait_for_heads(&fleet, &clients, &canvases).await {
+    let all: Vec<String> = canvases.iter().chain(&channels).cloned().collect();
+    let (verdicts, seen) = match wait_for_heads(&fleet, &clients, &all).await {
         Ok(truths) => {
             let (reports, verdicts) = finish(clients, &truths).await;
             (verdicts, reports.iter().map(|r| seen(r, started_ms)).collect())
@@ -578,6 +591,7 @@ pub async fn run(broker: &Broker, spec: FleetSpec, load: &Load, seed: u64, fault
             None
         }
     };
+    drop(toml);
     Ok(Outcome { seed, faults, verdicts, seen, acked, problems, control })
 }
 

@@ -543,13 +543,21 @@ pub fn model_fleet_toml() -> anyhow::Result<tempfile::NamedTempFile> {
 /// # Errors
 /// When a channel is not of those namespaces, or the clients do not connect.
 pub async fn spawn_model_clients(fleet: &Fleet, channels: &[String], per_channel: usize) -> anyhow::Result<Vec<Client>> {
+    spawn_model_clients_at(&[fleet.gateway_ws()], channels, per_channel).await
+}
+
+/// [`spawn_model_clients`] through `bases` (`ws://host:port` each, tried in turn).
+///
+/// # Errors
+/// As [`spawn_model_clients`].
+pub async fn spawn_model_clients_at(bases: &[String], channels: &[String], per_channel: usize) -> anyhow::Result<Vec<Client>> {
     let models = shared::namespaces::Namespaces::from_toml(MODEL_FLEET_TOML, CanvasDims::default()).map_err(anyhow::Error::msg)?;
     let mut clients = Vec::new();
     for c in channels {
         let model = models.of(&shared::ChannelId::parse(c)?).map_err(|e| anyhow::anyhow!("{e}"))?.model.clone();
         for i in 0..per_channel {
             let spawn = if i % 2 == 1 { Client::spawn_subscribing } else { Client::spawn_channel };
-            clients.push(spawn(&format!("{c}-{i}"), &[fleet.gateway_ws()], c, model.clone(), ClientTiming::default(), None));
+            clients.push(spawn(&format!("{c}-{i}"), bases, c, model.clone(), ClientTiming::default(), None));
         }
     }
     wait_connected(&clients).await?;
