@@ -5,14 +5,14 @@
 //! | `POST /canvases/{id}/pixels` `{"x","y","color"}` | `201 {"canvas","version","partition","offset"}` after Kafka's ack |
 //! | `POST /pixels` `{"events":[{"canvas","x","y","color","idempotency_key"?}, …]}` (1–1,000 events) | `200 {"results":[…]}`, one result per event in order: `{"status":201,"canvas","version","partition","offset","replayed"}` or `{"status":4xx/503,"error","message","field"?}` |
 //! | `GET /canvases/{id}` | `200 {"canvas","version","hash"}` |
-//! | `GET /health` | `200 {"ready","state","role","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height","namespaces_fingerprint"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `role`: `active`, `standby` or `promoting` ([`crate::role`]); `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the canvases with events no snapshot covers yet, and the canvases whose early versions are gone from the log with no snapshot covering them, an error to act on; `namespaces_fingerprint`: the 16 hex digits of [`Namespaces::fingerprint`], the same in every binary of a fleet; `input`: null without `INPUT_TOPICS`, else `{"topics","published","skipped","skipped_by_reason","last_skipped","assignment","partitions":[{"topic","partition","committed","read_to","queued","in_transaction"}],"held_records","held_bytes","paused"}`, see [`crate::input`]) |
+//! | `GET /health` | `200 {"ready","state","role","start_error","in_doubt_partitions","partition_writers","transactions","snapshots","canvases","partitions","width","height","namespaces_fingerprint"}` (always 200 while the process answers; `state`: `preparing`, `ready`, `fenced` or `failed`; `role`: `active`, `standby` or `promoting` ([`crate::role`]); `start_error`: why the last start attempt failed, until one succeeds, else null (another producer's transaction open on a partition is named there with its offsets); `partition_writers`: each partition's `mode` (`shared` or `isolated`) and `activity`; `transactions`: `{"committed","events","records","not_committed","in_doubt","isolations","snapshots"}` since start; `snapshots`: `{"uncovered_canvases","incomplete_canvases"}`, the channels with events no snapshot covers yet, and the channels whose early versions are gone from the log with no snapshot covering them, an error to act on; `namespaces_fingerprint`: the 16 hex digits of [`Namespaces::fingerprint`], the same in every binary of a fleet; `input`: null without `INPUT_TOPICS`, else `{"topics","published","skipped","skipped_by_reason","last_skipped","assignment","partitions":[{"topic","partition","committed","read_to","queued","in_transaction"}],"held_records","held_bytes","paused"}`, see [`crate::input`]) |
 //! | `GET /metrics` | `200` Prometheus exposition ([`crate::metrics`]) |
 //! | `GET /livez` | `200 {"status":"alive"}` whenever the process answers (liveness probes; [`shared::probe`]) |
 //! | `GET /readyz`, `GET /ready` (the same) | `200 {"status":"ready","ready":true}` once writes are accepted, else `503` + `Retry-After` (`not_ready`, its message naming why the last start attempt failed, `standby` while a standby follows the log, or `fenced` once another publisher took over; for container health checks, readiness probes and the gateway) |
 //!
 //! With client tokens required (`CLIENT_TOKEN_*`, [`shared::client_token`]) both publishes need
-//! `Authorization: Bearer <jwt>` allowing `publish` on the canvas (on every event's canvas for a
-//! batch): 401 without a valid token, 403 when it does not allow one of the canvases (nothing of
+//! `Authorization: Bearer <jwt>` allowing `publish` on the channel (on every event's channel for a
+//! batch): 401 without a valid token, 403 when it does not allow one of the channels (nothing of
 //! the batch is published then).
 //!
 //! Errors are `{"error","message","field"?}`: 400 for bad input (naming the field), 404 for an
@@ -58,14 +58,14 @@ pub struct PixelRequest {
 /// Most events one `POST /pixels` takes.
 pub const MAX_BATCH_EVENTS: usize = 1000;
 
-/// Body of `POST /pixels`: several publishes in one request, to any canvases.
+/// Body of `POST /pixels`: several publishes in one request, to any channels.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     pub events: Vec<BatchEvent>,
 }
 
-/// One event of a [`BatchRequest`]: what `POST /canvases/{id}/pixels` takes, plus the canvas and
+/// One event of a [`BatchRequest`]: what `POST /canvases/{id}/pixels` takes, plus the channel and
 /// the `Idempotency-Key` as fields.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,21 +105,21 @@ impl BatchResult {
 
 use shared::rate_limit::PublishLimiter;
 
-/// Checks that `grant` (from [`ClientAuth::grant`]) allows publishing to `canvas`.
-fn allow(grant: Option<&Grant>, canvas: &ChannelId) -> Result<(), ApiError> {
-    grant.map_or(Ok(()), |g| g.check(canvas.as_str(), Action::Publish).map_err(refuse))
+/// Checks that `grant` (from [`ClientAuth::grant`]) allows publishing to `channel`.
+fn allow(grant: Option<&Grant>, channel: &ChannelId) -> Result<(), ApiError> {
+    grant.map_or(Ok(()), |g| g.check(channel.as_str(), Action::Publish).map_err(refuse))
 }
 
 async fn post_pixel<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     Extension(auth): Extension<ClientAuth>,
-    CanvasPath(canvas): CanvasPath,
+    CanvasPath(channel): CanvasPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
-    allow(auth.grant(&headers)?.as_ref(), &canvas)?;
+    allow(auth.grant(&headers)?.as_ref(), &channel)?;
     let req: PixelRequest = parse_json(&body)?;
-    pixels_dims(v.namespaces(), &canvas)?;
+    pixels_dims(v.namespaces(), &channel)?;
     let key = match headers.get(IDEMPOTENCY_KEY) {
         None => None,
         Some(v) => {
@@ -131,8 +131,8 @@ async fn post_pixel<L: EventLog>(
         }
     };
     // Run to the end even if the client goes away: a publish cut off while Kafka writes its
-    // record would leave the canvas's head behind the log.
-    let task = tokio::spawn(async move { v.publish_with_key(&canvas, req.x, req.y, req.color, key.as_deref()).await });
+    // record would leave the channel's head behind the log.
+    let task = tokio::spawn(async move { v.publish_with_key(&channel, req.x, req.y, req.color, key.as_deref()).await });
     let (published, replayed) = task
         .await
         .map_err(|e| {
@@ -148,13 +148,13 @@ async fn post_pixel<L: EventLog>(
 }
 
 /// `POST /pixels`: the events are checked first (any bad one, or an `idempotency_key` used twice:
-/// 400 naming it, e.g. `events[3].x`, and nothing is published); then each canvas's events are
+/// 400 naming it, e.g. `events[3].x`, and nothing is published); then each channel's events are
 /// published in their order in the batch, in one transaction with consecutive versions (as group
-/// records), and different canvases side by side, in a task of their own (a client that goes away
-/// does not cut a publish short). If a canvas's transaction does not commit, every event of that
-/// canvas fails alike; an event whose key was used before with another request (409) or is still
-/// in flight stops its canvas there: the canvas's later events are not attempted
-/// (`not_attempted`: 503 when the failure was a "not now", else 409), so a canvas never gets a
+/// records), and different channels side by side, in a task of their own (a client that goes away
+/// does not cut a publish short). If a channel's transaction does not commit, every event of that
+/// channel fails alike; an event whose key was used before with another request (409) or is still
+/// in flight stops its channel there: the channel's later events are not attempted
+/// (`not_attempted`: 503 when the failure was a "not now", else 409), so a channel never gets a
 /// later change of the batch without an earlier one. `Retry-After` is set when any event may be
 /// retried later (the longest any of them asks for).
 async fn post_batch<L: EventLog>(
@@ -174,7 +174,7 @@ async fn post_batch<L: EventLog>(
         return Err(publish_error(e));
     }
     // Run to the end even if the client goes away: a publish cut off while Kafka writes its
-    // record would leave the canvas's head behind the log.
+    // record would leave the channel's head behind the log.
     let results = tokio::spawn(publish_batch(v.clone(), req.events)).await.map_err(|e| {
         tracing::error!(error = %e, "a batch publish task failed");
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the batch publish failed; GET /canvases/{id} shows each canvas's head")
@@ -191,14 +191,14 @@ async fn post_batch<L: EventLog>(
     Ok(resp)
 }
 
-/// The canvas size of `canvas`'s namespace, for the pixel routes.
+/// The canvas size of `channel`'s namespace, for the pixel routes.
 ///
 /// # Errors
 /// 400 `unknown_namespace`, or 400 naming `canvas` when its namespace is not a `pixels` one.
-pub fn pixels_dims(spaces: &shared::namespaces::Namespaces, canvas: &ChannelId) -> Result<shared::CanvasDims, ApiError> {
-    let ns = spaces.of(canvas).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()))?;
+pub fn pixels_dims(spaces: &shared::namespaces::Namespaces, channel: &ChannelId) -> Result<shared::CanvasDims, ApiError> {
+    let ns = spaces.of(channel).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()))?;
     ns.dims().ok_or_else(|| {
-        ApiError::field("canvas", format!("{canvas} is a {} channel: publish to it with POST /channels/{{id}}/publications", ns.kind()))
+        ApiError::field("canvas", format!("{channel} is a {} channel: publish to it with POST /channels/{{id}}/publications", ns.kind()))
     })
 }
 
@@ -209,7 +209,7 @@ pub fn pixels_dims(spaces: &shared::namespaces::Namespaces, canvas: &ChannelId) 
 ///
 /// # Errors
 /// 400 `invalid_field` naming the first event at fault (e.g. `events[3].x`), or `events`; the
-/// error `dims_of` gives for an event's canvas (its `field` then names the event's `canvas`).
+/// error `dims_of` gives for an event's channel (its `field` then names the event's `canvas`).
 pub fn check_batch(req: &BatchRequest, dims_of: impl Fn(&ChannelId) -> Result<shared::CanvasDims, ApiError>) -> Result<(), ApiError> {
     if req.events.is_empty() {
         return Err(ApiError::field("events", "at least one event is needed"));
@@ -246,17 +246,17 @@ pub fn check_batch(req: &BatchRequest, dims_of: impl Fn(&ChannelId) -> Result<sh
     Ok(())
 }
 
-/// Publishes checked batch `events`: each canvas's in one group, canvases side by side. Returns
+/// Publishes checked batch `events`: each channel's in one group, channels side by side. Returns
 /// each event's result, in request order, and the `Retry-After` it asks for, if any.
 async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>) -> Vec<(BatchResult, Option<u64>)> {
     let v = &v;
     crate::answers::run_batch(
         &events,
         |e| &e.canvas,
-        |canvas, group| {
+        |channel, group| {
             let pixels: Vec<crate::versions::Pixel<'_>> =
                 group.iter().map(|&i| (events[i].x, events[i].y, events[i].color, events[i].idempotency_key.as_deref())).collect();
-            async move { v.publish_many(canvas, &pixels).await }
+            async move { v.publish_many(channel, &pixels).await }
         },
         |published, replayed| BatchResult::Published { status: StatusCode::CREATED.as_u16(), published: published.clone(), replayed },
         BatchResult::failed,
@@ -265,8 +265,8 @@ async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>
     .await
 }
 
-async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(canvas): CanvasPath) -> Result<Response, ApiError> {
-    Ok(Json(v.truth(&canvas).await.map_err(publish_error)?).into_response())
+async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+    Ok(Json(v.truth(&channel).await.map_err(publish_error)?).into_response())
 }
 
 async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
@@ -289,14 +289,14 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
         "transactions": v.counters().to_json(),
         "input": v.input_report(),
         "snapshots": serde_json::json!({
-            "uncovered_canvases": v.uncovered_canvases(),
-            "incomplete_canvases": v.incomplete_canvases(),
+            "uncovered_canvases": v.uncovered_channels(),
+            "incomplete_canvases": v.incomplete_channels(),
         }),
-        "canvases": v.canvas_count(),
+        "canvases": v.channel_count(),
         "canvas_limit": serde_json::json!({
-            "max_canvases": v.max_canvases(),
-            // At 90 % of the limit: time to raise MAX_CANVASES or to retire canvases.
-            "near": v.canvas_count() as f64 >= 0.9 * v.max_canvases() as f64,
+            "max_canvases": v.max_channels(),
+            // At 90 % of the limit: time to raise MAX_CHANNELS or to retire channels.
+            "near": v.channel_count() as f64 >= 0.9 * v.max_channels() as f64,
         }),
         "partitions": v.partitions(),
         // The default namespace's canvas size (when it is a pixels one).
@@ -384,11 +384,11 @@ mod tests {
     const PUB_SECRET: &str = "publisher-client-token-secret-0123";
     const OTHER_SECRET: &str = "another-client-token-secret-012345";
 
-    fn token(secret: &str, canvases: &[&str], allow: &[&str]) -> String {
+    fn token(secret: &str, channels: &[&str], allow: &[&str]) -> String {
         let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 600;
         jsonwebtoken::encode(
             &jsonwebtoken::Header::default(),
-            &serde_json::json!({"exp": exp, "canvases": canvases, "allow": allow}),
+            &serde_json::json!({"exp": exp, "canvases": channels, "allow": allow}),
             &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
         )
         .unwrap()
@@ -428,9 +428,9 @@ mod tests {
             assert_eq!((got.as_u16(), json["error"].as_str()), (status, code), "{uri} {bearer:?}: {json}");
         }
         // Only the two accepted requests published: c1 at version 2, d1 at 1.
-        for (canvas, version) in [("c1", 2), ("d1", 1), ("e1", 0)] {
-            let (s, j, _) = call(&app, "GET", &format!("/canvases/{canvas}"), Body::empty()).await;
-            assert_eq!((s, j["version"].as_u64()), (StatusCode::OK, Some(version)), "{canvas}: {j}");
+        for (channel, version) in [("c1", 2), ("d1", 1), ("e1", 0)] {
+            let (s, j, _) = call(&app, "GET", &format!("/canvases/{channel}"), Body::empty()).await;
+            assert_eq!((s, j["version"].as_u64()), (StatusCode::OK, Some(version)), "{channel}: {j}");
         }
     }
 
@@ -473,8 +473,8 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_publish_that_would_create_a_canvas_past_the_limit_is_refused() {
-        let v = Versions::new(FakeLog::new(6, |_| Fate::Commit), CanvasDims::default(), 6, crate::versions::Timings::default()).with_max_canvases(2);
+    async fn a_publish_that_would_create_a_channel_past_the_limit_is_refused() {
+        let v = Versions::new(FakeLog::new(6, |_| Fate::Commit), CanvasDims::default(), 6, crate::versions::Timings::default()).with_max_channels(2);
         let v = Arc::new(v);
         v.rebuild().await.unwrap();
         let app = router(v.clone());
@@ -486,7 +486,7 @@ mod tests {
         assert_eq!((s, j["error"].as_str()), (StatusCode::CONFLICT, Some("canvas_limit")), "{j}");
         assert!(j["message"].as_str().unwrap().contains("MAX_CHANNELS"), "{j}");
         assert_eq!(call(&app, "GET", "/canvases/c3", Body::empty()).await.1["version"], 0, "nothing of c3 was written");
-        // Canvases that exist keep taking writes.
+        // Channels that exist keep taking writes.
         let (s, j, _) = call(&app, "POST", "/canvases/c1/pixels", px).await;
         assert_eq!((s, j["version"].as_u64()), (StatusCode::CREATED, Some(2)));
         let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
@@ -534,7 +534,7 @@ mod tests {
             assert_eq!(j["field"].as_str(), field, "{path} {body:.60}: {j}");
             assert!(!j["message"].as_str().unwrap().is_empty());
         }
-        assert_eq!(v.canvas_count(), 0, "a rejected request created a canvas head");
+        assert_eq!(v.channel_count(), 0, "a rejected request created a canvas head");
         assert!(v.log.events_of("c1").is_empty());
     }
 
@@ -660,7 +660,7 @@ mod tests {
         // The applied key is still a replay.
         let again = post("k1", px).await;
         assert_eq!((again.status(), again.headers().get(REPLAYED).map(|h| h.to_str().unwrap().to_owned())), (StatusCode::CREATED, Some("true".into())));
-        // In a batch: the refused event and the canvas's later ones are 503, with Retry-After.
+        // In a batch: the refused event and the channel's later ones are 503, with Retry-After.
         let mut keyed = ev("c2", 1);
         keyed["idempotency_key"] = "k4".into();
         let body = serde_json::json!({"events": [ev("c2", 0), keyed, ev("c2", 2), ev("c3", 0)]});
@@ -697,8 +697,8 @@ mod tests {
         assert!(v.log.events_of("c1").is_empty());
     }
 
-    fn ev(canvas: &str, x: u32) -> serde_json::Value {
-        serde_json::json!({"canvas": canvas, "x": x, "y": 0, "color": "#102030"})
+    fn ev(channel: &str, x: u32) -> serde_json::Value {
+        serde_json::json!({"canvas": channel, "x": x, "y": 0, "color": "#102030"})
     }
 
     #[tokio::test]
@@ -755,7 +755,7 @@ mod tests {
         let (_, j, _) = call(&app, "POST", "/pixels", body.to_string()).await;
         assert_eq!(j["results"][2]["version"], 3);
         assert_eq!(v.log.events_of("c1"), vec![1, 2, 3]);
-        // A key used before with another pixel stops its canvas there; other canvases go on.
+        // A key used before with another pixel stops its channel there; other channels go on.
         let mut used = ev("c1", 9);
         used["idempotency_key"] = "k".into();
         call(&app, "POST", "/pixels", serde_json::json!({"events": [used]}).to_string()).await;

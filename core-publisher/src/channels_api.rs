@@ -18,7 +18,7 @@
 //! not `{"x","y","color"}`, a JSON patch that does not apply), 413 `data_too_large` (over the
 //! namespace's `max_data_bytes`), 413 `state_too_large` (the state after it would pass the
 //! namespace's `max_state_bytes`; nothing written). Client tokens name channels as they name
-//! canvases (patterns such as `scores:*`).
+//! channels (patterns such as `scores:*`).
 
 use crate::answers::{publish_error, ClientAuth, IDEMPOTENCY_KEY, REPLAYED};
 use crate::log::EventLog;
@@ -81,7 +81,7 @@ struct Accepted<'a> {
 }
 
 fn accepted(p: &Published) -> serde_json::Value {
-    serde_json::to_value(Accepted { channel: &p.canvas, version: p.version, partition: p.partition, offset: p.offset }).expect("an answer serialises")
+    serde_json::to_value(Accepted { channel: &p.channel, version: p.version, partition: p.partition, offset: p.offset }).expect("an answer serialises")
 }
 
 /// The `Idempotency-Key` header, checked.
@@ -130,7 +130,7 @@ async fn post_publication<L: EventLog>(
     let task = tokio::spawn(async move { v.publish_data(&channel, &[(req.data.as_ref(), key.as_deref())]).await });
     let result = task.await.map_err(internal)?.into_iter().next().unwrap_or(Err(crate::types::PublishError::NotReady));
     let (published, replayed) = result.map_err(publish_error)?;
-    let answer = Accepted { channel: &published.canvas, version: published.version, partition: published.partition, offset: published.offset };
+    let answer = Accepted { channel: &published.channel, version: published.version, partition: published.partition, offset: published.offset };
     let mut resp = (StatusCode::CREATED, Json(answer)).into_response();
     if replayed {
         resp.headers_mut().insert(REPLAYED, axum::http::HeaderValue::from_static("true"));

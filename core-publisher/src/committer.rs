@@ -1,8 +1,8 @@
 //! The committers: they alone hand out versions, each for the partitions it writes.
 //!
 //! The *shared* committer takes everything waiting on every shared partition (whole units, up to
-//! [`MAX_TXN_EVENTS`], the partitions in turn), gives each canvas's events the next versions after
-//! its committed head, writes them as records (a canvas's consecutive events share a record, up
+//! [`MAX_TXN_EVENTS`], the partitions in turn), gives each channel's events the next versions after
+//! its committed head, writes them as records (a channel's consecutive events share a record, up
 //! to 256) in **one Kafka transaction**, and only once it committed applies them to the heads and
 //! answers 201. So a transaction carries whatever arrived while the previous one was committing:
 //! there is no commit interval to tune (Kafka Streams under exactly-once commits every
@@ -10,12 +10,12 @@
 //! load each transaction carries more events, while the transactions per second stay about one
 //! per commit round trip whatever the number of partitions.
 //!
-//! A stalled partition (its leader gone, a follower stuck in the ISR) would hold every canvas's
+//! A stalled partition (its leader gone, a follower stuck in the ISR) would hold every channel's
 //! transaction: the shared writer aborts a transaction whose records are not all acknowledged
 //! within `PARTITION_STALL_MS` (1 s by default), puts the other partitions' units back in their
 //! queues for the next shared transaction (their callers only waited), and *isolates* the
 //! partitions still waiting: each gets a committer of its own with a producer of its own, so its
-//! trouble delays only its canvases, until it is fast again ([`crate::partition::next_mode`]).
+//! trouble delays only its channels, until it is fast again ([`crate::partition::next_mode`]).
 //!
 //! Outcomes, for every unit of a transaction:
 //! - aborted or never begun (not for a partition's sake): nothing is applied, no version used,
@@ -122,7 +122,7 @@ pub struct Counters {
     pub in_doubt: AtomicU64,
     /// Times a partition was isolated after stalling a shared transaction.
     pub isolations: AtomicU64,
-    /// Canvas snapshots committed.
+    /// Channel snapshots committed.
     pub snapshots: AtomicU64,
     /// `GET /metrics` ([`crate::metrics`]).
     pub metrics: crate::metrics::PublisherMetrics,
@@ -166,7 +166,7 @@ pub struct Ctx<L> {
     pub status: Arc<Status>,
     pub counters: Arc<Counters>,
     pub policy: IsolationPolicy,
-    /// When canvases are snapshotted ([`crate::snapshots`]).
+    /// When channels are snapshotted ([`crate::snapshots`]).
     pub snapshots: SnapshotPolicy,
     /// Wakes the shared committer.
     pub shared_wake: Notify,
@@ -307,7 +307,7 @@ fn partition<L>(ctx: &Ctx<L>, id: i32) -> &Arc<Partition> {
     &ctx.partitions[id as usize]
 }
 
-/// How often an idle committer looks for canvases due a snapshot by age.
+/// How often an idle committer looks for channels due a snapshot by age.
 const SNAPSHOT_TICK: Duration = Duration::from_secs(1);
 
 /// The partitions `writer` writes now.
@@ -318,7 +318,7 @@ fn written_by<L>(ctx: &Ctx<L>, writer: Writer) -> Vec<&Arc<Partition>> {
     }
 }
 
-/// Whether a partition `writer` writes has a canvas due a snapshot by age, and writes go on. Once
+/// Whether a partition `writer` writes has a channel due a snapshot by age, and writes go on. Once
 /// they stopped (fenced, or failed until the start-over) [`commit`] writes nothing and returns at
 /// once, so a due snapshot must not count as work: the committer's loop would go round without
 /// ever awaiting, pinning its worker thread.
@@ -330,7 +330,7 @@ fn snapshots_due<L>(ctx: &Ctx<L>, writer: Writer) -> bool {
     written_by(ctx, writer).iter().any(|p| p.snapshots_due(&ctx.snapshots, now))
 }
 
-/// The snapshots the next transaction of `writer` carries, per partition: the canvases it writes
+/// The snapshots the next transaction of `writer` carries, per partition: the channels it writes
 /// events of when due by count, and any due by age (see [`crate::snapshots`]).
 fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch, input: Option<&Take>) -> Vec<PlannedSnapshots> {
     let now = Instant::now();
@@ -338,7 +338,7 @@ fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch, input: Option<
         .into_iter()
         .map(|p| {
             let inputs = input.into_iter().flat_map(|t| t.pendings.iter().filter(|(id, _, _)| *id == p.id).map(|(_, c, _)| c));
-            let writing: Vec<&shared::ChannelId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.canvas).chain(inputs).collect();
+            let writing: Vec<&shared::ChannelId> = batch.units.iter().filter(|(id, _)| *id == p.id).map(|(_, u)| &u.channel).chain(inputs).collect();
             p.plan_snapshots(&writing, &ctx.snapshots, now)
         })
         .filter(|s| !s.writes.is_empty())
@@ -349,8 +349,8 @@ fn plan_snapshots<L>(ctx: &Ctx<L>, writer: Writer, batch: &Batch, input: Option<
 fn apply_snapshots<L>(ctx: &Ctx<L>, planned: &[PlannedSnapshots]) {
     for s in planned {
         partition(ctx, s.partition).apply_snapshots(s);
-        Counters::add(&ctx.counters.snapshots, s.canvases.len() as u64);
-        ctx.counters.metrics.snapshots_written.inc_by(s.canvases.len() as u64);
+        Counters::add(&ctx.counters.snapshots, s.channels.len() as u64);
+        ctx.counters.metrics.snapshots_written.inc_by(s.channels.len() as u64);
     }
 }
 
@@ -378,7 +378,7 @@ async fn commit<L: EventLog>(ctx: &Ctx<L>, writer: Writer, mut batch: Batch, sta
     // channel's versions continue from its head whichever way its publications came.
     let (records, placed) = {
         let mut plan: Vec<(i32, &shared::ChannelId, &[Pending], Option<shared::record::OpKind>)> =
-            batch.units.iter().map(|(p, u)| (*p, &u.canvas, u.events.as_slice(), u.op)).collect();
+            batch.units.iter().map(|(p, u)| (*p, &u.channel, u.events.as_slice(), u.op)).collect();
         plan.extend(input.iter().flat_map(|i| i.pendings.iter().map(|(p, c, e)| (*p, c, std::slice::from_ref(e), None))));
         crate::partition::plan(&plan, |p, c| partition(ctx, p).head_at(c), shared::event::now_ms())
     };
@@ -532,7 +532,7 @@ fn answer_committed<L>(ctx: &Ctx<L>, batch: Batch, placed: &Placement, records: 
     for ((_, u), slots) in batch.units.into_iter().zip(placed) {
         let published: Vec<Published> = slots
             .iter()
-            .map(|(record, ev)| Published { canvas: ev.channel.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
+            .map(|(record, ev)| Published { channel: ev.channel.clone(), version: ev.version, partition: records[*record].partition, offset: offsets[*record] })
             .collect();
         for ((p, pb), (_, ev)) in u.events.iter().zip(&published).zip(slots) {
             if let Some(k) = &p.key {
@@ -564,7 +564,7 @@ async fn resolve<L: EventLog>(ctx: &Ctx<L>, writer: Writer, records: &[Record], 
                     for (e, k) in r.events.iter().zip(&r.keys) {
                         if let Some(k) = k {
                             let fp = Fingerprint::of(&e.channel, &e.data);
-                            keys.learn(k, fp, Published { canvas: e.channel.clone(), version: e.version, partition: r.partition, offset: *o }, e.published_at_ms, now_ms);
+                            keys.learn(k, fp, Published { channel: e.channel.clone(), version: e.version, partition: r.partition, offset: *o }, e.published_at_ms, now_ms);
                         }
                     }
                 }

@@ -1,4 +1,4 @@
-//! A standby publisher's reading of the log ([`Follower`]): every canvas's head, what the
+//! A standby publisher's reading of the log ([`Follower`]): every channel's head, what the
 //! snapshots cover and the idempotency keys, kept current while another publisher writes, with no
 //! transactional producer, so that a promotion reads only the last moments of the log instead of
 //! everything after the checkpoints.
@@ -7,8 +7,8 @@
 //! [`Follower::read_on`] then reads the snapshot topic, then the events topic, from where the last
 //! read ended (`read_committed`: what the active publisher committed). What the snapshot topic
 //! says is kept exact:
-//! - a snapshot of a canvas covers its records before the snapshot's offset. The follower keeps
-//!   the offsets of the records it read after its start, per canvas, until a snapshot covers them,
+//! - a snapshot of a channel covers its records before the snapshot's offset. The follower keeps
+//!   the offsets of the records it read after its start, per channel, until a snapshot covers them,
 //!   so the oldest record a snapshot leaves uncovered is known, as the active publisher knows it;
 //! - the two topics are read one after the other, so a snapshot or a checkpoint read is applied
 //!   only once the events read has passed the offset it covers (until then it waits, in order);
@@ -41,8 +41,8 @@ pub const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 /// A snapshot-topic entry read, waiting until the events read has passed what it covers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Waiting {
-    /// A canvas's snapshot at `version` of reset `resets`, covering its records before `offset`.
-    Snapshot { canvas: ChannelId, version: u64, resets: u64, offset: i64 },
+    /// A channel's snapshot at `version` of reset `resets`, covering its records before `offset`.
+    Snapshot { channel: ChannelId, version: u64, resets: u64, offset: i64 },
     /// The partition's checkpoint.
     Checkpoint(i64),
 }
@@ -63,10 +63,10 @@ struct Track {
     position: i64,
     /// Where the start's read ended: the offsets of the records read then are not kept.
     start_end: i64,
-    /// The canvases the start's read left with records no snapshot covers, and the offset of
+    /// The channels the start's read left with records no snapshot covers, and the offset of
     /// each one's last record then: a later snapshot past it covers all of them.
     start_last: HashMap<ChannelId, i64>,
-    /// The records read after the start that no applied snapshot covers, per canvas: (offset,
+    /// The records read after the start that no applied snapshot covers, per channel: (offset,
     /// when read), oldest first.
     recent: HashMap<ChannelId, VecDeque<(i64, Instant)>>,
     /// Snapshot-topic entries read, in order, waiting for the events read.
@@ -104,7 +104,7 @@ impl Applier {
         let ev = &le.event;
         if let Some(k) = &le.idempotency_key {
             let fp = Fingerprint::of(&ev.channel, &ev.data);
-            let published = Published { canvas: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+            let published = Published { channel: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
             self.keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
         }
         let (namespaces, now) = (self.namespaces.clone(), self.now);
@@ -265,14 +265,14 @@ impl Follower {
             if !records.is_empty() || !tombstones.is_empty() || from_written {
                 part.with_book(|book| book.keys.followed(None, &records, &tombstones, from_written));
             }
-            for (canvas, (q, snap)) in &loaded.canvases {
+            for (channel, (q, snap)) in &loaded.canvases {
                 if *q == p && heads::from_canvas(&self.namespaces, snap).is_ok() {
-                    track.waiting.push_back(Waiting::Snapshot { canvas: canvas.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
+                    track.waiting.push_back(Waiting::Snapshot { channel: channel.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
                 }
             }
             for (channel, (q, snap)) in &loaded.channels {
                 if *q == p && heads::from_channel(&self.namespaces, snap).is_ok() {
-                    track.waiting.push_back(Waiting::Snapshot { canvas: channel.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
+                    track.waiting.push_back(Waiting::Snapshot { channel: channel.clone(), version: snap.version, resets: snap.epoch, offset: snap.offset });
                 }
             }
             if let Some(&c) = loaded.checkpoints.get(&p) {
@@ -287,27 +287,27 @@ impl Follower {
             while track.waiting.front().is_some_and(|w| w.needs() <= track.position) {
                 let Some(w) = track.waiting.pop_front() else { break };
                 match w {
-                    Waiting::Snapshot { canvas, version, resets, offset } => part.with_book(|book| {
-                        let recent = track.recent.entry(canvas.clone()).or_default();
+                    Waiting::Snapshot { channel, version, resets, offset } => part.with_book(|book| {
+                        let recent = track.recent.entry(channel.clone()).or_default();
                         while recent.front().is_some_and(|(o, _)| *o < offset) {
                             recent.pop_front();
                         }
                         // A record the start's read found uncovered (its offset not kept) may still
                         // be the first one not covered, while the snapshot does not reach past the
-                        // canvas's last record of that read; past it, every one of them is covered.
-                        let start_last = track.start_last.get(&canvas).copied();
-                        let from_start = book.coverage.first_uncovered(&canvas).filter(|(o, _)| *o < track.start_end);
+                        // channel's last record of that read; past it, every one of them is covered.
+                        let start_last = track.start_last.get(&channel).copied();
+                        let from_start = book.coverage.first_uncovered(&channel).filter(|(o, _)| *o < track.start_end);
                         let first = match (from_start, start_last) {
                             (Some(f), Some(last)) if offset <= last => Some(f),
                             _ => recent.front().copied(),
                         };
                         if start_last.is_some_and(|last| offset > last) {
-                            track.start_last.remove(&canvas);
+                            track.start_last.remove(&channel);
                         }
                         if recent.is_empty() {
-                            track.recent.remove(&canvas);
+                            track.recent.remove(&channel);
                         }
-                        book.coverage.followed(&canvas, version, resets, first);
+                        book.coverage.followed(&channel, version, resets, first);
                     }),
                     Waiting::Checkpoint(c) => {
                         track.checkpoint = c;

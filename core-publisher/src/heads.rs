@@ -140,12 +140,12 @@ pub fn key_entries<'a>(pubs: impl Iterator<Item = (&'a Publication, Option<&'a s
 }
 
 /// The fingerprint a key entry stands for.
-pub fn fingerprint_of(canvas: &ChannelId, e: &shared::snapshot::KeyEntry) -> crate::types::Fingerprint {
+pub fn fingerprint_of(channel: &ChannelId, e: &shared::snapshot::KeyEntry) -> crate::types::Fingerprint {
     match &e.data {
         Some(text) => match serde_json::value::RawValue::from_string(text.clone()) {
-            Ok(data) => crate::types::Fingerprint::of(canvas, &data),
-            Err(_) => crate::types::Fingerprint { canvas: canvas.clone(), data: text.clone() },
+            Ok(data) => crate::types::Fingerprint::of(channel, &data),
+            Err(_) => crate::types::Fingerprint { channel: channel.clone(), data: text.clone() },
         },
-        None => crate::types::Fingerprint::of_paint(canvas, e.x, e.y, shared::Color(e.color)),
+        None => crate::types::Fingerprint::of_paint(channel, e.x, e.y, shared::Color(e.color)),
     }
 }

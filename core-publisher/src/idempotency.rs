@@ -1,6 +1,6 @@
 //! Idempotency keys: a publish retried with the same `Idempotency-Key` is applied once.
 //!
-//! - The same key with the same request (canvas, x, y, colour) returns the first result.
+//! - The same key with the same request (channel, x, y, colour) returns the first result.
 //! - The same key with a different request is a conflict (409), never a second write.
 //! - A key whose request is still running is refused (409) rather than run twice.
 //!
@@ -227,7 +227,7 @@ mod tests {
     }
 
     fn published(v: u64) -> Published {
-        Published { canvas: ChannelId::parse("c1").unwrap(), version: v, partition: 0, offset: v as i64 }
+        Published { channel: ChannelId::parse("c1").unwrap(), version: v, partition: 0, offset: v as i64 }
     }
 
     /// The window of the tests' stores, ms.

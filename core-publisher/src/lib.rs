@@ -1,10 +1,10 @@
 //! `core-publisher`: the fleet's only writer.
 //!
-//! It takes canvas edits over HTTP, gives each canvas a contiguous version (1, 2, 3, ...), writes
-//! the versioned event to Kafka keyed by canvas id inside a Kafka transaction, and answers only
+//! It takes channel edits over HTTP, gives each channel a contiguous version (1, 2, 3, ...), writes
+//! the versioned event to Kafka keyed by channel id inside a Kafka transaction, and answers only
 //! after the transaction committed. On start it creates the topic when missing, initialises its
 //! transactional producers (fencing any older publisher on the topic) and rebuilds
-//! every canvas's head from the committed log before it accepts writes (503 until then). It
+//! every channel's head from the committed log before it accepts writes (503 until then). It
 //! refuses to start on a broker without transaction partition verification ([`verification`]),
 //! and does not rebuild while another producer's transaction holds the log
 //! ([`rebuild::refuse_open_transactions`]). When a newer publisher fences it, it answers 503
@@ -96,7 +96,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
     };
     let input = config.input();
     let mut versions = Versions::new(kafka_log, namespaces, 0, timings)
-        .with_max_canvases(config.max_channels as usize)
+        .with_max_channels(config.max_channels as usize)
         .with_idempotency_keys(config.idempotency_keys_max as usize);
     if let Some(input) = &input {
         versions = versions.with_input(input.topics.iter().map(|t| (t.topic.clone(), t.namespace.clone())).collect());
@@ -159,7 +159,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                 match r {
                     Ok(n) => {
                         versions.counters().metrics.rebuilt(started.elapsed());
-                        tracing::info!(events = n, canvases = versions.canvas_count(), took_ms = started.elapsed().as_millis() as u64,
+                        tracing::info!(events = n, canvases = versions.channel_count(), took_ms = started.elapsed().as_millis() as u64,
                             "canvas versions rebuilt; accepting writes")
                     }
                     Err(e) => return tracing::error!(error = %e, "start-up gave up"),

@@ -3,7 +3,7 @@
 //! [`PublisherMetrics`] lives in the committers' [`crate::committer::Counters`] (shared by the
 //! committers, the routes and start-up): publishes by status, the transactions' commit time,
 //! records and events per group commit, snapshots written, the rebuild time, keyed publishes
-//! refused by a full idempotency-key store. The state figures (ready, canvases, partitions in
+//! refused by a full idempotency-key store. The state figures (ready, channels, partitions in
 //! doubt, idempotency keys held, standing by) are set from plain [`Figures`] at each scrape.
 
 use prometheus_client::metrics::counter::Counter;
@@ -28,9 +28,9 @@ pub struct PublisherMetrics {
     pub commit_records: Histogram,
     /// Events per committed transaction.
     pub commit_events: Histogram,
-    /// Canvas snapshots committed to the snapshot topic.
+    /// Channel snapshots committed to the snapshot topic.
     pub snapshots_written: Counter,
-    /// Rebuilds of the canvas versions from the log that finished (start-up, or starting over).
+    /// Rebuilds of the channel versions from the log that finished (start-up, or starting over).
     pub rebuilds: Counter,
     /// How long the last rebuild took, seconds.
     pub rebuild_seconds: SecondsGauge,
@@ -41,7 +41,7 @@ pub struct PublisherMetrics {
     pub input_records: Family<Labels, Counter>,
     ready: Gauge,
     standby: Gauge,
-    canvases: Gauge,
+    channels: Gauge,
     in_doubt: Gauge,
     uncovered: Gauge,
     incomplete: Gauge,
@@ -66,7 +66,7 @@ impl Default for PublisherMetrics {
             input_records: Family::default(),
             ready: Gauge::default(),
             standby: Gauge::default(),
-            canvases: Gauge::default(),
+            channels: Gauge::default(),
             in_doubt: Gauge::default(),
             uncovered: Gauge::default(),
             incomplete: Gauge::default(),
@@ -77,7 +77,7 @@ impl Default for PublisherMetrics {
         let mut r = Registry::with_prefix("publisher");
         r.register("ready", "1 while writes are accepted (rebuilt, neither fenced nor failed)", m.ready.clone());
         r.register("standby", "1 while a standby (--standby) follows the log, until promoted", m.standby.clone());
-        r.register("canvases", "Canvases with a version", m.canvases.clone());
+        r.register("canvases", "Canvases with a version", m.channels.clone());
         r.register("partitions", "Partitions of the events topic", m.partitions.clone());
         r.register("in_doubt_partitions", "Partitions whose last transaction's outcome is not known yet", m.in_doubt.clone());
         r.register("uncovered_canvases", "Canvases with events no snapshot covers yet", m.uncovered.clone());
@@ -127,7 +127,7 @@ impl PublisherMetrics {
         let _one = self.scrape.lock().expect("scrape lock");
         self.ready.set(i64::from(figures.ready));
         self.standby.set(i64::from(figures.standby));
-        self.canvases.set(figures.canvases as i64);
+        self.channels.set(figures.channels as i64);
         self.partitions.set(i64::from(figures.partitions));
         self.in_doubt.set(figures.in_doubt as i64);
         self.uncovered.set(figures.uncovered as i64);
@@ -144,15 +144,15 @@ pub struct Figures {
     pub ready: bool,
     /// A standby following the log (not promoted yet).
     pub standby: bool,
-    /// Canvases with a version.
-    pub canvases: usize,
+    /// Channels with a version.
+    pub channels: usize,
     /// Partitions of the events topic (0 until known).
     pub partitions: u32,
     /// Partitions whose last transaction's outcome is not known yet.
     pub in_doubt: usize,
-    /// Canvases with events no snapshot covers yet.
+    /// Channels with events no snapshot covers yet.
     pub uncovered: usize,
-    /// Canvases whose early versions are gone with no snapshot covering them.
+    /// Channels whose early versions are gone with no snapshot covering them.
     pub incomplete: usize,
     /// Idempotency keys held (with an outcome, and in flight).
     pub idempotency_keys: usize,
@@ -171,7 +171,7 @@ mod tests {
         m.committed(3, 7);
         m.rebuilt(Duration::from_millis(1500));
         m.idempotency_store_full.inc();
-        let figures = Figures { ready: true, standby: false, canvases: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0, idempotency_keys: 12 };
+        let figures = Figures { ready: true, standby: false, channels: 4, partitions: 6, in_doubt: 1, uncovered: 2, incomplete: 0, idempotency_keys: 12 };
         let _ = m.render(&figures, None);
         let t = shared::metrics::text(&m.registry);
         for line in [

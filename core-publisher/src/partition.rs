@@ -1,6 +1,6 @@
 //! One partition as the publisher sees it: the publishes waiting for its next transaction (as
-//! *units*: one publish, or one canvas's events of a batch, which commit together and in order),
-//! its canvases' committed heads, and which committer writes it.
+//! *units*: one publish, or one channel's events of a batch, which commit together and in order),
+//! its channels' committed heads, and which committer writes it.
 //!
 //! A partition is written by the *shared* committer, in one transaction with every other shared
 //! partition, or — after its records stalled a shared transaction — by a committer of its own
@@ -40,11 +40,11 @@ pub struct Pending {
 /// The answer to a unit: one [`Published`] per event, in order.
 pub type UnitAnswer = Result<Vec<Published>, PublishError>;
 
-/// Events of one canvas that commit together, in order; or, with `op`, the channel's reset or
+/// Events of one channel that commit together, in order; or, with `op`, the channel's reset or
 /// delete (no events), in order with the publishes around it.
 pub struct Unit {
     pub id: u64,
-    pub canvas: ChannelId,
+    pub channel: ChannelId,
     pub events: Vec<Pending>,
     pub done: oneshot::Sender<UnitAnswer>,
     /// When it was queued.
@@ -119,7 +119,7 @@ pub enum Activity {
     InDoubt,
 }
 
-/// The committed state of a partition's canvases.
+/// The committed state of a partition's channels.
 pub(crate) struct Book {
     pub(crate) heads: HashMap<ChannelId, Head>,
     /// Their snapshots, and what those do not cover yet.
@@ -144,12 +144,12 @@ pub struct HeadAt {
     pub deleted: Option<u64>,
 }
 
-/// Snapshots planned for one transaction on one partition: (canvas, version) of each, and the
+/// Snapshots planned for one transaction on one partition: (channel, version) of each, and the
 /// records to write (each snapshot, then the partition's checkpoint).
 #[derive(Debug, Clone, Default)]
 pub struct PlannedSnapshots {
     pub partition: i32,
-    pub canvases: Vec<(ChannelId, u64)>,
+    pub channels: Vec<(ChannelId, u64)>,
     pub writes: Vec<SnapshotWrite>,
     /// The key records that go with the checkpoint move (also in `writes`).
     pub keys: KeyWrites,
@@ -203,8 +203,8 @@ impl Partition {
         self.book.lock().expect("book lock is never poisoned: no panics while held")
     }
 
-    /// Queues `events` of `canvas` as one unit; returns its id and where its answer comes.
-    pub fn push(&self, canvas: ChannelId, events: Vec<Pending>) -> (u64, oneshot::Receiver<UnitAnswer>) {
+    /// Queues `events` of `channel` as one unit; returns its id and where its answer comes.
+    pub fn push(&self, channel: ChannelId, events: Vec<Pending>) -> (u64, oneshot::Receiver<UnitAnswer>) {
         let (done, answer) = oneshot::channel();
         let mut q = self.lock_queue();
         q.next_id += 1;
@@ -213,14 +213,14 @@ impl Partition {
             // The publisher started over: no committer of this state will take it.
             let _ = done.send(Err(PublishError::NotReady));
         } else {
-            q.units.push_back(Unit { id, canvas, events, done, queued_at: Instant::now(), op: None });
+            q.units.push_back(Unit { id, channel, events, done, queued_at: Instant::now(), op: None });
         }
         (id, answer)
     }
 
-    /// Queues `op` of `canvas` as a unit of its own (after what is queued for it).
-    pub fn push_op(&self, canvas: ChannelId, op: OpKind) -> (u64, oneshot::Receiver<UnitAnswer>) {
-        let (id, answer) = self.push(canvas, Vec::new());
+    /// Queues `op` of `channel` as a unit of its own (after what is queued for it).
+    pub fn push_op(&self, channel: ChannelId, op: OpKind) -> (u64, oneshot::Receiver<UnitAnswer>) {
+        let (id, answer) = self.push(channel, Vec::new());
         if let Some(u) = self.lock_queue().units.iter_mut().find(|u| u.id == id) {
             u.op = Some(op);
         }
@@ -306,9 +306,9 @@ impl Partition {
         *self.activity.lock().expect("activity lock") = a;
     }
 
-    /// The committed version of `canvas` (0 when it has none).
-    pub fn version_of(&self, canvas: &ChannelId) -> u64 {
-        self.lock_book().heads.get(canvas).map_or(0, |h| h.version)
+    /// The committed version of `channel` (0 when it has none).
+    pub fn version_of(&self, channel: &ChannelId) -> u64 {
+        self.lock_book().heads.get(channel).map_or(0, |h| h.version)
     }
 
     /// What [`plan`] continues `channel` from.
@@ -330,9 +330,9 @@ impl Partition {
         }
     }
 
-    /// The committed version and hash of `canvas`, if it has events.
-    pub fn truth(&self, canvas: &ChannelId) -> Option<(u64, String)> {
-        self.lock_book().heads.get(canvas).map(|c| (c.version, c.hash()))
+    /// The committed version and hash of `channel`, if it has events.
+    pub fn truth(&self, channel: &ChannelId) -> Option<(u64, String)> {
+        self.lock_book().heads.get(channel).map(|c| (c.version, c.hash()))
     }
 
     /// The committed version, hash and state (its JSON form) of `channel`, if it has events.
@@ -344,9 +344,9 @@ impl Partition {
         })
     }
 
-    /// Whether `canvas` has a committed event.
-    pub fn has(&self, canvas: &ChannelId) -> bool {
-        self.lock_book().heads.contains_key(canvas)
+    /// Whether `channel` has a committed event.
+    pub fn has(&self, channel: &ChannelId) -> bool {
+        self.lock_book().heads.contains_key(channel)
     }
 
     /// Checks that `datas`, published to `channel` in order after its committed head, keep its
@@ -377,8 +377,8 @@ impl Partition {
         }
     }
 
-    /// Canvases with at least one committed event.
-    pub fn canvas_count(&self) -> usize {
+    /// Channels with at least one committed event.
+    pub fn channel_count(&self) -> usize {
         self.lock_book().heads.len()
     }
 
@@ -409,8 +409,8 @@ impl Partition {
         book.end = book.end.max(offset + 1);
     }
 
-    /// The snapshots a transaction on this partition should carry at `now`: the canvases of
-    /// `writing` (the canvases it writes events of) that are due by count, and the oldest ones
+    /// The snapshots a transaction on this partition should carry at `now`: the channels of
+    /// `writing` (the channels it writes events of) that are due by count, and the oldest ones
     /// due by age or records, at most `policy.max_per_txn`; then the checkpoint they lead to. Empty when
     /// none is due. Each is of the committed head, which covers every committed record.
     pub fn plan_snapshots(&self, writing: &[&ChannelId], policy: &SnapshotPolicy, now: Instant) -> PlannedSnapshots {
@@ -453,7 +453,7 @@ impl Partition {
             let value = head.snapshot_value(c, book.coverage.resets(c), book.coverage.position(c));
             bytes += value.len();
             taken.push(c);
-            planned.canvases.push(((*c).clone(), head.version));
+            planned.channels.push(((*c).clone(), head.version));
             planned.writes.push(SnapshotWrite { partition: self.id, key: c.as_str().to_owned(), value });
         }
         // The checkpoint the snapshots allow, or short of it where the keys it moves past are
@@ -472,13 +472,13 @@ impl Partition {
     /// Records that `planned` committed (call before applying the same transaction's records).
     pub fn apply_snapshots(&self, planned: &PlannedSnapshots) {
         let mut book = self.lock_book();
-        for (c, v) in &planned.canvases {
+        for (c, v) in &planned.channels {
             book.coverage.snapshotted(c, *v);
         }
         book.keys.applied(&planned.keys);
     }
 
-    /// Whether a canvas waits for a snapshot by age or records at `now` (the committer then
+    /// Whether a channel waits for a snapshot by age or records at `now` (the committer then
     /// writes a transaction of snapshots alone, so an idle partition's checkpoint moves too).
     pub fn snapshots_due(&self, policy: &SnapshotPolicy, now: Instant) -> bool {
         let book = self.lock_book();
@@ -490,7 +490,7 @@ impl Partition {
             || book.coverage.reset_pending(1).iter().any(|c| book.heads.contains_key(c))
     }
 
-    /// Canvases with records no snapshot covers yet.
+    /// Channels with records no snapshot covers yet.
     pub fn uncovered_count(&self) -> usize {
         self.lock_book().coverage.uncovered_count()
     }
@@ -515,7 +515,7 @@ fn group_chunks<T>(items: &[T], bytes: impl Fn(&T) -> usize) -> Vec<&[T]> {
     chunks
 }
 
-/// Units to plan: (partition, canvas, events, op).
+/// Units to plan: (partition, channel, events, op).
 pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending], Option<OpKind>)];
 
 /// Where each event of each unit went: (record index, its event). An op unit has one entry, its
@@ -531,18 +531,18 @@ enum Course {
     Deleted { next: u64 },
 }
 
-/// Gives the units' events their versions (each canvas continues from its committed head,
-/// `head_of`, in unit order) and groups each canvas's events into records of at most
-/// [`MAX_EVENTS_PER_RECORD`], each on the canvas's partition; an op unit is an op record of its
+/// Gives the units' events their versions (each channel continues from its committed head,
+/// `head_of`, in unit order) and groups each channel's events into records of at most
+/// [`MAX_EVENTS_PER_RECORD`], each on the channel's partition; an op unit is an op record of its
 /// own, after which versions start at 1 again. A channel deleted before gets a reset to its next
 /// reset count before its first event. Pure.
 pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, now_ms: u64) -> (Vec<Record>, Placement) {
-    // Each canvas's events in unit order: (unit, event index), `None` for an op unit.
+    // Each channel's events in unit order: (unit, event index), `None` for an op unit.
     let mut order: Vec<(i32, &ChannelId)> = Vec::new();
-    let mut of_canvas: HashMap<(i32, &ChannelId), Vec<(usize, Option<usize>)>> = HashMap::new();
-    for (u, (partition, canvas, events, op)) in units.iter().enumerate() {
-        let list = of_canvas.entry((*partition, *canvas)).or_insert_with(|| {
-            order.push((*partition, *canvas));
+    let mut of_channel: HashMap<(i32, &ChannelId), Vec<(usize, Option<usize>)>> = HashMap::new();
+    for (u, (partition, channel, events, op)) in units.iter().enumerate() {
+        let list = of_channel.entry((*partition, *channel)).or_insert_with(|| {
+            order.push((*partition, *channel));
             Vec::new()
         });
         match op {
@@ -558,17 +558,17 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
         data: serde_json::value::RawValue::from_string("null".into()).expect("null is JSON"),
         published_at_ms: now_ms,
     };
-    for (partition, canvas) in &order {
-        let head = head_of(*partition, canvas);
+    for (partition, channel) in &order {
+        let head = head_of(*partition, channel);
         let mut course = match head.deleted {
             Some(next) => Course::Deleted { next },
             None => Course::Live { version: head.version, resets: head.resets },
         };
         let op_record = |records: &mut Vec<Record>, op: OpKind, resets: u64| {
-            records.push(Record::of_op(*partition, ChannelOp { op, channel: (*canvas).clone(), resets, published_at_ms: now_ms }));
+            records.push(Record::of_op(*partition, ChannelOp { op, channel: (*channel).clone(), resets, published_at_ms: now_ms }));
             records.len() - 1
         };
-        let entries = &of_canvas[&(*partition, *canvas)];
+        let entries = &of_channel[&(*partition, *channel)];
         let mut at = 0;
         while at < entries.len() {
             let (u, event) = entries[at];
@@ -582,7 +582,7 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
                     (OpKind::Delete, Course::Deleted { .. }) => (None, course),
                 };
                 course = next;
-                slots[u] = vec![record.map(|r| (r, stand_in(canvas)))];
+                slots[u] = vec![record.map(|r| (r, stand_in(channel)))];
                 at += 1;
                 continue;
             };
@@ -605,7 +605,7 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
                     let p = &units[u].2[e];
                     version += 1;
                     let ev = Publication {
-                        channel: (*canvas).clone(),
+                        channel: (*channel).clone(),
                         version,
                         data: p.data.clone(),
                         published_at_ms: now_ms,
@@ -669,9 +669,9 @@ mod tests {
         ChannelId::parse(s).unwrap()
     }
 
-    fn pending(canvas: &str, x: u32, key: Option<&str>) -> Pending {
+    fn pending(channel: &str, x: u32, key: Option<&str>) -> Pending {
         let data = shared::model::pixels::Paint { x, y: 0, color: Color([1, 2, 3]) }.to_data();
-        Pending { fp: Fingerprint::of(&id(canvas), &data), data, key: key.map(str::to_owned) }
+        Pending { fp: Fingerprint::of(&id(channel), &data), data, key: key.map(str::to_owned) }
     }
 
     /// Keys below where the snapshots let the checkpoint go (a move cut short by the key budget,
@@ -685,14 +685,14 @@ mod tests {
         for o in 0..n {
             keys.record(o, vec![shared::snapshot::KeyEntry { key: format!("key-{o:0>40}"), canvas: "a".into(), x: 0, y: 0, color: [1, 2, 3], data: None, version: 1, offset: o, at_ms: now_ms }]);
         }
-        // Every canvas covered: the checkpoint may go to the end.
+        // Every channel covered: the checkpoint may go to the end.
         let spaces = Arc::new(Namespaces::pixels_only(shared::CanvasDims { width: 4, height: 4 }));
         let p = Partition::restored(0, spaces, HashMap::new(), Coverage::default(), n + 1, keys);
         let policy = SnapshotPolicy::default();
         let mut moves = Vec::new();
         while p.snapshots_due(&policy, Instant::now()) {
             let planned = p.plan_snapshots(&[], &policy, Instant::now());
-            assert!(planned.canvases.is_empty() && !planned.writes.is_empty());
+            assert!(planned.channels.is_empty() && !planned.writes.is_empty());
             let bytes: usize = planned.keys.writes.iter().map(|w| w.value.len()).sum();
             assert!(bytes <= crate::keylog::KEY_BYTES_PER_MOVE + 4096, "{bytes} bytes in one move");
             moves.push(planned.keys.below);
@@ -704,8 +704,8 @@ mod tests {
         assert!(moves.windows(2).all(|w| w[0] < w[1]));
     }
 
-    /// (units as (partition, canvas, events), heads: "a" at 4) → versions per unit and records
-    /// (partition, canvas, first version, events).
+    /// (units as (partition, channel, events), heads: "a" at 4) → versions per unit and records
+    /// (partition, channel, first version, events).
     #[test]
     fn plan_table() {
         let version_of = |_: i32, c: &ChannelId| HeadAt { version: if c.as_str() == "a" { 4 } else { 0 }, ..HeadAt::default() };
@@ -741,7 +741,7 @@ mod tests {
     }
 
     /// Ops among the units: (heads: "a" at version 4 of reset 2, "d" deleted with next reset 3),
-    /// units as (canvas, events or an op) → the records, as `op:resets` or `first version x
+    /// units as (channel, events or an op) → the records, as `op:resets` or `first version x
     /// events`, and each unit's versions (an op's: 0, or none when it did nothing).
     #[test]
     fn plan_with_ops_table() {

@@ -1,4 +1,4 @@
-//! The start-up read behind [`crate::versions::Versions::rebuild`]: every canvas's head and the
+//! The start-up read behind [`crate::versions::Versions::rebuild`]: every channel's head and the
 //! idempotency keys below each checkpoint from the snapshot topic ([`crate::keylog`]; read while
 //! the producers are initialised, [`Preread`]), then the
 //! events log after each partition's checkpoint (and, where a log was written before key records
@@ -45,9 +45,9 @@ struct Rebuilt {
     namespaces: Arc<Namespaces>,
     heads: Vec<HashMap<ChannelId, Head>>,
     coverage: Vec<Coverage>,
-    /// Canvases whose versions skip (records deleted that no snapshot covers).
+    /// Channels whose versions skip (records deleted that no snapshot covers).
     incomplete: Vec<ChannelId>,
-    /// Canvases with an event newer than their head in the tail.
+    /// Channels with an event newer than their head in the tail.
     fresh: HashSet<ChannelId>,
     /// Per partition, the keyed events read (below the checkpoint: only for the key store).
     keyed: Vec<Vec<KeyEntry>>,
@@ -99,7 +99,7 @@ impl Rebuilt {
 pub struct Restored {
     /// Each partition's heads, coverage and end position, numbered from 0.
     pub partitions: Vec<Arc<Partition>>,
-    /// Canvases found with versions missing from the log and no snapshot covering them.
+    /// Channels found with versions missing from the log and no snapshot covering them.
     pub incomplete: Vec<ChannelId>,
     /// Events read from the log.
     pub events_read: usize,
@@ -186,8 +186,8 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
         events: 0,
     };
     // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
-    // corrupt; or of another canvas size) may be the only record of its canvas's head: going
-    // on without it would hand that canvas's versions out again. Refuse until fixed.
+    // corrupt; or of another canvas size) may be the only record of its channel's head: going
+    // on without it would hand that channel's versions out again. Refuse until fixed.
     if loaded.skipped > 0 {
         return Err(RebuildError::Read(ReadError(format!(
             "{} snapshot record(s) could not be read (see the warnings; a newer format needs a newer publisher): refusing to start \
@@ -198,21 +198,21 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
     // Every snapshot as a head (one of another canvas size or model than the namespaces say is
     // refused: starting without it would reuse its channel's versions).
     let mut snapshot_heads: Vec<(i32, ChannelId, u64, u64, i64, Head)> = Vec::with_capacity(loaded.canvases.len() + loaded.channels.len());
-    for (canvas, (p, snap)) in &loaded.canvases {
+    for (channel, (p, snap)) in &loaded.canvases {
         let head = heads::from_canvas(namespaces, snap).map_err(|e| RebuildError::Read(ReadError(format!("{e}: refusing to start"))))?;
-        snapshot_heads.push((*p, canvas.clone(), snap.version, snap.epoch, snap.offset, head));
+        snapshot_heads.push((*p, channel.clone(), snap.version, snap.epoch, snap.offset, head));
     }
     for (channel, (p, snap)) in &loaded.channels {
         let head = heads::from_channel(namespaces, snap).map_err(|e| RebuildError::Read(ReadError(format!("{e}: refusing to start"))))?;
         snapshot_heads.push((*p, channel.clone(), snap.version, snap.epoch, snap.offset, head));
     }
     let from_snapshots = snapshot_heads.len();
-    // Where each restored canvas's snapshot ends, to name those whose later records are gone.
+    // Where each restored channel's snapshot ends, to name those whose later records are gone.
     let restored_at: Vec<(i32, ChannelId, i64)> = snapshot_heads.iter().map(|(p, c, _, _, offset, _)| (*p, c.clone(), *offset)).collect();
-    for (p, canvas, version, epoch, offset, head) in snapshot_heads {
+    for (p, channel, version, epoch, offset, head) in snapshot_heads {
         let (Some(heads), Some(cover)) = (rebuilt.heads.get_mut(p as usize), rebuilt.coverage.get_mut(p as usize)) else { continue };
-        cover.restored(&canvas, version, epoch, offset);
-        heads.insert(canvas, head);
+        cover.restored(&channel, version, epoch, offset);
+        heads.insert(channel, head);
     }
     let needed: shared::replay::Offsets = loaded.checkpoints.into_iter().filter(|(p, _)| (*p as u32) < n).collect();
     let needed_at = needed.clone();
@@ -230,7 +230,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
             if let Some(k) = &le.idempotency_key {
                 let ev = &le.event;
                 let fp = Fingerprint::of(&ev.channel, &ev.data);
-                let published = Published { canvas: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
+                let published = Published { channel: ev.channel.clone(), version: ev.version, partition: le.partition, offset: le.offset };
                 sink_keys.lock().expect("key store lock").learn(k, fp, published, ev.published_at_ms, shared::event::now_ms());
                 if let Some(keyed) = state.keyed.get_mut(le.partition as usize) {
                     keyed.push(heads::key_entries(std::iter::once((ev, Some(k.as_str()))), le.offset).remove(0));
@@ -278,9 +278,9 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
                 continue;
             }
             for e in &rec.entries {
-                let Ok(canvas) = ChannelId::parse(&e.canvas) else { continue };
-                let fp = heads::fingerprint_of(&canvas, e);
-                let published = Published { canvas, version: e.version, partition: *p, offset: e.offset };
+                let Ok(channel) = ChannelId::parse(&e.canvas) else { continue };
+                let fp = heads::fingerprint_of(&channel, e);
+                let published = Published { channel, version: e.version, partition: *p, offset: e.offset };
                 store.learn(&e.key, fp, published, e.at_ms, now_ms);
                 from_records += 1;
             }
@@ -322,7 +322,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
 }
 
 /// Whether the only record deleted after partition `p`'s checkpoint was the commit marker at
-/// it: the checkpoint was written with every canvas of `p` covered (it equals the newest
+/// it: the checkpoint was written with every channel of `p` covered (it equals the newest
 /// snapshot's end, `restored_at`: the offset after the partition's last record then, where that
 /// record's transaction put its marker), and the log now starts right after it (`starts`). An
 /// idle partition whose whole log retention deleted looks like this, and lost nothing: a record
@@ -338,9 +338,9 @@ fn only_a_marker_deleted(p: i32, checkpoints: &shared::replay::Offsets, starts: 
 /// (`checkpoints`; the read started at `starts`, the log start): those records were the only
 /// copy of versions no snapshot covers, so the heads read are behind the versions already handed
 /// out, and starting would hand them out again with other pixels. It names each partition with
-/// its checkpoint and log start, and the canvases restored there from a snapshot older than the
-/// log start with no later event read (`restored_at`: partition, canvas, the snapshot's end;
-/// `fresh`: canvases with an event in the tail). A canvas whose every record was deleted, with no
+/// its checkpoint and log start, and the channels restored there from a snapshot older than the
+/// log start with no later event read (`restored_at`: partition, channel, the snapshot's end;
+/// `fresh`: channels with an event in the tail). A channel whose every record was deleted, with no
 /// snapshot, cannot be named: the refusal is per partition.
 fn deleted_tail(
     truncated: &[i32],
@@ -352,10 +352,10 @@ fn deleted_tail(
     let mut parts = Vec::new();
     for p in truncated {
         let start = starts.get(p).copied().unwrap_or(0);
-        let mut canvases: Vec<&str> =
+        let mut channels: Vec<&str> =
             restored_at.iter().filter(|(q, c, end)| q == p && *end < start && !fresh.contains(c)).map(|(_, c, _)| c.as_str()).collect();
-        canvases.sort_unstable();
-        let named = if canvases.is_empty() { "no canvas known from a snapshot".to_owned() } else { format!("canvases {}", canvases.join(", ")) };
+        channels.sort_unstable();
+        let named = if channels.is_empty() { "no canvas known from a snapshot".to_owned() } else { format!("canvases {}", channels.join(", ")) };
         parts.push(format!("partition {p} (checkpoint {}, log start {start}: {named})", checkpoints.get(p).copied().unwrap_or(0)));
     }
     RebuildError::Read(ReadError(format!(
@@ -442,7 +442,7 @@ mod tests {
             (0, offsets(&[(0, 11)]), offsets(&[(0, 12)]), true),
             // More than the marker: data after the checkpoint may be gone.
             (0, offsets(&[(0, 11)]), offsets(&[(0, 13)]), false),
-            // The checkpoint is not at the newest snapshot's end: a canvas was uncovered there.
+            // The checkpoint is not at the newest snapshot's end: a channel was uncovered there.
             (1, offsets(&[(1, 6)]), offsets(&[(1, 7)]), false),
             // No checkpoint: records before any snapshot were deleted.
             (0, offsets(&[]), offsets(&[(0, 1)]), false),
@@ -456,9 +456,9 @@ mod tests {
 
     const DIMS: CanvasDims = CanvasDims { width: 8, height: 8 };
 
-    /// Another producer's transaction, open on the canvas's partition, holds the last stable
+    /// Another producer's transaction, open on the channel's partition, holds the last stable
     /// offset below a version this publisher committed after it: a rebuild then would read the
-    /// canvas's head one version short and hand that version out again.
+    /// channel's head one version short and hand that version out again.
     #[tokio::test]
     async fn a_rebuild_refuses_a_log_held_open_by_another_producers_transaction_until_it_ends() {
         let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
@@ -501,8 +501,8 @@ mod tests {
         let timings = Timings { snapshots: SnapshotPolicy { every_versions: 2, every: Duration::from_secs(3600), ..SnapshotPolicy::default() }, ..Timings::default() };
         let active = Versions::shared(log.clone(), DIMS, 2, timings);
         active.rebuild().await.unwrap();
-        let canvases: Vec<ChannelId> = (0..4).map(|i| ChannelId::parse(&format!("c{i}")).unwrap()).collect();
-        for c in &canvases {
+        let channels: Vec<ChannelId> = (0..4).map(|i| ChannelId::parse(&format!("c{i}")).unwrap()).collect();
+        for c in &channels {
             for x in 0..3 {
                 active.publish(c, x, 0, Color([1, 0, 0])).await.unwrap();
             }
@@ -520,24 +520,24 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let before: Vec<Vec<i64>> = (0..2).map(|p| log.checkpoints(p)).collect();
-        for c in &canvases {
+        for c in &channels {
             for x in 3..7 {
                 active.publish(c, x, 1, Color([2, 0, 0])).await.unwrap();
             }
         }
-        let (keyed, _) = active.publish_with_key(&canvases[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
+        let (keyed, _) = active.publish_with_key(&channels[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
         let after: Vec<Vec<i64>> = (0..2).map(|p| log.checkpoints(p)).collect();
         assert_ne!(before, after, "the active publisher moved a checkpoint after the read");
         assert!(!starting.is_ready());
 
         gate.notify_one();
         rebuild.await.unwrap().expect("rebuilt");
-        assert_eq!(active.publish(&canvases[0], 0, 0, Color([9, 9, 9])).await, Err(crate::types::PublishError::Fenced));
-        for c in &canvases {
+        assert_eq!(active.publish(&channels[0], 0, 0, Color([9, 9, 9])).await, Err(crate::types::PublishError::Fenced));
+        for c in &channels {
             let last = log.events_of(c.as_str()).last().copied().unwrap_or(0);
             assert_eq!(starting.publish(c, 0, 2, Color([3, 0, 0])).await.unwrap().version, last + 1, "{c}: versions continue");
         }
-        let (again, replayed) = starting.publish_with_key(&canvases[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
+        let (again, replayed) = starting.publish_with_key(&channels[0], 7, 7, Color([7, 7, 7]), Some("between")).await.unwrap();
         assert_eq!((again.version, replayed), (keyed.version, true), "the key is known");
     }
 

@@ -139,7 +139,7 @@ mod tests {
         ChannelId::parse(s).unwrap()
     }
 
-    /// Each partition's checkpoint as its coverage would write it now, and its canvases' heads.
+    /// Each partition's checkpoint as its coverage would write it now, and its channels' heads.
     fn state(partitions: &[Arc<crate::partition::Partition>]) -> Vec<(i64, Vec<(String, u64)>)> {
         partitions
             .iter()
@@ -154,14 +154,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_promoted_standby_continues_every_canvas_keeps_the_keys_and_fences_the_active_one() {
+    async fn a_promoted_standby_continues_every_channel_keeps_the_keys_and_fences_the_active_one() {
         let log = Arc::new(FakeLog::new(2, |_| Fate::Commit));
         let timings = Timings { snapshots: SnapshotPolicy { every_versions: 3, every: Duration::from_secs(3600), ..SnapshotPolicy::default() }, ..Timings::default() };
         let active = Versions::shared(log.clone(), DIMS, 2, timings);
         active.rebuild().await.unwrap();
-        let canvases: Vec<ChannelId> = (0..6).map(|i| id(&format!("c{i}"))).collect();
+        let channels: Vec<ChannelId> = (0..6).map(|i| id(&format!("c{i}"))).collect();
         let mut keyed = Vec::new();
-        for (i, c) in canvases.iter().enumerate() {
+        for (i, c) in channels.iter().enumerate() {
             for x in 0..(i as u32 + 2) {
                 active.publish(c, x, 0, Color([1, 0, 0])).await.unwrap();
             }
@@ -169,7 +169,7 @@ mod tests {
         }
 
         let standby = Arc::new(Versions::shared(Arc::new(log.another_publisher()), DIMS, 2, timings).as_standby());
-        assert_eq!(standby.publish(&canvases[0], 0, 0, Color([2, 2, 2])).await, Err(PublishError::Standby));
+        assert_eq!(standby.publish(&channels[0], 0, 0, Color([2, 2, 2])).await, Err(PublishError::Standby));
         let stop = CancellationToken::new();
         let following = tokio::spawn({
             let (s, stop) = (standby.clone(), stop.clone());
@@ -177,7 +177,7 @@ mod tests {
         });
         // While it follows: more versions (snapshots and checkpoints move), more keys.
         for round in 0..4u32 {
-            for (i, c) in canvases.iter().enumerate().filter(|(i, _)| (i + round as usize) % 2 == 0) {
+            for (i, c) in channels.iter().enumerate().filter(|(i, _)| (i + round as usize) % 2 == 0) {
                 active.publish(c, round, 1, Color([3, 0, 0])).await.unwrap();
                 keyed.push(active.publish_with_key(c, 6, 6, Color([6, 6, 6]), Some(&format!("during-{round}-{i}"))).await.unwrap().0);
             }
@@ -200,8 +200,8 @@ mod tests {
         standby.rebuild().await.expect("the promotion reads on");
         assert_eq!(standby.role(), Role::Active { promoted: true });
         assert_eq!(standby.promote(), PromoteAnswer::Done);
-        assert_eq!(active.publish(&canvases[0], 0, 0, Color([9, 9, 9])).await, Err(PublishError::Fenced), "the active one is fenced");
-        for c in &canvases {
+        assert_eq!(active.publish(&channels[0], 0, 0, Color([9, 9, 9])).await, Err(PublishError::Fenced), "the active one is fenced");
+        for c in &channels {
             let before = log.events_of(c.as_str()).last().copied().unwrap_or(0);
             assert_eq!(standby.publish(c, 0, 3, Color([4, 0, 0])).await.unwrap().version, before + 1, "{c}: versions continue");
         }
@@ -209,7 +209,7 @@ mod tests {
             let key = log.record_at(p.partition, p.offset).and_then(|r| r.iter().find_map(|(_, k)| k.clone())).expect("a keyed record");
             let e = log.record_at(p.partition, p.offset).unwrap().into_iter().find(|(_, k)| k.as_deref() == Some(key.as_str())).unwrap().0;
             let paint = e.paint().unwrap();
-            let (again, replayed) = standby.publish_with_key(&p.canvas, paint.x, paint.y, paint.color, Some(&key)).await.unwrap();
+            let (again, replayed) = standby.publish_with_key(&p.channel, paint.x, paint.y, paint.color, Some(&key)).await.unwrap();
             assert_eq!((again.version, replayed), (p.version, true), "{key}: answered from the standby's keys, not applied again");
         }
         stop.cancel();
@@ -248,11 +248,11 @@ mod tests {
         assert_eq!(standby.publish(&id("c1"), 1, 0, Color([2, 2, 2])).await.unwrap().version, 2, "from the follower's heads");
     }
 
-    /// A canvas written before the standby started and idle since, snapshotted by age afterwards:
+    /// A channel written before the standby started and idle since, snapshotted by age afterwards:
     /// the promoted publisher knows it covered, keeps the active one's checkpoint, does not spin,
     /// and a restart after retention deleted below that checkpoint starts.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn an_idle_canvas_snapshotted_after_the_standby_started_is_covered_after_the_promotion() {
+    async fn an_idle_channel_snapshotted_after_the_standby_started_is_covered_after_the_promotion() {
         let log = Arc::new(FakeLog::new(1, |_| Fate::Commit));
         let policy = SnapshotPolicy { every_versions: 1000, every: Duration::from_millis(100), ..SnapshotPolicy::default() };
         let timings = Timings { snapshots: policy, ..Timings::default() };
@@ -277,7 +277,7 @@ mod tests {
         assert_eq!(standby.promote(), PromoteAnswer::Started);
         following.await.unwrap();
         standby.rebuild().await.unwrap();
-        assert_eq!(standby.uncovered_canvases(), 0);
+        assert_eq!(standby.uncovered_channels(), 0);
         let before = cpu_ticks();
         tokio::time::sleep(Duration::from_secs(1)).await;
         let spent = cpu_ticks() - before;

@@ -7,14 +7,17 @@ use shared::{ChannelId, Color};
 /// The answer to an accepted publish: `201 {"canvas","version","partition","offset"}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Published {
-    pub canvas: ChannelId,
+    /// `canvas` on the wire: the pixel routes' answer (the channel routes answer `channel`).
+    #[serde(rename = "canvas")]
+    pub channel: ChannelId,
     pub version: u64,
     pub partition: i32,
     /// Offset of the record that carries the event (a record can carry several events).
     pub offset: i64,
 }
 
-/// A canvas as the publisher knows it: `{"canvas","version","hash"}`.
+/// A channel as the publisher knows it, in the pixel route's form (`GET /canvases/{id}`):
+/// `{"canvas","version","hash"}`.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CanvasTruth {
     pub canvas: ChannelId,
@@ -42,20 +45,20 @@ pub struct ChannelTruth {
 /// data's canonical JSON: the same data however it was spaced or its keys ordered).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint {
-    pub canvas: ChannelId,
+    pub channel: ChannelId,
     pub data: String,
 }
 
 impl Fingerprint {
-    /// The fingerprint of publishing `data` to `canvas`.
-    pub fn of(canvas: &ChannelId, data: &Data) -> Self {
+    /// The fingerprint of publishing `data` to `channel`.
+    pub fn of(channel: &ChannelId, data: &Data) -> Self {
         let value: serde_json::Value = serde_json::from_str(data.get()).unwrap_or(serde_json::Value::Null);
-        Self { canvas: canvas.clone(), data: serde_jcs::to_string(&value).expect("a JSON value has a canonical form") }
+        Self { channel: channel.clone(), data: serde_jcs::to_string(&value).expect("a JSON value has a canonical form") }
     }
 
-    /// The fingerprint of painting `(x, y)` of `canvas` in `color` (a `pixels` publication).
-    pub fn of_paint(canvas: &ChannelId, x: u32, y: u32, color: Color) -> Self {
-        Self::of(canvas, &shared::model::pixels::Paint { x, y, color }.to_data())
+    /// The fingerprint of painting `(x, y)` of `channel` in `color` (a `pixels` publication).
+    pub fn of_paint(channel: &ChannelId, x: u32, y: u32, color: Color) -> Self {
+        Self::of(channel, &shared::model::pixels::Paint { x, y, color }.to_data())
     }
 }
 
@@ -108,10 +111,10 @@ pub enum PublishError {
     #[error("the publisher holds {capacity} idempotency keys younger than its {window_secs} s window (IDEMPOTENCY_KEYS_MAX, \
              IDEMPOTENCY_WINDOW_MS): a new key is refused; retry in {retry_after_secs} s")]
     IdempotencyStoreFull { retry_after_secs: u64, capacity: usize, window_secs: u64 },
-    /// The canvas has no event yet and the publisher already holds `limit` canvases
+    /// The channel has no event yet and the publisher already holds `limit` channels
     /// (`MAX_CHANNELS`): nothing was written.
     #[error("the publisher holds {limit} canvases, its limit (MAX_CHANNELS); this publish would create another")]
-    CanvasLimit { limit: usize },
+    ChannelLimit { limit: usize },
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]
     OutOfBounds { field: &'static str, limit: u32 },

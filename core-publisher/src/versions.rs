@@ -1,4 +1,4 @@
-//! The version authority: every canvas's versions are contiguous from 1, each used once, and a
+//! The version authority: every channel's versions are contiguous from 1, each used once, and a
 //! publish is answered 201 only once the Kafka transaction carrying it committed.
 //!
 //! Start-up ([`Versions::rebuild`]): initialise every transactional producer first
@@ -6,7 +6,7 @@
 //! topic with `read_committed` up to each partition's last stable offset. After that nothing else
 //! can write the partitions, so the heads read are the log's. Then the committers
 //! ([`crate::committer`]) hand out versions: a partition is written by one committer at a time,
-//! and a canvas belongs to one partition, so its versions have a single author.
+//! and a channel belongs to one partition, so its versions have a single author.
 //!
 //! Why transactions: with a plain idempotent producer a record whose acknowledgement timed out
 //! could still land *after* the publisher had read the log to find out, and its version be handed
@@ -52,7 +52,7 @@ pub struct Timings {
     /// A shared transaction whose records are not all acknowledged by then is aborted and the
     /// partitions still waiting are isolated.
     pub stall_after: Duration,
-    /// When canvases are snapshotted.
+    /// When channels are snapshotted.
     pub snapshots: SnapshotPolicy,
     /// How long an idempotency key is kept after its publish, and how far back a restarted
     /// publisher reads the log for keys (beyond the snapshots' checkpoints): a retry with the same
@@ -80,7 +80,7 @@ pub struct PartitionReport {
     pub activity: Activity,
 }
 
-/// The version authority for every canvas.
+/// The version authority for every channel.
 pub struct Versions<L> {
     pub(crate) log: Arc<L>,
     /// The namespaces: each channel's model and limits.
@@ -93,12 +93,12 @@ pub struct Versions<L> {
     status: Arc<Status>,
     counters: Arc<Counters>,
     pub(crate) timings: Timings,
-    /// Canvases found with versions missing from the log and no snapshot covering them.
+    /// Channels found with versions missing from the log and no snapshot covering them.
     pub(crate) incomplete: Mutex<Vec<ChannelId>>,
     /// Why the last rebuild failed, until one succeeds.
     start_problem: Mutex<Option<String>>,
-    /// A publish that would create a canvas past this many is refused ([`PublishError::CanvasLimit`]).
-    max_canvases: usize,
+    /// A publish that would create a channel past this many is refused ([`PublishError::ChannelLimit`]).
+    max_channels: usize,
     /// Stops the committers (cancelled on drop).
     stop: CancellationToken,
     /// Writing, or standing by ([`crate::standby`]).
@@ -127,10 +127,10 @@ impl<L: EventLog> Versions<L> {
         Self::shared(Arc::new(log), namespaces, partitions, timings)
     }
 
-    /// Refuses publishes that would create a canvas past `limit` ([`PublishError::CanvasLimit`]).
+    /// Refuses publishes that would create a channel past `limit` ([`PublishError::ChannelLimit`]).
     #[must_use]
-    pub fn with_max_canvases(mut self, limit: usize) -> Self {
-        self.max_canvases = limit;
+    pub fn with_max_channels(mut self, limit: usize) -> Self {
+        self.max_channels = limit;
         self
     }
 
@@ -147,9 +147,9 @@ impl<L: EventLog> Versions<L> {
         u64::try_from(self.timings.key_window.as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// The canvas limit ([`Versions::with_max_canvases`]; unlimited by default).
-    pub fn max_canvases(&self) -> usize {
-        self.max_canvases
+    /// The channel limit ([`Versions::with_max_channels`]; unlimited by default).
+    pub fn max_channels(&self) -> usize {
+        self.max_channels
     }
 
     /// Like [`Versions::new`] over a log shared with others (tests: two publishers on one log).
@@ -165,7 +165,7 @@ impl<L: EventLog> Versions<L> {
             timings,
             incomplete: Mutex::new(Vec::new()),
             start_problem: Mutex::new(None),
-            max_canvases: usize::MAX,
+            max_channels: usize::MAX,
             stop: CancellationToken::new(),
             role: Mutex::new(Role::Active { promoted: false }),
             promotion: Notify::new(),
@@ -274,7 +274,7 @@ impl<L: EventLog> Versions<L> {
     }
 
     /// Initialises every transactional producer (fencing older publishers), reads the topic's
-    /// committed records, sets every canvas's head to its last version, starts the committers and
+    /// committed records, sets every channel's head to its last version, starts the committers and
     /// accepts writes. Returns the number of events read.
     ///
     /// # Errors
@@ -325,7 +325,7 @@ impl<L: EventLog> Versions<L> {
         *self.incomplete.lock().expect("incomplete lock") = restored.incomplete;
         let (events_read, partitions) = (restored.events_read, restored.partitions);
         let input = self.input.as_ref().map(|(topics, stats)| {
-            Arc::new(crate::input::InputQueue::new(topics.clone(), self.namespaces.clone(), n, self.max_canvases, stats.clone()))
+            Arc::new(crate::input::InputQueue::new(topics.clone(), self.namespaces.clone(), n, self.max_channels, stats.clone()))
         });
         let ctx = Arc::new(Ctx {
             input,
@@ -359,14 +359,14 @@ impl<L: EventLog> Versions<L> {
         self.start_problem.lock().expect("start problem lock").clone()
     }
 
-    /// Canvases whose versions skip in the log where no snapshot covers them (their early pixels
+    /// Channels whose versions skip in the log where no snapshot covers them (their early publications
     /// are lost); empty on a healthy log.
-    pub fn incomplete_canvases(&self) -> Vec<ChannelId> {
+    pub fn incomplete_channels(&self) -> Vec<ChannelId> {
         self.incomplete.lock().expect("incomplete lock").clone()
     }
 
-    /// Canvases with records that no snapshot covers yet, over every partition.
-    pub fn uncovered_canvases(&self) -> usize {
+    /// Channels with records that no snapshot covers yet, over every partition.
+    pub fn uncovered_channels(&self) -> usize {
         self.current().map_or(0, |ctx| ctx.partitions.iter().map(|p| p.uncovered_count()).sum())
     }
 
@@ -402,14 +402,14 @@ impl<L: EventLog> Versions<L> {
         self.keys.lock().expect("key store lock is never poisoned: no panics while held")
     }
 
-    /// The partition of `canvas`.
-    pub fn partition_of(&self, canvas: &ChannelId) -> i32 {
-        partition_for(canvas.as_str().as_bytes(), self.partitions().max(1)) as i32
+    /// The partition of `channel`.
+    pub fn partition_of(&self, channel: &ChannelId) -> i32 {
+        partition_for(channel.as_str().as_bytes(), self.partitions().max(1)) as i32
     }
 
-    fn partition(&self, canvas: &ChannelId) -> Option<(Arc<Ctx<L>>, Arc<Partition>)> {
+    fn partition(&self, channel: &ChannelId) -> Option<(Arc<Ctx<L>>, Arc<Partition>)> {
         let ctx = self.current()?;
-        let p = ctx.partitions.get(self.partition_of(canvas) as usize)?.clone();
+        let p = ctx.partitions.get(self.partition_of(channel) as usize)?.clone();
         Some((ctx, p))
     }
 
@@ -427,9 +427,9 @@ impl<L: EventLog> Versions<L> {
         }
     }
 
-    /// Number of canvases with at least one event.
-    pub fn canvas_count(&self) -> usize {
-        self.current().map_or(0, |c| c.partitions.iter().map(|p| p.canvas_count()).sum())
+    /// Number of channels with at least one event.
+    pub fn channel_count(&self) -> usize {
+        self.current().map_or(0, |c| c.partitions.iter().map(|p| p.channel_count()).sum())
     }
 
     /// The state figures `GET /metrics` shows.
@@ -437,10 +437,10 @@ impl<L: EventLog> Versions<L> {
         Figures {
             ready: self.is_ready(),
             standby: self.role() == Role::Standby,
-            canvases: self.canvas_count(),
+            channels: self.channel_count(),
             partitions: self.partitions(),
             in_doubt: self.in_doubt_partitions().len(),
-            uncovered: self.uncovered_canvases(),
+            uncovered: self.uncovered_channels(),
             incomplete: self.incomplete.lock().expect("incomplete lock").len(),
             idempotency_keys: self.lock_keys().len(),
         }
@@ -477,9 +477,9 @@ mod tests {
         ready(v.log.another_publisher()).await
     }
 
-    fn assert_contiguous(versions: &[u64], canvas: &str) {
+    fn assert_contiguous(versions: &[u64], channel: &str) {
         let want: Vec<u64> = (1..=versions.len() as u64).collect();
-        assert_eq!(versions, want.as_slice(), "versions of {canvas} in the log are not 1..=n in order");
+        assert_eq!(versions, want.as_slice(), "versions of {channel} in the log are not 1..=n in order");
     }
 
     async fn until(what: &str, cond: impl Fn() -> bool) {
@@ -497,14 +497,14 @@ mod tests {
         for i in 0..200u32 {
             let v = v.clone();
             tasks.push(tokio::spawn(async move {
-                let canvas = id(["a", "b", "c", "d"][(i % 4) as usize]);
-                v.publish(&canvas, i % 8, 0, Color([1, 2, 3])).await.unwrap()
+                let channel = id(["a", "b", "c", "d"][(i % 4) as usize]);
+                v.publish(&channel, i % 8, 0, Color([1, 2, 3])).await.unwrap()
             }));
         }
         let mut got: HashMap<String, Vec<u64>> = HashMap::new();
         for t in tasks {
             let p = t.await.unwrap();
-            got.entry(p.canvas.to_string()).or_default().push(p.version);
+            got.entry(p.channel.to_string()).or_default().push(p.version);
         }
         for c in ["a", "b", "c", "d"] {
             let mut answered = got[c].clone();
@@ -530,7 +530,7 @@ mod tests {
         assert_contiguous(&v.log.events_of("hot"), "hot");
         let (records, transactions) = (v.log.record_count(), v.log.attempts());
         assert!(transactions < 300, "300 concurrent publishes to one canvas took {transactions} transactions: nothing was grouped");
-        // A canvas's events share a record (up to MAX_EVENTS_PER_RECORD each: a transaction that
+        // A channel's events share a record (up to MAX_EVENTS_PER_RECORD each: a transaction that
         // took more than that of the 300 needs a second one).
         let most = transactions as usize + 300 / shared::event::MAX_EVENTS_PER_RECORD;
         assert!(records <= most, "{records} records in {transactions} transactions: a canvas's events share a record");
@@ -615,8 +615,8 @@ mod tests {
                 .map(|i| {
                     let v = v.clone();
                     tokio::spawn(async move {
-                        let canvas = id(if (wave + i) % 2 == 0 { "even" } else { "odd" });
-                        v.publish(&canvas, 0, 0, Color([0, 0, 0])).await.ok()
+                        let channel = id(if (wave + i) % 2 == 0 { "even" } else { "odd" });
+                        v.publish(&channel, 0, 0, Color([0, 0, 0])).await.ok()
                     })
                 })
                 .collect();
@@ -629,12 +629,12 @@ mod tests {
         for c in ["even", "odd"] {
             assert_contiguous(&v.log.events_of(c), c);
         }
-        // The publisher's head is the log's head: one more publish per canvas continues it.
+        // The publisher's head is the log's head: one more publish per channel continues it.
         for c in ["even", "odd"] {
-            let canvas = id(c);
+            let channel = id(c);
             let mut p = None;
             for _ in 0..5 {
-                if let Ok(ok) = v.publish(&canvas, 1, 1, Color([9, 9, 9])).await {
+                if let Ok(ok) = v.publish(&channel, 1, 1, Color([9, 9, 9])).await {
                     p = Some(ok);
                     break;
                 }
@@ -643,7 +643,7 @@ mod tests {
             let in_log = v.log.events_of(c);
             assert_eq!(p.version, *in_log.last().unwrap());
             assert_contiguous(&in_log, c);
-            assert_eq!(v.truth(&canvas).await.unwrap().version, p.version);
+            assert_eq!(v.truth(&channel).await.unwrap().version, p.version);
         }
     }
 
@@ -763,14 +763,14 @@ mod tests {
         Timings { answer_timeout: WAIT, snapshots: SnapshotPolicy { every_versions, every, ..SnapshotPolicy::default() }, ..Timings::default() }
     }
 
-    /// The snapshot of `canvas` with the highest version in the fake's snapshot topic, and the
+    /// The snapshot of `channel` with the highest version in the fake's snapshot topic, and the
     /// partition's latest checkpoint.
-    fn latest_snapshot(log: &FakeLog, partition: i32, canvas: &str) -> (Option<shared::snapshot::Snapshot>, Option<i64>) {
+    fn latest_snapshot(log: &FakeLog, partition: i32, channel: &str) -> (Option<shared::snapshot::Snapshot>, Option<i64>) {
         let mut snap: Option<shared::snapshot::Snapshot> = None;
         let mut checkpoint = None;
         for e in log.snapshot_entries(partition) {
             match e {
-                shared::snapshot::Entry::Canvas(s) if s.canvas.as_str() == canvas => {
+                shared::snapshot::Entry::Canvas(s) if s.canvas.as_str() == channel => {
                     assert!(snap.as_ref().is_none_or(|have| s.version > have.version), "a snapshot never goes back");
                     snap = Some(s);
                 }
@@ -786,7 +786,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_canvas_is_snapshotted_every_n_versions_inside_the_transactions() {
+    async fn a_channel_is_snapshotted_every_n_versions_inside_the_transactions() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(5, Duration::from_secs(3600)));
         v.rebuild().await.unwrap();
@@ -822,7 +822,7 @@ mod tests {
         for v in 1..=3 {
             head.apply(&shared::PixelEvent { canvas: c.clone(), version: v, x: v as u32, y: 0, color: Color([v as u8, 0, 0]), published_at_ms: 0 });
         }
-        // A canvas reset twice (no operation does that yet; its snapshot says so).
+        // A channel reset twice (no operation does that yet; its snapshot says so).
         log.put_snapshot(p, &shared::snapshot::Snapshot::of(&c, &head, 2, 0));
         let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(1, Duration::from_secs(3600)));
         v.rebuild().await.unwrap();
@@ -840,7 +840,7 @@ mod tests {
         let policy = SnapshotPolicy { every_versions: 1_000_000, every: Duration::from_secs(3600), every_records: 20, ..SnapshotPolicy::default() };
         let v = Versions::shared(log.clone(), DIMS, 1, Timings { answer_timeout: WAIT, snapshots: policy, ..Timings::default() });
         v.rebuild().await.unwrap();
-        // 40 canvases, 3 versions each: 120 events, each in a transaction of its own (a record
+        // 40 channels, 3 versions each: 120 events, each in a transaction of its own (a record
         // and a marker), about 240 offsets.
         for round in 0..3u32 {
             for c in 0..40u32 {
@@ -850,7 +850,7 @@ mod tests {
         let end = log.end_of(0);
         let (_, checkpoint) = latest_snapshot(&log, 0, "");
         let checkpoint = checkpoint.expect("a checkpoint written");
-        // Every canvas whose oldest uncovered record is 20 offsets behind the end is due, so the
+        // Every channel whose oldest uncovered record is 20 offsets behind the end is due, so the
         // checkpoint trails the end by about 20 offsets (plus what the last transactions added).
         assert!(end - checkpoint <= 40, "checkpoint {checkpoint}, end {end}");
         assert!(v.counters().to_json()["snapshots"].as_u64().unwrap() > 0);
@@ -920,12 +920,12 @@ mod tests {
         let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, timings);
         let read = restarted.rebuild().await.unwrap();
         // Every version is snapshotted, by the transaction after it: what is left to read is each
-        // canvas's last record, 6 of the 30 (all within the key window).
+        // channel's last record, 6 of the 30 (all within the key window).
         assert_eq!(read, 6, "records read");
     }
 
     #[tokio::test]
-    async fn an_idle_canvas_is_snapshotted_by_age_so_the_checkpoint_moves() {
+    async fn an_idle_channel_is_snapshotted_by_age_so_the_checkpoint_moves() {
         let log = Arc::new(FakeLog::new(3, |_| Fate::Commit));
         let v = Versions::shared(log.clone(), DIMS, 3, snapshotting(1_000, Duration::from_millis(50)));
         v.rebuild().await.unwrap();
@@ -940,10 +940,10 @@ mod tests {
         let (sb, checkpoint) = latest_snapshot(&log, p, "c4");
         assert_eq!(sb.unwrap().version, 2);
         assert!(checkpoint.unwrap() >= log.end_of(p) - 1, "every canvas is covered: the checkpoint is the partition's end");
-        assert_eq!(v.uncovered_canvases(), 0);
+        assert_eq!(v.uncovered_channels(), 0);
     }
 
-    /// A publisher that stopped writing (here fenced) while a canvas is due a snapshot by age: its
+    /// A publisher that stopped writing (here fenced) while a channel is due a snapshot by age: its
     /// committer found the snapshot due, `commit` returned at once (writes stopped) and the loop
     /// went round again without ever awaiting anything, pinning a worker thread forever (on a
     /// current-thread runtime, nothing else ever ran again; a fenced process could not exit).
@@ -998,7 +998,7 @@ mod tests {
             first.publish(&a, i % 8, 1, Color([9, i as u8, 0])).await.unwrap();
         }
         first.publish(&quiet, 3, 3, Color([7, 7, 7])).await.unwrap();
-        until("every canvas covered", || first.uncovered_canvases() == 0).await;
+        until("every canvas covered", || first.uncovered_channels() == 0).await;
         let truths = (first.truth(&a).await.unwrap(), first.truth(&quiet).await.unwrap());
         // Retention deletes everything below each partition's checkpoint.
         for p in 0..3 {
@@ -1009,7 +1009,7 @@ mod tests {
         let restarted = Versions::shared(Arc::new(log.another_publisher()), DIMS, 3, snapshotting(4, Duration::from_millis(50)));
         restarted.rebuild().await.unwrap();
         assert_eq!((restarted.truth(&a).await.unwrap(), restarted.truth(&quiet).await.unwrap()), truths);
-        assert!(restarted.incomplete_canvases().is_empty());
+        assert!(restarted.incomplete_channels().is_empty());
         assert_eq!(restarted.publish(&quiet, 0, 0, Color([0, 0, 0])).await.unwrap().version, 2, "the head came from the snapshot");
         assert_eq!(restarted.publish(&a, 0, 0, Color([0, 0, 0])).await.unwrap().version, 10);
     }
@@ -1042,7 +1042,7 @@ mod tests {
         for x in 0..3 {
             first.publish(&c, x, 0, Color([1, 0, 0])).await.unwrap();
         }
-        until("every canvas covered", || first.uncovered_canvases() == 0).await;
+        until("every canvas covered", || first.uncovered_channels() == 0).await;
         let (snap, checkpoint) = latest_snapshot(&log, 0, "c1");
         assert_eq!(snap.map(|s| s.version), Some(3));
         // The checkpoint, written with everything covered, is the offset after the last record:
@@ -1064,8 +1064,8 @@ mod tests {
             first.publish(&c, i, 0, Color([1, 0, 0])).await.unwrap();
         }
         // No snapshot covers them (the default interval is a minute), and the log loses the
-        // first two records: versions 1 and 2 of c1, and any other canvas's records there, are
-        // known nowhere, so a canvas whose every record was there would start again at 1.
+        // first two records: versions 1 and 2 of c1, and any other channel's records there, are
+        // known nowhere, so a channel whose every record was there would start again at 1.
         let p = first.partition_of(&c);
         let second = (0..log.end_of(p)).filter(|o| log.record_at(p, *o).is_some()).nth(2).unwrap();
         log.delete_records(p, second);
@@ -1152,7 +1152,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_group_of_one_canvas_commits_in_one_transaction_and_stops_at_a_reused_key() {
+    async fn a_group_of_one_channel_commits_in_one_transaction_and_stops_at_a_reused_key() {
         let v = ready(FakeLog::new(3, |_| Fate::Commit)).await;
         let c = id("c1");
         let (p, _) = v.publish_with_key(&c, 0, 0, Color([1, 1, 1]), Some("used")).await.unwrap();
@@ -1173,14 +1173,14 @@ mod tests {
         assert_eq!(*v.log.events_of("c1").last().unwrap(), 1_002);
     }
 
-    /// Canvases of different partitions that publish at the same time share transactions.
+    /// Channels of different partitions that publish at the same time share transactions.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn publishes_to_several_partitions_share_a_transaction() {
         let log = FakeLog::new(3, |_| Fate::Commit);
         let first = log.gate(0);
         let v = ready(log).await;
-        // Three canvases on three different partitions.
-        let canvases: Vec<ChannelId> = {
+        // Three channels on three different partitions.
+        let channels: Vec<ChannelId> = {
             let mut found: HashMap<i32, ChannelId> = HashMap::new();
             for i in 0.. {
                 let c = id(&format!("c{i}"));
@@ -1196,7 +1196,7 @@ mod tests {
             tokio::spawn(async move { v.publish(&id("blocker"), 0, 0, Color([1, 1, 1])).await })
         };
         until("the first transaction began", || v.log.attempts() >= 1).await;
-        let tasks: Vec<_> = canvases
+        let tasks: Vec<_> = channels
             .iter()
             .flat_map(|c| (0..3).map(move |x| (c.clone(), x)))
             .map(|(c, x)| {
@@ -1212,7 +1212,7 @@ mod tests {
         }
         assert_eq!(v.log.attempts(), 2, "nine publishes on three partitions that waited together: one transaction");
         assert!(v.log.writers().iter().all(|w| *w == Writer::Shared));
-        for c in &canvases {
+        for c in &channels {
             assert_contiguous(&v.log.events_of(c.as_str()), c.as_str());
         }
     }

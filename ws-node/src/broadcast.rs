@@ -341,7 +341,7 @@ fn release_loop(reader: BaseConsumer<FleetContext>, config: &Config, hub: Arc<Hu
 
 /// An owned partition's position is below its log start (records deleted while the node did not
 /// read them: it was frozen, or its position came from long ago): librdkafka stopped fetching it
-/// (`auto.offset.reset=error`). Its canvases are restored from the snapshots (sessions on them get
+/// (`auto.offset.reset=error`). Its channels are restored from the snapshots (sessions on them get
 /// the snapshot frame), and the partition is assigned again from its checkpoint.
 ///
 /// The error does not say which partition stopped, and another reader may have restored it first

@@ -1,9 +1,9 @@
 //! Catch-up: replay, in order, the stretch of the log this node's state is missing, before it
 //! serves anyone.
 //!
-//! 1. Load the snapshot topic ([`shared::snapshot`]): every canvas whose snapshot is newer than
-//!    the node's state takes it (size ∝ canvases, not events), and each partition's checkpoint
-//!    says where the log must be read from: every canvas's records below it are in its snapshot.
+//! 1. Load the snapshot topic ([`shared::snapshot`]): every channel whose snapshot is newer than
+//!    the node's state takes it (size ∝ channels, not events), and each partition's checkpoint
+//!    says where the log must be read from: every channel's records below it are in its snapshot.
 //! 2. Record the readable end of every partition: the targets. The catch-up consumer reads
 //!    `read_committed`, so that is the partition's last stable offset (what `query_watermark_offsets`
 //!    returns to such a consumer), not the high watermark: records of an open transaction may
@@ -11,10 +11,10 @@
 //! 3. With the node's own catch-up consumer group (never the broadcast group, so replay does not
 //!    disturb live delivery), read each partition from its checkpoint or the node's position (the
 //!    offset after the last record its state applied), whichever is later, and apply every record
-//!    (a canvas skips the records its snapshot already holds). A start past a partition's
+//!    (a channel skips the records its snapshot already holds). A start past a partition's
 //!    readable end is a log that moved backwards (the topic recreated, or truncated): the node
-//!    forgets that partition's canvases and reads it from its log start. Needed records that retention
-//!    deleted are an error in the log, naming the partitions; the canvases whose versions then
+//!    forgets that partition's channels and reads it from its log start. Needed records that retention
+//!    deleted are an error in the log, naming the partitions; the channels whose versions then
 //!    skip are named as they are applied.
 //! 4. Complete when the consumer's position has reached the target on every partition (a
 //!    partition with nothing to read is complete at once; a partition that ends in a transaction
@@ -73,7 +73,7 @@ pub fn run(
         .catchup_consumer(&config.catchup_group(), &format!("{}-catchup", config.node_id))
         .create_with_context(FleetContext::default())
         .map_err(ReplayError::Client)?;
-    // 1. The snapshots (size ∝ canvases, not events), then each partition from its checkpoint
+    // 1. The snapshots (size ∝ channels, not events), then each partition from its checkpoint
     //    (or the node's own position where that is later).
     let snapshot_topic = config.snapshot_topic();
     let loaded = shared::snapshot::load(&consumer, &snapshot_topic, STALL_TIMEOUT, cancelled)?;

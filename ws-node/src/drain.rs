@@ -6,7 +6,7 @@
 //! 2. Every session gets a `reconnect` notice with `retry_after_ms`, spread over `spread` (slow
 //!    start: the node the sessions move to is not hit by all of them in the same instant).
 //! 3. Clients reconnect through the gateway, with `since` = their last version, and land on the
-//!    node that owns their canvas now.
+//!    node that owns their channel now.
 //! 4. After the grace period the sessions that remain are closed (1012 Service Restart, or the
 //!    code the caller asks for, e.g. 1001 on shutdown).
 //!
@@ -92,9 +92,9 @@ pub async fn hand_over_paced(hub: &Hub, ids: Vec<(ChannelId, u64)>, reason: Drai
     let n = ids.len();
     let mut notified = 0;
     let mut taken = Vec::with_capacity(n);
-    for (i, (canvas, id)) in ids.into_iter().enumerate() {
+    for (i, (channel, id)) in ids.into_iter().enumerate() {
         tokio::time::sleep_until(started + paced_at(i, n, spread)).await;
-        let Some(s) = hub.take_session(&canvas, id) else { continue };
+        let Some(s) = hub.take_session(&channel, id) else { continue };
         let notice: tungstenite::Utf8Bytes = ServerMessage::Reconnect { reason, retry_after_ms: 0 }.to_json().into();
         match s.try_send(notice) {
             Ok(()) => notified += 1,

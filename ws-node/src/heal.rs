@@ -1,13 +1,13 @@
-//! Incomplete canvases heal while the node serves.
+//! Incomplete channels heal while the node serves.
 //!
-//! A canvas whose versions skipped as it was applied (its records deleted with no snapshot
+//! A channel whose versions skipped as it was applied (its records deleted with no snapshot
 //! covering them: a node frozen past the retention, records deleted by an operator) misses
-//! pixels. It is refused to new sessions (503 `canvas_incomplete`) and every `HEAL_EVERY_MS` the
+//! publications. It is refused to new sessions (503 `canvas_incomplete`) and every `HEAL_EVERY_MS` the
 //! node reads the newest snapshots of the partitions it is on. A snapshot that holds the
-//! missing versions ([`crate::hub::heals`]) heals it: the canvas is rebuilt from the snapshot and
+//! missing versions ([`crate::hub::heals`]) heals it: the channel is rebuilt from the snapshot and
 //! the log's records of it after the snapshot up to the node's position, then the events applied
-//! meanwhile ([`Hub::begin_heal`], [`Hub::finish_heal`]), and replaces the live canvas; its
-//! sessions get the snapshot frame. A canvas no snapshot covers yet stays incomplete until the
+//! meanwhile ([`Hub::begin_heal`], [`Hub::finish_heal`]), and replaces the live channel; its
+//! sessions get the snapshot frame. A channel no snapshot covers yet stays incomplete until the
 //! publisher's next snapshot of it.
 
 use crate::config::Config;
@@ -25,16 +25,16 @@ use std::time::{Duration, Instant};
 /// What one heal round did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Round {
-    /// Canvases healed.
+    /// Channels healed.
     pub healed: u64,
-    /// Incomplete canvases with no snapshot that covers their gap yet.
+    /// Incomplete channels with no snapshot that covers their gap yet.
     pub waiting: u64,
 }
 
-/// One heal round over the hub's incomplete canvases (see the module doc). Blocking.
+/// One heal round over the hub's incomplete channels (see the module doc). Blocking.
 ///
 /// # Errors
-/// A message naming what could not be read (the canvases stay incomplete; the next round tries
+/// A message naming what could not be read (the channels stay incomplete; the next round tries
 /// again).
 pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
     let incomplete = hub.incomplete();
@@ -57,13 +57,13 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
     let mut round = Round::default();
     // The snapshots this node reads (one it cannot read heals nothing).
     let snapshots: HashMap<ChannelId, Restorable> = hub.restorable(&loaded)?.into_iter().map(|r| (r.channel.clone(), r)).collect();
-    // The canvases a snapshot heals, each rebuilt from it.
+    // The channels a snapshot heals, each rebuilt from it.
     let mut rebuilding: HashMap<ChannelId, (i32, Restorable, Rebuilt, bool)> = HashMap::new();
-    for (canvas, gap, resets) in &incomplete {
-        match snapshots.get(canvas) {
+    for (channel, gap, resets) in &incomplete {
+        match snapshots.get(channel) {
             Some(s) if crate::hub::heals(s.version, s.epoch, *gap, *resets) => {
                 let rebuilt = Rebuilt { state: s.state.clone(), version: s.version };
-                rebuilding.insert(canvas.clone(), (partition_of(canvas), s.clone(), rebuilt, true));
+                rebuilding.insert(channel.clone(), (partition_of(channel), s.clone(), rebuilt, true));
             }
             _ => round.waiting += 1,
         }
@@ -121,17 +121,17 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
     if let Err(e) = &read {
         tracing::warn!(error = %e, "[HEAL] cannot read the events after the snapshots; trying again later");
     }
-    for (canvas, (_, s, rebuilt, ok)) in rebuilding {
+    for (channel, (_, s, rebuilt, ok)) in rebuilding {
         let rebuilt = (ok && read.is_ok()).then_some((rebuilt, s.epoch));
-        match hub.finish_heal(&canvas, rebuilt) {
+        match hub.finish_heal(&channel, rebuilt) {
             Ok(version) => {
                 round.healed += 1;
-                tracing::info!(canvas = %canvas, snapshot_version = s.version, version,
+                tracing::info!(canvas = %channel, snapshot_version = s.version, version,
                     "[HEAL] canvas healed from its snapshot: complete again, its sessions got the snapshot");
             }
             Err(why) => {
                 round.waiting += 1;
-                tracing::info!(canvas = %canvas, snapshot_version = s.version, why = ?why, "[HEAL] canvas not healed in this round");
+                tracing::info!(canvas = %channel, snapshot_version = s.version, why = ?why, "[HEAL] canvas not healed in this round");
             }
         }
     }

@@ -9,7 +9,7 @@
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
 //! | `POST /admin/hold` `{"partitions","for_ms"}` | `200` [`shared::api::HoldReport`]: the held ones among `partitions` are kept `for_ms` more; `400` bad body |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the canvas's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the canvas's partition, the canvas incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the channel's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the channel's partition, the channel incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise), and once a
 //! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`shared::fence`]). With no
@@ -168,7 +168,7 @@ pub fn check_hold(body: &[u8]) -> Result<HoldRequest, ApiError> {
 /// `Retry-After` of a refused handshake, seconds.
 const RETRY_AFTER_SECS: u64 = 1;
 
-/// `Retry-After` of a handshake for an incomplete canvas, seconds: about one heal round.
+/// `Retry-After` of a handshake for an incomplete channel, seconds: about one heal round.
 const INCOMPLETE_RETRY_AFTER_SECS: u64 = 2;
 
 #[cfg(test)]
@@ -302,14 +302,14 @@ fn peer_of(headers: &HeaderMap) -> Peer {
 /// The refusal: 400 (`unknown_namespace`, `canvas`), 401/403 (client token), 503 + Retry-After
 /// (`not_ready`, `draining`, `not_owner`, `canvas_incomplete`, `full`, `behind`).
 async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl FnOnce() -> Result<crate::admission::Seat, ApiError>) -> Result<SessionSpec, ApiError> {
-    let (canvas, style, since, epoch, token) = (q.id().clone(), q.style(), q.since, q.epoch.clone(), q.token.clone());
-    check_namespace(node, &canvas, style)?;
+    let (channel, style, since, epoch, token) = (q.id().clone(), q.style(), q.since, q.epoch.clone(), q.token.clone());
+    check_namespace(node, &channel, style)?;
     // The client token, when required: checked before anything else about the session.
     let expires = match &node.client_tokens {
         None => None,
         Some(tokens) => {
-            let grant = tokens.authorize(token.as_deref(), canvas.as_str(), Action::Subscribe).map_err(|e| {
-                tracing::info!(canvas = %canvas, code = e.code(), "handshake refused: client token");
+            let grant = tokens.authorize(token.as_deref(), channel.as_str(), Action::Subscribe).map_err(|e| {
+                tracing::info!(canvas = %channel, code = e.code(), "handshake refused: client token");
                 e.api_error()
             })?;
             Some(tokio::time::Instant::now() + grant.remaining(std::time::SystemTime::now()))
@@ -319,16 +319,16 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
         return Err(not_serving(node));
     }
     let n = node.partition_count();
-    let partition = partition_for(canvas.as_str().as_bytes(), n.max(1)) as i32;
+    let partition = partition_for(channel.as_str().as_bytes(), n.max(1)) as i32;
     node.hub
         .admits(partition)
         .map_err(|r| ApiError::unavailable("not_owner", r.to_string(), RETRY_AFTER_SECS))?;
-    // A canvas whose versions skipped misses pixels: never handed to a new session as its state
+    // A channel whose versions skipped misses publications: never handed to a new session as its state
     // until a snapshot heals it (open sessions keep their events).
-    if node.hub.is_incomplete(&canvas) {
+    if node.hub.is_incomplete(&channel) {
         return Err(ApiError::unavailable(
             "canvas_incomplete",
-            format!("node {}'s state of {canvas} misses versions whose records were deleted; it heals from the next snapshot", node.config.node_id),
+            format!("node {}'s state of {channel} misses versions whose records were deleted; it heals from the next snapshot", node.config.node_id),
             INCOMPLETE_RETRY_AFTER_SECS,
         ));
     }
@@ -337,27 +337,27 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
     // completes, or when this handshake is refused below.
     let seat = seat()?;
     // A client of another epoch is not ahead, whatever its `since`: it gets a snapshot.
-    let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&canvas));
-    let have = node.hub.version_of(&canvas);
+    let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&channel));
+    let have = node.hub.version_of(&channel);
     if have < wanted {
         // The client is ahead of this node's state (it is still reading the partition): hold the
         // handshake until the state catches up, bounded.
         let waiting = std::time::Instant::now();
-        let have = node.hub.wait_for_version(&canvas, wanted, node.config.behind_wait()).await;
+        let have = node.hub.wait_for_version(&channel, wanted, node.config.behind_wait()).await;
         if waiting.elapsed() > std::time::Duration::from_millis(100) {
-            tracing::info!(canvas = %canvas, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
+            tracing::info!(canvas = %channel, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
                 "handshake waited for its state to reach the client's version");
         }
         if have < wanted {
             return Err(ApiError::unavailable(
                 "behind",
-                format!("this node's state of {canvas} is at version {have}, behind the client's {since}"),
+                format!("this node's state of {channel} is at version {have}, behind the client's {since}"),
                 RETRY_AFTER_SECS,
             ));
         }
     }
     Ok(SessionSpec {
-        canvas,
+        channel,
         style,
         partition,
         since,

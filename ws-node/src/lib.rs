@@ -1,15 +1,15 @@
 //! `ws-node`: a WebSocket server of the fleet.
 //!
-//! It keeps every canvas's state in memory, built from the Kafka log; when started (or after a
+//! It keeps every channel's state in memory, built from the Kafka log; when started (or after a
 //! full drain) it is UP but not ready until the gateway sends start-recovery, which replays what it
-//! missed (catch-up), after which it joins the broadcast group and serves sessions of the canvases
+//! missed (catch-up), after which it joins the broadcast group and serves sessions of the channels
 //! whose partitions it owns.
 //!
-//! Modules, each importing only those above it: [`config`], [`state`] (one canvas and its recent
+//! Modules, each importing only those above it: [`config`], [`state`] (one channel and its recent
 //! events), [`counters`] (event counts), [`outbox`] (a session's ordered writer), [`ownership`]
 //! (each partition's role: owned, held, paused, bridged), [`progress`] (DEGRADED: stalls and
 //! pauses), [`lifecycle`] (the node's state machine), [`admission`] (session capacity: seats);
-//! [`fanout`] (the node-wide writer); [`hub`] (canvases, sessions, positions); [`session`] (one
+//! [`fanout`] (the node-wide writer); [`hub`] (channels, sessions, positions); [`session`] (one
 //! WebSocket), [`drain`] (hand-over steps), [`catchup`] (replay up to the targets), [`snapshot`]
 //! (a takeover's start from the snapshots), [`readers`] (the group-less readers' assignment);
 //! [`standby`] (the other partitions kept current); [`broadcast`] (live consumer and rebalances);

@@ -198,7 +198,7 @@ impl Node {
         let assessment = self.assessment();
         let ready = phase == Phase::Ready && assessment.degraded.is_none();
         let standby = if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() };
-        let (incomplete_canvases, incomplete_canvas_count) = self.hub.incomplete_canvases(100);
+        let (incomplete_canvases, incomplete_canvas_count) = self.hub.incomplete_channels(100);
         NodeHealth {
             node_id: self.config.node_id.clone(),
             state: if phase == Phase::Ready && !ready { NodeState::Degraded } else { phase.reported() },
@@ -223,11 +223,11 @@ impl Node {
             ),
             log_start_recoveries: self.hub.log_start_recoveries(),
             log_moved_back: self.hub.log_moved_back(),
-            healed_canvases: self.hub.healed_canvases(),
+            healed_canvases: self.hub.healed_channels(),
             history_changes: self.hub.history_changes.load(Ordering::Relaxed),
             incomplete_canvases,
             incomplete_canvas_count,
-            canvases: self.hub.canvas_count(),
+            canvases: self.hub.channel_count(),
             recent_window_bytes: self.hub.recent_bytes(),
             progress: Progress {
                 since_poll_ms: self.hub.sampler.since_broadcast_poll().map(|d| d.as_millis() as u64),
@@ -265,7 +265,7 @@ impl Node {
         Ok(RecoveryAck { outcome: outcome.into(), catchup: self.catchup.lock().expect("catch-up report lock").clone() })
     }
 
-    /// Reads the events topic's ID, the topic half of every canvas's epoch, before the node
+    /// Reads the events topic's ID, the topic half of every channel's epoch, before the node
     /// serves (on every recovery, so a topic recreated while the node ran is noticed). A changed
     /// ID means the hub's state is of another history: it is forgotten (catch-up rebuilds it).
     async fn learn_topic_id(&self) -> Result<(), String> {
@@ -341,7 +341,7 @@ impl Node {
         }
     }
 
-    /// Every `HEAL_EVERY_MS`, while the hub has incomplete canvases, reads their newest snapshots
+    /// Every `HEAL_EVERY_MS`, while the hub has incomplete channels, reads their newest snapshots
     /// and heals the ones a snapshot covers ([`crate::heal`]).
     async fn heal_incomplete(weak: std::sync::Weak<Self>, every: Duration, shutdown: CancellationToken) {
         let mut failed_before = false;
@@ -586,7 +586,7 @@ mod tests {
     fn partition_health_names_roles_and_lags() {
         let positions = shared::replay::Offsets::from([(0, 10), (1, 4), (2, 7), (3, 9)]);
         let ends = shared::replay::Offsets::from([(0, 12), (1, 4), (2, 5), (4, 6)]);
-        // Partition 4 is held with sessions on canvases without a record applied here yet.
+        // Partition 4 is held with sessions on channels without a record applied here yet.
         let sessions = std::collections::BTreeMap::from([(0, 3), (1, 5), (4, 2)]);
         let got: Vec<(i32, PartitionRole, i64, Option<i64>, usize)> = partition_health(&positions, &ends, &Default::default(), &sessions, &[0], &[1, 4], &[2])
             .into_iter()

@@ -16,7 +16,7 @@
 //!   because librdkafka hands the broadcast consumer nothing of them until then (see
 //!   [`Ownership::bridge`]).
 //!
-//! The hub keeps this under its own lock, beside the canvases: whether an event is fanned out and
+//! The hub keeps this under its own lock, beside the channels: whether an event is fanned out and
 //! whether a session is admitted are decided atomically with applying and registering.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -155,7 +155,7 @@ impl Ownership {
         self.part(p).live()
     }
 
-    /// Whether a session of a canvas in `partition` may be served now.
+    /// Whether a session of a channel in `partition` may be served now.
     ///
     /// # Errors
     /// [`Refusal::NotOwner`] or [`Refusal::Paused`].

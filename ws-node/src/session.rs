@@ -39,7 +39,7 @@ pub struct Peer {
 /// What the session serves.
 #[derive(Debug)]
 pub struct SessionSpec {
-    pub canvas: ChannelId,
+    pub channel: ChannelId,
     /// Which frames it is sent (`channel=` or today's `canvas=`).
     pub style: FrameStyle,
     pub partition: i32,
@@ -167,30 +167,30 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             Err(e) => return refuse(&mut ctx, &sock, hub, id, None, e, &peer).await,
         },
     };
-    let (handle, rx) = SessionHandle::of_style(id, spec.canvas.clone(), spec.partition, spec.queue, spec.style);
+    let (handle, rx) = SessionHandle::of_style(id, spec.channel.clone(), spec.partition, spec.queue, spec.style);
     let out = rx.out.clone();
     let start = match hub.subscribe_at(handle, spec.since, spec.epoch.as_ref()) {
         Ok(start) => start,
         Err(refusal) => {
             // The handshake checks passed but ownership moved in between: tell the client to retry.
-            let channel = (spec.style == FrameStyle::Channel).then(|| spec.canvas.to_string());
+            let channel = (spec.style == FrameStyle::Channel).then(|| spec.channel.to_string());
             let msg: Frame = ServerMessage::Error { code: "not_served_here".into(), message: refusal.to_string(), retry_after_ms: Some(1000), channel }
                 .to_json()
                 .into();
             out.start(sock.clone(), vec![msg.wire().clone(), encode_close(close::TRY_AGAIN_LATER, &refusal.to_string())]);
             flush_until(&out, &sock, Instant::now() + spec.write_timeout).await;
-            tracing::info!(session = id, canvas = %spec.canvas, reason = %refusal, "session refused after upgrade");
+            tracing::info!(session = id, canvas = %spec.channel, reason = %refusal, "session refused after upgrade");
             hub.counters.closed(Some(close::TRY_AGAIN_LATER));
             return;
         }
     };
     if start.since != spec.since {
-        tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
+        tracing::debug!(session = id, canvas = %spec.channel, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
             epoch = %start.epoch, "the client's epoch is not the canvas's current one: it gets a snapshot");
     }
     let (canvas, channel, model) = match spec.style {
-        FrameStyle::Canvas => (Some(spec.canvas.to_string()), None, None),
-        FrameStyle::Channel => (None, Some(spec.canvas.to_string()), Some(hub.model_of(&spec.canvas).kind())),
+        FrameStyle::Canvas => (Some(spec.channel.to_string()), None, None),
+        FrameStyle::Channel => (None, Some(spec.channel.to_string()), Some(hub.model_of(&spec.channel).kind())),
     };
     let welcome: Frame = ServerMessage::Welcome { node: spec.node_id.clone(), canvas, channel, model, since: start.since, epoch: Some(start.epoch) }
         .to_json()
@@ -201,7 +201,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
         Backlog::Reset { frame, .. } => (vec![welcome.wire().clone(), frame.wire().clone()], "reset"),
         Backlog::Behind { .. } => (vec![welcome.wire().clone()], "none"),
     };
-    tracing::debug!(session = id, canvas = %spec.canvas, since = spec.since, backlog = kind, frames = first.len(), "session started");
+    tracing::debug!(session = id, canvas = %spec.channel, since = spec.since, backlog = kind, frames = first.len(), "session started");
     // From here the fan-out writes to the socket directly once the backlog is out.
     hub.counters.backlog(kind == "snapshot", first.len() - 1, first.iter().skip(1).map(Bytes::len).sum());
     out.start(sock.clone(), first);
@@ -273,7 +273,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             }
         }
     };
-    hub.unsubscribe(&spec.canvas, id);
+    hub.unsubscribe(&spec.channel, id);
     hub.counters.closed(end.close_code());
     let deadline = Instant::now() + spec.write_timeout;
     match end {
@@ -281,14 +281,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             // Completes the closing handshake: sends the close reply tungstenite made.
             out.begin_close(close_reply);
             flush_until(&out, &sock, deadline).await;
-            tracing::debug!(session = id, canvas = %spec.canvas, "client closed the session");
+            tracing::debug!(session = id, canvas = %spec.channel, "client closed the session");
         }
-        End::Unresponsive => tracing::info!(session = id, canvas = %spec.canvas, "client answered no ping; dropping the session"),
+        End::Unresponsive => tracing::info!(session = id, canvas = %spec.channel, "client answered no ping; dropping the session"),
         End::Ordered(code, reason) => {
             out.begin_close(encode_close(code, &reason));
             flush_until(&out, &sock, deadline).await;
             linger(&mut ctx, &sock).await;
-            tracing::debug!(session = id, canvas = %spec.canvas, code, reason = %reason, "session closed by the node");
+            tracing::debug!(session = id, canvas = %spec.channel, code, reason = %reason, "session closed by the node");
         }
         End::Protocol(code, reason) => {
             out.begin_close(encode_close(code, &reason));
@@ -296,8 +296,8 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             linger(&mut ctx, &sock).await;
             shared::ws::log_protocol_error(code, &reason, &spec.peer.origin, &spec.peer.user_agent);
         }
-        End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.canvas, error = %e, "session connection lost"),
-        End::SocketError(e) => tracing::error!(session = id, canvas = %spec.canvas, error = %e, "websocket error; session ended"),
+        End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.channel, error = %e, "session connection lost"),
+        End::SocketError(e) => tracing::error!(session = id, canvas = %spec.channel, error = %e, "websocket error; session ended"),
     }
     // Dropping `rx` releases the outbox's socket; the last reference closes it.
     drop(rx);

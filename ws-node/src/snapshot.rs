@@ -3,18 +3,18 @@
 //! - Every reader has `auto.offset.reset=error`: a position below a partition's log start (its
 //!   records deleted by retention while the node did not read them: frozen, or down for longer than
 //!   the retention) is reported, never silently moved. [`from_log_start`] then restores the
-//!   partition's canvases from the snapshot topic and raises the position to its checkpoint, and
+//!   partition's channels from the snapshot topic and raises the position to its checkpoint, and
 //!   the reader is assigned again from there. (With `STANDBY=false`, assignment checks the same
 //!   before it starts, see below.)
 //! - A position past a partition's readable end (the topic deleted and created again, or the log
 //!   truncated by an unclean leader election) is never trusted: the partition is a new history.
-//!   Its canvases are forgotten (their sessions closed with 1012, to resume on the rebuilt
+//!   Its channels are forgotten (their sessions closed with 1012, to resume on the rebuilt
 //!   state), restored from the snapshots, and read from the checkpoint, or from the log start
 //!   where the checkpoint is past the end too; the node then checks the events topic's ID.
 //! - When the standby reader is off (`STANDBY=false`), a partition assigned to this node is read
 //!   from the node's own position, which is only as recent as the node's last catch-up when it did
 //!   not own the partition since. When that position is far behind the partition's end
-//!   ([`skip_ahead`]), the node first restores the partition's canvases from the snapshot topic
+//!   ([`skip_ahead`]), the node first restores the partition's channels from the snapshot topic
 //!   ([`shared::snapshot`]) and moves its position up to the partition's checkpoint: the replay is
 //!   then bounded by the snapshot interval, not by how long the node ran.
 
@@ -47,7 +47,7 @@ pub fn below_log_start(position: Option<i64>, low: i64) -> bool {
     position.is_none_or(|p| p < low)
 }
 
-/// For each of `partitions` that [`from_snapshots`] picks, restores its canvases from their
+/// For each of `partitions` that [`from_snapshots`] picks, restores its channels from their
 /// snapshots where those are newer and raises the node's position to its checkpoint. Blocking.
 /// Returns the positions it raised.
 pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
@@ -56,7 +56,7 @@ pub fn skip_ahead(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets {
 
 /// For each of `partitions` whose position is below its log start (records deleted by retention
 /// since the node read them: a reader reported an offset out of range, or is about to), restores
-/// its canvases from their snapshots and raises the position to the checkpoint. Blocking. Returns
+/// its channels from their snapshots and raises the position to the checkpoint. Blocking. Returns
 /// the positions it raised; the caller assigns its reader there again. A partition that could not
 /// be restored (the snapshot topic unreadable) is returned at its unchanged position after a
 /// second's pause: read from there, it reports the offset out of range again, which retries.
@@ -81,10 +81,10 @@ pub fn from_log_start(config: &Config, hub: &Hub, partitions: &[i32]) -> Offsets
 }
 
 /// Restores the partitions `pick(position, low, high)` selects from the snapshot topic: their
-/// canvases take their snapshots where newer (sessions on them get the snapshot frame), and their
+/// channels take their snapshots where newer (sessions on them get the snapshot frame), and their
 /// positions rise to their checkpoints (at least to the log start). A partition whose needed
 /// records are gone with no checkpoint covering them is an error in the log, naming it; its
-/// canvases whose versions then skip are named in `/health` as they are applied. Returns the
+/// channels whose versions then skip are named in `/health` as they are applied. Returns the
 /// raised positions, and the picked partitions it could not restore.
 fn restore_partitions(
     config: &Config,

@@ -1,7 +1,7 @@
 //! Warm standby: the node keeps the state of every partition current, not only of the partitions
 //! it owns (Kafka Streams' standby replicas are the model). A group-less reader is assigned every
 //! partition the node neither owns nor holds, from the node's positions, and applies their events
-//! to the canvases and their recent-events windows; nothing of them is fanned out (the hub fans
+//! to the channels and their recent-events windows; nothing of them is fanned out (the hub fans
 //! out owned and held partitions only). When partitions move to the node, its state is already at
 //! their head: the broadcast consumer starts there, and resumes are served as events, so takeover
 //! and failback time do not grow with the node's uptime. `STANDBY=false` turns it off (the node

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 /// A serialised server message, shared by every session it is sent to (cloning is a reference
 /// count): the WebSocket frames that carry its JSON text, encoded once (server frames are
 /// unmasked, so the bytes are the same for every client; long texts as 2 KiB fragments). Only the
-/// wire form is kept: an event held in a canvas's recent window costs its frame's bytes once.
+/// wire form is kept: an event held in a channel's recent window costs its frame's bytes once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     wire: bytes::Bytes,

@@ -150,7 +150,7 @@ fn partition_sessions(health: &serde_json::Value) -> std::collections::BTreeMap<
 async fn a_partition_drain_hands_over_only_the_held_partitions_it_names() {
     // Holds last long enough for the drain below to find them.
     let mut h = Harness::start(|c| c.revoke_hold_ms = 60_000).await;
-    // One canvas on each partition.
+    // One channel on each partition.
     let canvases: Vec<String> = (0..PARTITIONS)
         .map(|p| (0..1000).map(|i| format!("c{i}")).find(|c| partition_for(c.as_bytes(), PARTITIONS as u32) as i32 == p).unwrap())
         .collect();

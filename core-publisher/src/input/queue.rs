@@ -346,7 +346,7 @@ impl InputQueue {
                 let Some(p) = partitions.get(*partition as usize) else { continue };
                 let known = p.has(channel) || new_channels.contains(channel);
                 if !known {
-                    let n = *count.get_or_insert_with(|| partitions.iter().map(|p| p.canvas_count()).sum());
+                    let n = *count.get_or_insert_with(|| partitions.iter().map(|p| p.channel_count()).sum());
                     if n + new_channels.len() >= self.max_channels {
                         take.refused.push((s.clone(), e.offset, Skip::ChannelLimit { limit: self.max_channels }));
                         continue;
@@ -359,7 +359,7 @@ impl InputQueue {
                 if !known {
                     new_channels.insert(channel.clone());
                 }
-                let pending = Pending { fp: Fingerprint { canvas: channel.clone(), data: String::new() }, data: data.clone(), key: None };
+                let pending = Pending { fp: Fingerprint { channel: channel.clone(), data: String::new() }, data: data.clone(), key: None };
                 take.pendings.push((*partition, channel.clone(), pending));
             }
         }

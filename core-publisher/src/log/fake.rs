@@ -171,9 +171,9 @@ impl FakeLog {
         self.shared.writers.lock().unwrap().clone()
     }
 
-    /// Committed versions of `canvas`, in log order.
-    pub fn events_of(&self, canvas: &str) -> Vec<u64> {
-        self.committed().into_iter().flatten().filter(|e| e.0.channel.as_str() == canvas).map(|e| e.0.version).collect()
+    /// Committed versions of `channel`, in log order.
+    pub fn events_of(&self, channel: &str) -> Vec<u64> {
+        self.committed().into_iter().flatten().filter(|e| e.0.channel.as_str() == channel).map(|e| e.0.version).collect()
     }
 
     /// Every committed record, partition by partition.

@@ -314,18 +314,18 @@ pub const SNAPSHOT_SEGMENT_MS: u64 = 3_600_000;
 
 /// The snapshot topic's `min.compaction.lag.ms`: a record stays at least this long before the
 /// cleaner may remove it, far above the longest load of the topic (seconds), so a cleaner pass
-/// during a load cannot remove a canvas's older snapshot and the old checkpoint before the reader
+/// during a load cannot remove a channel's older snapshot and the old checkpoint before the reader
 /// reaches the newer ones.
 pub const SNAPSHOT_MIN_COMPACTION_LAG_MS: u64 = 600_000;
 
 /// Ensures the events topic exists (creating it with `partitions` × `replication` and
 /// `retention.ms` = `retention_ms` when it does not), then the snapshot topic with the events
 /// topic's real partition count (`cleanup.policy=compact`, [`SNAPSHOT_SEGMENT_MS`],
-/// `max.message.bytes` for the largest canvas). Returns the events topic's partition count.
+/// `max.message.bytes` for the largest channel). Returns the events topic's partition count.
 ///
 /// # Errors
 /// When the broker cannot be reached or refuses, or the snapshot topic exists with another
-/// partition count (a canvas's snapshot must live on its events' partition number).
+/// partition count (a channel's snapshot must live on its events' partition number).
 pub async fn ensure_topics(
     settings: &KafkaSettings,
     topic: &str,

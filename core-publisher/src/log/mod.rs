@@ -35,8 +35,8 @@ use shared::record::{ChannelOp, Publication};
 use std::future::Future;
 use std::time::Duration;
 
-/// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one canvas
-/// with consecutive versions, on the canvas's partition, and the idempotency key of each (record
+/// One record of a transaction: 1..=[`shared::event::MAX_EVENTS_PER_RECORD`] events of one channel
+/// with consecutive versions, on the channel's partition, and the idempotency key of each (record
 /// headers, one per event); or, with `op`, a channel's reset or delete ([`ChannelOp`]; no events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
@@ -58,9 +58,9 @@ impl Record {
     }
 }
 
-/// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a canvas's
+/// One record of the snapshot topic written in a transaction ([`shared::snapshot`]): a channel's
 /// snapshot, a partition's checkpoint or a key record, on the same partition number as the
-/// canvas's events.
+/// channel's events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotWrite {
     pub partition: i32,

@@ -49,7 +49,7 @@ pub(super) struct TxnContext {
     pub(super) delivered: Condvar,
 }
 
-/// A record as a writer produces it: key = canvas id (or the checkpoint key), value `P`.
+/// A record as a writer produces it: key = channel id (or the checkpoint key), value `P`.
 pub(super) type Produced<'a, P> = BaseRecord<'a, str, P, usize>;
 
 /// Records per transaction are below 2^20 (the opaque's low bits; a transaction carries at most

@@ -184,10 +184,10 @@ mod tests {
         }
         put(&v, "chat:keep", r#""hi""#).await;
         assert!(log.snapshot_keys(p).iter().any(|(k, tomb)| k == "docs:b" && !tomb), "snapshotted before the delete");
-        let before = v.canvas_count();
+        let before = v.channel_count();
         let changed = v.delete_channel(&c).await.unwrap();
         assert_eq!(changed.epoch, Epoch::of(FAKE_TOPIC_ID, 1), "the next history's epoch, as nodes tell its clients");
-        assert_eq!(v.canvas_count(), before - 1);
+        assert_eq!(v.channel_count(), before - 1);
         assert_eq!(log.snapshot_keys(p).last(), Some(&("docs:b".to_owned(), true)), "its snapshot tombstoned in the same transaction");
         assert_eq!(state(&v, "docs:b").await, (0, Epoch::of(FAKE_TOPIC_ID, 1).to_string(), "{}".to_owned()));
         assert_eq!(v.delete_channel(&c).await.unwrap_err(), PublishError::UnknownChannel("docs:b".into()), "deleted already");

@@ -11,13 +11,13 @@ use shared::model::Data;
 use shared::{ChannelId, Color};
 
 impl<L: EventLog> Versions<L> {
-    /// Publishes one pixel change: hands out the canvas's next version and returns once the
+    /// Publishes one pixel change: hands out the channel's next version and returns once the
     /// transaction carrying it committed.
     ///
     /// # Errors
     /// See [`Versions::publish_with_key`].
-    pub async fn publish(&self, canvas: &ChannelId, x: u32, y: u32, color: Color) -> Result<Published, PublishError> {
-        self.publish_with_key(canvas, x, y, color, None).await.map(|(p, _)| p)
+    pub async fn publish(&self, channel: &ChannelId, x: u32, y: u32, color: Color) -> Result<Published, PublishError> {
+        self.publish_with_key(channel, x, y, color, None).await.map(|(p, _)| p)
     }
 
     /// Publishes one pixel change, at most once per `idempotency_key`: returns the result and
@@ -32,20 +32,20 @@ impl<L: EventLog> Versions<L> {
     /// for a reused key.
     pub async fn publish_with_key(
         &self,
-        canvas: &ChannelId,
+        channel: &ChannelId,
         x: u32,
         y: u32,
         color: Color,
         idempotency_key: Option<&str>,
     ) -> Result<(Published, bool), PublishError> {
-        self.publish_many(canvas, &[(x, y, color, idempotency_key)]).await.into_iter().next().unwrap_or(Err(PublishError::NotReady))
+        self.publish_many(channel, &[(x, y, color, idempotency_key)]).await.into_iter().next().unwrap_or(Err(PublishError::NotReady))
     }
 
-    /// Publishes `pixels` of one canvas (the `pixels` model's data), as [`Versions::publish_data`].
-    pub async fn publish_many(&self, canvas: &ChannelId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
+    /// Publishes `pixels` of one channel (the `pixels` model's data), as [`Versions::publish_data`].
+    pub async fn publish_many(&self, channel: &ChannelId, pixels: &[Pixel<'_>]) -> Vec<Result<(Published, bool), PublishError>> {
         let datas: Vec<Box<Data>> = pixels.iter().map(|&(x, y, color, _)| shared::model::pixels::Paint { x, y, color }.to_data()).collect();
         let items: Vec<(&Data, Option<&str>)> = datas.iter().zip(pixels).map(|(d, p)| (d.as_ref(), p.3)).collect();
-        self.publish_data(canvas, &items).await
+        self.publish_data(channel, &items).await
     }
 
     /// Publishes `items` (data, and its `Idempotency-Key`) to one channel, in order, in one
@@ -54,19 +54,19 @@ impl<L: EventLog> Versions<L> {
     /// refuses, a state past its limit, a reused key): the items after it are not attempted, so
     /// the channel never gets a later publication without an earlier one. Items whose key was
     /// already applied are answered with their first result and not written again.
-    pub async fn publish_data(&self, canvas: &ChannelId, items: &[(&Data, Option<&str>)]) -> Vec<Result<(Published, bool), PublishError>> {
+    pub async fn publish_data(&self, channel: &ChannelId, items: &[(&Data, Option<&str>)]) -> Vec<Result<(Published, bool), PublishError>> {
         if let Some(e) = self.not_writable() {
             return vec![Err(e)];
         }
-        let namespace = match self.namespaces.of(canvas) {
+        let namespace = match self.namespaces.of(channel) {
             Ok(ns) => ns,
             Err(e) => return vec![Err(PublishError::UnknownNamespace(e.to_string()))],
         };
-        // A canvas without a committed event is a new one. (Checked against committed canvases:
-        // first publishes of new canvases racing each other may pass the limit by those in flight;
-        // at the limit, a publish to a canvas whose first event is not committed yet is refused.)
-        if self.partition(canvas).is_some_and(|(_, p)| !p.has(canvas)) && self.canvas_count() >= self.max_canvases {
-            return vec![Err(PublishError::CanvasLimit { limit: self.max_canvases })];
+        // A channel without a committed event is a new one. (Checked against committed channels:
+        // first publishes of new channels racing each other may pass the limit by those in flight;
+        // at the limit, a publish to a channel whose first event is not committed yet is refused.)
+        if self.partition(channel).is_some_and(|(_, p)| !p.has(channel)) && self.channel_count() >= self.max_channels {
+            return vec![Err(PublishError::ChannelLimit { limit: self.max_channels })];
         }
         // The first item the namespace refuses (its data, or the state after it), if any.
         let refused = items.iter().enumerate().find_map(|(i, (data, _))| {
@@ -77,9 +77,9 @@ impl<L: EventLog> Versions<L> {
             namespace.model.validate(data).err().map(|e| (i, PublishError::from(e)))
         });
         let refused = refused.or_else(|| {
-            let (_, p) = self.partition(canvas)?;
+            let (_, p) = self.partition(channel)?;
             let datas: Vec<&Data> = items.iter().map(|(d, _)| *d).collect();
-            p.check_states(canvas, &datas, namespace.max_state_bytes).err().map(|(i, e)| (i, PublishError::from(e)))
+            p.check_states(channel, &datas, namespace.max_state_bytes).err().map(|(i, e)| (i, PublishError::from(e)))
         });
         let mut results: Vec<Option<Result<(Published, bool), PublishError>>> = Vec::with_capacity(items.len());
         let mut unit: Vec<(usize, Pending)> = Vec::new();
@@ -90,8 +90,8 @@ impl<L: EventLog> Versions<L> {
             }
             // Only a keyed publish is ever compared with another (its canonical JSON is work).
             let fp = match key {
-                Some(_) => Fingerprint::of(canvas, data),
-                None => Fingerprint { canvas: canvas.clone(), data: String::new() },
+                Some(_) => Fingerprint::of(channel, data),
+                None => Fingerprint { channel: channel.clone(), data: String::new() },
             };
             if let Some(k) = key {
                 let lookup = self.lock_keys().begin(k, &fp, shared::event::now_ms());
@@ -120,7 +120,7 @@ impl<L: EventLog> Versions<L> {
         }
         if !unit.is_empty() {
             let (slots, events): (Vec<usize>, Vec<Pending>) = unit.into_iter().unzip();
-            match self.submit(canvas, events).await {
+            match self.submit(channel, events).await {
                 Ok(published) => {
                     for (slot, p) in slots.into_iter().zip(published) {
                         results[slot] = Some(Ok((p, false)));
@@ -146,10 +146,10 @@ impl<L: EventLog> Versions<L> {
         }
     }
 
-    /// Queues `events` of `canvas` for its partition's next transaction and waits for the answer
+    /// Queues `events` of `channel` for its partition's next transaction and waits for the answer
     /// (at most [`Timings::answer_timeout`]).
-    async fn submit(&self, canvas: &ChannelId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
-        let Some((ctx, p)) = self.partition(canvas) else {
+    async fn submit(&self, channel: &ChannelId, events: Vec<Pending>) -> Result<Vec<Published>, PublishError> {
+        let Some((ctx, p)) = self.partition(channel) else {
             let (mut keys, now_ms) = (self.lock_keys(), shared::event::now_ms());
             for e in &events {
                 if let Some(k) = &e.key {
@@ -158,7 +158,7 @@ impl<L: EventLog> Versions<L> {
             }
             return Err(PublishError::NotReady);
         };
-        let (id, mut answer) = p.push(canvas.clone(), events);
+        let (id, mut answer) = p.push(channel.clone(), events);
         ctx.wake(&p);
         let wait = self.timings.answer_timeout;
         match tokio::time::timeout(wait, &mut answer).await {
@@ -176,20 +176,20 @@ impl<L: EventLog> Versions<L> {
         }
     }
 
-    /// The publisher's truth for `canvas` (version 0 and the all-white hash when it has no events).
+    /// The publisher's truth for `channel` (version 0 and the all-white hash when it has no events).
     ///
     /// # Errors
     /// [`PublishError::NotReady`] before the rebuild, [`PublishError::Fenced`] once another
     /// publisher took over (this one's heads are no longer the log's).
-    pub async fn truth(&self, canvas: &ChannelId) -> Result<CanvasTruth, PublishError> {
+    pub async fn truth(&self, channel: &ChannelId) -> Result<CanvasTruth, PublishError> {
         if self.status.is_fenced() {
             return Err(PublishError::Fenced);
         }
-        self.namespaces.of(canvas).map_err(|e| PublishError::UnknownNamespace(e.to_string()))?;
-        let Some((_, p)) = self.partition(canvas) else { return Err(PublishError::NotReady) };
-        Ok(match p.truth(canvas) {
-            Some((version, hash)) => CanvasTruth { canvas: canvas.clone(), version, hash },
-            None => CanvasTruth { canvas: canvas.clone(), version: 0, hash: crate::heads::Head::of(&self.namespaces, canvas).hash() },
+        self.namespaces.of(channel).map_err(|e| PublishError::UnknownNamespace(e.to_string()))?;
+        let Some((_, p)) = self.partition(channel) else { return Err(PublishError::NotReady) };
+        Ok(match p.truth(channel) {
+            Some((version, hash)) => CanvasTruth { canvas: channel.clone(), version, hash },
+            None => CanvasTruth { canvas: channel.clone(), version: 0, hash: crate::heads::Head::of(&self.namespaces, channel).hash() },
         })
     }
 

@@ -49,13 +49,13 @@ impl Hub {
         let live = inner.own.live(partition);
         let window = self.window;
         // Looked up before inserting: the id is cloned only for a channel new to the node.
-        if !inner.canvases.contains_key(&p.channel) {
+        if !inner.channels.contains_key(&p.channel) {
             if passed {
                 return;
             }
-            inner.canvases.insert(p.channel.clone(), Channel::blank());
+            inner.channels.insert(p.channel.clone(), Channel::blank());
         }
-        let channel = inner.canvases.get_mut(&p.channel).expect("present or just inserted");
+        let channel = inner.channels.get_mut(&p.channel).expect("present or just inserted");
         match &channel.state {
             Some(state) if offset < state.covered() => return,
             None if passed => return,
@@ -81,7 +81,7 @@ impl Hub {
                 buffer.push(p.clone());
             }
         }
-        let channel = inner.canvases.get_mut(&p.channel).expect("the channel just applied");
+        let channel = inner.channels.get_mut(&p.channel).expect("the channel just applied");
         if live && !channel.sessions.is_empty() {
             // Written after the hub lock is released, in apply order, to the sessions registered now.
             self.counters.delivered(channel.sessions.len(), channel.sessions.len() * frame.byte_len());
@@ -171,13 +171,13 @@ impl Hub {
         *pos = (*pos).max(offset + 1);
         let live = inner.own.live(partition);
         let window = self.window;
-        let Some(channel) = inner.canvases.get_mut(&op.channel) else {
+        let Some(channel) = inner.channels.get_mut(&op.channel) else {
             // Not held here: a reset starts a state (so its reset count is known), a delete has
             // nothing to drop.
             if op.op == OpKind::Reset && !passed {
                 let mut state = ChannelState::new(op.channel.as_str(), model, window);
                 state.reset(model, op.resets, offset);
-                inner.canvases.insert(op.channel.clone(), Channel { state: Some(state), ..Channel::blank() });
+                inner.channels.insert(op.channel.clone(), Channel { state: Some(state), ..Channel::blank() });
             }
             return;
         };
@@ -225,7 +225,7 @@ impl Hub {
             }
         }
         if channel.state.is_none() && channel.sessions.is_empty() {
-            inner.canvases.remove(&op.channel);
+            inner.channels.remove(&op.channel);
         }
         inner.incomplete.remove(&op.channel);
         inner.healing.remove(&op.channel);

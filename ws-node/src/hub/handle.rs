@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 #[derive(Debug)]
 pub struct SessionHandle {
     pub id: u64,
-    pub canvas: ChannelId,
+    pub channel: ChannelId,
     pub partition: i32,
     /// Which frames it is sent.
     pub style: FrameStyle,
@@ -41,14 +41,14 @@ impl Drop for SessionHandle {
 impl SessionHandle {
     /// A handle of today's frames ([`FrameStyle::Canvas`]) that lets at most `queue` frames
     /// wait, and the session task's end of it.
-    pub fn new(id: u64, canvas: ChannelId, partition: i32, queue: usize) -> (Self, SessionRx) {
-        Self::of_style(id, canvas, partition, queue, FrameStyle::Canvas)
+    pub fn new(id: u64, channel: ChannelId, partition: i32, queue: usize) -> (Self, SessionRx) {
+        Self::of_style(id, channel, partition, queue, FrameStyle::Canvas)
     }
 
     /// As [`SessionHandle::new`], of frames of `style`.
-    pub fn of_style(id: u64, canvas: ChannelId, partition: i32, queue: usize, style: FrameStyle) -> (Self, SessionRx) {
+    pub fn of_style(id: u64, channel: ChannelId, partition: i32, queue: usize, style: FrameStyle) -> (Self, SessionRx) {
         let out = Arc::new(Outbox::new(queue));
-        (Self { id, canvas, partition, style, out: out.clone() }, SessionRx { out })
+        (Self { id, channel, partition, style, out: out.clone() }, SessionRx { out })
     }
 
     /// Sends `frame` without waiting: written to the socket at once when it takes it, else queued.

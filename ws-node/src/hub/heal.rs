@@ -1,4 +1,4 @@
-//! Incomplete canvases healed under a running node: a canvas whose versions skipped (its records
+//! Incomplete channels healed under a running node: a channel whose versions skipped (its records
 //! deleted with no snapshot covering them) is rebuilt from a newer snapshot and the log after it,
 //! while live events keep being applied and fanned out. See [`crate::heal`] for the reads.
 
@@ -36,7 +36,7 @@ impl Rebuilt {
     }
 }
 
-/// Whether a snapshot at `version` of reset `epoch` heals a canvas whose latest gap was found at
+/// Whether a snapshot at `version` of reset `epoch` heals a channel whose latest gap was found at
 /// version `gap` (the first version after the missing ones) and whose state is of reset
 /// `resets`: it must hold the missing versions (`version >= gap - 1`) of the same reset (a later
 /// reset is restored whole by [`Hub::restore`]). Pure.
@@ -44,70 +44,70 @@ pub fn heals(version: u64, epoch: u64, gap: u64, resets: u64) -> bool {
     epoch == resets && version + 1 >= gap
 }
 
-/// Why a heal did not replace a canvas's state (it stays incomplete; the next round tries again).
+/// Why a heal did not replace a channel's state (it stays incomplete; the next round tries again).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotHealed {
-    /// The canvas is no longer on this node, or has no state.
+    /// The channel is no longer on this node, or has no state.
     Gone,
-    /// The canvas was reset since the snapshot was read.
+    /// The channel was reset since the snapshot was read.
     Reset,
-    /// The rebuilt canvas ends at another version than the live one (records were missing).
+    /// The rebuilt channel ends at another version than the live one (records were missing).
     Version { rebuilt: u64, live: u64 },
-    /// Versions skipped again while the heal read (more records deleted): the canvas stays
+    /// Versions skipped again while the heal read (more records deleted): the channel stays
     /// incomplete, from that newer gap.
     GapDuringHeal { expected: u64, got: u64 },
-    /// The canvas's state was replaced while the heal read (a restore from a snapshot, or the
-    /// canvas forgotten): what the heal rebuilt is older than it.
+    /// The channel's state was replaced while the heal read (a restore from a snapshot, or the
+    /// channel forgotten): what the heal rebuilt is older than it.
     Superseded,
 }
 
 impl Hub {
-    /// The incomplete canvases, with the version of the first event after each one's latest gap
+    /// The incomplete channels, with the version of the first event after each one's latest gap
     /// and the reset counter of their state.
     pub fn incomplete(&self) -> Vec<(ChannelId, u64, u64)> {
         let inner = self.lock();
         inner
             .incomplete
             .iter()
-            .map(|(c, g)| (c.clone(), *g, inner.canvases.get(c).and_then(|ch| ch.state.as_ref()).map_or(0, |s| s.resets())))
+            .map(|(c, g)| (c.clone(), *g, inner.channels.get(c).and_then(|ch| ch.state.as_ref()).map_or(0, |s| s.resets())))
             .collect()
     }
 
-    /// How many incomplete canvases healed.
-    pub fn healed_canvases(&self) -> u64 {
+    /// How many incomplete channels healed.
+    pub fn healed_channels(&self) -> u64 {
         self.healed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Whether `canvas` is incomplete here: its state misses versions, so it is not handed to a
+    /// Whether `channel` is incomplete here: its state misses versions, so it is not handed to a
     /// new session until it heals.
-    pub fn is_incomplete(&self, canvas: &ChannelId) -> bool {
-        self.lock().incomplete.contains_key(canvas)
+    pub fn is_incomplete(&self, channel: &ChannelId) -> bool {
+        self.lock().incomplete.contains_key(channel)
     }
 
-    /// Starts a heal of `canvases`: from now on the events applied to them are also kept for the
-    /// heal. Returns the positions now: the heal rebuilds each canvas from its snapshot and the log
+    /// Starts a heal of `channels`: from now on the events applied to them are also kept for the
+    /// heal. Returns the positions now: the heal rebuilds each channel from its snapshot and the log
     /// up to its partition's position here, and [`Hub::finish_heal`] applies what came after.
-    pub fn begin_heal(&self, canvases: &[ChannelId]) -> Offsets {
+    pub fn begin_heal(&self, channels: &[ChannelId]) -> Offsets {
         let mut inner = self.lock();
-        for c in canvases {
+        for c in channels {
             inner.healing.insert(c.clone(), Vec::new());
         }
         inner.positions.clone()
     }
 
-    /// Ends the heal of `canvas` (begun with [`Hub::begin_heal`]) with `rebuilt`, its snapshot of
+    /// Ends the heal of channel `id` (begun with [`Hub::begin_heal`]) with `rebuilt`, its snapshot of
     /// reset `resets` with the log's events up to the positions `begin_heal` returned (`None`:
     /// the heal could not rebuild it). The events applied since are applied to it (one that skips
     /// versions, or a state replaced meanwhile, ends the heal: [`NotHealed`]); when it then
-    /// reaches the live state's version it replaces the live canvas (the recent events stay: they
-    /// are the same versions), the canvas is complete again, and its sessions get the snapshot
+    /// reaches the live state's version it replaces the live channel (the recent events stay: they
+    /// are the same versions), the channel is complete again, and its sessions get the snapshot
     /// frame, as after any resync.
-    pub fn finish_heal(&self, canvas: &ChannelId, rebuilt: Option<(Rebuilt, u64)>) -> Result<u64, NotHealed> {
+    pub fn finish_heal(&self, id: &ChannelId, rebuilt: Option<(Rebuilt, u64)>) -> Result<u64, NotHealed> {
         let mut inner = self.lock();
         // Gone from `healing`: a restore or a forget replaced the state the heal started from.
-        let Some(since) = inner.healing.remove(canvas) else { return Err(NotHealed::Superseded) };
+        let Some(since) = inner.healing.remove(id) else { return Err(NotHealed::Superseded) };
         let Some((mut rebuilt, resets)) = rebuilt else { return Err(NotHealed::Gone) };
-        let Some(channel) = inner.canvases.get_mut(canvas) else { return Err(NotHealed::Gone) };
+        let Some(channel) = inner.channels.get_mut(id) else { return Err(NotHealed::Gone) };
         let Some(state) = channel.state.as_mut() else { return Err(NotHealed::Gone) };
         if state.resets() != resets {
             return Err(NotHealed::Reset);
@@ -125,7 +125,7 @@ impl Hub {
         if !channel.sessions.is_empty() {
             super::send_state(&self.fanout, &channel.sessions, state);
         }
-        inner.incomplete.remove(canvas);
+        inner.incomplete.remove(id);
         drop(inner);
         self.healed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.fanout.write_pending();
@@ -156,7 +156,7 @@ mod tests {
         Hub::new(std::sync::Arc::new(shared::namespaces::Namespaces::pixels_only(DIMS)), Window { events: 100, bytes: usize::MAX })
     }
 
-    /// The publisher's canvas after versions 1..=v.
+    /// The publisher's channel after versions 1..=v.
     fn truth(v: u64) -> Rebuilt {
         let mut c = Rebuilt { state: Pixels { dims: DIMS }.empty(), version: 0 };
         for v in 1..=v {
@@ -166,7 +166,7 @@ mod tests {
     }
 
     #[test]
-    fn a_canvas_with_a_gap_is_refused_then_heals_with_the_events_applied_meanwhile() {
+    fn a_channel_with_a_gap_is_refused_then_heals_with_the_events_applied_meanwhile() {
         let h = hub();
         h.assign(&[0]);
         // Versions 1-2, then 3-5 deleted from the log: the node skips to 6.
@@ -177,7 +177,7 @@ mod tests {
         assert_eq!(h.incomplete(), vec![(id("c1"), 6, 0)]);
         let (handle, rx) = SessionHandle::new(1, id("c1"), 0, 16);
         h.subscribe(handle, 7).unwrap();
-        // A heal starts: the rebuilt canvas is the snapshot at version 5 and the log up to the
+        // A heal starts: the rebuilt channel is the snapshot at version 5 and the log up to the
         // position now (versions 6-7); version 8 is applied while it reads.
         let positions = h.begin_heal(&[id("c1")]);
         assert_eq!(positions[&0], 7);
@@ -188,9 +188,9 @@ mod tests {
         }
         assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Ok(8));
         assert!(!h.is_incomplete(&id("c1")));
-        assert_eq!(h.incomplete_canvases(10).1, 0);
+        assert_eq!(h.incomplete_channels(10).1, 0);
         let inner = h.lock();
-        assert_eq!(inner.canvases[&id("c1")].state.as_ref().unwrap().state().hash(), truth(8).state.hash(), "the healed canvas is the publisher's");
+        assert_eq!(inner.channels[&id("c1")].state.as_ref().unwrap().state().hash(), truth(8).state.hash(), "the healed canvas is the publisher's");
         drop(inner);
         h.fanout.settle();
         let sent = rx.out.take_waiting();
@@ -199,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn a_rebuilt_canvas_at_another_version_is_not_used() {
+    fn a_rebuilt_channel_at_another_version_is_not_used() {
         let h = hub();
         h.assign(&[0]);
         for (o, v) in [(0, 1), (4, 5)] {
@@ -214,7 +214,7 @@ mod tests {
     }
 
     #[test]
-    fn a_second_gap_during_the_heal_keeps_the_canvas_incomplete() {
+    fn a_second_gap_during_the_heal_keeps_the_channel_incomplete() {
         let h = hub();
         h.assign(&[0]);
         for (o, v) in [(0, 1), (1, 2), (5, 6), (6, 7)] {
@@ -239,7 +239,7 @@ mod tests {
             h.apply(0, o, &ev(v));
         }
         h.begin_heal(&[id("c1")]);
-        // A reader restores the canvas from a snapshot at version 9 meanwhile, then applies 10.
+        // A reader restores the channel from a snapshot at version 9 meanwhile, then applies 10.
         let t9 = truth(9);
         let raster = t9.state.as_any().downcast_ref::<shared::model::pixels::Raster>().unwrap();
         let snap = shared::snapshot::Snapshot { canvas: id("c1"), version: 9, epoch: 0, dims: DIMS, offset: 9, pixels: raster.bytes().to_vec() };
@@ -250,7 +250,7 @@ mod tests {
             rebuilt.apply(&ev(v)).unwrap();
         }
         assert_eq!(h.finish_heal(&id("c1"), Some((rebuilt, 0))), Err(NotHealed::Superseded));
-        let hash = h.lock().canvases[&id("c1")].state.as_ref().unwrap().state().hash();
+        let hash = h.lock().channels[&id("c1")].state.as_ref().unwrap().state().hash();
         assert_eq!(hash, truth(10).state.hash(), "the restored canvas stays");
         assert!(h.lock().healing.is_empty(), "no events kept after a heal ends");
     }

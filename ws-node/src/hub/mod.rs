@@ -1,4 +1,4 @@
-//! The hub: every canvas's state and the sessions subscribed to it, behind one lock.
+//! The hub: every channel's state and the sessions subscribed to it, behind one lock.
 //!
 //! Applying an event and registering a session happen under the same lock, which is what makes a
 //! session's stream exact: a new session gets the backlog up to version `v` and is registered in
@@ -21,8 +21,8 @@
 //! (measured: about 1 s); events already applied are dropped by version, so each is fanned out
 //! once.
 //!
-//! A canvas stream's epoch ([`shared::epoch`]) is the events topic's ID, which the node learns
-//! before it serves ([`Hub::set_topic_id`]), and the canvas's reset counter from its state; a
+//! A channel stream's epoch ([`shared::epoch`]) is the events topic's ID, which the node learns
+//! before it serves ([`Hub::set_topic_id`]), and the channel's reset counter from its state; a
 //! session whose client names another epoch gets a snapshot ([`Hub::subscribe_at`]).
 
 mod apply;
@@ -78,22 +78,22 @@ impl Channel {
 }
 
 struct Inner {
-    canvases: HashMap<ChannelId, Channel>,
+    channels: HashMap<ChannelId, Channel>,
     positions: Offsets,
     /// Each partition's role here ([`crate::ownership`]).
     own: Ownership,
-    /// Canvases whose versions skipped as they were applied (their records were deleted with no
+    /// Channels whose versions skipped as they were applied (their records were deleted with no
     /// snapshot covering them), until a snapshot restores them: the version of the first event
     /// after their latest gap (a snapshot at or past the version before it covers the gap).
     incomplete: BTreeMap<ChannelId, u64>,
-    /// Canvases a heal is rebuilding ([`heal`]): the events applied to them since it started.
+    /// Channels a heal is rebuilding ([`heal`]): the events applied to them since it started.
     healing: HashMap<ChannelId, Vec<Publication>>,
 }
 
 /// What a new session is sent before live events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
-    /// The canvas stream's current epoch (named in the `welcome`).
+    /// The channel stream's current epoch (named in the `welcome`).
     pub epoch: Epoch,
     /// The version the backlog starts after: the client's `since`, or 0 when its epoch is not
     /// the current one.
@@ -101,11 +101,11 @@ pub struct Start {
     pub backlog: Backlog,
 }
 
-/// Canvas states, sessions, positions and ownership of one node.
+/// Channel states, sessions, positions and ownership of one node.
 pub struct Hub {
     /// The namespaces: each channel's model.
     namespaces: Arc<Namespaces>,
-    /// The events topic's ID (the topic half of every canvas's epoch); the zero ID until learned.
+    /// The events topic's ID (the topic half of every channel's epoch); the zero ID until learned.
     topic_id: Mutex<String>,
     window: Window,
     inner: Mutex<Inner>,
@@ -119,7 +119,7 @@ pub struct Hub {
     /// Times a reader found a position past its partition's readable end: the log moved
     /// backwards (the topic recreated, or truncated by an unclean leader election).
     log_moved_back: AtomicU64,
-    /// Incomplete canvases healed ([`heal`]).
+    /// Incomplete channels healed ([`heal`]).
     healed: AtomicU64,
     /// Woken when a reader saw an offset out of range or an end below its position: the node
     /// checks the events topic's ID then ([`Hub::suspect_history`]).
@@ -148,7 +148,7 @@ impl Hub {
             namespaces,
             topic_id: Mutex::new(epoch::ZERO_TOPIC_ID.to_owned()),
             window,
-            inner: Mutex::new(Inner { canvases: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeMap::new(), healing: HashMap::new() }),
+            inner: Mutex::new(Inner { channels: HashMap::new(), positions: Offsets::new(), own: Ownership::default(), incomplete: BTreeMap::new(), healing: HashMap::new() }),
             applied: Notify::new(),
             open_sessions: AtomicUsize::new(0),
             next_session_id: AtomicU64::new(1),
@@ -221,7 +221,7 @@ impl Hub {
         let mut inner = self.lock();
         let hold = inner.own.hold(partitions);
         let scope: BTreeSet<i32> = partitions.iter().copied().collect();
-        (hold, inner.canvases.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
+        (hold, inner.channels.values().flat_map(|c| &c.sessions).filter(|s| scope.contains(&s.partition)).count())
     }
 
     /// See [`Ownership::bridge`].
@@ -269,7 +269,7 @@ impl Hub {
         take_sessions(&mut inner, Some(&scope))
     }
 
-    /// Marks `partitions` as no longer owned and takes the sessions of their canvases out of the
+    /// Marks `partitions` as no longer owned and takes the sessions of their channels out of the
     /// hub (they get no more events from here) for the caller to hand over.
     pub fn revoke(&self, partitions: &[i32]) -> Vec<SessionHandle> {
         let mut inner = self.lock();
@@ -300,13 +300,13 @@ impl Hub {
 
     /// Starts a scoped drain of `partitions`: they admit no new session, and the sessions on them
     /// stay (they keep their events) until the drain takes them one by one
-    /// ([`Hub::take_session`]). Returns those sessions' canvases and ids.
+    /// ([`Hub::take_session`]). Returns those sessions' channels and ids.
     /// [`Hub::resume`] ends the pause.
     pub fn pause(&self, partitions: &BTreeSet<i32>) -> Vec<(ChannelId, u64)> {
         let mut inner = self.lock();
         inner.own.pause(partitions);
         inner
-            .canvases
+            .channels
             .iter()
             .flat_map(|(c, ch)| ch.sessions.iter().filter(|s| partitions.contains(&s.partition)).map(move |s| (c.clone(), s.id)))
             .collect()
@@ -314,24 +314,24 @@ impl Hub {
 
     /// Starts a failback's scoped drain of `partitions`: pauses those this node holds, as
     /// [`Hub::pause`] does, and refuses the others ([`Ownership::pause_held`]), in one step with
-    /// the sessions it returns. Returns the held partitions paused, their sessions' canvases and
+    /// the sessions it returns. Returns the held partitions paused, their sessions' channels and
     /// ids, and the refused partitions.
     pub fn pause_held(&self, partitions: &BTreeSet<i32>) -> (BTreeSet<i32>, Vec<(ChannelId, u64)>, Vec<i32>) {
         let mut inner = self.lock();
         let (held, refused) = inner.own.pause_held(partitions);
         let sessions = inner
-            .canvases
+            .channels
             .iter()
             .flat_map(|(c, ch)| ch.sessions.iter().filter(|s| held.contains(&s.partition)).map(move |s| (c.clone(), s.id)))
             .collect();
         (held, sessions, refused)
     }
 
-    /// Takes session `id` of `canvas` out of the hub: no event reaches it after this (`None`
+    /// Takes session `id` of `channel` out of the hub: no event reaches it after this (`None`
     /// when it is gone already: ended, or taken by a revocation or a hold's end).
-    pub fn take_session(&self, canvas: &ChannelId, id: u64) -> Option<SessionHandle> {
+    pub fn take_session(&self, channel: &ChannelId, id: u64) -> Option<SessionHandle> {
         let mut inner = self.lock();
-        let channel = inner.canvases.get_mut(canvas)?;
+        let channel = inner.channels.get_mut(channel)?;
         let at = channel.sessions.iter().position(|s| s.id == id)?;
         Some(channel.sessions.remove(at))
     }
@@ -342,7 +342,7 @@ impl Hub {
         self.lock().own.resume(partitions);
     }
 
-    /// Whether a session of a canvas in `partition` may be served now.
+    /// Whether a session of a channel in `partition` may be served now.
     ///
     /// # Errors
     /// [`Refusal::NotOwner`] or [`Refusal::Paused`].
@@ -350,13 +350,13 @@ impl Hub {
         self.lock().own.admits(partition)
     }
 
-    /// The version of `canvas` in this node's state (0 when it has none).
-    pub fn version_of(&self, canvas: &ChannelId) -> u64 {
-        self.lock().canvases.get(canvas).and_then(|c| c.state.as_ref()).map_or(0, ChannelState::version)
+    /// The version of `channel` in this node's state (0 when it has none).
+    pub fn version_of(&self, channel: &ChannelId) -> u64 {
+        self.lock().channels.get(channel).and_then(|c| c.state.as_ref()).map_or(0, ChannelState::version)
     }
 
-    /// Waits until the state of `canvas` reaches `since`, at most `timeout`. Returns the version.
-    pub async fn wait_for_version(&self, canvas: &ChannelId, since: u64, timeout: Duration) -> u64 {
+    /// Waits until the state of `channel` reaches `since`, at most `timeout`. Returns the version.
+    pub async fn wait_for_version(&self, channel: &ChannelId, since: u64, timeout: Duration) -> u64 {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             // Register interest before checking, so an apply between the check and the wait
@@ -364,12 +364,12 @@ impl Hub {
             let notified = self.applied.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let have = self.version_of(canvas);
+            let have = self.version_of(channel);
             if have >= since {
                 return have;
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.version_of(canvas);
+                return self.version_of(channel);
             }
         }
     }
@@ -389,10 +389,10 @@ impl Hub {
         self.topic_id.lock().expect("topic id lock poisoned").clone()
     }
 
-    /// The current epoch of `canvas`'s stream.
-    pub fn epoch_of(&self, canvas: &ChannelId) -> Epoch {
+    /// The current epoch of `channel`'s stream.
+    pub fn epoch_of(&self, channel: &ChannelId) -> Epoch {
         let topic = self.topic_id();
-        let resets = self.lock().canvases.get(canvas).map_or(0, Channel::resets);
+        let resets = self.lock().channels.get(channel).map_or(0, Channel::resets);
         Epoch::of(&topic, resets)
     }
 
@@ -404,7 +404,7 @@ impl Hub {
         self.subscribe_at(handle, since, None).map(|start| start.backlog)
     }
 
-    /// Registers a session for `canvas` (in `partition`) whose client has applied up to `since`
+    /// Registers a session for `channel` (in `partition`) whose client has applied up to `since`
     /// of the stream `epoch` (`None`: it does not say), and returns what it must be sent before
     /// live events: a client of another epoch than the current one is served as one that has
     /// nothing (a snapshot; never refused as ahead). Registration and backlog are atomic with
@@ -416,20 +416,20 @@ impl Hub {
         let topic = self.topic_id();
         let mut inner = self.lock();
         inner.own.admits(handle.partition)?;
-        let channel = inner.canvases.entry(handle.canvas.clone()).or_insert_with(|| Channel::blank());
+        let channel = inner.channels.entry(handle.channel.clone()).or_insert_with(|| Channel::blank());
         let current = Epoch::of(&topic, channel.resets());
         let since = epoch::resume_after(since, epoch, &current);
         // A client naming the current epoch holds version `since` of this history, 0 included.
         let holds = epoch == Some(&current);
         let backlog = match &channel.state {
             Some(state) => state.backlog(since, holds, handle.style),
-            None => crate::state::blank_backlog(handle.canvas.as_str(), self.model_of(&handle.canvas).empty().as_ref(), since, holds, handle.style),
+            None => crate::state::blank_backlog(handle.channel.as_str(), self.model_of(&handle.channel).empty().as_ref(), since, holds, handle.style),
         };
         match backlog {
             Backlog::Behind { have } => Err(Refusal::Behind { have, since }),
             // A reset names the epoch its version belongs to (the client's position is then that).
             Backlog::Reset { version, .. } => {
-                let frame = crate::state::reset_frame(handle.canvas.as_str(), version, Some(current.clone()));
+                let frame = crate::state::reset_frame(handle.channel.as_str(), version, Some(current.clone()));
                 channel.sessions.push(handle);
                 Ok(Start { epoch: current, since, backlog: Backlog::Reset { frame, version } })
             }
@@ -440,14 +440,14 @@ impl Hub {
         }
     }
 
-    /// Removes session `id` of `canvas` (its task ended).
-    pub fn unsubscribe(&self, canvas: &ChannelId, id: u64) {
+    /// Removes session `id` of `channel` (its task ended).
+    pub fn unsubscribe(&self, channel: &ChannelId, id: u64) {
         let mut inner = self.lock();
-        if let Some(c) = inner.canvases.get_mut(canvas) {
+        if let Some(c) = inner.channels.get_mut(channel) {
             c.sessions.retain(|s| s.id != id);
-            // A blank canvas is forgotten with its last session.
+            // A blank channel is forgotten with its last session.
             if c.state.is_none() && c.sessions.is_empty() {
-                inner.canvases.remove(canvas);
+                inner.channels.remove(channel);
             }
         }
     }
@@ -468,11 +468,11 @@ impl Hub {
         self.open_sessions.load(Ordering::Relaxed)
     }
 
-    /// Sessions in the hub per partition of their canvases (owned or held; the sessions a drain
+    /// Sessions in the hub per partition of their channels (owned or held; the sessions a drain
     /// took out are no longer counted), for `/health`. Partitions without sessions are left out.
     pub fn sessions_by_partition(&self) -> BTreeMap<i32, usize> {
         let mut by = BTreeMap::new();
-        for s in self.lock().canvases.values().flat_map(|c| &c.sessions) {
+        for s in self.lock().channels.values().flat_map(|c| &c.sessions) {
             *by.entry(s.partition).or_insert(0) += 1;
         }
         by
@@ -485,17 +485,17 @@ impl Hub {
 
     /// Frames waiting in the sessions' outboxes, over every session (`/metrics`).
     pub fn outbox_frames(&self) -> usize {
-        self.lock().canvases.values().flat_map(|c| &c.sessions).map(|s| s.out.waiting()).sum()
+        self.lock().channels.values().flat_map(|c| &c.sessions).map(|s| s.out.waiting()).sum()
     }
 
-    /// Canvases held.
-    pub fn canvas_count(&self) -> usize {
-        self.lock().canvases.values().filter(|c| c.state.is_some()).count()
+    /// Channels held.
+    pub fn channel_count(&self) -> usize {
+        self.lock().channels.values().filter(|c| c.state.is_some()).count()
     }
 
-    /// Bytes of recent events held over every canvas.
+    /// Bytes of recent events held over every channel.
     pub fn recent_bytes(&self) -> usize {
-        self.lock().canvases.values().filter_map(|c| c.state.as_ref()).map(ChannelState::recent_bytes).sum()
+        self.lock().channels.values().filter_map(|c| c.state.as_ref()).map(ChannelState::recent_bytes).sum()
     }
 }
 
@@ -510,7 +510,7 @@ impl Drop for SessionGuard<'_> {
 
 fn take_sessions(inner: &mut Inner, scope: Option<&BTreeSet<i32>>) -> Vec<SessionHandle> {
     let mut taken = Vec::new();
-    for channel in inner.canvases.values_mut() {
+    for channel in inner.channels.values_mut() {
         if channel.sessions.is_empty() {
             continue;
         }
@@ -535,12 +535,12 @@ mod tests {
         ChannelId::parse(s).unwrap()
     }
 
-    fn pixel(canvas: &str, v: u64) -> PixelEvent {
-        PixelEvent { canvas: id(canvas), version: v, x: 0, y: 0, color: Color([0, 0, 0]), published_at_ms: 0 }
+    fn pixel(channel: &str, v: u64) -> PixelEvent {
+        PixelEvent { canvas: id(channel), version: v, x: 0, y: 0, color: Color([0, 0, 0]), published_at_ms: 0 }
     }
 
-    fn ev(canvas: &str, v: u64) -> Publication {
-        pixel(canvas, v).into()
+    fn ev(channel: &str, v: u64) -> Publication {
+        pixel(channel, v).into()
     }
 
     impl Hub {
@@ -654,23 +654,23 @@ mod tests {
             assert!(matches!(h.subscribe(handle, 0).unwrap(), Backlog::Snapshot { version: 0, .. }));
             rxs.push(rx);
         }
-        assert_eq!(h.canvas_count(), 0, "no canvas state for canvases without events");
+        assert_eq!(h.channel_count(), 0, "no canvas state for canvases without events");
         assert_eq!(h.sessions_by_partition(), BTreeMap::from([(0, 50)]), "sessions on blank canvases are counted");
         for i in 0..50 {
             h.unsubscribe(&id(&format!("new-{i}")), i);
         }
         assert!(h.sessions_by_partition().is_empty());
-        assert!(h.lock().canvases.is_empty(), "blank canvases are forgotten with their last session");
-        // A session on a blank canvas still gets the canvas's first event.
+        assert!(h.lock().channels.is_empty(), "blank canvases are forgotten with their last session");
+        // A session on a blank channel still gets the channel's first event.
         let (handle, rx) = SessionHandle::new(99, id("c1"), 0, 16);
         h.subscribe(handle, 0).unwrap();
         h.apply(0, 0, &ev("c1", 1));
         h.fanout.settle();
         let seen: Vec<u64> = rx.out.take_waiting().iter().map(version_of_wire).collect();
         assert_eq!(seen, vec![1]);
-        assert_eq!(h.canvas_count(), 1);
+        assert_eq!(h.channel_count(), 1);
         h.unsubscribe(&id("c1"), 99);
-        assert_eq!(h.canvas_count(), 1, "a canvas with events stays");
+        assert_eq!(h.channel_count(), 1, "a canvas with events stays");
         drop(rxs);
     }
 
@@ -698,7 +698,7 @@ mod tests {
         type Case = (u64, Option<Epoch>, u64, (&'static str, Vec<u64>));
         let cases: [Case; 8] = [
             (3, Some(now.clone()), 3, ("events", vec![4, 5])),
-            // Version 0 of this history held (the blank canvas was sent): every version as events.
+            // Version 0 of this history held (the blank channel was sent): every version as events.
             (0, Some(now.clone()), 0, ("events", vec![1, 2, 3, 4, 5])),
             (0, None, 0, ("snapshot", vec![5])), // a client with nothing
             (3, None, 3, ("events", vec![4, 5])), // an older client: by since alone
@@ -720,7 +720,7 @@ mod tests {
     }
 
     #[test]
-    fn a_restored_canvas_carries_its_snapshot_s_reset_count_and_a_later_reset_wins() {
+    fn a_restored_channel_carries_its_snapshot_s_reset_count_and_a_later_reset_wins() {
         let h = hub();
         h.assign(&[0]);
         h.set_topic_id("T");
@@ -751,7 +751,7 @@ mod tests {
     #[test]
     fn a_snapshot_of_another_canvas_size_is_refused_and_nothing_is_restored() {
         let h = hub();
-        let snap = |canvas: &str, dims: CanvasDims| shared::snapshot::Snapshot { canvas: id(canvas), version: 3, epoch: 0, dims, offset: 9, pixels: vec![7; dims.byte_len()] };
+        let snap = |channel: &str, dims: CanvasDims| shared::snapshot::Snapshot { canvas: id(channel), version: 3, epoch: 0, dims, offset: 9, pixels: vec![7; dims.byte_len()] };
         let ours = snap("a", CanvasDims { width: 4, height: 4 });
         let other = snap("b", CanvasDims { width: 8, height: 4 });
         let e = h.restore_canvases([ours, other]).unwrap_err();
@@ -820,7 +820,7 @@ mod tests {
         h.fanout.settle();
         assert_eq!(words(&rx), ["p1"]);
         let mut json = Vec::new();
-        h.lock().canvases[&id("docs:a")].state.as_ref().unwrap().state().write_json(&mut json);
+        h.lock().channels[&id("docs:a")].state.as_ref().unwrap().state().write_json(&mut json);
         assert_eq!(String::from_utf8(json).unwrap(), r#"{"m":1}"#);
         // A client of the old epoch gets the state; one of the new resumes by publications.
         let (a, _ra) = SessionHandle::of_style(3, id("docs:a"), 0, 16, FrameStyle::Channel);
@@ -867,19 +867,19 @@ mod tests {
         }
         let (s, rx) = SessionHandle::of_style(1, id("docs:a"), 0, 64, FrameStyle::Channel);
         h.subscribe_at(s, 3, Some(&Epoch::of("T", 0))).unwrap();
-        assert_eq!(h.canvas_count(), 2);
+        assert_eq!(h.channel_count(), 2);
         h.apply_op(0, 20, &op(OpKind::Delete, "docs:a", 0));
         h.apply_op(0, 21, &op(OpKind::Delete, "docs:gone", 0));
         h.fanout.settle();
         assert_eq!(words(&rx), ["reset@0/T-1", "state@0={}"], "the next history's epoch: where the publisher starts it");
-        assert_eq!(h.canvas_count(), 0, "both states freed");
+        assert_eq!(h.channel_count(), 0, "both states freed");
         assert_eq!(h.epoch_of(&id("docs:a")), Epoch::of("T", 1), "kept for its sessions");
         assert_eq!(h.epoch_of(&id("docs:gone")), Epoch::of("T", 0), "forgotten without sessions");
-        assert!(!h.lock().canvases.contains_key(&id("docs:gone")), "a deleted channel without sessions is forgotten");
+        assert!(!h.lock().channels.contains_key(&id("docs:gone")), "a deleted channel without sessions is forgotten");
         // Another reader's late copy of an old record creates nothing.
         h.apply(0, 12, &doc("docs:gone", 3, r#"{"x":1}"#));
         h.apply(0, 2, &doc("docs:a", 3, r#"{"n":3}"#));
-        assert_eq!(h.canvas_count(), 0);
+        assert_eq!(h.channel_count(), 0);
         // The publisher starts the next history with a reset to that count: the session was told.
         h.apply_op(0, 22, &op(OpKind::Reset, "docs:a", 1));
         h.apply(0, 23, &doc("docs:a", 1, r#"{"again":1}"#));

@@ -1,5 +1,5 @@
-//! Restores and the log's edges: canvases from snapshots, positions raised, records skipped, and
-//! the canvases whose versions skipped.
+//! Restores and the log's edges: channels from snapshots, positions raised, records skipped, and
+//! the channels whose versions skipped.
 
 use super::{Channel, Hub, SessionHandle};
 use crate::state::ChannelState;
@@ -82,7 +82,7 @@ impl Hub {
         let mut inner = self.lock();
         for snap in snapshots {
             let window = self.window;
-            let channel = inner.canvases.entry(snap.channel.clone()).or_insert_with(|| Channel::blank());
+            let channel = inner.channels.entry(snap.channel.clone()).or_insert_with(|| Channel::blank());
             // A later reset is newer whatever its version; within one, the higher version.
             if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
@@ -139,10 +139,10 @@ impl Hub {
         self.log_start_recoveries.load(Ordering::Relaxed)
     }
 
-    /// Canvases whose versions skipped as they were applied: their records were deleted with no
+    /// Channels whose versions skipped as they were applied: their records were deleted with no
     /// snapshot covering them, so they may miss old pixels (sorted; at most `limit`), and how many
     /// there are in all.
-    pub fn incomplete_canvases(&self, limit: usize) -> (Vec<String>, usize) {
+    pub fn incomplete_channels(&self, limit: usize) -> (Vec<String>, usize) {
         let inner = self.lock();
         (inner.incomplete.keys().take(limit).map(|c| c.to_string()).collect(), inner.incomplete.len())
     }
@@ -172,16 +172,16 @@ impl Hub {
     }
 
     /// Forgets everything of `partitions` (of a topic of `partition_count`): their log moved
-    /// backwards, so their canvases' states belong to another history. Their canvases are
+    /// backwards, so their channels' states belong to another history. Their channels are
     /// dropped, their positions set to `positions` (lower ones included), and their sessions
     /// returned for the caller to close: their clients resume with the state rebuilt.
     pub fn forget_partitions(&self, partitions: &[i32], partition_count: u32, positions: &Offsets) -> Vec<SessionHandle> {
         let in_scope = |c: &shared::ChannelId| partitions.contains(&(shared::partitioner::partition_for(c.as_str().as_bytes(), partition_count.max(1)) as i32));
         let mut inner = self.lock();
-        let gone: Vec<shared::ChannelId> = inner.canvases.keys().filter(|c| in_scope(c)).cloned().collect();
+        let gone: Vec<shared::ChannelId> = inner.channels.keys().filter(|c| in_scope(c)).cloned().collect();
         let mut sessions = Vec::new();
         for c in &gone {
-            if let Some(ch) = inner.canvases.remove(c) {
+            if let Some(ch) = inner.channels.remove(c) {
                 sessions.extend(ch.sessions);
             }
             inner.incomplete.remove(c);
@@ -196,14 +196,14 @@ impl Hub {
         sessions
     }
 
-    /// Forgets every canvas, session and position: the events topic is another one now (its ID
+    /// Forgets every channel, session and position: the events topic is another one now (its ID
     /// changed), so nothing the hub holds belongs to its history. Returns the sessions.
     pub fn forget_all(&self) -> Vec<SessionHandle> {
         let mut inner = self.lock();
         inner.positions.clear();
         inner.incomplete.clear();
         inner.healing.clear();
-        inner.canvases.drain().flat_map(|(_, ch)| ch.sessions).collect()
+        inner.channels.drain().flat_map(|(_, ch)| ch.sessions).collect()
     }
 }
 
