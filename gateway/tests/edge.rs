@@ -241,3 +241,39 @@ async fn the_public_fleet_view_names_no_internal_address() {
     let reason = down(&public)["reason"].as_str().unwrap().to_owned();
     assert!(reason.starts_with("no answer: ") && reason.contains("ws-1"), "{reason}");
 }
+
+/// The close code of the next close frame on `ws` (`None`: the connection ended without one),
+/// within 5 s; other frames are skipped.
+async fn close_code(ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>) -> Option<u16> {
+    use futures::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), ws.next()).await.expect("an answer within 5 s") {
+            Some(Ok(Message::Close(f))) => return f.map(|f| u16::from(f.code)),
+            Some(Ok(_)) => continue,
+            Some(Err(_)) | None => return None,
+        }
+    }
+}
+
+/// A connection opened without a channel is upgraded at once, and its first frame names it. A
+/// subscribe frame the gateway refuses is an `error` frame and 1008 (this holds); a first frame
+/// the WebSocket layer refuses, over `WS_MAX_MESSAGE`, is a protocol problem that a proxied
+/// session answers with 1009 Message Too Big, but before the subscribe `first_subscribe` takes it
+/// for `connection_lost` and `refuse_open` sends nothing: the client gets no close code.
+#[tokio::test]
+#[ignore = "finding: a first frame over WS_MAX_MESSAGE is dropped without a close code"]
+async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
+    use futures::SinkExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let (_node, url, _n) = fake("HEALTHY").await;
+    let (gw, _g) = gateway(&url, &[]).await;
+    let ws_url = format!("{}/ws", gw.replacen("http", "ws", 1));
+    let (mut ws, _) = tokio_tungstenite::connect_async(&ws_url).await.unwrap();
+    ws.send(Message::Text(r#"{"type":"subscribe","channel":"nope:a"}"#.into())).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(1008), "an unknown namespace: refused for good");
+    let (mut ws, _) = tokio_tungstenite::connect_async(&ws_url).await.unwrap();
+    let big = format!(r#"{{"type":"subscribe","channel":"c1","token":"{}"}}"#, "x".repeat(8 * 1024));
+    ws.send(Message::Text(big.into())).await.unwrap();
+    assert_eq!(close_code(&mut ws).await, Some(1009), "a first frame over WS_MAX_MESSAGE");
+}

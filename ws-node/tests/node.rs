@@ -585,3 +585,27 @@ async fn a_record_of_a_later_format_stops_the_node_instead_of_skipping_it() {
     let e = ended.expect_err("stopped with an error");
     assert!(format!("{e:#}").contains("format 3"), "{e:#}");
 }
+
+/// A first frame the WebSocket layer itself refuses, here one over `WS_MAX_MESSAGE` (4 KiB), is
+/// the same protocol problem as in a session opened by query, which gets 1009 Message Too Big
+/// (RFC 6455 §7.4.1). Before its `subscribe` it is taken for a lost connection instead
+/// (`session::subscribed` maps every read error to `connection_lost`, and `refuse` sends nothing
+/// for that code): the socket is dropped with no close frame and no reason. Bad UTF-8 and other
+/// protocol errors take the same path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: a first frame over WS_MAX_MESSAGE is dropped without a close code (1009 in a session)"]
+async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
+    let mut h = Harness::start(with_namespaces).await;
+    let fp = h.config.namespaces().fingerprint().to_owned();
+    h.publish_data("chat:lobby", serde_json::json!("one"), "2", &fp).await;
+    h.recover().await;
+    let big = format!(r#"{{"type":"subscribe","channel":"chat:lobby","token":"{}"}}"#, "x".repeat(8 * 1024));
+    let mut ws = h.connect_with("channel=chat:lobby").await.unwrap();
+    assert_eq!(frames(&mut ws, 2).await[1].0, "state");
+    ws.send(Message::Text(big.clone().into())).await.unwrap();
+    assert_eq!(next_frame(&mut ws).await.unwrap_err(), Some(1009), "in a session");
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws", h.ws)).await.unwrap();
+    ws.send(Message::Text(big.into())).await.unwrap();
+    assert_eq!(next_frame(&mut ws).await.unwrap_err(), Some(1009), "as the first frame");
+    h.stop().await;
+}
