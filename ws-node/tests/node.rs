@@ -609,3 +609,32 @@ async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
     assert_eq!(next_frame(&mut ws).await.unwrap_err(), Some(1009), "as the first frame");
     h.stop().await;
 }
+
+/// docs/protocol.md: a connection that subscribes by frame may still carry `token` in its query
+/// ("`token` and `refusal` are allowed"), and the gateway takes the query's token when the frame
+/// has none. The node drops the query once it names no channel (`http::ws` keeps only the
+/// frame's fields), so the same connection made to a node is refused `missing_token`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "finding: the node ignores the query's token on a connection that subscribes by frame"]
+async fn a_subscribe_frame_without_a_token_uses_the_query_s() {
+    let mut h = Harness::start(|c| {
+        with_namespaces(c);
+        c.client_tokens.hs256_secret = Some(NODE_SECRET.into());
+    })
+    .await;
+    let fp = h.config.namespaces().fingerprint().to_owned();
+    h.publish_data("chat:lobby", serde_json::json!("one"), "2", &fp).await;
+    h.recover().await;
+    let token = client_token(NODE_SECRET, &["chat:*"], 600);
+    let subscribe = |token: Option<String>| shared::protocol::ClientMessage::Subscribe { channel: shared::ChannelId::parse("chat:lobby").unwrap(), since: 0, epoch: None, token }.to_json();
+    // The token in the frame: served.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws", h.ws)).await.unwrap();
+    ws.send(Message::Text(subscribe(Some(token.clone())).into())).await.unwrap();
+    assert_eq!(frames(&mut ws, 2).await.iter().map(|f| f.0.as_str()).collect::<Vec<_>>(), ["welcome", "state"]);
+    // The token in the query, none in the frame: refused.
+    let (mut ws, _) = tokio_tungstenite::connect_async(format!("{}/ws?token={token}", h.ws)).await.unwrap();
+    ws.send(Message::Text(subscribe(None).into())).await.unwrap();
+    let got = frames(&mut ws, 1).await;
+    assert_eq!(got[0].0, "welcome", "the query's token: {:?}", got[0]);
+    h.stop().await;
+}
