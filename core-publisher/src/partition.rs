@@ -128,10 +128,14 @@ pub(crate) struct Book {
     pub(crate) end: i64,
     /// The idempotency keys of its records on their way into the snapshot topic.
     pub(crate) keys: KeyBook,
-    /// Channels deleted (by an op record this process wrote or read), with the reset count their
-    /// next history starts at: a publish to one writes a reset to it first, so a client that
-    /// held a position in the deleted history is never resumed in the new one.
-    pub(crate) deleted: HashMap<ChannelId, u64>,
+    /// The reset count a channel with no head here (never published, or deleted) starts its next
+    /// history at: one more than the highest reset count of any channel of the partition deleted
+    /// so far (0: none was), from the checkpoint it was restored from and the deletes since
+    /// ([`shared::snapshot::Checkpoint::floor`]). A publish to such a channel writes a reset to it
+    /// first, so a client that held a position in a deleted history is never resumed in the new
+    /// one, even after the delete's record went below the checkpoint; and the memory of deletes
+    /// is one number per partition, not one entry per deleted channel.
+    pub(crate) floor: u64,
 }
 
 /// What [`plan`] needs of a channel's committed head.
@@ -140,8 +144,11 @@ pub struct HeadAt {
     pub version: u64,
     /// Its reset count.
     pub resets: u64,
-    /// Deleted: the reset count its next history starts at.
-    pub deleted: Option<u64>,
+    /// No head: never published, or deleted.
+    pub headless: bool,
+    /// The partition's reset floor ([`Book::floor`]): a headless channel's next history starts
+    /// there (with a reset record, when it is above 0).
+    pub floor: u64,
 }
 
 /// Snapshots planned for one transaction on one partition: (channel, version) of each, and the
@@ -188,7 +195,7 @@ impl Partition {
             id,
             namespaces,
             queue: Mutex::new(Queue::default()),
-            book: Mutex::new(Book { heads, coverage, end, keys, deleted: HashMap::new() }),
+            book: Mutex::new(Book { heads, coverage, end, keys, floor: 0 }),
             mode: Mutex::new(Mode::Shared),
             activity: Mutex::new(Activity::Idle),
             isolated_wake: Notify::new(),
@@ -315,19 +322,26 @@ impl Partition {
     pub fn head_at(&self, channel: &ChannelId) -> HeadAt {
         let book = self.lock_book();
         match book.heads.get(channel) {
-            Some(h) => HeadAt { version: h.version, resets: book.coverage.resets(channel), deleted: None },
-            None => HeadAt { version: 0, resets: 0, deleted: book.deleted.get(channel).copied() },
+            Some(h) => HeadAt { version: h.version, resets: book.coverage.resets(channel), headless: false, floor: book.floor },
+            None => HeadAt { version: 0, resets: 0, headless: true, floor: book.floor },
         }
     }
 
-    /// The reset count of `channel`'s current history: its head's; for a channel deleted here,
-    /// the one its next history starts at (what nodes told its clients); else 0.
+    /// The reset count of `channel`'s current history: its head's; for a channel with no head,
+    /// the partition's reset floor, where its next history starts (after a delete: what nodes
+    /// told its clients).
     pub fn resets_of(&self, channel: &ChannelId) -> u64 {
         let book = self.lock_book();
-        match (book.heads.contains_key(channel), book.deleted.get(channel)) {
-            (false, Some(next)) => *next,
-            _ => book.coverage.resets(channel),
+        if book.heads.contains_key(channel) {
+            book.coverage.resets(channel)
+        } else {
+            book.floor
         }
+    }
+
+    /// The partition's reset floor ([`Book::floor`]).
+    pub fn floor(&self) -> u64 {
+        self.lock_book().floor
     }
 
     /// The committed version and hash of `channel`, if it has events.
@@ -464,7 +478,9 @@ impl Partition {
         planned.writes.push(SnapshotWrite {
             partition: self.id,
             key: shared::snapshot::CHECKPOINT_KEY.to_owned(),
-            value: shared::snapshot::Checkpoint { offset: planned.keys.below }.encode(),
+            // The floor of the deletes committed so far: a checkpoint never passes a record of the
+            // transaction it is written in (it stops at the committed end).
+            value: shared::snapshot::Checkpoint { offset: planned.keys.below, floor: book.floor }.encode(),
         });
         planned
     }
@@ -519,23 +535,27 @@ fn group_chunks<T>(items: &[T], bytes: impl Fn(&T) -> usize) -> Vec<&[T]> {
 pub type PlanInput<'a> = [(i32, &'a ChannelId, &'a [Pending], Option<OpKind>)];
 
 /// Where each event of each unit went: (record index, its event). An op unit has one entry, its
-/// op record and a stand-in publication at version 0 (none when there was nothing to do: the
-/// channel was deleted already).
+/// op record and a stand-in publication whose version is the reset count of the history the op
+/// starts (none when there was nothing to do: the channel was deleted already).
 pub type Placement = Vec<Vec<(usize, Publication)>>;
 
 /// A channel's course through one plan.
 #[derive(Clone, Copy)]
 enum Course {
     Live { version: u64, resets: u64 },
-    /// Deleted: its next history starts at this reset count.
+    /// Deleted (or never published, in a partition with a reset floor): its next history starts
+    /// at this reset count.
     Deleted { next: u64 },
 }
 
 /// Gives the units' events their versions (each channel continues from its committed head,
 /// `head_of`, in unit order) and groups each channel's events into records of at most
 /// [`MAX_EVENTS_PER_RECORD`], each on the channel's partition; an op unit is an op record of its
-/// own, after which versions start at 1 again. A channel deleted before gets a reset to its next
-/// reset count before its first event. Pure.
+/// own, after which versions start at 1 again. A headless channel (never published, or deleted)
+/// of a partition whose reset floor is above 0 gets a reset to the floor before its first event;
+/// a delete raises its partition's floor to one more than the deleted history's reset count, and
+/// the channel's next history starts at the floor, in the order of the records (as every reader
+/// of the log computes it). Pure.
 pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, now_ms: u64) -> (Vec<Record>, Placement) {
     // Each channel's events in unit order: (unit, event index), `None` for an op unit.
     let mut order: Vec<(i32, &ChannelId)> = Vec::new();
@@ -552,18 +572,18 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
     }
     let mut records: Vec<Record> = Vec::new();
     let mut slots: Vec<Vec<Option<(usize, Publication)>>> = units.iter().map(|(_, _, e, op)| vec![None; if op.is_some() { 1 } else { e.len() }]).collect();
-    let stand_in = |channel: &ChannelId| Publication {
+    let stand_in = |channel: &ChannelId, resets: u64| Publication {
         channel: channel.clone(),
-        version: 0,
+        version: resets,
         data: serde_json::value::RawValue::from_string("null".into()).expect("null is JSON"),
         published_at_ms: now_ms,
     };
+    // Each partition's reset floor as the plan's deletes raise it.
+    let mut floors: HashMap<i32, u64> = HashMap::new();
     for (partition, channel) in &order {
         let head = head_of(*partition, channel);
-        let mut course = match head.deleted {
-            Some(next) => Course::Deleted { next },
-            None => Course::Live { version: head.version, resets: head.resets },
-        };
+        let floor = *floors.entry(*partition).or_insert(head.floor);
+        let mut course = if head.headless && floor > 0 { Course::Deleted { next: floor } } else { Course::Live { version: head.version, resets: head.resets } };
         let op_record = |records: &mut Vec<Record>, op: OpKind, resets: u64| {
             records.push(Record::of_op(*partition, ChannelOp { op, channel: (*channel).clone(), resets, published_at_ms: now_ms }));
             records.len() - 1
@@ -578,11 +598,19 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
                 let (record, next) = match (op, course) {
                     (OpKind::Reset, Course::Live { resets, .. }) => (Some(op_record(&mut records, op, resets + 1)), Course::Live { version: 0, resets: resets + 1 }),
                     (OpKind::Reset, Course::Deleted { next }) => (Some(op_record(&mut records, op, next)), Course::Live { version: 0, resets: next }),
-                    (OpKind::Delete, Course::Live { resets, .. }) => (Some(op_record(&mut records, op, resets)), Course::Deleted { next: resets + 1 }),
+                    (OpKind::Delete, Course::Live { resets, .. }) => {
+                        let floor = floors.entry(*partition).or_insert(head.floor);
+                        *floor = (*floor).max(resets + 1);
+                        (Some(op_record(&mut records, op, resets)), Course::Deleted { next: *floor })
+                    }
                     (OpKind::Delete, Course::Deleted { .. }) => (None, course),
                 };
                 course = next;
-                slots[u] = vec![record.map(|r| (r, stand_in(channel)))];
+                let starts = match next {
+                    Course::Live { resets, .. } => resets,
+                    Course::Deleted { next } => next,
+                };
+                slots[u] = vec![record.map(|r| (r, stand_in(channel, starts)))];
                 at += 1;
                 continue;
             };
@@ -628,7 +656,7 @@ pub fn plan(units: &PlanInput<'_>, head_of: impl Fn(i32, &ChannelId) -> HeadAt, 
 
 /// Applies a committed op record at `offset` to `book`.
 pub(crate) fn apply_op(book: &mut Book, namespaces: &Namespaces, op: &ChannelOp, offset: i64, now: Instant) {
-    BookParts { heads: &mut book.heads, coverage: &mut book.coverage, deleted: &mut book.deleted }.apply_op(namespaces, op, offset, now);
+    BookParts { heads: &mut book.heads, coverage: &mut book.coverage, floor: &mut book.floor }.apply_op(namespaces, op, offset, now);
     book.end = book.end.max(offset + 1);
 }
 
@@ -636,24 +664,23 @@ pub(crate) fn apply_op(book: &mut Book, namespaces: &Namespaces, op: &ChannelOp,
 pub(crate) struct BookParts<'a> {
     pub(crate) heads: &'a mut HashMap<ChannelId, Head>,
     pub(crate) coverage: &'a mut Coverage,
-    pub(crate) deleted: &'a mut HashMap<ChannelId, u64>,
+    pub(crate) floor: &'a mut u64,
 }
 
 impl BookParts<'_> {
     /// Applies the op record at `offset`: a reset gives the channel its model's empty head at
-    /// version 0 (a snapshot of it due at once); a delete drops its head and remembers the
-    /// reset count its next history starts at.
+    /// version 0 (a snapshot of it due at once); a delete drops its head and raises the
+    /// partition's reset floor past the deleted history's count ([`Book::floor`]).
     pub(crate) fn apply_op(&mut self, namespaces: &Namespaces, op: &ChannelOp, offset: i64, now: Instant) {
         let c = &op.channel;
         match op.op {
             OpKind::Reset => {
                 self.heads.insert(c.clone(), Head::of(namespaces, c));
-                self.deleted.remove(c);
                 self.coverage.reset_at(c, op.resets, offset, now);
             }
             OpKind::Delete => {
                 self.heads.remove(c);
-                self.deleted.insert(c.clone(), op.resets + 1);
+                *self.floor = (*self.floor).max(op.resets + 1);
                 self.coverage.forget(c);
             }
         }
@@ -740,15 +767,18 @@ mod tests {
         }
     }
 
-    /// Ops among the units: (heads: "a" at version 4 of reset 2, "d" deleted with next reset 3),
+    /// Ops among the units: (the partition's reset floor at 3; heads: "a" at version 4 of reset 2,
+    /// "z" at version 1 of reset 7, "d" headless),
     /// units as (channel, events or an op) → the records, as `op:resets` or `first version x
-    /// events`, and each unit's versions (an op's: 0, or none when it did nothing).
+    /// events`, and each unit's versions (an op's: the reset count of the history it starts, or
+    /// none when it did nothing).
     #[test]
     fn plan_with_ops_table() {
         let head_of = |_: i32, c: &ChannelId| match c.as_str() {
-            "a" => HeadAt { version: 4, resets: 2, deleted: None },
-            "d" => HeadAt { version: 0, resets: 0, deleted: Some(3) },
-            _ => HeadAt::default(),
+            "a" => HeadAt { version: 4, resets: 2, headless: false, floor: 3 },
+            "z" => HeadAt { version: 1, resets: 7, headless: false, floor: 3 },
+            "d" => HeadAt { version: 0, resets: 0, headless: true, floor: 3 },
+            _ => HeadAt { version: 0, resets: 0, headless: false, floor: 3 },
         };
         enum U {
             Events(&'static str, usize),
@@ -757,12 +787,15 @@ mod tests {
         use OpKind::{Delete, Reset};
         type Case = (&'static str, Vec<U>, Vec<&'static str>, Vec<Vec<u64>>);
         let cases: Vec<Case> = vec![
-            ("a reset starts versions again, in unit order", vec![U::Events("a", 2), U::Op("a", Reset), U::Events("a", 2)], vec!["a 5x2", "a reset:3", "a 1x2"], vec![vec![5, 6], vec![0], vec![1, 2]]),
-            ("a delete ends the history; a publish after it starts the next with a reset", vec![U::Op("a", Delete), U::Events("a", 1)], vec!["a delete:2", "a reset:3", "a 1x1"], vec![vec![0], vec![1]]),
+            ("a delete raises the floor, for a headless channel after it in the plan", vec![U::Op("z", Delete), U::Events("d", 1)], vec!["z delete:7", "d reset:8", "d 1x1"], vec![vec![8], vec![1]]),
+            ("two deletes in one plan: the later's next history starts at the raised floor", vec![U::Op("z", Delete), U::Op("a", Delete)], vec!["z delete:7", "a delete:2"], vec![vec![8], vec![8]]),
+            ("two resets in a row: each answers its own count", vec![U::Op("a", Reset), U::Op("a", Reset)], vec!["a reset:3", "a reset:4"], vec![vec![3], vec![4]]),
+            ("a reset starts versions again, in unit order", vec![U::Events("a", 2), U::Op("a", Reset), U::Events("a", 2)], vec!["a 5x2", "a reset:3", "a 1x2"], vec![vec![5, 6], vec![3], vec![1, 2]]),
+            ("a delete ends the history; a publish after it starts the next with a reset", vec![U::Op("a", Delete), U::Events("a", 1)], vec!["a delete:2", "a reset:3", "a 1x1"], vec![vec![3], vec![1]]),
             ("a channel deleted before: a reset to its next count first", vec![U::Events("d", 2)], vec!["d reset:3", "d 1x2"], vec![vec![1, 2]]),
-            ("a second delete does nothing", vec![U::Op("a", Delete), U::Op("a", Delete)], vec!["a delete:2"], vec![vec![0], vec![]]),
-            ("a reset of a deleted channel starts its next history", vec![U::Op("d", Reset), U::Events("d", 1)], vec!["d reset:3", "d 1x1"], vec![vec![0], vec![1]]),
-            ("other channels are not touched", vec![U::Events("b", 1), U::Op("a", Reset), U::Events("b", 1)], vec!["b 1x2", "a reset:3"], vec![vec![1], vec![0], vec![2]]),
+            ("a second delete does nothing", vec![U::Op("a", Delete), U::Op("a", Delete)], vec!["a delete:2"], vec![vec![3], vec![]]),
+            ("a reset of a deleted channel starts its next history", vec![U::Op("d", Reset), U::Events("d", 1)], vec!["d reset:3", "d 1x1"], vec![vec![3], vec![1]]),
+            ("other channels are not touched", vec![U::Events("b", 1), U::Op("a", Reset), U::Events("b", 1)], vec!["b 1x2", "a reset:3"], vec![vec![1], vec![3], vec![2]]),
         ];
         for (name, units, want_records, want_versions) in cases {
             let ids: Vec<ChannelId> = units.iter().map(|u| id(match u { U::Events(c, _) | U::Op(c, _) => c })).collect();

@@ -51,8 +51,8 @@ struct Rebuilt {
     fresh: HashSet<ChannelId>,
     /// Per partition, the keyed events read (below the checkpoint: only for the key store).
     keyed: Vec<Vec<KeyEntry>>,
-    /// Per partition, the channels a delete read in the tail ended, with their next reset count.
-    deleted: Vec<HashMap<ChannelId, u64>>,
+    /// Per partition, the reset floor: its checkpoint's, raised by the deletes read in the tail.
+    floors: Vec<u64>,
     events: usize,
 }
 
@@ -87,8 +87,8 @@ impl Rebuilt {
     /// gap found in it.
     fn apply_op(&mut self, lo: &LoggedOp, now: std::time::Instant) {
         let p = lo.partition as usize;
-        let (Some(heads), Some(coverage), Some(deleted)) = (self.heads.get_mut(p), self.coverage.get_mut(p), self.deleted.get_mut(p)) else { return };
-        let mut book = crate::partition::BookParts { heads, coverage, deleted };
+        let (Some(heads), Some(coverage), Some(floor)) = (self.heads.get_mut(p), self.coverage.get_mut(p), self.floors.get_mut(p)) else { return };
+        let mut book = crate::partition::BookParts { heads, coverage, floor };
         book.apply_op(&self.namespaces, &lo.op, lo.offset, now);
         self.incomplete.retain(|c| *c != lo.op.channel);
         self.fresh.insert(lo.op.channel.clone());
@@ -182,7 +182,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
         incomplete: Vec::new(),
         fresh: HashSet::new(),
         keyed: (0..n).map(|_| Vec::new()).collect(),
-        deleted: (0..n).map(|_| HashMap::new()).collect(),
+        floors: (0..n as i32).map(|p| loaded.floors.get(&p).copied().unwrap_or(0)).collect(),
         events: 0,
     };
     // A snapshot this process cannot use (unreadable: a newer format after a rollback, or
@@ -247,7 +247,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
             incomplete: Vec::new(),
             fresh: HashSet::new(),
             keyed: Vec::new(),
-            deleted: Vec::new(),
+            floors: Vec::new(),
             events: 0,
         },
     );
@@ -292,7 +292,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
     let events_read = end.records as usize;
     let ends = end.positions.clone();
     let mut keyed = rebuilt.keyed;
-    let mut deleted = rebuilt.deleted;
+    let floors = rebuilt.floors;
     let mut key_from = shared::replay::Offsets::new();
     let partitions: Vec<Arc<Partition>> = rebuilt
         .heads
@@ -314,7 +314,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
                 book.record(e.offset, vec![e]);
             }
             let part = Partition::restored(p as i32, namespaces.clone(), h, c, end, book);
-            part.with_book(|b| b.deleted = std::mem::take(&mut deleted[p]));
+            part.with_book(|b| b.floor = floors[p]);
             Arc::new(part)
         })
         .collect();

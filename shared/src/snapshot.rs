@@ -37,7 +37,8 @@
 //! bytes 1..5    header length n, u32 big-endian
 //! bytes 5..5+n  header, JSON:
 //!               canvas:  {"canvas","version","epoch","width","height","offset","compression":"lz4"}
-//!               checkpoint: {"checkpoint": <offset>}
+//!               checkpoint: {"checkpoint": <offset>, "resets_floor": <count>} (the floor only
+//!               when above 0; readers before it ignore it)
 //!               keys: {"keys": [{"key","canvas","x","y","color":[r,g,b],"version","offset","at_ms"}]}
 //!               keys from: {"keys_from": <offset>}
 //!               channel (3): {"channel","version","epoch","offset","model","encoding"}
@@ -163,10 +164,16 @@ pub struct Snapshot {
     pub pixels: Vec<u8>,
 }
 
-/// Per partition: every canvas's records below `offset` are covered by its snapshot.
+/// Per partition: every channel's records below `offset` are covered by its snapshot, and a
+/// channel with no history there (never published, or deleted) starts its next one at reset count
+/// `floor`: one more than the highest reset count of any channel of the partition deleted so far
+/// (0 when none was). A deleted channel's snapshot is tombstoned and its delete record may go
+/// below the checkpoint, so the floor is what keeps a later history of it from reusing an epoch a
+/// client may still hold ([`crate::epoch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
     pub offset: i64,
+    pub floor: u64,
 }
 
 /// The latest state of one channel of a model other than `pixels`, as the publisher committed it
@@ -285,6 +292,14 @@ struct CanvasHeader {
 #[derive(serde::Serialize, serde::Deserialize)]
 struct CheckpointHeader {
     checkpoint: i64,
+    /// Absent (0) in the checkpoints of a partition where nothing was deleted, and in those of
+    /// publishers before deletes: such a value is byte for byte what they wrote.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    resets_floor: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 fn frame(header: &[u8], body: &[u8]) -> Vec<u8> {
@@ -330,7 +345,7 @@ impl Snapshot {
 impl Checkpoint {
     /// The record value.
     pub fn encode(&self) -> Vec<u8> {
-        frame(&serde_json::to_vec(&CheckpointHeader { checkpoint: self.offset }).expect("serialises"), &[])
+        frame(&serde_json::to_vec(&CheckpointHeader { checkpoint: self.offset, resets_floor: self.floor }).expect("serialises"), &[])
     }
 }
 
@@ -351,7 +366,7 @@ pub fn decode(key: Option<&[u8]>, value: Option<&[u8]>) -> Result<Option<Entry>,
     let body = &rest[4 + len..];
     if key == CHECKPOINT_KEY {
         let h: CheckpointHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
-        return Ok(Some(Entry::Checkpoint(Checkpoint { offset: h.checkpoint })));
+        return Ok(Some(Entry::Checkpoint(Checkpoint { offset: h.checkpoint, floor: h.resets_floor })));
     }
     if key == KEYS_FROM_KEY {
         let h: KeysFromHeader = serde_json::from_slice(header).map_err(|e| SnapshotError::Header(e.to_string()))?;
@@ -404,6 +419,8 @@ pub struct Loaded {
     pub channels: HashMap<ChannelId, (i32, ChannelSnapshot)>,
     /// The latest checkpoint per partition (partitions without one: replay from the log start).
     pub checkpoints: Offsets,
+    /// The reset floor of each partition's latest checkpoint ([`Checkpoint::floor`]; absent: 0).
+    pub floors: HashMap<i32, u64>,
     /// The key records not tombstoned, with their partition.
     pub keys: Vec<(i32, KeyRecord)>,
     /// Per partition, the offset from which its key records are complete.
@@ -439,6 +456,10 @@ impl Loaded {
             },
             Entry::Checkpoint(c) => {
                 self.checkpoints.insert(partition, c.offset);
+                // The floor only rises: a checkpoint read later of a lower one is of a log that
+                // moved backwards, and an epoch handed out before must still not come back.
+                let floor = self.floors.entry(partition).or_insert(0);
+                *floor = (*floor).max(c.floor);
             }
             Entry::Keys(k) => {
                 self.keys.retain(|(p, have)| !(*p == partition && have.name == k.name));
@@ -605,8 +626,15 @@ mod tests {
 
     #[test]
     fn a_checkpoint_round_trips_and_a_tombstone_is_nothing() {
-        let v = Checkpoint { offset: 77 }.encode();
-        assert_eq!(decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&v)).unwrap(), Some(Entry::Checkpoint(Checkpoint { offset: 77 })));
+        let v = Checkpoint { offset: 77, floor: 0 }.encode();
+        assert_eq!(decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&v)).unwrap(), Some(Entry::Checkpoint(Checkpoint { offset: 77, floor: 0 })));
+        assert!(!String::from_utf8_lossy(&v).contains("resets_floor"), "no floor: the value of the publishers before deletes");
+        let v = Checkpoint { offset: 77, floor: 4 }.encode();
+        assert_eq!(decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&v)).unwrap(), Some(Entry::Checkpoint(Checkpoint { offset: 77, floor: 4 })));
+        let mut l = Loaded::default();
+        l.add(1, Entry::Checkpoint(Checkpoint { offset: 9, floor: 4 }));
+        l.add(1, Entry::Checkpoint(Checkpoint { offset: 12, floor: 0 }));
+        assert_eq!((l.checkpoints[&1], l.floors[&1]), (12, 4), "the floor never goes down");
         assert_eq!(decode(Some(b"a"), None).unwrap(), None);
     }
 
@@ -646,8 +674,8 @@ mod tests {
         let mut l = Loaded::default();
         l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(5), 0, 10)));
         l.add(0, Entry::Canvas(Snapshot::of(&id("a"), &painted(3), 0, 6)));
-        l.add(0, Entry::Checkpoint(Checkpoint { offset: 9 }));
-        l.add(0, Entry::Checkpoint(Checkpoint { offset: 4 }));
+        l.add(0, Entry::Checkpoint(Checkpoint { offset: 9, floor: 0 }));
+        l.add(0, Entry::Checkpoint(Checkpoint { offset: 4, floor: 0 }));
         assert_eq!(l.canvases[&id("a")].1.version, 5);
         // The latest checkpoint wins, not the largest: a lower one written later is a log that
         // moved backwards (the events topic recreated with this topic kept), and the old value

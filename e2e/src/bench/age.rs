@@ -138,7 +138,7 @@ fn write_snapshots(bootstrap: &str, topic: &str, side: u32, canvases: &[String],
         send_blocking(&producer, BaseRecord::to(&snapshot_topic).key(c.as_bytes()).payload(&value).partition(partition))?;
     }
     for (p, end) in &ends {
-        let value = Checkpoint { offset: *end }.encode();
+        let value = Checkpoint { offset: *end, floor: 0 }.encode();
         send_blocking(&producer, BaseRecord::to(&snapshot_topic).key(CHECKPOINT_KEY.as_bytes()).payload(&value).partition(*p))?;
     }
     producer.flush(Duration::from_secs(60)).context("flush the snapshots")?;

@@ -188,8 +188,8 @@ proptest! {
     }
 
     #[test]
-    fn a_checkpoint_round_trips(offset in any::<i64>()) {
-        let c = Checkpoint { offset };
+    fn a_checkpoint_round_trips(offset in any::<i64>(), floor in any::<u64>()) {
+        let c = Checkpoint { offset, floor };
         prop_assert_eq!(snapshot::decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&c.encode())).unwrap(), Some(Entry::Checkpoint(c)));
     }
 
@@ -201,7 +201,7 @@ proptest! {
         let len = cut.index(value.len());
         let got = snapshot::decode(Some(s.canvas.as_str().as_bytes()), Some(&value[..len]));
         prop_assert!(got.is_err(), "prefix of {} bytes of {}: {:?}", len, value.len(), got);
-        let c = Checkpoint { offset: s.offset }.encode();
+        let c = Checkpoint { offset: s.offset, floor: 0 }.encode();
         let len = cut.index(c.len());
         prop_assert!(snapshot::decode(Some(CHECKPOINT_KEY.as_bytes()), Some(&c[..len])).is_err());
     }
