@@ -102,6 +102,7 @@ pub fn run(
     let moved: Vec<i32> = gaps.moved_back.iter().map(|m| m.partition).collect();
     crate::hub::of_another_log(&mut restorable, &moved, partitions);
     let from_snapshots = hub.restore(restorable);
+    hub.forget_deleted(&loaded, partitions);
     tracing::info!(
         "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
         snapshot_topic,

@@ -337,7 +337,7 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
     // completes, or when this handshake is refused below.
     let seat = seat()?;
     // A client of another epoch is not ahead, whatever its `since`: it gets a snapshot.
-    let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_of(&channel));
+    let wanted = shared::epoch::resume_after(since, epoch.as_ref(), &node.hub.epoch_in(partition, &channel));
     let have = node.hub.version_of(&channel);
     if have < wanted {
         // The client is ahead of this node's state (it is still reading the partition): hold the

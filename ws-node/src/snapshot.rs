@@ -167,6 +167,12 @@ fn restore_partitions(
         positions.extend(starts);
     }
     let restored = hub.restore(restorable);
+    match shared::replay::partition_count(&consumer, &config.topic, Duration::from_secs(5)) {
+        Ok(n) => {
+            hub.forget_deleted(&loaded, n);
+        }
+        Err(e) => tracing::warn!(error = %e, "[SNAPSHOT] cannot read the partition count: channels deleted meanwhile are kept until their partition is read again"),
+    }
     let mut raised = Offsets::new();
     for p in &picked {
         if moved_back.contains(p) {

@@ -12,6 +12,8 @@ use super::{Channel, Hub, SessionHandle};
 use crate::fanout::Fanout;
 use crate::state::{ChannelState, Frame};
 use shared::epoch::Epoch;
+use shared::model::Model;
+use shared::ChannelId;
 use shared::protocol::{close, FrameStyle};
 use shared::record::{ChannelOp, DecodeError, Decoded, OpKind, Publication, RecordHeaders};
 
@@ -53,7 +55,8 @@ impl Hub {
             if passed {
                 return;
             }
-            inner.channels.insert(p.channel.clone(), Channel::blank());
+            let floor = inner.floor(partition);
+            inner.channels.insert(p.channel.clone(), Channel::blank(floor));
         }
         let channel = inner.channels.get_mut(&p.channel).expect("present or just inserted");
         match &channel.state {
@@ -171,13 +174,23 @@ impl Hub {
         *pos = (*pos).max(offset + 1);
         let live = inner.own.live(partition);
         let window = self.window;
+        // A delete raises the partition's reset floor past the deleted history's count, and the
+        // channel's next history starts at the floor (as the publisher plans it), held here or not.
+        let floor = match op.op {
+            OpKind::Reset => inner.floor(partition),
+            OpKind::Delete => {
+                let floor = inner.floors.entry(partition).or_insert(0);
+                *floor = (*floor).max(op.resets + 1);
+                *floor
+            }
+        };
         let Some(channel) = inner.channels.get_mut(&op.channel) else {
             // Not held here: a reset starts a state (so its reset count is known), a delete has
             // nothing to drop.
             if op.op == OpKind::Reset && !passed {
                 let mut state = ChannelState::new(op.channel.as_str(), model, window);
                 state.reset(model, op.resets, offset);
-                inner.channels.insert(op.channel.clone(), Channel { state: Some(state), ..Channel::blank() });
+                inner.channels.insert(op.channel.clone(), Channel { state: Some(state), ..Channel::blank(op.resets) });
             }
             return;
         };
@@ -187,10 +200,10 @@ impl Hub {
             _ => {}
         }
         // The epoch the channel is at after the op: a reset's count, or after a delete the next
-        // history's (the deleted one's + 1, where the publisher starts it).
+        // history's (the partition's floor, where the publisher starts it).
         let resets = match op.op {
             OpKind::Reset => op.resets,
-            OpKind::Delete => op.resets + 1,
+            OpKind::Delete => floor,
         };
         // Told already (a delete's next history, now started by its reset): nothing new to send.
         let told = op.op == OpKind::Reset && channel.resets() == resets && channel.state.as_ref().is_none_or(|s| s.version() == 0);
@@ -209,20 +222,8 @@ impl Hub {
             OpKind::Reset => tracing::info!(channel = %op.channel, resets, sessions, partition, offset, "[CHANNEL] reset: the channel starts again at version 0 of its next epoch"),
             OpKind::Delete => tracing::info!(channel = %op.channel, sessions, partition, offset, "[CHANNEL] deleted: its state and recent publications are freed"),
         }
-        if live && !told && !channel.sessions.is_empty() {
-            let epoch = Epoch::of(&topic, resets);
-            let (canvas, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut channel.sessions).into_iter().partition(|s| s.style == FrameStyle::Canvas);
-            channel.sessions = keep;
-            for s in &canvas {
-                s.close(close::SERVICE_RESTART, format!("channel {}: reconnect", op.op.as_str()));
-            }
-            let outs: Vec<_> = channel.sessions.iter().map(|s| s.out.clone()).collect();
-            if !outs.is_empty() {
-                self.fanout.send(outs.clone(), crate::state::reset_frame(op.channel.as_str(), 0, Some(epoch)));
-                if model.kind() != shared::model::ModelKind::Stream {
-                    self.fanout.send(outs, crate::state::state_frame(op.channel.as_str(), 0, model.empty().as_ref(), FrameStyle::Channel));
-                }
-            }
+        if live && !told {
+            self.tell_new_epoch(channel, &op.channel, model, &Epoch::of(&topic, resets), op.op.as_str());
         }
         if channel.state.is_none() && channel.sessions.is_empty() {
             inner.channels.remove(&op.channel);
@@ -231,6 +232,28 @@ impl Hub {
         inner.healing.remove(&op.channel);
         drop(inner);
         self.applied.notify_waiters();
+    }
+
+    /// Tells the sessions of `channel` (`id`, of `model`) that it is at version 0 of `epoch` now
+    /// (after a reset or a delete, `why`): those in the channel style are sent `reset` and, for a
+    /// model with state, the empty state; those of today's frames (which have no `reset`) are
+    /// closed with 1012 Service Restart and resume with a snapshot of the new epoch.
+    pub(super) fn tell_new_epoch(&self, channel: &mut Channel, id: &ChannelId, model: &dyn Model, epoch: &Epoch, why: &str) {
+        if channel.sessions.is_empty() {
+            return;
+        }
+        let (canvas, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut channel.sessions).into_iter().partition(|s| s.style == FrameStyle::Canvas);
+        channel.sessions = keep;
+        for s in &canvas {
+            s.close(close::SERVICE_RESTART, format!("channel {why}: reconnect"));
+        }
+        let outs: Vec<_> = channel.sessions.iter().map(|s| s.out.clone()).collect();
+        if !outs.is_empty() {
+            self.fanout.send(outs.clone(), crate::state::reset_frame(id.as_str(), 0, Some(epoch.clone())));
+            if model.kind() != shared::model::ModelKind::Stream {
+                self.fanout.send(outs, crate::state::state_frame(id.as_str(), 0, model.empty().as_ref(), FrameStyle::Channel));
+            }
+        }
     }
 
     /// Events applied and waiting to be written to their sessions (see [`Hub::write_queued`]).

@@ -82,7 +82,7 @@ impl Hub {
         let mut inner = self.lock();
         for snap in snapshots {
             let window = self.window;
-            let channel = inner.channels.entry(snap.channel.clone()).or_insert_with(|| Channel::blank());
+            let channel = inner.channels.entry(snap.channel.clone()).or_insert_with(|| Channel::blank(0));
             // A later reset is newer whatever its version; within one, the higher version.
             if (snap.epoch, snap.version) <= channel.state.as_ref().map_or((0, 0), |s| (s.resets(), s.version())) {
                 continue;
@@ -98,6 +98,60 @@ impl Hub {
         drop(inner);
         self.fanout.write_pending();
         restored
+    }
+
+    /// After `loaded` was restored ([`Hub::restore`]) and before the positions rise to its
+    /// checkpoints: raises each partition's reset floor to its checkpoint's, and forgets the
+    /// channels the snapshots say were deleted while this node did not read the log. A channel
+    /// held here whose state reflects only records below its partition's checkpoint, with no
+    /// snapshot in `loaded`, was deleted (every other channel with a record below a checkpoint
+    /// has a snapshot; a deleted one's was tombstoned): its state is dropped, and its sessions
+    /// are told its next epoch as a delete read from the log tells them. Channels of partitions
+    /// `loaded` has no checkpoint for are not touched, nor any on a load that skipped an unreadable
+    /// snapshot. Returns how many were forgotten.
+    pub fn forget_deleted(&self, loaded: &Loaded, partition_count: u32) -> usize {
+        let topic = self.topic_id();
+        let mut inner = self.lock();
+        for (p, f) in &loaded.floors {
+            let floor = inner.floors.entry(*p).or_insert(0);
+            *floor = (*floor).max(*f);
+        }
+        if loaded.skipped > 0 {
+            // An unreadable snapshot may be the one of a channel held here: nothing is taken
+            // for deleted on such a load.
+            return 0;
+        }
+        let snapshotted = |c: &ChannelId| loaded.canvases.contains_key(c) || loaded.channels.contains_key(c);
+        let gone: Vec<(ChannelId, i32, i64)> = inner
+            .channels
+            .iter()
+            .filter_map(|(c, ch)| {
+                let state = ch.state.as_ref()?;
+                let p = shared::partitioner::partition_for(c.as_str().as_bytes(), partition_count.max(1)) as i32;
+                let checkpoint = *loaded.checkpoints.get(&p)?;
+                (state.covered() <= checkpoint && !snapshotted(c)).then(|| (c.clone(), p, checkpoint))
+            })
+            .collect();
+        for (c, p, checkpoint) in &gone {
+            let (floor, live) = (inner.floor(*p), inner.own.live(*p));
+            let model = self.model_of(c);
+            let channel = inner.channels.get_mut(c).expect("listed above");
+            tracing::info!(channel = %c, partition = p, checkpoint, sessions = channel.sessions.len(),
+                "[SNAPSHOT] deleted while this node did not read its partition (no snapshot below the checkpoint): its state is freed");
+            channel.state = None;
+            channel.blank_resets = floor;
+            if live {
+                self.tell_new_epoch(channel, c, model, &shared::epoch::Epoch::of(&topic, floor), "delete");
+            }
+            if channel.sessions.is_empty() {
+                inner.channels.remove(c);
+            }
+            inner.incomplete.remove(c);
+            inner.healing.remove(c);
+        }
+        drop(inner);
+        self.fanout.write_pending();
+        gone.len()
     }
 
     /// Raises the positions to `positions` where they are higher (catch-up sets the positions of
