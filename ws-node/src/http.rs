@@ -229,7 +229,13 @@ async fn ws(State(node): State<Arc<Node>>, RawQuery(raw): RawQuery, mut req: Req
             }
             let seat = take_seat(&node)?;
             let (n, h) = (node.clone(), headers.clone());
-            let admit: session::Admit = Box::new(move |q| {
+            // The subscribe frame's token may come in the query (`token=`) when the frame
+            // carries none, as at the gateway.
+            let query_token: Option<String> = shared::http::parse_query::<shared::protocol::WsQuery>(raw.as_deref().unwrap_or("")).ok().and_then(|q| q.token);
+            let admit: session::Admit = Box::new(move |mut q| {
+                if q.token.is_none() {
+                    q.token = query_token;
+                }
                 Box::pin(async move {
                     let mut seat = Some(seat);
                     admit(&n, &q, &h, move || seat.take().ok_or_else(|| ApiError::unavailable("full", "no seat", RETRY_AFTER_SECS))).await

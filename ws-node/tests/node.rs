@@ -593,7 +593,6 @@ async fn a_record_of_a_later_format_stops_the_node_instead_of_skipping_it() {
 /// for that code): the socket is dropped with no close frame and no reason. Bad UTF-8 and other
 /// protocol errors take the same path.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: a first frame over WS_MAX_MESSAGE is dropped without a close code (1009 in a session)"]
 async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
     let mut h = Harness::start(with_namespaces).await;
     let fp = h.config.namespaces().fingerprint().to_owned();
@@ -615,7 +614,6 @@ async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
 /// has none. The node drops the query once it names no channel (`http::ws` keeps only the
 /// frame's fields), so the same connection made to a node is refused `missing_token`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "finding: the node ignores the query's token on a connection that subscribes by frame"]
 async fn a_subscribe_frame_without_a_token_uses_the_query_s() {
     let mut h = Harness::start(|c| {
         with_namespaces(c);
