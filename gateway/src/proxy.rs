@@ -253,7 +253,15 @@ pub fn upgrade_subscribing(
         tasks.track_future(async move {
             let mut q = match first_subscribe(&mut client).await {
                 Ok(q) => q,
-                Err(e) => return refuse_open(client, None, e.body.error, e.body.message, None).await,
+                Err(NotSubscribed::Refused(e)) => return refuse_open(client, None, e.body.error, e.body.message, None).await,
+                Err(NotSubscribed::Protocol(code, reason)) => {
+                    // As in a proxied session: the close code the WebSocket layer's refusal calls for.
+                    tracing::info!(code, reason, "connection refused: its first frame broke the protocol");
+                    let _ = client.send(shared::ws::close_message(code, reason)).await;
+                    let _ = tokio::time::timeout(Duration::from_secs(2), async { while let Some(Ok(_)) = client.recv().await {} }).await;
+                    return;
+                }
+                Err(NotSubscribed::Lost) => return,
             };
             if let Err(e) = admit(&mut q) {
                 tracing::info!(channel = %q.id(), code = %e.body.error, "subscribe refused");
@@ -267,18 +275,30 @@ pub fn upgrade_subscribing(
     })
 }
 
+/// Why a connection opened without a channel has no subscription.
+enum NotSubscribed {
+    /// Its subscribe frame is refused (or none came): an `error` frame and a close code.
+    Refused(shared::http::ApiError),
+    /// Its first frame broke the WebSocket protocol (too big, bad UTF-8): that close code, as in
+    /// a proxied session ([`shared::ws::classify`]).
+    Protocol(u16, &'static str),
+    /// The client went away, or closed, before subscribing.
+    Lost,
+}
+
 /// The client's first message, a `subscribe` frame, within [`SUBSCRIBE_WAIT`] (pings before it
 /// are answered by axum).
-async fn first_subscribe(client: &mut WebSocket) -> Result<WsQuery, shared::http::ApiError> {
-    let expected = |why: &str| shared::http::ApiError::bad_request("subscribe_expected", why.to_owned());
+async fn first_subscribe(client: &mut WebSocket) -> Result<WsQuery, NotSubscribed> {
+    let expected = |why: &str| NotSubscribed::Refused(shared::http::ApiError::bad_request("subscribe_expected", why.to_owned()));
     let deadline = tokio::time::Instant::now() + SUBSCRIBE_WAIT;
     loop {
         match tokio::time::timeout_at(deadline, client.recv()).await {
             Err(_) => return Err(expected(&format!("no subscribe frame within {} s of the handshake", SUBSCRIBE_WAIT.as_secs()))),
-            Ok(Some(Ok(aws::Message::Text(t)))) => return shared::http::parse_subscribe(t.as_str()),
+            Ok(Some(Ok(aws::Message::Text(t)))) => return shared::http::parse_subscribe(t.as_str()).map_err(NotSubscribed::Refused),
             Ok(Some(Ok(aws::Message::Ping(_) | aws::Message::Pong(_)))) => {}
             Ok(Some(Ok(aws::Message::Binary(_)))) => return Err(expected("the first frame must be a subscribe text frame")),
-            Ok(Some(Ok(aws::Message::Close(_))) | Some(Err(_)) | None) => return Err(shared::http::ApiError::bad_request("connection_lost", "the client left before subscribing")),
+            Ok(Some(Err(e))) => return Err(shared::ws::classify(&e).map_or(NotSubscribed::Lost, |(code, reason)| NotSubscribed::Protocol(code, reason))),
+            Ok(Some(Ok(aws::Message::Close(_))) | None) => return Err(NotSubscribed::Lost),
         }
     }
 }
@@ -286,9 +306,6 @@ async fn first_subscribe(client: &mut WebSocket) -> Result<WsQuery, shared::http
 /// Refuses an open client connection: the `error` frame, then 1013 (with `retry_after_ms`) or
 /// 1008, and a short wait for the client's close reply.
 async fn refuse_open(mut ws: WebSocket, channel: Option<String>, code: String, message: String, retry_after_ms: Option<u64>) {
-    if code == "connection_lost" {
-        return;
-    }
     let (close_code, reason) = match retry_after_ms {
         Some(_) => (close::TRY_AGAIN_LATER, format!("{code}: try again later")),
         None => (close::POLICY_VIOLATION, format!("{code}: not served")),

@@ -262,7 +262,6 @@ async fn close_code(ws: &mut tokio_tungstenite::WebSocketStream<tokio_tungstenit
 /// session answers with 1009 Message Too Big, but before the subscribe `first_subscribe` takes it
 /// for `connection_lost` and `refuse_open` sends nothing: the client gets no close code.
 #[tokio::test]
-#[ignore = "finding: a first frame over WS_MAX_MESSAGE is dropped without a close code"]
 async fn a_first_frame_the_websocket_layer_refuses_gets_its_close_code() {
     use futures::SinkExt;
     use tokio_tungstenite::tungstenite::Message;

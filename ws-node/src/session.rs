@@ -164,7 +164,19 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
                     Err(e) => return refuse(&mut ctx, &sock, hub, id, Some(channel), e, &peer).await,
                 }
             }
-            Err(e) => return refuse(&mut ctx, &sock, hub, id, None, e, &peer).await,
+            Err(NotSubscribed::Refused(e)) => return refuse(&mut ctx, &sock, hub, id, None, e, &peer).await,
+            Err(NotSubscribed::Protocol(code, reason)) => {
+                // As in a session: the close code the WebSocket layer's refusal calls for.
+                tracing::info!(session = id, code, reason, origin = %peer.origin, "session refused: its first frame broke the protocol");
+                write_all(&sock, &encode_close(code, reason), Instant::now() + Duration::from_secs(5)).await;
+                linger(&mut ctx, &sock).await;
+                hub.counters.closed(Some(code));
+                return;
+            }
+            Err(NotSubscribed::Lost) => {
+                hub.counters.closed(None);
+                return;
+            }
         },
     };
     let (handle, rx) = SessionHandle::of_style(id, spec.channel.clone(), spec.partition, spec.queue, spec.style);
@@ -307,27 +319,43 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
 /// (pings before it are answered by the client's next read, not here).
 ///
 /// # Errors
-/// 400 naming the frame's bad field; 408-like `subscribe_timeout` (a refusal for good) when none
-/// came; `connection_lost` when the client went away.
-async fn subscribed(ctx: &mut WebSocketContext, sock: &TcpStream) -> Result<WsQuery, ApiError> {
+/// [`NotSubscribed`]: 400 naming the frame's bad field, or `subscribe_expected` (a refusal for
+/// good) when none came; a frame the WebSocket layer refuses; the client gone.
+async fn subscribed(ctx: &mut WebSocketContext, sock: &TcpStream) -> Result<WsQuery, NotSubscribed> {
     let deadline = Instant::now() + SUBSCRIBE_WAIT;
     let mut ignored = Vec::new();
     loop {
         if !matches!(tokio::time::timeout_at(deadline, sock.readable()).await, Ok(Ok(()))) {
-            return Err(ApiError::bad_request("subscribe_expected", format!("no subscribe frame within {} s of the handshake", SUBSCRIBE_WAIT.as_secs())));
+            return Err(NotSubscribed::Refused(ApiError::bad_request("subscribe_expected", format!("no subscribe frame within {} s of the handshake", SUBSCRIBE_WAIT.as_secs()))));
         }
         loop {
             ignored.clear();
             match ctx.read(&mut ReadSide { sock, replies: &mut ignored }) {
-                Ok(Message::Text(t)) => return shared::http::parse_subscribe(t.as_str()),
+                Ok(Message::Text(t)) => return shared::http::parse_subscribe(t.as_str()).map_err(NotSubscribed::Refused),
                 Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_)) => {}
-                Ok(Message::Binary(_)) => return Err(ApiError::bad_request("subscribe_expected", "the first frame must be a subscribe text frame")),
-                Ok(Message::Close(_)) => return Err(ApiError::bad_request("connection_lost", "the client closed before subscribing")),
+                Ok(Message::Binary(_)) => return Err(NotSubscribed::Refused(ApiError::bad_request("subscribe_expected", "the first frame must be a subscribe text frame"))),
+                Ok(Message::Close(_)) => return Err(NotSubscribed::Lost),
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) => return Err(ApiError::bad_request("connection_lost", format!("reading the subscribe frame: {e}"))),
+                Err(e) => {
+                    return Err(match shared::ws::classify_ws(&e) {
+                        Some((code, reason)) => NotSubscribed::Protocol(code, reason),
+                        None => NotSubscribed::Lost,
+                    })
+                }
             }
         }
     }
+}
+
+/// Why a connection opened without a channel has no subscription.
+enum NotSubscribed {
+    /// Its subscribe frame is refused (or none came): an `error` frame and a close code.
+    Refused(ApiError),
+    /// Its first frame broke the WebSocket protocol (too big, bad UTF-8): that close code, as in
+    /// a session ([`shared::ws::classify_ws`]).
+    Protocol(u16, &'static str),
+    /// The client went away, or closed, before subscribing.
+    Lost,
 }
 
 /// Refuses a session after its upgrade: the `error` frame (naming `channel` when known; with
@@ -339,14 +367,12 @@ async fn refuse(ctx: &mut WebSocketContext, sock: &TcpStream, hub: &Hub, id: u64
         _ => (close::POLICY_VIOLATION, None),
     };
     tracing::info!(session = id, channel = ?channel, code = %e.body.error, origin = %peer.origin, "session refused after its subscribe frame");
-    if e.body.error != "connection_lost" {
-        let frame: Frame = ServerMessage::Error { code: e.body.error.clone(), message: e.body.message.clone(), retry_after_ms, channel }.to_json().into();
-        let reason = format!("{}: not served", e.body.error);
-        let mut bytes = frame.wire().to_vec();
-        bytes.extend_from_slice(&encode_close(code, &reason));
-        write_all(sock, &bytes, Instant::now() + Duration::from_secs(5)).await;
-        linger(ctx, sock).await;
-    }
+    let frame: Frame = ServerMessage::Error { code: e.body.error.clone(), message: e.body.message.clone(), retry_after_ms, channel }.to_json().into();
+    let reason = format!("{}: not served", e.body.error);
+    let mut bytes = frame.wire().to_vec();
+    bytes.extend_from_slice(&encode_close(code, &reason));
+    write_all(sock, &bytes, Instant::now() + Duration::from_secs(5)).await;
+    linger(ctx, sock).await;
     hub.counters.closed(Some(code));
 }
 
