@@ -37,7 +37,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use shared::api::ErrorBody;
-use shared::http::{method_not_allowed, parse_json, ApiError, CanvasPath, JsonBody, JsonBodyUpTo};
+use shared::http::{method_not_allowed, parse_json, ApiError, ChannelPath, JsonBody, JsonBodyUpTo};
 use shared::{ChannelId, Color};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -113,7 +113,7 @@ fn allow(grant: Option<&Grant>, channel: &ChannelId) -> Result<(), ApiError> {
 async fn post_pixel<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     Extension(auth): Extension<ClientAuth>,
-    CanvasPath(channel): CanvasPath,
+    ChannelPath(channel): ChannelPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Result<Response, ApiError> {
@@ -265,7 +265,7 @@ async fn publish_batch<L: EventLog>(v: Arc<Versions<L>>, events: Vec<BatchEvent>
     .await
 }
 
-async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+async fn get_canvas<L: EventLog>(State(v): State<Arc<Versions<L>>>, ChannelPath(channel): ChannelPath) -> Result<Response, ApiError> {
     Ok(Json(v.truth(&channel).await.map_err(publish_error)?).into_response())
 }
 

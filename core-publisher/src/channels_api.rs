@@ -31,7 +31,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
 use serde_json::value::RawValue;
 use shared::client_token::Action;
-use shared::http::{parse_json, ApiError, CanvasPath, JsonBodyUpTo};
+use shared::http::{parse_json, ApiError, ChannelPath, JsonBodyUpTo};
 use shared::rate_limit::PublishLimiter;
 use shared::ChannelId;
 use std::collections::HashMap;
@@ -118,7 +118,7 @@ fn internal(e: tokio::task::JoinError) -> ApiError {
 async fn post_publication<L: EventLog>(
     State(v): State<Arc<Versions<L>>>,
     Extension(auth): Extension<ClientAuth>,
-    CanvasPath(channel): CanvasPath,
+    ChannelPath(channel): ChannelPath,
     headers: HeaderMap,
     JsonBodyUpTo(body): JsonBodyUpTo<MAX_PUBLICATION_BODY_BYTES>,
 ) -> Result<Response, ApiError> {
@@ -222,7 +222,7 @@ async fn publish_all<L: EventLog>(v: Arc<Versions<L>>, pubs: Vec<BatchPublicatio
     .await
 }
 
-async fn get_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+async fn get_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, ChannelPath(channel): ChannelPath) -> Result<Response, ApiError> {
     Ok(Json(v.channel_truth(&channel).await.map_err(publish_error)?).into_response())
 }
 
@@ -239,7 +239,7 @@ struct Changed<'a> {
     offset: i64,
 }
 
-async fn post_reset<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+async fn post_reset<L: EventLog>(State(v): State<Arc<Versions<L>>>, ChannelPath(channel): ChannelPath) -> Result<Response, ApiError> {
     // Run to the end even if the caller goes away, as a publish does.
     let task = tokio::spawn(async move { v.reset_channel(&channel).await });
     let c = task.await.map_err(internal)?.map_err(publish_error)?;
@@ -247,7 +247,7 @@ async fn post_reset<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(c
     Ok(Json(body).into_response())
 }
 
-async fn delete_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, CanvasPath(channel): CanvasPath) -> Result<Response, ApiError> {
+async fn delete_channel<L: EventLog>(State(v): State<Arc<Versions<L>>>, ChannelPath(channel): ChannelPath) -> Result<Response, ApiError> {
     let task = tokio::spawn(async move { v.delete_channel(&channel).await });
     let c = task.await.map_err(internal)?.map_err(publish_error)?;
     let body = Changed { channel: &c.channel, version: None, deleted: true, epoch: &c.epoch, partition: c.partition, offset: c.offset };

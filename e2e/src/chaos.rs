@@ -280,7 +280,7 @@ impl Outcome {
             }
         }
         for v in self.verdicts.iter().filter(|v| !v.ok()) {
-            s += &format!("   client {} ({}): {v:?}\n", v.name, v.canvas);
+            s += &format!("   client {} ({}): {v:?}\n", v.name, v.channel);
         }
         for p in &self.problems {
             s += &format!("   problem: {p}\n");

@@ -10,10 +10,10 @@ use crate::client::{ClientReport, Kind};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verdict {
     pub name: String,
-    pub canvas: String,
+    pub channel: String,
     /// Version of the first snapshot.
     pub base: u64,
-    /// Publisher's head version of the canvas.
+    /// Publisher's head version of the channel.
     pub head: u64,
     /// Event frames received.
     pub events: usize,
@@ -157,7 +157,7 @@ pub fn check(report: &ClientReport, head: u64, hash: &str) -> Verdict {
     let lost = ((base + 1)..=head).filter(|v| !seen.contains(v) && !passed.iter().any(|(from, to)| (*from..=*to).contains(v))).collect();
     Verdict {
         name: report.name.clone(),
-        canvas: report.canvas.clone(),
+        channel: report.channel.clone(),
         base,
         head,
         events,
@@ -198,7 +198,7 @@ mod tests {
     fn report(frames: &[(Kind, u64)]) -> ClientReport {
         ClientReport {
             name: "t".into(),
-            canvas: "c".into(),
+            channel: "c".into(),
             got: frames.iter().map(|(k, v)| Got { at_ms: 0, kind: *k, version: *v, published_at_ms: 0, session: 1 }).collect(),
             hash: "h".into(),
             version: frames.last().map_or(0, |f| f.1),

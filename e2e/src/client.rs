@@ -99,7 +99,7 @@ pub fn next_gateway(index: usize, count: usize, outcome: GatewayOutcome, retried
 #[derive(Debug, Clone, Default)]
 pub struct ClientReport {
     pub name: String,
-    pub canvas: String,
+    pub channel: String,
     pub got: Vec<Got>,
     pub sessions: Vec<SessionInfo>,
     /// Reconnects by cause.
@@ -115,7 +115,7 @@ pub struct ClientReport {
     /// Index in `got` of the first frame of the current epoch (0 until an epoch change): the
     /// stream of the current history starts there ([`crate::checker::check_history`]).
     pub history_from: usize,
-    /// Hash of the client's canvas.
+    /// Hash of the client's state of its channel.
     pub hash: String,
     /// `reset` frames received (a stream resumed from beyond the node's window).
     pub resets: u32,
@@ -139,7 +139,7 @@ impl Default for ClientTiming {
 struct State {
     report: ClientReport,
     /// The channel's state held (`None`: nothing held yet).
-    canvas: Option<Box<dyn ModelState>>,
+    held: Option<Box<dyn ModelState>>,
     /// Its model.
     model: Arc<dyn Model>,
     /// Which frames it asks for.
@@ -167,14 +167,14 @@ pub struct Client {
 }
 
 impl Client {
-    /// Starts a client of `canvas` through `ws_base` (`ws://127.0.0.1:port`).
-    pub fn spawn(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming) -> Self {
-        Self::spawn_with_token(name, ws_base, canvas, dims, timing, None)
+    /// Starts a client of `channel` through `ws_base` (`ws://127.0.0.1:port`).
+    pub fn spawn(name: &str, ws_base: &str, channel: &str, dims: CanvasDims, timing: ClientTiming) -> Self {
+        Self::spawn_with_token(name, ws_base, channel, dims, timing, None)
     }
 
     /// [`Client::spawn`] with a client token (a JWT), sent as `token=` on every attempt.
-    pub fn spawn_with_token(name: &str, ws_base: &str, canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
-        Self::spawn_with_gateways(name, &[ws_base.to_owned()], canvas, dims, timing, token)
+    pub fn spawn_with_token(name: &str, ws_base: &str, channel: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
+        Self::spawn_with_gateways(name, &[ws_base.to_owned()], channel, dims, timing, token)
     }
 
     /// A client that knows several gateways (`ws://host:port` each), tried in turn by
@@ -182,8 +182,8 @@ impl Client {
     ///
     /// # Panics
     /// With an empty list.
-    pub fn spawn_with_gateways(name: &str, ws_bases: &[String], canvas: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
-        Self::start(name, ws_bases, canvas, Arc::new(shared::model::pixels::Pixels { dims }), FrameStyle::Canvas, timing, token)
+    pub fn spawn_with_gateways(name: &str, ws_bases: &[String], channel: &str, dims: CanvasDims, timing: ClientTiming, token: Option<String>) -> Self {
+        Self::start(name, ws_bases, channel, Arc::new(shared::model::pixels::Pixels { dims }), FrameStyle::Canvas, timing, token)
     }
 
     /// A client of `channel` (of `model`, as its namespace says) in the channel frames.
@@ -199,19 +199,19 @@ impl Client {
         c
     }
 
-    fn start(name: &str, ws_bases: &[String], canvas: &str, model: Arc<dyn Model>, style: FrameStyle, timing: ClientTiming, token: Option<String>) -> Self {
+    fn start(name: &str, ws_bases: &[String], channel: &str, model: Arc<dyn Model>, style: FrameStyle, timing: ClientTiming, token: Option<String>) -> Self {
         assert!(!ws_bases.is_empty(), "a client needs at least one gateway");
         let ws_bases = ws_bases.to_vec();
         let state = Arc::new(Mutex::new(State {
-            report: ClientReport { name: name.into(), canvas: canvas.into(), ..Default::default() },
-            canvas: None,
+            report: ClientReport { name: name.into(), channel: channel.into(), ..Default::default() },
+            held: None,
             model,
             style,
             subscribing: false,
         }));
         let cancel = CancellationToken::new();
         let control = Arc::new(Control { paused: tokio::sync::watch::channel(false).0, kick: tokio::sync::Notify::new() });
-        let task = tokio::spawn(run(state.clone(), ws_bases, canvas.to_owned(), token, timing, cancel.clone(), control.clone()));
+        let task = tokio::spawn(run(state.clone(), ws_bases, channel.to_owned(), token, timing, cancel.clone(), control.clone()));
         Self { state, task, cancel, control }
     }
 
@@ -253,7 +253,7 @@ impl Client {
 fn snapshot(state: &Mutex<State>) -> ClientReport {
     let s = state.lock().expect("client lock");
     let mut r = s.report.clone();
-    r.hash = s.canvas.as_ref().map(|c| c.hash()).unwrap_or_default();
+    r.hash = s.held.as_ref().map(|c| c.hash()).unwrap_or_default();
     r
 }
 
@@ -267,18 +267,18 @@ enum Next {
     Stop,
 }
 
-/// The `/ws` URL of an attempt: `canvas`, `since`, the `epoch` of the last `welcome` when there
+/// The `/ws` URL of an attempt: `channel`, `since`, the `epoch` of the last `welcome` when there
 /// was one, and the client token (percent-encoded) when there is one.
-pub fn session_url(base: &str, canvas: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
-    session_url_as(FrameStyle::Canvas, base, canvas, since, epoch, token)
+pub fn session_url(base: &str, channel: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
+    session_url_as(FrameStyle::Canvas, base, channel, since, epoch, token)
 }
 
 /// [`session_url`] in frames of `style` (`channel=` or `canvas=`).
-pub fn session_url_as(style: FrameStyle, base: &str, canvas: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
+pub fn session_url_as(style: FrameStyle, base: &str, channel: &str, since: u64, epoch: Option<&str>, token: Option<&str>) -> String {
     let param = if style == FrameStyle::Channel { "channel" } else { "canvas" };
     let mut url = match epoch {
-        Some(e) => format!("{base}/ws?{param}={canvas}&since={since}&epoch={e}"),
-        None => format!("{base}/ws?{param}={canvas}&since={since}"),
+        Some(e) => format!("{base}/ws?{param}={channel}&since={since}&epoch={e}"),
+        None => format!("{base}/ws?{param}={channel}&since={since}"),
     };
     if let Some(t) = token.filter(|t| !t.is_empty()) {
         url.push_str("&token=");
@@ -291,7 +291,7 @@ pub fn session_url_as(style: FrameStyle, base: &str, canvas: &str, since: u64, e
 async fn run(
     state: Arc<Mutex<State>>,
     bases: Vec<String>,
-    canvas: String,
+    channel: String,
     token: Option<String>,
     t: ClientTiming,
     cancel: CancellationToken,
@@ -308,14 +308,14 @@ async fn run(
     loop {
         let (since, epoch, style, subscribing) = {
             let s = state.lock().expect("client lock");
-            // The epoch says "I hold version `since` of this history": only with a canvas held (a
+            // The epoch says "I hold version `since` of this history": only with a state held (a
             // welcome then a drop before the snapshot leaves nothing, which `since=0` alone says).
-            (s.report.version, s.canvas.as_ref().and(s.report.epoch.clone()), s.style, s.subscribing)
+            (s.report.version, s.held.as_ref().and(s.report.epoch.clone()), s.style, s.subscribing)
         };
         let url = if subscribing {
             format!("{}/ws", bases[gateway])
         } else {
-            session_url_as(style, &bases[gateway], &canvas, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref())
+            session_url_as(style, &bases[gateway], &channel, since, epoch.as_ref().map(|e| e.as_str()), token.as_deref())
         };
         let dialed_ms = now_ms();
         let connect = tokio::select! {
@@ -342,7 +342,7 @@ async fn run(
             }
             Ok((mut ws, _)) => {
                 if subscribing {
-                    let channel = shared::ChannelId::parse(&canvas).expect("a client's channel is a channel id");
+                    let channel = shared::ChannelId::parse(&channel).expect("a client's channel is a channel id");
                     let frame = shared::protocol::ClientMessage::Subscribe { channel, since, epoch: epoch.clone(), token: token.clone() };
                     let _ = futures::SinkExt::send(&mut ws, tungstenite::Message::Text(frame.to_json().into())).await;
                 }
@@ -401,7 +401,7 @@ fn take_state(s: &mut State, version: u64, state: &serde_json::Value, n: u32) ->
     s.report.got.push(Got { at_ms: now_ms(), kind: Kind::Snapshot, version, published_at_ms: 0, session: n });
     match s.model.from_json(state) {
         Ok(c) => {
-            s.canvas = Some(c);
+            s.held = Some(c);
             s.report.version = version;
             None
         }
@@ -416,10 +416,10 @@ fn take_publication(s: &mut State, version: u64, data: &serde_json::value::RawVa
     if version <= have {
         return None; // duplicate: recorded, dropped
     }
-    if version != have + 1 || s.canvas.is_none() {
+    if version != have + 1 || s.held.is_none() {
         return Some((Next::After(Some(Duration::ZERO)), "gap_resync".into()));
     }
-    if let Some(c) = s.canvas.as_mut() {
+    if let Some(c) = s.held.as_mut() {
         if c.apply(data).is_err() {
             return Some((Next::After(None), "bad_publication".into()));
         }
@@ -456,11 +456,11 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32) -> Option<(Next, Str
                 s.report.history_from = if stateless { s.report.got.len() - 1 } else { s.report.got.len() };
                 s.report.epoch = epoch;
                 if !stateless {
-                    s.canvas = None;
+                    s.held = None;
                 }
             }
-            if s.canvas.is_none() && stateless {
-                s.canvas = Some(s.model.empty());
+            if s.held.is_none() && stateless {
+                s.held = Some(s.model.empty());
             }
             s.report.version = version;
             None
@@ -477,7 +477,7 @@ fn apply_frame(s: &mut State, frame: ServerMessage, n: u32) -> Option<(Next, Str
                 s.report.epoch_changes += 1;
                 s.report.history_from = s.report.got.len();
                 s.report.version = 0;
-                s.canvas = None;
+                s.held = None;
             }
             s.report.epoch = epoch;
             if let Some(last) = s.report.sessions.last_mut() {
@@ -589,7 +589,7 @@ mod tests {
 
     #[test]
     fn a_welcome_of_another_epoch_makes_the_next_snapshot_the_base_even_when_older() {
-        let mut s = State { report: ClientReport::default(), canvas: None, model: Arc::new(shared::model::pixels::Pixels { dims: DIMS }), style: FrameStyle::Canvas, subscribing: false };
+        let mut s = State { report: ClientReport::default(), held: None, model: Arc::new(shared::model::pixels::Pixels { dims: DIMS }), style: FrameStyle::Canvas, subscribing: false };
         for f in [welcome(Some("T1-0")), snapshot(10), event(11)] {
             assert!(apply_frame(&mut s, f, 1).is_none());
         }

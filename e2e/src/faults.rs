@@ -50,7 +50,7 @@ pub const PAUSE: Duration = Duration::from_secs(6);
 #[derive(Debug, Clone)]
 pub struct Seen {
     pub name: String,
-    pub canvas: String,
+    pub channel: String,
     pub events: usize,
     pub reconnects: usize,
     /// Longest time between two events it received after the fault began, ms.
@@ -104,7 +104,7 @@ impl FaultReport {
             self.acked, self.attempts, self.retried_not_applied, self.retried_unknown, self.retried_in_flight, self.longest_publish_ms, self.writer_failed.len()
         );
         for c in &self.seen {
-            s += &format!("   {} ({}): {} events, {} reconnects, longest wait {} ms\n", c.name, c.canvas, c.events, c.reconnects, c.longest_wait_ms);
+            s += &format!("   {} ({}): {} events, {} reconnects, longest wait {} ms\n", c.name, c.channel, c.events, c.reconnects, c.longest_wait_ms);
         }
         for pr in &self.problems {
             s += &format!("   PROBLEM: {pr}\n");
@@ -181,7 +181,7 @@ async fn conclude(stage: Stage, broker: &Broker, case: Case, fault: String, faul
 pub fn seen(r: &ClientReport, from_ms: u64) -> Seen {
     let times: Vec<u64> = r.got.iter().filter(|g| g.kind == Kind::Event).map(|g| g.at_ms).collect();
     let longest = times.windows(2).filter(|w| w[1] >= from_ms).map(|w| w[1] - w[0].max(from_ms)).max().unwrap_or(0);
-    Seen { name: r.name.clone(), canvas: r.canvas.clone(), events: times.len(), reconnects: r.sessions.len().saturating_sub(1), longest_wait_ms: longest }
+    Seen { name: r.name.clone(), channel: r.channel.clone(), events: times.len(), reconnects: r.sessions.len().saturating_sub(1), longest_wait_ms: longest }
 }
 
 /// Restarts any node that is down and resumes any that is paused (a case that failed half way

@@ -137,8 +137,8 @@ impl Report {
         ["stream", "latest", "json", "pixels"]
             .into_iter()
             .filter_map(|m| {
-                let verdicts: Vec<Verdict> = self.verdicts.iter().filter(|v| model(&v.canvas) == m).cloned().collect();
-                let frames = self.reports.iter().filter(|r| model(&r.canvas) == m).map(|r| r.got.len()).sum();
+                let verdicts: Vec<Verdict> = self.verdicts.iter().filter(|v| model(&v.channel) == m).cloned().collect();
+                let frames = self.reports.iter().filter(|r| model(&r.channel) == m).map(|r| r.got.len()).sum();
                 (!verdicts.is_empty()).then(|| (m, Summary::of(&verdicts), frames))
             })
             .collect()
@@ -160,7 +160,7 @@ impl Report {
             self.verdicts.iter().map(|v| v.events).min().unwrap_or(0),
             self.verdicts.iter().map(|v| v.events).max().unwrap_or(0),
         );
-        s += &format!("| clients / canvases | {} / {} |\n", self.verdicts.len(), self.verdicts.iter().map(|v| &v.canvas).collect::<std::collections::BTreeSet<_>>().len());
+        s += &format!("| clients / canvases | {} / {} |\n", self.verdicts.len(), self.verdicts.iter().map(|v| &v.channel).collect::<std::collections::BTreeSet<_>>().len());
         s += &format!("| events delivered per client | min {min}, max {max} ({}) |\n", delivered.join(" "));
         let promise = self.promise();
         s += &format!("| lost | {} |\n", promise.lost);
@@ -257,7 +257,7 @@ pub async fn wait_for_heads(fleet: &Fleet, clients: &[Client], canvases: &[Strin
             .iter()
             .filter_map(|c| {
                 let r = c.report();
-                let head = truths_ref[&r.canvas].0;
+                let head = truths_ref[&r.channel].0;
                 (r.version != head).then(|| format!("{} at {} of {}", r.name, r.version, head))
             })
             .collect();
@@ -276,7 +276,7 @@ pub async fn finish(clients: Vec<Client>, truths: &BTreeMap<String, (u64, String
     let verdicts = reports
         .iter()
         .map(|r| {
-            let (head, hash) = &truths[&r.canvas];
+            let (head, hash) = &truths[&r.channel];
             // From the client's last epoch change: a reset channel is judged in its new history.
             check_history(r, *head, hash)
         })

@@ -33,7 +33,7 @@ fn case(c: Case) {
     let report = runtime().block_on(faults::run(broker, c, true)).unwrap_or_else(|e| panic!("{c:?} ran to the end: {e:#}"));
     println!("\n{}", report.text());
     for v in report.verdicts.iter().filter(|v| !v.ok()) {
-        println!("client {} ({}): {v:?}", v.name, v.canvas);
+        println!("client {} ({}): {v:?}", v.name, v.channel);
     }
     let p = report.promise();
     assert_eq!((p.lost, p.duplicated, p.out_of_order), (0, 0, 0), "{c:?}: lost / duplicated / out of order");

@@ -251,7 +251,7 @@ impl Admission {
 }
 
 impl Admission {
-    /// Opens the upstream of one handshake through the admission queue of its canvas's node:
+    /// Opens the upstream of one handshake through the admission queue of its channel's node:
     /// `owner` names the node that would serve it now, `attempt` asks that node (the proxy's
     /// upstream handshake), `refresh` asks for a fresh poll. A node's `full` answer makes the
     /// handshake wait for a place (see the module doc) instead of failing at once.
@@ -259,7 +259,7 @@ impl Admission {
     /// # Errors
     /// [`Refused`]: the node's own refusal other than `full`, or `full` when the handshake could not
     /// wait or its wait ran out.
-    pub async fn admit<T, A, F>(&self, canvas: &str, owner: impl Fn() -> Option<String>, mut attempt: A, refresh: impl Fn()) -> Result<T, Refused>
+    pub async fn admit<T, A, F>(&self, channel: &str, owner: impl Fn() -> Option<String>, mut attempt: A, refresh: impl Fn()) -> Result<T, Refused>
     where
         A: FnMut() -> F,
         F: std::future::Future<Output = Result<T, Refused>>,
@@ -282,7 +282,7 @@ impl Admission {
                     // Woken: a place freed; the node decides again.
                     refused_full = false;
                     if trying.is_none() {
-                        tracing::info!(node = %node, canvas, "admission wait ran out");
+                        tracing::info!(node = %node, canvas = channel, "admission wait ran out");
                         return Err(self.refuse(Some(&node), &format!("no place freed within {}ms", self.settings.wait.as_millis())));
                     }
                 }
@@ -290,11 +290,11 @@ impl Admission {
                     let why = if has_place { "no place freed in time" } else { "its wait queue is full" };
                     return Err(self.refuse(node.as_deref(), why));
                 }
-                // Try, or nobody to wait for (the canvas has no routed owner now): the node decides.
+                // Try, or nobody to wait for (the channel has no routed owner now): the node decides.
                 (_, node) => match attempt().await {
                     Ok(open) => {
                         if let (true, Some(node)) = (waited, &node) {
-                            tracing::info!(node = %node, canvas, seq, "admitted after waiting for a place");
+                            tracing::info!(node = %node, canvas = channel, seq, "admitted after waiting for a place");
                         }
                         return Ok(open);
                     }

@@ -2,7 +2,7 @@
 //!
 //! | method and path | answer |
 //! |---|---|
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket, proxied to the node that owns the canvas; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake); a page of a foreign `Origin` ([`shared::origin`]): `403 origin_not_allowed`, or with `refusal=frame` an `error` frame and close 1008 Policy Violation |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&refusal=http\|frame` | WebSocket (`channel=<id>`, or `canvas=<id>` for a `pixels` channel in today's `canvas` frames), proxied to the node that owns the channel; when none can serve it: `503` + `Retry-After`, or with `refusal=frame` an `error` frame with `retry_after_ms` and close 1013 (browsers cannot read a refused handshake); a page of a foreign `Origin` ([`shared::origin`]): `403 origin_not_allowed`, or with `refusal=frame` an `error` frame and close 1008 Policy Violation |
 //! | `GET /api/fleet` | `200` node states, UP streaks, partitions, sessions, catch-up, the publishers (url, ready, preferred), recent decisions; node and publisher URLs and error texts only with the admin token ([`crate::redaction`]) |
 //! | `GET /api/fleet/history?since_ms=<unix ms>` | `200` `{"poll_interval_ms","partition_count","history_ms","samples":[{"at_ms","nodes":[{"id","state","sessions","partitions","records_per_sec"}]}]}`: one sample per scheduled poll over the last 10 minutes, oldest first, only those after `since_ms` when given ([`crate::history`]) |
 //! | `POST /api/fleet/nodes/{id}/drain` `{"grace_ms"?}` | `200` the node's drain report (reason `MAINTENANCE`); needs `Authorization: Bearer <ADMIN_TOKEN>` (401); the leader carries it out under its fencing token, a follower forwards it to the leader ([`crate::to_leader`]: `503 no_leader` / `not_leader` + `Retry-After` while leadership moves, `409 not_leader` when it cannot forward, `502 leader_unreachable`) |
@@ -14,7 +14,7 @@
 //! | `GET /`, `/fleet`, `/assets/{file}`, `/client/{file}` | the live pages and the browser client library ([`crate::assets`]) |
 //!
 //! With client tokens required ([`shared::client_token`]), `/ws` needs `token=<jwt>` allowing
-//! subscribing to the canvas: `401`/`403` with the JSON body, or with `refusal=frame` an `error`
+//! subscribing to the channel: `401`/`403` with the JSON body, or with `refusal=frame` an `error`
 //! frame and close 1008 Policy Violation; the token is passed on to the node. Publishes pass the
 //! client's `Authorization` header on to the publisher, which checks it.
 //!
@@ -38,7 +38,7 @@ use axum::{Json, Router};
 use shared::admin_guard::AdminGuard;
 use shared::api::{DEFAULT_GRACE_MS, MAX_GRACE_MS};
 use shared::http::{
-    method_not_allowed, parse_json, parse_query, ApiError, CanvasPath, JsonBody, JsonBodyUpTo, PathSegment, MAX_BATCH_BODY_BYTES,
+    method_not_allowed, parse_json, parse_query, ApiError, ChannelPath, JsonBody, JsonBodyUpTo, PathSegment, MAX_BATCH_BODY_BYTES,
     MAX_BODY_BYTES,
 };
 use shared::protocol::{Refusal, WsQuery};
@@ -269,7 +269,7 @@ fn forward(
 async fn forward_pixel(
     State(fleet): State<Arc<Fleet>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    CanvasPath(canvas): CanvasPath,
+    ChannelPath(canvas): ChannelPath,
     headers: HeaderMap,
     JsonBody(body): JsonBody,
 ) -> Response {
@@ -297,7 +297,7 @@ async fn forward_batch(
     fleet.publishers.forward(&req).await
 }
 
-async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(canvas): CanvasPath) -> Response {
+async fn forward_canvas(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, ChannelPath(canvas): ChannelPath) -> Response {
     let req = forward(reqwest::Method::GET, format!("/canvases/{canvas}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
@@ -313,7 +313,7 @@ const MAX_PUBLICATIONS_BODY_BYTES: usize = 4 * 1024 * 1024;
 async fn forward_publication(
     State(fleet): State<Arc<Fleet>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    CanvasPath(channel): CanvasPath,
+    ChannelPath(channel): ChannelPath,
     headers: HeaderMap,
     JsonBodyUpTo(body): JsonBodyUpTo<MAX_PUBLICATION_BODY_BYTES>,
 ) -> Response {
@@ -340,7 +340,7 @@ async fn forward_publications(
 }
 
 /// `GET /api/channels/{id}`.
-async fn forward_channel(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath) -> Response {
+async fn forward_channel(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, ChannelPath(channel): ChannelPath) -> Response {
     let req = forward(reqwest::Method::GET, format!("/channels/{channel}"), None, &HeaderMap::new(), peer, fleet.config.publisher_timeout());
     fleet.publishers.forward(&req).await
 }
@@ -361,13 +361,13 @@ fn forward_admin(fleet: &Fleet, method: reqwest::Method, path: String, headers: 
 }
 
 /// `POST /api/channels/{id}/reset` (admin).
-async fn forward_reset(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath, headers: HeaderMap) -> Response {
+async fn forward_reset(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, ChannelPath(channel): ChannelPath, headers: HeaderMap) -> Response {
     let req = forward_admin(&fleet, reqwest::Method::POST, format!("/channels/{channel}/reset"), &headers, peer);
     fleet.publishers.forward(&req).await
 }
 
 /// `DELETE /api/channels/{id}` (admin).
-async fn forward_delete(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, CanvasPath(channel): CanvasPath, headers: HeaderMap) -> Response {
+async fn forward_delete(State(fleet): State<Arc<Fleet>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, ChannelPath(channel): ChannelPath, headers: HeaderMap) -> Response {
     let req = forward_admin(&fleet, reqwest::Method::DELETE, format!("/channels/{channel}"), &headers, peer);
     fleet.publishers.forward(&req).await
 }
@@ -382,7 +382,7 @@ fn check_namespace(namespaces: &shared::namespaces::Namespaces, q: &WsQuery) -> 
     Ok(())
 }
 
-/// Parses the `/ws` query (`canvas` required and valid, `since` an integer ≥ 0, default 0,
+/// Parses the `/ws` query (`channel` or `canvas` required and valid, `since` an integer ≥ 0, default 0,
 /// `epoch` optional and well-formed; passed on to the node).
 #[cfg(test)]
 fn parse_ws_query(raw: Option<&str>) -> Result<WsQuery, ApiError> {

@@ -3,9 +3,9 @@
 //! It polls every node's `/health`, decides by fixed rules (a streak of consecutive UP polls
 //! before start-recovery, longer after flaps; failback when a recovered node owns partitions
 //! again; ejection of a node whose consumer stalled) and acts (start-recovery, scoped failback
-//! drains, maintenance and ejection drains), recording every decision with its reason. It proxies each client's WebSocket to the node that owns the client's canvas.
+//! drains, maintenance and ejection drains), recording every decision with its reason. It proxies each client's WebSocket to the node that owns the client's channel.
 //!
-//! It forwards the pages' publishes and canvas reads to the publisher that accepts writes, and
+//! It forwards the pages' publishes and channel reads to the publisher that accepts writes, and
 //! promotes a standby publisher when none has accepted writes for three probes in a row.
 //!
 //! Modules: [`config`], [`lifecycle`] (the rules, pure), [`breaker`] (a circuit breaker per node

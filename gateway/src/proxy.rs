@@ -4,7 +4,7 @@
 //! when the client sent one, `epoch` ([`WsQuery::resume_query`]); `refusal` is the gateway's own
 //! business (nodes always refuse with HTTP, which the gateway relays as the client asked).
 //!
-//! The gateway opens the upstream WebSocket to the node that owns the canvas's partition *before*
+//! The gateway opens the upstream WebSocket to the node that owns the channel's partition *before*
 //! it accepts the client's upgrade, so a node's refusal (503 + Retry-After: not ready, draining,
 //! not the owner, behind the client) reaches the client as the same 503. It tries the owners it
 //! knows, then once more after fresh polls of the nodes, holding the handshake up to 2 s until the
@@ -31,7 +31,7 @@ use tokio_tungstenite::tungstenite::{self as ts, client::IntoClientRequest};
 /// The upstream side of a proxied session.
 pub type Upstream = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
-/// Opens the upstream for `q` through the admission queue of the canvas's node
+/// Opens the upstream for `q` through the admission queue of the channel's node
 /// ([`crate::admission`]): as [`connect_upstream`], but a node's `full` answer makes the handshake
 /// wait for a place instead of failing at once.
 ///
@@ -43,13 +43,13 @@ pub async fn connect(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Re
     fleet.admission.admit(q.id().as_str(), owner, || connect_upstream(fleet, q, headers), || fleet.request_refresh()).await
 }
 
-/// Opens the upstream WebSocket for the client's query `q` (its canvas, `since` and `epoch`),
+/// Opens the upstream WebSocket for the client's query `q` (its channel, `since` and `epoch`),
 /// trying at most two owners.
 ///
 /// # Errors
-/// [`Refused`] when no node owns the canvas's partition or the owners refused.
+/// [`Refused`] when no node owns the channel's partition or the owners refused.
 pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderMap) -> Result<(Upstream, Target), Refused> {
-    let canvas = q.id().as_str();
+    let channel = q.id().as_str();
     // Two rounds at most: the routing as polled; then, if that failed, the routing after fresh
     // polls of every node, waiting (at most REROUTE_WAIT) until some node owns the partition — a
     // partition in the middle of moving (a drain, a cooperative rebalance) has no owner for a
@@ -59,13 +59,13 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
     let mut last = None;
     for round in 0..2 {
         let targets = loop {
-            let (partition, targets) = fleet.route(canvas);
+            let (partition, targets) = fleet.route(channel);
             if !targets.is_empty() {
                 break targets;
             }
             last = Some(Refused {
                 code: "no_owner".into(),
-                message: format!("no healthy node owns partition {partition} of canvas {canvas} right now"),
+                message: format!("no healthy node owns partition {partition} of canvas {channel} right now"),
                 retry_after_secs: 1,
             });
             let now = tokio::time::Instant::now();
@@ -85,13 +85,13 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
             match result {
                 Ok(ws) => {
                     if round > 0 {
-                        tracing::info!(node = %target.id, canvas, held_ms = started.elapsed().as_millis() as u64,
+                        tracing::info!(node = %target.id, canvas = channel, held_ms = started.elapsed().as_millis() as u64,
                             "handshake held until the canvas's partition had a serving owner");
                     }
                     return Ok((ws, target));
                 }
                 Err(refused) => {
-                    tracing::info!(node = %target.id, canvas, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
+                    tracing::info!(node = %target.id, canvas = channel, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
                     last = Some(refused);
                 }
             }
@@ -123,7 +123,7 @@ fn upstream_url(node_url: &str, q: &WsQuery) -> String {
 }
 
 async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) -> Result<Upstream, Refused> {
-    let canvas = q.id().as_str();
+    let channel = q.id().as_str();
     let ws_url = upstream_url(&target.url, q);
     let mut req = ws_url.as_str().into_client_request().map_err(|e| Refused {
         code: "bad_upstream_url".into(),
@@ -148,7 +148,7 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
     let answer = tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await;
     fleet.metrics.handshake_seconds.observe(started.elapsed().as_secs_f64());
     if started.elapsed() > SLOW_UPSTREAM {
-        tracing::info!(node = %target.id, canvas, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
+        tracing::info!(node = %target.id, canvas = channel, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
     }
     match answer {
         Ok(Ok((ws, _))) => Ok(ws),

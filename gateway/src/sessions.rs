@@ -48,7 +48,7 @@ impl Drop for SessionTicket<'_> {
 }
 
 impl Sessions {
-    /// Registers a session on `node` for a canvas of `partition`; its end wakes a waiter of
+    /// Registers a session on `node` for a channel of `partition`; its end wakes a waiter of
     /// `admission`.
     pub fn register<'a>(&'a self, admission: &'a Admission, node: &str, partition: i32) -> SessionTicket<'a> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);

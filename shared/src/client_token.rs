@@ -1,5 +1,5 @@
 //! Client tokens: a signed JWT (RFC 7519) that lets a client publish to or subscribe to some
-//! canvases until it expires, modelled on Centrifugo's connection and subscription tokens.
+//! channels until it expires, modelled on Centrifugo's connection and subscription tokens.
 //!
 //! Claims and header fields:
 //!
@@ -24,7 +24,7 @@
 //!
 //! Refusals ([`TokenError`]): no token, a bad one (signature, algorithm, `kid`, shape, `aud`,
 //! `iss`, an `nbf` still in the future) or an expired one are 401 (`missing_token`,
-//! `invalid_token`, `token_expired`); a valid token that does not allow the canvas or the action
+//! `invalid_token`, `token_expired`); a valid token that does not allow the channel or the action
 //! is 403 `token_not_allowed`. A token not valid yet is `invalid_token` rather than a code of its
 //! own: like a bad one, retrying it now will not help (RFC 6750's `invalid_token` covers it). On a
 //! WebSocket they are close 1008 Policy Violation with the same words as the reason.
@@ -43,7 +43,7 @@ mod jwks;
 /// the hash (256 bits); a shorter one can be brute-forced from a single token.
 pub const MIN_HS256_SECRET_BYTES: usize = 32;
 
-/// What a client does with a canvas.
+/// What a client does with a channel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Action {
@@ -80,25 +80,25 @@ pub struct Grant {
     /// Expiry, Unix seconds.
     pub exp: u64,
     pub sub: Option<String>,
-    canvases: Vec<String>,
+    channels: Vec<String>,
     allow: Vec<Action>,
 }
 
 impl Grant {
-    /// Whether the token allows `action` on `canvas`.
-    pub fn allows(&self, canvas: &str, action: Action) -> bool {
-        self.allow.contains(&action) && self.canvases.iter().any(|p| pattern_matches(p, canvas))
+    /// Whether the token allows `action` on `channel`.
+    pub fn allows(&self, channel: &str, action: Action) -> bool {
+        self.allow.contains(&action) && self.channels.iter().any(|p| pattern_matches(p, channel))
     }
 
     /// [`Grant::allows`] as a result.
     ///
     /// # Errors
     /// [`TokenError::NotAllowed`].
-    pub fn check(&self, canvas: &str, action: Action) -> Result<(), TokenError> {
-        if self.allows(canvas, action) {
+    pub fn check(&self, channel: &str, action: Action) -> Result<(), TokenError> {
+        if self.allows(channel, action) {
             Ok(())
         } else {
-            Err(TokenError::NotAllowed { canvas: canvas.to_owned(), action: action.as_str() })
+            Err(TokenError::NotAllowed { channel: channel.to_owned(), action: action.as_str() })
         }
     }
 
@@ -109,10 +109,10 @@ impl Grant {
 }
 
 /// `c1` matches only `c1`; `team-*` every id starting with `team-`; `*` every id.
-pub fn pattern_matches(pattern: &str, canvas: &str) -> bool {
+pub fn pattern_matches(pattern: &str, channel: &str) -> bool {
     match pattern.strip_suffix('*') {
-        Some(prefix) => canvas.starts_with(prefix),
-        None => pattern == canvas,
+        Some(prefix) => channel.starts_with(prefix),
+        None => pattern == channel,
     }
 }
 
@@ -125,8 +125,8 @@ pub enum TokenError {
     Expired,
     #[error("invalid token: {0}")]
     Invalid(String),
-    #[error("the token does not allow {action} on canvas {canvas}")]
-    NotAllowed { canvas: String, action: &'static str },
+    #[error("the token does not allow {action} on canvas {channel}")]
+    NotAllowed { channel: String, action: &'static str },
 }
 
 impl TokenError {
@@ -317,18 +317,18 @@ impl ClientTokens {
         Ok(Grant {
             exp: c.exp,
             sub: c.sub,
-            canvases: c.canvases,
+            channels: c.canvases,
             allow: c.allow.unwrap_or_else(|| vec![Action::Publish, Action::Subscribe]),
         })
     }
 
-    /// Verifies `token` and checks that it allows `action` on `canvas`.
+    /// Verifies `token` and checks that it allows `action` on `channel`.
     ///
     /// # Errors
     /// Any [`TokenError`].
-    pub fn authorize(&self, token: Option<&str>, canvas: &str, action: Action) -> Result<Grant, TokenError> {
+    pub fn authorize(&self, token: Option<&str>, channel: &str, action: Action) -> Result<Grant, TokenError> {
         let grant = self.verify(token)?;
-        grant.check(canvas, action)?;
+        grant.check(channel, action)?;
         Ok(grant)
     }
 }
@@ -480,7 +480,7 @@ mod tests {
         encode(&Header::new(Algorithm::RS256), &claims, &EncodingKey::from_rsa_pem(RSA_PRIVATE.as_bytes()).unwrap()).unwrap()
     }
 
-    /// (name, verifier, token, canvas, action, expected code).
+    /// (name, verifier, token, channel, action, expected code).
     type Case<'a> = (&'a str, &'a ClientTokens, Option<String>, &'a str, Action, Result<(), &'a str>);
 
     #[test]
@@ -542,8 +542,8 @@ mod tests {
                 Err("invalid_token"),
             ),
         ];
-        for (name, tokens, token, canvas, action, want) in cases {
-            let got = tokens.authorize(token.as_deref(), canvas, action).map(|_| ()).map_err(|e| e.code());
+        for (name, tokens, token, channel, action, want) in cases {
+            let got = tokens.authorize(token.as_deref(), channel, action).map(|_| ()).map_err(|e| e.code());
             assert_eq!(got, want, "{name}");
         }
     }
@@ -558,7 +558,7 @@ mod tests {
         assert_eq!(TokenError::Missing.api_error().status, 401);
         assert_eq!(TokenError::Expired.api_error().status, 401);
         assert_eq!(TokenError::Invalid("x".into()).api_error().status, 401);
-        assert_eq!(TokenError::NotAllowed { canvas: "c".into(), action: "publish" }.api_error().status, 403);
+        assert_eq!(TokenError::NotAllowed { channel: "c".into(), action: "publish" }.api_error().status, 403);
         assert_eq!(TokenError::Expired.close_reason(), "token expired");
         assert!(TokenError::Invalid("x".repeat(300)).close_reason().len() <= 123);
     }

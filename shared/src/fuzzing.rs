@@ -83,7 +83,7 @@ pub fn assert_one_json_object(body: &[u8]) {
 }
 
 /// Target `ws_query`: the query string of `GET /ws` (not UTF-8: read lossily, as a proxy would
-/// pass it on). Accepted: the canvas id and epoch obey their rules, and the query a proxy sends on
+/// pass it on). Accepted: the channel id and epoch obey their rules, and the query a proxy sends on
 /// ([`WsQuery::resume_query`], plus `refusal`) parses back to the same query. Refused: 400
 /// `invalid_field` naming the parameter.
 pub fn check_ws_query(data: &[u8]) {

@@ -65,10 +65,10 @@ impl<S: Send + Sync> FromRequestParts<S> for PathSegment {
     }
 }
 
-/// A `{id}` path parameter that is a valid canvas id (400 naming `canvas` otherwise).
-pub struct CanvasPath(pub crate::ChannelId);
+/// A `{id}` path parameter that is a valid channel id (400 naming `canvas` otherwise).
+pub struct ChannelPath(pub crate::ChannelId);
 
-impl<S: Send + Sync> FromRequestParts<S> for CanvasPath {
+impl<S: Send + Sync> FromRequestParts<S> for ChannelPath {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {

@@ -4,12 +4,12 @@
 //! last welcome>` (`epoch` absent on a first connect). The server then sends JSON text frames
 //! ([`ServerMessage`]), in this order:
 //!
-//! 0. a `welcome` naming the node that serves the session and the canvas stream's current epoch
+//! 0. a `welcome` naming the node that serves the session and the channel's current epoch
 //!    ([`crate::epoch`]);
 //! 1. the backlog: the events after `since`, one `event` frame each, when it still holds them; a
 //!    `snapshot` otherwise, and always when `since=0` (the client has nothing: the snapshot gives it
 //!    a base and the canvas size) or when the client's `epoch` is not the current one (its versions
-//!    belong to another history: a recreated topic, a reset canvas);
+//!    belong to another history: a recreated topic, a reset channel);
 //! 2. live `event` frames, each version exactly once and in order;
 //! 3. possibly a `reconnect` notice (the node is draining): reconnect after `retry_after_ms` with
 //!    `since` = the last version applied and the epoch, and the events continue where they stopped.
@@ -32,7 +32,7 @@ use serde::{Deserialize, Serialize};
 pub enum ServerMessage {
     /// First frame of every session: which node serves it (for status displays and logs), the
     /// version the backlog starts after (the client's `since`, or 0 when its epoch was not the
-    /// current one), and the canvas stream's current epoch, which the client sends back as
+    /// current one), and the channel's current epoch, which the client sends back as
     /// `epoch=` when it reconnects (absent only from nodes older than epochs).
     ///
     /// A session opened with `channel=` (or a `subscribe` frame) is welcomed with `channel` and
@@ -164,7 +164,7 @@ pub const SUBSCRIBE_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum DrainReason {
-    /// The node that owned these canvases before a failure is healthy again (gateway failback).
+    /// The node that owned these channels before a failure is healthy again (gateway failback).
     FailbackToRecoveredServer,
     /// Kafka's group assignment moved these partitions to another node (a rebalance).
     PartitionsRevoked,

@@ -85,7 +85,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
             println!("[bench] handshakes held by the gateway: {} (last 3: {:?})", held.len(), held.iter().rev().take(3).collect::<Vec<_>>());
             if let Some(r) = slowest {
                 let t0 = shared::event::now_ms() - tl.start.elapsed().as_millis() as u64;
-                println!("[bench] slowest after SIGTERM: {} {} causes {:?} sessions {:?}", r.name, r.canvas, r.causes,
+                println!("[bench] slowest after SIGTERM: {} {} causes {:?} sessions {:?}", r.name, r.channel, r.causes,
                     r.sessions.iter().map(|s| format!("#{} dialed {:.2} open {:.2}-{:.2} {:?}", s.n, (s.dialed_ms.saturating_sub(t0)) as f64 / 1000.0, (s.opened_ms.saturating_sub(t0)) as f64 / 1000.0, s.closed_ms.map_or(0.0, |c| (c.saturating_sub(t0)) as f64 / 1000.0), s.end)).collect::<Vec<_>>());
             }
             let slow = tl.grep("gateway", "slow upstream");
@@ -122,7 +122,7 @@ async fn measure(ctx: &Ctx) -> anyhow::Result<Outcome> {
                 .max_by_key(|(_, g)| g.at_ms.saturating_sub(g.published_at_ms));
             if let Some((r, g)) = worst {
                 let t0 = shared::event::now_ms() - tl.start.elapsed().as_millis() as u64;
-                println!("[bench] worst: {} {} v{} published at {:.2}s received at {:.2}s; sessions {:?}", r.name, r.canvas, g.version,
+                println!("[bench] worst: {} {} v{} published at {:.2}s received at {:.2}s; sessions {:?}", r.name, r.channel, g.version,
                     (g.published_at_ms - t0) as f64 / 1000.0, (g.at_ms - t0) as f64 / 1000.0,
                     r.sessions.iter().map(|s| format!("#{} {:.2}-{:.2} {:?}", s.n, (s.opened_ms.saturating_sub(t0)) as f64 / 1000.0, s.closed_ms.map_or(0.0, |c| (c.saturating_sub(t0)) as f64 / 1000.0), s.end)).collect::<Vec<_>>());
             }

@@ -155,7 +155,7 @@ async fn main() -> anyhow::Result<()> {
     println!("{}", report.table());
     for v in report.verdicts.iter().filter(|v| !v.ok()) {
         println!("FAILED client {} ({}): lost {:?}, duplicated {}, out of order {}, extra snapshots {}, hash matches {}",
-            v.name, v.canvas, v.lost, v.duplicated, v.out_of_order, v.extra_snapshots, v.hash_matches);
+            v.name, v.channel, v.lost, v.duplicated, v.out_of_order, v.extra_snapshots, v.hash_matches);
     }
     if !report.lifecycle_missing.is_empty() {
         println!("FAILED lifecycle: missing {:?}", report.lifecycle_missing);

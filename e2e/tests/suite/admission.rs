@@ -294,7 +294,7 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     .await
     .unwrap();
     // The waiting partitions' clients were not touched, and ws-2 keeps serving them.
-    let held: Vec<&e2e::client::Client> = clients.iter().filter(|c| waiting.contains(&partition_of(&c.report().canvas))).collect();
+    let held: Vec<&e2e::client::Client> = clients.iter().filter(|c| waiting.contains(&partition_of(&c.report().channel))).collect();
     assert_eq!(held.len(), 5 * waiting.len());
     let before: Vec<(u64, usize)> = held.iter().map(|c| (c.version(), c.report().sessions.len())).collect();
     // (Clients are told apart by their index: the two batches' names repeat.)
@@ -330,7 +330,7 @@ async fn failback_paced_to_the_recovered_node_s_room() {
     let mut left = Vec::new();
     let mut kept = Vec::new();
     for (i, c) in clients.into_iter().enumerate() {
-        if left.len() < 5 && partition_of(&c.report().canvas) == moved_partition {
+        if left.len() < 5 && partition_of(&c.report().channel) == moved_partition {
             left.push(c.stop().await);
         } else {
             kept.push((i, c));
@@ -342,7 +342,7 @@ async fn failback_paced_to_the_recovered_node_s_room() {
             .await
             .unwrap();
     }
-    let held: Vec<usize> = kept.iter().filter(|(_, c)| partition_of(&c.report().canvas) == waiting[0]).map(|(i, _)| *i).collect();
+    let held: Vec<usize> = kept.iter().filter(|(_, c)| partition_of(&c.report().channel) == waiting[0]).map(|(i, _)| *i).collect();
     eventually("the next partition's clients on ws-1", Duration::from_secs(30), || {
         let moved = kept.iter().filter(|(i, c)| held.contains(i) && c.connected() && c.report().sessions.len() == sessions_then[*i] + 1).count();
         let seen: Vec<String> = kept

@@ -72,9 +72,9 @@ async fn recreate(fleet: &mut Fleet, broker: &Broker, topics: &[String], canvase
 fn assert_new_history(clients: &[Client], truths: &BTreeMap<String, (u64, String)>, changed: bool, what: &str) {
     for c in clients {
         let r = c.report();
-        let (head, hash) = &truths[&r.canvas];
+        let (head, hash) = &truths[&r.channel];
         let v = check_history(&r, *head, hash);
-        assert!(v.ok(), "{what}: client {} ({}) did not get exactly the new history's versions: {v:?}", r.name, r.canvas);
+        assert!(v.ok(), "{what}: client {} ({}) did not get exactly the new history's versions: {v:?}", r.name, r.channel);
         if changed {
             assert!(r.epoch_changes >= 1, "{what}: client {} never saw the new epoch", r.name);
         }

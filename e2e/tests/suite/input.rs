@@ -241,8 +241,8 @@ fn input_records_become_one_publication_each_through_two_kill_9s() {
             let behind: Vec<String> = clients_ref
                 .iter()
                 .map(Client::report)
-                .filter(|r| r.version != truths_ref[&r.canvas].0)
-                .map(|r| format!("{} at {} of {}", r.name, r.version, truths_ref[&r.canvas].0))
+                .filter(|r| r.version != truths_ref[&r.channel].0)
+                .map(|r| format!("{} at {} of {}", r.name, r.version, truths_ref[&r.channel].0))
                 .collect();
             if behind.is_empty() { Ok(Some(())) } else { Err(behind.join(", ")) }
         })
@@ -250,7 +250,7 @@ fn input_records_become_one_publication_each_through_two_kill_9s() {
         .expect("clients at the heads");
         for c in clients {
             let r = c.stop().await;
-            let (head, hash) = &truths[&r.canvas];
+            let (head, hash) = &truths[&r.channel];
             let v = check(&r, *head, hash);
             assert!(v.ok(), "{}: {v:?}", r.name);
         }

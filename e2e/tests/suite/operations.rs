@@ -180,7 +180,7 @@ async fn drain_and_graceful_stop() {
     println!("published {published}");
     assert!(published > 100);
     for v in &verdicts {
-        println!("{} {}: events {} lost {:?} dup {} ooo {} snaps {} hash {}", v.name, v.canvas, v.events, v.lost, v.duplicated, v.out_of_order, v.extra_snapshots, v.hash_matches);
+        println!("{} {}: events {} lost {:?} dup {} ooo {} snaps {} hash {}", v.name, v.channel, v.events, v.lost, v.duplicated, v.out_of_order, v.extra_snapshots, v.hash_matches);
     }
     for v in &verdicts {
         assert!(v.ok(), "client {} did not get exactly its canvas's versions: {v:?}", v.name);

@@ -154,14 +154,14 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     let (reports, verdicts) = finish(clients, &truths).await;
     fleet.stop().await;
     drop(toml);
-    for r in reports.iter().filter(|r| r.canvas == "prices:eur" || r.canvas == "chat:lobby") {
+    for r in reports.iter().filter(|r| r.channel == "prices:eur" || r.channel == "chat:lobby") {
         assert!(r.epoch_changes >= 1, "{} followed its channel into its next history: {:?}", r.name, r.epoch);
     }
-    for r in reports.iter().filter(|r| r.canvas == "chat:lobby") {
+    for r in reports.iter().filter(|r| r.channel == "chat:lobby") {
         assert!(r.epoch.as_ref().is_some_and(|e| e.as_str().ends_with("-1")), "{}: a deleted channel's next history is reset count 1: {:?}", r.name, r.epoch);
     }
     for v in &verdicts {
-        assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
+        assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.channel);
     }
     let versions: u64 = canvases.iter().map(|c| truths[c].0).sum();
     assert!(versions >= accepted, "{accepted} publishes accepted but the canvases' versions add up to {versions}");
@@ -229,7 +229,7 @@ async fn frozen_node_below_the_log_start() {
     let (_, verdicts) = finish(clients, &truths).await;
     fleet.stop().await;
     for v in &verdicts {
-        assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.canvas);
+        assert!(v.ok(), "client {} ({}) did not get exactly the canvas's versions: {v:?}", v.name, v.channel);
     }
 }
 
@@ -360,7 +360,7 @@ async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canv
     let truths = wait_for_heads(fleet, &fresh, canvases).await.expect("fresh clients at the heads");
     let (_, verdicts) = finish(fresh, &truths).await;
     for v in &verdicts {
-        assert!(v.ok(), "fresh client {} ({}) after the heal: {v:?}", v.name, v.canvas);
+        assert!(v.ok(), "fresh client {} ({}) after the heal: {v:?}", v.name, v.channel);
     }
 }
 

@@ -21,7 +21,7 @@ async fn scenario_on(broker: BrokerKind) {
     let report = run(cfg).await.expect("the scenario ran to the end");
     println!("\n{}", report.table());
     for v in report.verdicts.iter().filter(|v| !v.ok()) {
-        println!("client {} ({}): {:?}", v.name, v.canvas, v);
+        println!("client {} ({}): {:?}", v.name, v.channel, v);
     }
     assert!(report.published >= 200, "steady publishing: only {} events", report.published);
     assert_eq!(report.lost(), 0, "lost events");
@@ -43,7 +43,7 @@ async fn scenario_on(broker: BrokerKind) {
     // The channel reset mid-run: its clients followed it into its next epoch.
     let (channel, epoch) = report.reset.clone().expect("the scenario resets a channel");
     assert!(epoch.ends_with("-1"), "the reset's epoch is reset count 1: {epoch}");
-    for r in report.reports.iter().filter(|r| r.canvas == channel) {
+    for r in report.reports.iter().filter(|r| r.channel == channel) {
         assert_eq!(r.epoch.as_ref().map(|e| e.as_str()), Some(epoch.as_str()), "{} ends in the reset's epoch", r.name);
         assert!(r.epoch_changes >= 1, "{} saw the reset", r.name);
     }

@@ -102,7 +102,7 @@ async fn loads_under_an_eager_cleaner() {
         let fresh = spawn_clients(&fleet, &mine, mine.len(), dims).await.expect("fresh clients");
         let truths = wait_for_heads(&fleet, &fresh, &mine).await.expect("fresh clients at the heads");
         let (_, verdicts) = finish(fresh, &truths).await;
-        let bad: Vec<String> = verdicts.iter().filter(|v| !v.ok()).map(|v| format!("{}: {v:?}", v.canvas)).collect();
+        let bad: Vec<String> = verdicts.iter().filter(|v| !v.ok()).map(|v| format!("{}: {v:?}", v.channel)).collect();
         assert!(bad.is_empty(), "round {round}: fresh clients did not get the publisher's canvas on {} of {}: {bad:?}", bad.len(), mine.len());
         tl.mark(format!("round {round}: {} fresh clients on ws-1's canvases got the publisher's canvas", mine.len()));
     }

@@ -58,7 +58,7 @@ pub struct NodeEntry {
 pub struct Target {
     pub id: String,
     pub url: String,
-    /// The partition of the canvas being routed.
+    /// The partition of the channel being routed.
     pub partition: i32,
 }
 
@@ -337,7 +337,7 @@ impl Fleet {
         }
     }
 
-    /// Registers a proxied session on `node` for a canvas of `partition`.
+    /// Registers a proxied session on `node` for a channel of `partition`.
     pub fn register_session(&self, node: &str, partition: i32) -> crate::sessions::SessionTicket<'_> {
         self.sessions.register(&self.admission, node, partition)
     }
@@ -374,10 +374,10 @@ impl Fleet {
         slot.health.as_ref().and_then(|(_, h)| (h.max_sessions > 0).then(|| h.max_sessions.saturating_sub(h.session_seats)))
     }
 
-    /// Nodes that may serve `canvas` now: last answer says ready, not draining, and owning the
-    /// canvas's partition. Returns the partition too.
-    pub fn route(&self, canvas: &str) -> (i32, Vec<Target>) {
-        let p = partition_for(canvas.as_bytes(), self.partition_count()) as i32;
+    /// Nodes that may serve `channel` now: last answer says ready, not draining, and owning the
+    /// channel's partition. Returns the partition too.
+    pub fn route(&self, channel: &str) -> (i32, Vec<Target>) {
+        let p = partition_for(channel.as_bytes(), self.partition_count()) as i32;
         let targets = self
             .nodes
             .iter()
