@@ -19,6 +19,7 @@ pub mod faults;
 pub mod fleet;
 pub mod haproxy;
 pub mod link;
+pub mod models;
 /// Steady publishing through the publisher's HTTP API (the `loadgen` crate).
 pub mod load {
     pub use loadgen::*;
