@@ -578,7 +578,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_aborted_transaction_fails_every_publish_in_it_and_uses_no_version() {
-        let v = ready(FakeLog::new(3, |n| if n % 2 == 1 { Fate::Abort } else { Fate::Commit })).await;
+        // Every other transaction aborts, the first included: however the 200 publishes fall
+        // into transactions (all in the first, on a loaded machine), some are refused.
+        let v = ready(FakeLog::new(3, |n| if n % 2 == 0 { Fate::Abort } else { Fate::Commit })).await;
         let mut tasks = Vec::new();
         for i in 0..200u32 {
             let v = v.clone();
