@@ -51,7 +51,7 @@ pub fn publish_error(e: PublishError) -> ApiError {
         PublishError::IdempotencyStoreFull { retry_after_secs, .. } => {
             ApiError::unavailable("idempotency_store_full", e.to_string(), retry_after_secs)
         }
-        PublishError::ChannelLimit { .. } => ApiError::conflict("canvas_limit", e.to_string()),
+        PublishError::ChannelLimit { .. } => ApiError::conflict("channel_limit", e.to_string()),
         PublishError::OutOfBounds { field, .. } => ApiError::field(field, e.to_string()),
         PublishError::UnknownNamespace(_) => ApiError::new(StatusCode::BAD_REQUEST, "unknown_namespace", e.to_string()),
         PublishError::InvalidData(_) => {

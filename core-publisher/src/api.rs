@@ -279,6 +279,8 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
     } else {
         "preparing"
     };
+    // At 90 % of the limit: time to raise MAX_CHANNELS or to retire channels.
+    let near = v.channel_count() as f64 >= 0.9 * v.max_channels() as f64;
     Json(serde_json::json!({
         "ready": v.is_ready(),
         "state": state,
@@ -288,16 +290,18 @@ async fn health<L: EventLog>(State(v): State<Arc<Versions<L>>>) -> Response {
         "partition_writers": v.partition_reports(),
         "transactions": v.counters().to_json(),
         "input": v.input_report(),
+        // Each channel figure also under its name before channels (deprecated: an older reader
+        // may ask for it; `shared::renamed`).
         "snapshots": serde_json::json!({
+            "uncovered_channels": v.uncovered_channels(),
+            "incomplete_channels": v.incomplete_channels(),
             "uncovered_canvases": v.uncovered_channels(),
             "incomplete_canvases": v.incomplete_channels(),
         }),
+        "channels": v.channel_count(),
         "canvases": v.channel_count(),
-        "canvas_limit": serde_json::json!({
-            "max_canvases": v.max_channels(),
-            // At 90 % of the limit: time to raise MAX_CHANNELS or to retire channels.
-            "near": v.channel_count() as f64 >= 0.9 * v.max_channels() as f64,
-        }),
+        "channel_limit": serde_json::json!({"max_channels": v.max_channels(), "near": near}),
+        "canvas_limit": serde_json::json!({"max_canvases": v.max_channels(), "near": near}),
         "partitions": v.partitions(),
         // The default namespace's canvas size (when it is a pixels one).
         "width": v.namespaces().default_namespace().dims().map(|d| d.width),
@@ -483,14 +487,20 @@ mod tests {
             assert_eq!(call(&app, "POST", &format!("/canvases/{c}/pixels"), px).await.0, StatusCode::CREATED, "{c}");
         }
         let (s, j, _) = call(&app, "POST", "/canvases/c3/pixels", px).await;
-        assert_eq!((s, j["error"].as_str()), (StatusCode::CONFLICT, Some("canvas_limit")), "{j}");
+        assert_eq!((s, j["error"].as_str()), (StatusCode::CONFLICT, Some("channel_limit")), "{j}");
         assert!(j["message"].as_str().unwrap().contains("MAX_CHANNELS"), "{j}");
         assert_eq!(call(&app, "GET", "/canvases/c3", Body::empty()).await.1["version"], 0, "nothing of c3 was written");
         // Channels that exist keep taking writes.
         let (s, j, _) = call(&app, "POST", "/canvases/c1/pixels", px).await;
         assert_eq!((s, j["version"].as_u64()), (StatusCode::CREATED, Some(2)));
         let (_, h, _) = call(&app, "GET", "/health", Body::empty()).await;
+        assert_eq!((h["channels"].as_u64(), h["channel_limit"]["max_channels"].as_u64(), h["channel_limit"]["near"].as_bool()), (Some(2), Some(2), Some(true)), "{h}");
+        // The names before channels (deprecated) carry the same values.
         assert_eq!((h["canvases"].as_u64(), h["canvas_limit"]["max_canvases"].as_u64(), h["canvas_limit"]["near"].as_bool()), (Some(2), Some(2), Some(true)), "{h}");
+        for (new, old) in [("uncovered_channels", "uncovered_canvases"), ("incomplete_channels", "incomplete_canvases")] {
+            assert_eq!(h["snapshots"][new], h["snapshots"][old], "{h}");
+            assert!(!h["snapshots"][new].is_null(), "{new}: {h}");
+        }
     }
 
     /// `/health` names the namespaces by their fingerprint: the publisher's, the default

@@ -84,7 +84,7 @@ pub struct Config {
     #[arg(long, env = "SNAPSHOT_TOPIC")]
     pub snapshot_topic: Option<String>,
     /// Channels the publisher holds at most: a publish that would create one more is refused
-    /// (409 `canvas_limit`). Every node holds every channel too (standby), so this bounds the
+    /// (409 `channel_limit`). Every node holds every channel too (standby), so this bounds the
     /// fleet's memory: about channels × (width × height × 3 + the nodes' `RECENT_BYTES`). Its old
     /// name, `MAX_CANVASES` (`--max-canvases`), still works.
     #[arg(long, alias = "max-canvases", env = "MAX_CHANNELS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]

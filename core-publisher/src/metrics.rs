@@ -77,17 +77,17 @@ impl Default for PublisherMetrics {
         let mut r = Registry::with_prefix("publisher");
         r.register("ready", "1 while writes are accepted (rebuilt, neither fenced nor failed)", m.ready.clone());
         r.register("standby", "1 while a standby (--standby) follows the log, until promoted", m.standby.clone());
-        r.register("canvases", "Canvases with a version", m.channels.clone());
+        r.register("channels", "Channels with a version (was publisher_canvases)", m.channels.clone());
         r.register("partitions", "Partitions of the events topic", m.partitions.clone());
         r.register("in_doubt_partitions", "Partitions whose last transaction's outcome is not known yet", m.in_doubt.clone());
-        r.register("uncovered_canvases", "Canvases with events no snapshot covers yet", m.uncovered.clone());
-        r.register("incomplete_canvases", "Canvases whose early versions are gone from the log with no snapshot covering them", m.incomplete.clone());
+        r.register("uncovered_channels", "Channels with publications no snapshot covers yet (was publisher_uncovered_canvases)", m.uncovered.clone());
+        r.register("incomplete_channels", "Channels whose early versions are gone from the log with no snapshot covering them (was publisher_incomplete_canvases)", m.incomplete.clone());
         r.register("publishes", "Publishes answered, by route (single, batch: per event) and HTTP status", m.publishes.clone());
         r.register("commit_seconds", "Time of each Kafka transaction (produce, then commit or abort)", m.commit_seconds.clone());
         r.register("commit_records", "Records per committed transaction (group commit)", m.commit_records.clone());
         r.register("commit_events", "Events per committed transaction", m.commit_events.clone());
-        r.register("snapshots_written", "Canvas snapshots committed to the snapshot topic", m.snapshots_written.clone());
-        r.register("rebuilds", "Rebuilds of the canvas versions from the log that finished", m.rebuilds.clone());
+        r.register("snapshots_written", "Snapshots of channels committed to the snapshot topic", m.snapshots_written.clone());
+        r.register("rebuilds", "Rebuilds of the channels' versions from the log that finished", m.rebuilds.clone());
         r.register("rebuild_seconds", "How long the last rebuild of the canvas versions took", m.rebuild_seconds.clone());
         r.register(
             "idempotency_store_full",
@@ -182,7 +182,7 @@ mod tests {
             "publisher_rebuild_seconds 1.5",
             "publisher_ready 1",
             "publisher_standby 0",
-            "publisher_canvases 4",
+            "publisher_channels 4",
             "publisher_in_doubt_partitions 1",
             "publisher_idempotency_store_full_total 1",
             "publisher_idempotency_keys 12",

@@ -105,7 +105,7 @@ impl Metrics {
         r.register("proxy_handshake_seconds", "Time of each upstream WebSocket handshake to a node", m.handshake_seconds.clone());
         // The usual refusal codes exist from the start (at 0), so a dashboard's rate() has a
         // series before the first refusal.
-        for code in ["no_owner", "not_ready", "draining", "not_owner", "behind", "canvas_incomplete", "upstream_unreachable", "upstream_timeout"] {
+        for code in ["no_owner", "not_ready", "draining", "not_owner", "behind", "channel_incomplete", "canvas_incomplete", "upstream_unreachable", "upstream_timeout"] {
             m.refusals.get_or_create(&label("code", code)).inc_by(0);
         }
         Self { registry: r, ..m }

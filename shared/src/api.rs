@@ -62,10 +62,11 @@ pub struct CatchupReport {
     pub positions: BTreeMap<i32, i64>,
     /// Records replayed (applied or dropped as duplicates) in this replay.
     pub replay_count: u64,
-    /// Canvases whose state came from their snapshot in this recovery (the replay then started at
-    /// each partition's checkpoint).
-    #[serde(default)]
-    pub canvases_from_snapshots: u64,
+    /// Channels whose state came from their snapshot in this recovery (the replay then started at
+    /// each partition's checkpoint): `channels_from_snapshots` (and, deprecated, its name before
+    /// channels, `canvases_from_snapshots`).
+    #[serde(flatten)]
+    pub restored: Restored,
     /// How long the replay took, ms, once `status` is `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub took_ms: Option<u64>,
@@ -121,20 +122,10 @@ pub struct NodeHealth {
     /// forgot the old history and caught up on the new topic.
     #[serde(default)]
     pub history_changes: u64,
-    /// Incomplete canvases healed from a newer snapshot while the node served.
-    #[serde(default)]
-    pub healed_canvases: u64,
-    /// Canvases whose versions skipped as they were applied: their records were deleted with no
-    /// snapshot covering them, so they may miss old pixels (sorted, at most 100 named)...
-    #[serde(default)]
-    pub incomplete_canvases: Vec<String>,
-    /// ...and how many there are in all.
-    #[serde(default)]
-    pub incomplete_canvas_count: usize,
-    /// Canvases with state (an event or a snapshot) on this node.
-    #[serde(default)]
-    pub canvases: usize,
-    /// Bytes of the recent-events windows' frames over every canvas (`RECENT_BYTES` bounds each).
+    /// The per-channel figures, each also under its name before channels (deprecated).
+    #[serde(flatten)]
+    pub per_channel: PerChannel,
+    /// Bytes of the recent-events windows' frames over every channel (`RECENT_BYTES` bounds each).
     #[serde(default)]
     pub recent_window_bytes: usize,
     /// Application progress: whether the broadcast consumer polls, whether owned partitions move,
@@ -149,6 +140,33 @@ pub struct NodeHealth {
     /// other namespaces: their data may be misread), the last one read; absent when none was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespaces_mismatch: Option<String>,
+}
+
+crate::renamed::renamed_fields! {
+    /// The per-channel figures of a node's `/health`, written under their names and their names
+    /// before channels (deprecated; [`crate::renamed`]), read under either.
+    pub struct PerChannel {
+        /// Channels with state (a publication or a snapshot) on this node (was `canvases`).
+        pub channels / canvases: usize,
+        /// Channels whose versions skipped as they were applied: their records were deleted with no
+        /// snapshot covering them, so they may miss old publications (sorted, at most 100 named;
+        /// was `incomplete_canvases`)...
+        pub incomplete_channels / incomplete_canvases: Vec<String>,
+        /// ...and how many there are in all (was `incomplete_canvas_count`).
+        pub incomplete_channel_count / incomplete_canvas_count: usize,
+        /// Incomplete channels healed from a newer snapshot while the node served (was
+        /// `healed_canvases`).
+        pub healed_channels / healed_canvases: u64,
+    }
+}
+
+crate::renamed::renamed_fields! {
+    /// What a catch-up restored from the snapshots, under the new name and the name before
+    /// channels (deprecated).
+    pub struct Restored {
+        /// Channels whose state came from their snapshot (was `canvases_from_snapshots`).
+        pub channels_from_snapshots / canvases_from_snapshots: u64,
+    }
 }
 
 /// Application progress in a node's `/health` (what tells a node that answers from one that
@@ -228,7 +246,7 @@ pub struct PartitionHealth {
     /// Time since the position last moved (or the partition was assigned), ms.
     #[serde(default)]
     pub since_moved_ms: u64,
-    /// Open sessions of this partition's canvases on this node (owned or held), through every
+    /// Open sessions of this partition's channels on this node (owned or held), through every
     /// gateway replica: what a failback moves when it drains the partition here. 0 from a node
     /// that does not report it.
     #[serde(default)]
@@ -243,7 +261,7 @@ pub struct DrainRequest {
     /// Grace period before the remaining sessions are force-closed (ms). Default 3000.
     #[serde(default = "default_grace_ms")]
     pub grace_ms: u64,
-    /// Drain only the sessions of these partitions' canvases, of those the node holds (a
+    /// Drain only the sessions of these partitions' channels, of those the node holds (a
     /// failback's drain of a stand-in). Absent: drain the whole node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<Vec<i32>>,
@@ -356,7 +374,7 @@ mod tests {
                 last_consumed_offsets: BTreeMap::from([(0, 2)]),
                 positions: BTreeMap::from([(0, 3)]),
                 replay_count: 3,
-                canvases_from_snapshots: 1,
+                restored: Restored { channels_from_snapshots: 1 },
                 took_ms: Some(12),
                 completed: 1,
                 error: None,
@@ -366,10 +384,7 @@ mod tests {
             log_start_recoveries: 1,
             log_moved_back: 0,
             history_changes: 0,
-            healed_canvases: 0,
-            incomplete_canvases: vec!["c7".into()],
-            incomplete_canvas_count: 1,
-            canvases: 4,
+            per_channel: PerChannel { channels: 4, incomplete_channels: vec!["c7".into()], incomplete_channel_count: 1, healed_channels: 2 },
             recent_window_bytes: 520,
             progress: Progress {
                 since_poll_ms: Some(20),
@@ -395,5 +410,65 @@ mod tests {
         assert_eq!(json["partitions"][0]["sessions"], 2);
         assert_eq!((json["max_sessions"].as_u64(), json["session_seats"].as_u64()), (Some(50), Some(4)));
         assert_eq!(serde_json::from_value::<NodeHealth>(json).unwrap(), h);
+    }
+
+    /// A `/health` body as a node answers it: every channel figure under its new name and its
+    /// name before channels, with the same value.
+    #[test]
+    fn health_carries_the_channel_names_and_the_old_ones() {
+        let per_channel = PerChannel { channels: 4, incomplete_channels: vec!["c7".into(), "c9".into()], incomplete_channel_count: 2, healed_channels: 3 };
+        let json = serde_json::to_value(&per_channel).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "channels": 4, "canvases": 4,
+                "incomplete_channels": ["c7", "c9"], "incomplete_canvases": ["c7", "c9"],
+                "incomplete_channel_count": 2, "incomplete_canvas_count": 2,
+                "healed_channels": 3, "healed_canvases": 3,
+            })
+        );
+        assert_eq!(PerChannel::NAMES.len(), 4);
+        for (new, old) in PerChannel::NAMES {
+            assert_eq!(json[new], json[old], "{new} and {old}");
+        }
+        let restored = serde_json::to_value(Restored { channels_from_snapshots: 5 }).unwrap();
+        assert_eq!(restored, serde_json::json!({"channels_from_snapshots": 5, "canvases_from_snapshots": 5}));
+    }
+
+    /// An older node (before channels) answers only the old names; a newer one, the new names
+    /// (once the old ones are removed); today's, both: each reads the same.
+    #[test]
+    fn health_is_read_under_the_new_names_or_the_old_ones() {
+        let old = serde_json::json!({"canvases": 4, "incomplete_canvases": ["c7"], "incomplete_canvas_count": 1, "healed_canvases": 2});
+        let new = serde_json::json!({"channels": 4, "incomplete_channels": ["c7"], "incomplete_channel_count": 1, "healed_channels": 2});
+        let want = PerChannel { channels: 4, incomplete_channels: vec!["c7".into()], incomplete_channel_count: 1, healed_channels: 2 };
+        assert_eq!(serde_json::from_value::<PerChannel>(old).unwrap(), want);
+        assert_eq!(serde_json::from_value::<PerChannel>(new).unwrap(), want);
+        assert_eq!(serde_json::from_value::<PerChannel>(serde_json::to_value(&want).unwrap()).unwrap(), want);
+        // Where both names came with different values, the new name wins.
+        assert_eq!(serde_json::from_value::<PerChannel>(serde_json::json!({"channels": 5, "canvases": 4})).unwrap().channels, 5);
+        // Neither: the default, as before the fields existed.
+        assert_eq!(serde_json::from_value::<PerChannel>(serde_json::json!({})).unwrap(), PerChannel::default());
+        let restored: Restored = serde_json::from_value(serde_json::json!({"canvases_from_snapshots": 3})).unwrap();
+        assert_eq!(restored.channels_from_snapshots, 3);
+    }
+
+    /// A whole `/health` of an older node, with only the old names, reads as the gateway needs.
+    #[test]
+    fn an_older_nodes_health_is_read() {
+        let body = serde_json::json!({
+            "node_id": "ws-1", "state": "HEALTHY", "up": true, "ready": true, "draining": false,
+            "assigned_partitions": [0], "partition_count": 2, "sessions": 1,
+            "catchup": {"status": "completed", "target_offsets": {"0": 3}, "last_consumed_offsets": {"0": 2},
+                        "replay_count": 3, "canvases_from_snapshots": 2},
+            "healed_canvases": 1, "incomplete_canvases": ["c7"], "incomplete_canvas_count": 1, "canvases": 9,
+        });
+        let h: NodeHealth = serde_json::from_value(body).unwrap();
+        assert_eq!(h.per_channel, PerChannel { channels: 9, incomplete_channels: vec!["c7".into()], incomplete_channel_count: 1, healed_channels: 1 });
+        assert_eq!(h.catchup.restored.channels_from_snapshots, 2);
+        assert_eq!((h.catchup.replay_count, &h.assigned_partitions[..]), (3, &[0][..]));
+        let again = serde_json::to_value(&h).unwrap();
+        assert_eq!((again["channels"].as_u64(), again["canvases"].as_u64()), (Some(9), Some(9)));
+        assert_eq!((again["catchup"]["channels_from_snapshots"].as_u64(), again["catchup"]["canvases_from_snapshots"].as_u64()), (Some(2), Some(2)));
     }
 }

@@ -61,6 +61,7 @@ pub mod probe;
 pub mod protocol;
 pub mod rate_limit;
 pub mod record;
+pub mod renamed;
 pub mod replay;
 pub mod serve;
 pub mod shutdown;

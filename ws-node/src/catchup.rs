@@ -49,7 +49,7 @@ pub fn idle_report() -> CatchupReport {
         last_consumed_offsets: Default::default(),
         positions: Default::default(),
         replay_count: 0,
-        canvases_from_snapshots: 0,
+        restored: Default::default(),
         took_ms: None,
         completed: 0,
         error: None,
@@ -118,7 +118,7 @@ pub fn run(
     // The state reflects everything before the start (nothing exists before the log start).
     hub.advance_positions(&plan.starts);
     set_report(report, CatchupStatus::Running, &Progress::new(&plan), None);
-    report.lock().expect("catch-up report lock").canvases_from_snapshots = from_snapshots;
+    report.lock().expect("catch-up report lock").restored.channels_from_snapshots = from_snapshots;
     let total = Progress::new(&plan).remaining();
     tracing::info!(
         "[CATCHUP] started groupId={} startOffsets={} targetOffsets={} toReplay={}",

@@ -2,7 +2,7 @@
 //!
 //! A channel whose versions skipped as it was applied (its records deleted with no snapshot
 //! covering them: a node frozen past the retention, records deleted by an operator) misses
-//! publications. It is refused to new sessions (503 `canvas_incomplete`) and every `HEAL_EVERY_MS` the
+//! publications. It is refused to new sessions (503 `channel_incomplete`) and every `HEAL_EVERY_MS` the
 //! node reads the newest snapshots of the partitions it is on. A snapshot that holds the
 //! missing versions ([`crate::hub::heals`]) heals it: the channel is rebuilt from the snapshot and
 //! the log's records of it after the snapshot up to the node's position, then the events applied

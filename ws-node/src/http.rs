@@ -9,7 +9,7 @@
 //! | `POST /admin/start-recovery` | `202` [`shared::api::RecoveryAck`] (`started`), `200` when already running or ready, `409` while draining |
 //! | `POST /admin/drain` `{"reason","grace_ms"?,"partitions"?}` | `200` [`shared::api::DrainReport`] when the drain is over; `400` bad body; `409` |
 //! | `POST /admin/hold` `{"partitions","for_ms"}` | `200` [`shared::api::HoldReport`]: the held ones among `partitions` are kept `for_ms` more; `400` bad body |
-//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the channel's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the channel's partition, the channel incomplete (`canvas_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
+//! | `GET /ws?canvas=<id>&since=<version>&epoch=<epoch>&token=<jwt>` | WebSocket upgrade (`epoch` optional: another epoch than the channel's current one is served a snapshot); `503` + `Retry-After` when not ready, draining, not the owner of the channel's partition, the channel incomplete (`channel_incomplete`: versions skipped, until a snapshot heals it), full (`MAX_SESSIONS` seats taken: `full`), or behind the client; `403 origin_not_allowed` for an `Origin` not in `ALLOWED_ORIGINS` (none is fine: the gateway's upstream handshake sends none) |
 //!
 //! The `/admin/...` routes need `Authorization: Bearer <ADMIN_TOKEN>` (401 otherwise), and once a
 //! gateway leader has claimed, its fencing token (409 `fencing_token_required`; [`shared::fence`]). With no
@@ -306,7 +306,7 @@ fn peer_of(headers: &HeaderMap) -> Peer {
 ///
 /// # Errors
 /// The refusal: 400 (`unknown_namespace`, `canvas`), 401/403 (client token), 503 + Retry-After
-/// (`not_ready`, `draining`, `not_owner`, `canvas_incomplete`, `full`, `behind`).
+/// (`not_ready`, `draining`, `not_owner`, `channel_incomplete`, `full`, `behind`).
 async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl FnOnce() -> Result<crate::admission::Seat, ApiError>) -> Result<SessionSpec, ApiError> {
     let (channel, style, since, epoch, token) = (q.id().clone(), q.style(), q.since, q.epoch.clone(), q.token.clone());
     check_namespace(node, &channel, style)?;
@@ -333,7 +333,7 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
     // until a snapshot heals it (open sessions keep their events).
     if node.hub.is_incomplete(&channel) {
         return Err(ApiError::unavailable(
-            "canvas_incomplete",
+            "channel_incomplete",
             format!("node {}'s state of {channel} misses versions whose records were deleted; it heals from the next snapshot", node.config.node_id),
             INCOMPLETE_RETRY_AFTER_SECS,
         ));

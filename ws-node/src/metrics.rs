@@ -31,7 +31,7 @@ struct Scraped {
     sessions: Gauge,
     max_sessions: Gauge,
     session_seats: Gauge,
-    canvases: Gauge,
+    channels: Gauge,
     recent_window_bytes: Gauge,
     outbox_frames: Gauge,
     fanout_queue: Gauge,
@@ -47,9 +47,9 @@ struct Scraped {
     catchup_replayed: Gauge,
     log_start_recoveries: Gauge,
     log_moved_back: Gauge,
-    healed_canvases: Gauge,
+    healed_channels: Gauge,
     history_changes: Gauge,
-    incomplete_canvases: Gauge,
+    incomplete_channels: Gauge,
 }
 
 /// The node's registry and its scrape-time gauges.
@@ -71,7 +71,7 @@ impl Metrics {
         r.register("sessions", "Open WebSocket sessions", s.sessions.clone());
         r.register("max_sessions", "Session capacity (MAX_SESSIONS): a full node refuses new handshakes with 503 full", s.max_sessions.clone());
         r.register("session_seats", "Seats taken: open sessions plus handshakes being answered (at most max_sessions)", s.session_seats.clone());
-        r.register("canvases", "Canvases held in memory", s.canvases.clone());
+        r.register("channels", "Channels held in memory (was ws_node_canvases)", s.channels.clone());
         r.register("recent_window_bytes", "Bytes of recent event frames held for resumes", s.recent_window_bytes.clone());
         r.register("outbox_frames", "Frames waiting in session outboxes (not yet taken by the kernel)", s.outbox_frames.clone());
         r.register("fanout_queue_events", "Events applied and not yet handed to the fan-out writer", s.fanout_queue.clone());
@@ -88,13 +88,13 @@ impl Metrics {
         r.register("log_start_recoveries", "Times a reader's position was below its partition's log start and the partition was restored from the snapshots", s.log_start_recoveries.clone());
         r.register("log_moved_back", "Times a reader's position was past its partition's readable end (the topic recreated, or truncated) and the partition was rebuilt as a new history", s.log_moved_back.clone());
         r.register("history_changes", "Times the events topic's ID changed under the serving node, which left service and caught up on the new topic", s.history_changes.clone());
-        r.register("incomplete_canvases", "Canvases whose versions skipped (records deleted with no snapshot covering them) until a snapshot restores them", s.incomplete_canvases.clone());
-        r.register("healed_canvases", "Incomplete canvases healed from a newer snapshot while the node served", s.healed_canvases.clone());
+        r.register("incomplete_channels", "Channels whose versions skipped (records deleted with no snapshot covering them) until a snapshot restores them (was ws_node_incomplete_canvases)", s.incomplete_channels.clone());
+        r.register("healed_channels", "Incomplete channels healed from a newer snapshot while the node served (was ws_node_healed_canvases)", s.healed_channels.clone());
         r.register("deliveries", "Event frames handed to sessions (live and backlog)", counters.deliveries.clone());
         r.register("records_other_namespaces", "Records written under other namespaces than this node's (their fleet-namespaces header names another fingerprint)", formats.other.clone());
         r.register("sent_bytes", "Bytes of the event frames handed to sessions", counters.sent_bytes.clone());
         r.register("session_closes", "Sessions ended, by close code (1006: connection lost without a close frame)", counters.closes.clone());
-        r.register("snapshots_sent", "Sessions started with a canvas snapshot instead of events", counters.snapshots_sent.clone());
+        r.register("snapshots_sent", "Sessions started with a snapshot of the channel's state instead of events", counters.snapshots_sent.clone());
         r.register("rebalances", "Broadcast-group rebalance callbacks, by kind (assign, revoke, error)", counters.rebalances.clone());
         r.register("rebalanced_partitions", "Partitions moved by rebalance callbacks, by kind", counters.rebalanced_partitions.clone());
         r.register("hold_seconds", "How long revoked partitions were held before handed over, drained or assigned back", counters.hold_seconds.clone());
@@ -125,12 +125,12 @@ impl Metrics {
         s.sessions.set(h.sessions as i64);
         s.log_start_recoveries.set(h.log_start_recoveries as i64);
         s.log_moved_back.set(h.log_moved_back as i64);
-        s.healed_canvases.set(h.healed_canvases as i64);
+        s.healed_channels.set(h.per_channel.healed_channels as i64);
         s.history_changes.set(h.history_changes as i64);
-        s.incomplete_canvases.set(h.incomplete_canvas_count as i64);
+        s.incomplete_channels.set(h.per_channel.incomplete_channel_count as i64);
         s.max_sessions.set(h.max_sessions as i64);
         s.session_seats.set(h.session_seats as i64);
-        s.canvases.set(h.canvases as i64);
+        s.channels.set(h.per_channel.channels as i64);
         s.recent_window_bytes.set(h.recent_window_bytes as i64);
         s.outbox_frames.set(figures.outbox_frames as i64);
         s.fanout_queue.set(figures.fanout_queue as i64);

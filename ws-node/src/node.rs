@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::drain::{self, HandOverOutcome};
 use crate::hub::Hub;
 use crate::lifecycle::{transition, Effect, Input, Phase};
-use shared::api::{CatchupReport, CatchupStatus, DrainReport, HoldReport, NodeHealth, NodeState, PartitionHealth, PartitionRole, Progress, RecoveryAck};
+use shared::api::{CatchupReport, CatchupStatus, DrainReport, HoldReport, NodeHealth, NodeState, PartitionHealth, PartitionRole, PerChannel, Progress, RecoveryAck};
 use shared::protocol::{close, DrainReason};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -198,7 +198,7 @@ impl Node {
         let assessment = self.assessment();
         let ready = phase == Phase::Ready && assessment.degraded.is_none();
         let standby = if self.config.standby && phase == Phase::Ready { crate::standby::partitions(&self.hub) } else { Vec::new() };
-        let (incomplete_canvases, incomplete_canvas_count) = self.hub.incomplete_channels(100);
+        let (incomplete_channels, incomplete_channel_count) = self.hub.incomplete_channels(100);
         NodeHealth {
             node_id: self.config.node_id.clone(),
             state: if phase == Phase::Ready && !ready { NodeState::Degraded } else { phase.reported() },
@@ -223,11 +223,13 @@ impl Node {
             ),
             log_start_recoveries: self.hub.log_start_recoveries(),
             log_moved_back: self.hub.log_moved_back(),
-            healed_canvases: self.hub.healed_channels(),
             history_changes: self.hub.history_changes.load(Ordering::Relaxed),
-            incomplete_canvases,
-            incomplete_canvas_count,
-            canvases: self.hub.channel_count(),
+            per_channel: PerChannel {
+                channels: self.hub.channel_count(),
+                incomplete_channels,
+                incomplete_channel_count,
+                healed_channels: self.hub.healed_channels(),
+            },
             recent_window_bytes: self.hub.recent_bytes(),
             progress: Progress {
                 since_poll_ms: self.hub.sampler.since_broadcast_poll().map(|d| d.as_millis() as u64),

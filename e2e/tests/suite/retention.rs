@@ -252,7 +252,7 @@ async fn refusal_of(url: &str) -> Option<(u16, serde_json::Value, Option<String>
 /// partitions deleted (above their checkpoints); ws-2 resumed: it restores the older snapshots
 /// and reads on from the log start. Once the publisher resumes and writes again, ws-2's states of
 /// the burst's canvases skip versions: it flags them incomplete and refuses new sessions on them
-/// (503 `canvas_incomplete`), then heals them from the publisher's next snapshots, and fresh
+/// (503 `channel_incomplete`), then heals them from the publisher's next snapshots, and fresh
 /// clients through the gateway get the publisher's canvas.
 async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canvases: &[String], ws2: nix::unistd::Pid) {
     use nix::sys::signal::{kill, Signal};
@@ -337,7 +337,7 @@ async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canv
         match r {
             Some((status, body, retry)) => {
                 let code = body["error"].as_str();
-                let expected = if owned { code == Some("canvas_incomplete") } else { matches!(code, Some("canvas_incomplete" | "not_owner")) };
+                let expected = if owned { matches!(code, Some("channel_incomplete")) } else { matches!(code, Some("channel_incomplete" | "not_owner")) };
                 assert!(status == 503 && expected, "{status} {body}");
                 assert!(retry.is_some(), "a Retry-After");
             }
