@@ -256,3 +256,16 @@ pub(crate) fn version(m: &ServerMessage) -> u64 {
         other => panic!("not a versioned frame: {other:?}"),
     }
 }
+
+pub const NODE_SECRET: &str = "node-client-token-secret-01234567";
+pub const OTHER_SECRET: &str = "other-client-token-secret-0123456";
+
+pub fn client_token(secret: &str, canvases: &[&str], ttl_secs: u64) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + ttl_secs;
+    jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &serde_json::json!({"exp": exp, "sub": "tester", "canvases": canvases}),
+        &jsonwebtoken::EncodingKey::from_secret(secret.as_bytes()),
+    )
+    .unwrap()
+}
