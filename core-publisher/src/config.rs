@@ -15,7 +15,7 @@ pub const RENAMED: &[Renamed] = &[Renamed { old: "MAX_CANVASES", new: "MAX_CHANN
 /// `core-publisher` settings. Every flag can also be given by the environment variable named in
 /// its help, or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "core-publisher", version, about = "Versions canvas edits and publishes them to Kafka")]
+#[command(name = "core-publisher", version, about = "Versions channel publications and publishes them to Kafka")]
 pub struct Config {
     /// The fleet's file: its namespaces, and settings (`[fleet]`, `[publisher]`) for what no flag
     /// or environment variable sets (docs/configuration.md).
@@ -79,7 +79,7 @@ pub struct Config {
     /// checkpoints, so it must be far above `SNAPSHOT_EVERY_MS` (at least ten times).
     #[arg(long, env = "RETENTION_MS", default_value_t = 604_800_000, allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..))]
     pub retention_ms: i64,
-    /// Topic of canvas snapshots and checkpoints (compacted, created beside the events topic).
+    /// Topic of channel snapshots and checkpoints (compacted, created beside the events topic).
     /// Default: `<KAFKA_TOPIC>-snapshots`.
     #[arg(long, env = "SNAPSHOT_TOPIC")]
     pub snapshot_topic: Option<String>,
@@ -89,7 +89,7 @@ pub struct Config {
     /// name, `MAX_CANVASES` (`--max-canvases`), still works.
     #[arg(long, alias = "max-canvases", env = "MAX_CHANNELS", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub max_channels: u64,
-    /// A canvas is snapshotted once this many versions passed since its last snapshot...
+    /// A channel is snapshotted once this many versions passed since its last snapshot...
     #[arg(long, env = "SNAPSHOT_EVERY_VERSIONS", default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub snapshot_every_versions: u64,
     /// ...or once its oldest event not in a snapshot is this old, ms...
@@ -279,7 +279,7 @@ impl Config {
         self.snapshot_topic.clone().unwrap_or_else(|| shared::snapshot::topic_for(&self.topic))
     }
 
-    /// When canvases are snapshotted.
+    /// When channels are snapshotted.
     pub fn snapshot_policy(&self) -> crate::snapshots::SnapshotPolicy {
         crate::snapshots::SnapshotPolicy {
             every_versions: self.snapshot_every_versions,

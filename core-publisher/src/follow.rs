@@ -129,8 +129,8 @@ impl Applier {
         });
         self.events += 1;
         if let Some(expected) = gap {
-            tracing::error!(canvas = %ev.channel, expected, got = ev.version, partition = le.partition, offset = le.offset,
-                "standby: this canvas's versions skip in the log (records deleted?): its pixels before version {} are lost", ev.version);
+            tracing::error!(channel = %ev.channel, expected, got = ev.version, partition = le.partition, offset = le.offset,
+                "standby: this channel's versions skip in the log (records deleted?): its state before version {} is lost", ev.version);
             if !self.incomplete.contains(&ev.channel) {
                 self.incomplete.push(ev.channel.clone());
             }
@@ -255,7 +255,7 @@ impl Follower {
     /// checkpoints in order behind the events read.
     fn learn_snapshots(&mut self, loaded: Loaded) {
         if loaded.skipped > 0 {
-            tracing::warn!(records = loaded.skipped, "standby: snapshot records it cannot read were skipped (their canvases count as not covered)");
+            tracing::warn!(records = loaded.skipped, "standby: snapshot records it cannot read were skipped (their channels count as not covered)");
         }
         for (p, (track, part)) in self.tracks.iter_mut().zip(&self.partitions).enumerate() {
             let p = p as i32;

@@ -144,7 +144,7 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                 }
             }
             tracing::info!(topic = %config.topic, partitions, transactional_id = %config.transactional_id(),
-                "initialising the transactional producers (this fences an older publisher), then rebuilding canvas \
+                "initialising the transactional producers (this fences an older publisher), then rebuilding channel \
                  versions from the committed log; writes get 503 until done");
             loop {
                 let started = std::time::Instant::now();
@@ -159,8 +159,8 @@ pub async fn run(config: Config, listener: TcpListener, shutdown: CancellationTo
                 match r {
                     Ok(n) => {
                         versions.counters().metrics.rebuilt(started.elapsed());
-                        tracing::info!(events = n, canvases = versions.channel_count(), took_ms = started.elapsed().as_millis() as u64,
-                            "canvas versions rebuilt; accepting writes")
+                        tracing::info!(events = n, channels = versions.channel_count(), took_ms = started.elapsed().as_millis() as u64,
+                            "channel versions rebuilt; accepting writes")
                     }
                     Err(e) => return tracing::error!(error = %e, "start-up gave up"),
                 }

@@ -88,7 +88,7 @@ impl Default for PublisherMetrics {
         r.register("commit_events", "Events per committed transaction", m.commit_events.clone());
         r.register("snapshots_written", "Snapshots of channels committed to the snapshot topic", m.snapshots_written.clone());
         r.register("rebuilds", "Rebuilds of the channels' versions from the log that finished", m.rebuilds.clone());
-        r.register("rebuild_seconds", "How long the last rebuild of the canvas versions took", m.rebuild_seconds.clone());
+        r.register("rebuild_seconds", "How long the last rebuild of the channel versions took", m.rebuild_seconds.clone());
         r.register(
             "idempotency_store_full",
             "Keyed publishes refused because the idempotency-key store is full of keys younger than the window",

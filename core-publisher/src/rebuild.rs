@@ -67,7 +67,7 @@ impl Rebuilt {
             return false;
         }
         if ev.version > before + 1 {
-            tracing::error!(canvas = %ev.channel, expected = before + 1, got = ev.version, partition = le.partition, offset = le.offset,
+            tracing::error!(channel = %ev.channel, expected = before + 1, got = ev.version, partition = le.partition, offset = le.offset,
                 "this channel's versions skip in the log and no snapshot covers them (records deleted by retention?): its state before version {} is lost",
                 ev.version);
             if !self.incomplete.contains(&ev.channel) {
@@ -135,7 +135,7 @@ pub async fn preread<L: EventLog>(log: &L, key_window: Duration) -> Result<Prere
     let key_from_ms = shared::event::now_ms().saturating_sub(key_window.as_millis() as u64) as i64;
     let (snapshots, window_starts) = tokio::join!(log.read_snapshots_from(shared::replay::Offsets::new()), log.offsets_for_time(key_from_ms));
     let (loaded, snapshot_positions) = snapshots?;
-    tracing::info!(records = loaded.records, canvases = loaded.canvases.len(), took_ms = started.elapsed().as_millis() as u64,
+    tracing::info!(records = loaded.records, snapshots = loaded.canvases.len() + loaded.channels.len(), took_ms = started.elapsed().as_millis() as u64,
         "snapshot topic read");
     Ok(Preread { loaded, snapshot_positions, window_starts: window_starts? })
 }
@@ -191,7 +191,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
     if loaded.skipped > 0 {
         return Err(RebuildError::Read(ReadError(format!(
             "{} snapshot record(s) could not be read (see the warnings; a newer format needs a newer publisher): refusing to start \
-             without them, as their canvases' versions would be reused",
+             without them, as their channels' versions would be reused",
             loaded.skipped
         ))));
     }
@@ -255,7 +255,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
         end.truncated.iter().partition(|p| only_a_marker_deleted(**p, &needed_at, &end.starts, &restored_at));
     if !marker_only.is_empty() {
         tracing::info!(partitions = ?marker_only,
-            "the log of these idle partitions was deleted up to past their checkpoint's commit marker (retention): every canvas there is in its snapshot");
+            "the log of these idle partitions was deleted up to past their checkpoint's commit marker (retention): every channel there is in its snapshot");
     }
     if !lost.is_empty() {
         return Err(deleted_tail(&lost, &needed_at, &end.starts, &restored_at, &rebuilt.fresh));
@@ -286,7 +286,7 @@ async fn heads_after<L: EventLog>(log: &L, pre: Preread, namespaces: &Arc<Namesp
             }
         }
     }
-    tracing::info!(canvases_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
+    tracing::info!(channels_from_snapshots = from_snapshots, records_read = end.records, events_applied = rebuilt.events,
         incomplete = rebuilt.incomplete.len(), keys_from_key_records = from_records,
         "heads rebuilt from the snapshots and the log after them");
     let events_read = end.records as usize;
@@ -355,7 +355,7 @@ fn deleted_tail(
         let mut channels: Vec<&str> =
             restored_at.iter().filter(|(q, c, end)| q == p && *end < start && !fresh.contains(c)).map(|(_, c, _)| c.as_str()).collect();
         channels.sort_unstable();
-        let named = if channels.is_empty() { "no canvas known from a snapshot".to_owned() } else { format!("canvases {}", channels.join(", ")) };
+        let named = if channels.is_empty() { "no channel known from a snapshot".to_owned() } else { format!("channels {}", channels.join(", ")) };
         parts.push(format!("partition {p} (checkpoint {}, log start {start}: {named})", checkpoints.get(p).copied().unwrap_or(0)));
     }
     RebuildError::Read(ReadError(format!(

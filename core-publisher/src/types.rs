@@ -78,7 +78,7 @@ pub struct ChannelChanged {
 pub enum PublishError {
     /// The transactional producers are being initialised or the heads rebuilt from the log:
     /// nothing was applied; retry later.
-    #[error("the publisher is rebuilding canvas versions from the log")]
+    #[error("the publisher is rebuilding channel versions from the log")]
     NotReady,
     /// This publisher stands by (`--standby`) until the gateway leader promotes it: nothing was
     /// applied; send writes to the active publisher.
@@ -113,7 +113,7 @@ pub enum PublishError {
     IdempotencyStoreFull { retry_after_secs: u64, capacity: usize, window_secs: u64 },
     /// The channel has no event yet and the publisher already holds `limit` channels
     /// (`MAX_CHANNELS`): nothing was written.
-    #[error("the publisher holds {limit} canvases, its limit (MAX_CHANNELS); this publish would create another")]
+    #[error("the publisher holds {limit} channels, its limit (MAX_CHANNELS); this publish would create another")]
     ChannelLimit { limit: usize },
     /// The pixel is outside the canvas.
     #[error("{field} must be below {limit}")]

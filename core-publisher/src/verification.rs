@@ -43,7 +43,7 @@ pub fn verification(reported: Option<&str>) -> Verification {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "broker(s) {brokers:?} report {SETTING}=false: without it a late produce of an aborted transaction can land in a later \
-     transaction or leave one open for good (librdkafka has no KIP-890 client side), so the canvases' versions cannot be trusted; \
+     transaction or leave one open for good (librdkafka has no KIP-890 client side), so the channels' versions cannot be trusted; \
      refusing to start. Turn it on, dynamically and for every broker: kafka-configs.sh --bootstrap-server <broker> --alter \
      --entity-type brokers --entity-default --add-config {SETTING}=true (and remove any per-broker override, or a \
      {SETTING}=false line in server.properties)"

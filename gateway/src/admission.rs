@@ -245,7 +245,7 @@ impl Admission {
     /// A `full` refusal with a jittered Retry-After.
     fn refuse(&self, node: Option<&str>, why: &str) -> Refused {
         let secs = retry_after_secs(&self.settings, rand::random());
-        let at = node.map_or_else(|| "the canvas's node".to_owned(), |n| format!("node {n}"));
+        let at = node.map_or_else(|| "the channel's node".to_owned(), |n| format!("node {n}"));
         Refused { code: FULL.into(), message: format!("{at} serves its capacity: {why}; try again in {secs} s"), retry_after_secs: secs }
     }
 }
@@ -282,7 +282,7 @@ impl Admission {
                     // Woken: a place freed; the node decides again.
                     refused_full = false;
                     if trying.is_none() {
-                        tracing::info!(node = %node, canvas = channel, "admission wait ran out");
+                        tracing::info!(node = %node, channel = channel, "admission wait ran out");
                         return Err(self.refuse(Some(&node), &format!("no place freed within {}ms", self.settings.wait.as_millis())));
                     }
                 }
@@ -294,7 +294,7 @@ impl Admission {
                 (_, node) => match attempt().await {
                     Ok(open) => {
                         if let (true, Some(node)) = (waited, &node) {
-                            tracing::info!(node = %node, canvas = channel, seq, "admitted after waiting for a place");
+                            tracing::info!(node = %node, channel = channel, seq, "admitted after waiting for a place");
                         }
                         return Ok(open);
                     }

@@ -75,7 +75,7 @@ fn is_http_url(url: &str) -> bool {
 /// Gateway settings. Every flag can also be given by the environment variable named in its help,
 /// or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "gateway", version, about = "Entry point and lifecycle orchestrator of the canvas fleet")]
+#[command(name = "gateway", version, about = "Entry point and lifecycle orchestrator of the channel fleet")]
 pub struct Config {
     /// The fleet's file: its namespaces, and settings (`[fleet]`, `[gateway]`) for what no flag or
     /// environment variable sets (docs/configuration.md).
@@ -116,7 +116,7 @@ pub struct Config {
     /// client's `Authorization` header.
     #[command(flatten)]
     pub client_tokens: shared::client_token::ClientTokenSettings,
-    /// Base URLs of the publishers, comma-separated (for `/api/canvases/...` and `/api/pixels`):
+    /// Base URLs of the publishers, comma-separated (for `/api/channels/...`, `/api/publications` and the pixels routes):
     /// each request goes to the one that accepts writes.
     #[arg(long, env = "PUBLISHER_URL", default_value = "http://localhost:8080", value_parser = parse_publishers)]
     pub publisher_url: PublisherUrls,
@@ -126,13 +126,13 @@ pub struct Config {
     /// host. Unset or empty: each publisher's own URL.
     #[arg(long, env = "PUBLISHER_ADMIN_URLS", value_parser = parse_publishers)]
     pub publisher_admin_urls: Option<PublisherUrls>,
-    /// How long a forwarded single publish or canvas read may take before the client gets 504
+    /// How long a forwarded single publish or channel read may take before the client gets 504
     /// `publisher_outcome_unknown`, ms.
     #[arg(long, env = "PUBLISHER_TIMEOUT_MS", default_value_t = 15_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub publisher_timeout_ms: u64,
-    /// How long a forwarded batch (`POST /api/pixels`) may take, ms: each canvas's events go one
-    /// Kafka acknowledgement at a time, and a Kafka outage fails each canvas's first event only
-    /// after the publisher's produce timeout.
+    /// How long a forwarded batch (`POST /api/publications`, `POST /api/pixels`) may take, ms: the
+    /// publisher writes each channel's publications in a Kafka transaction, channels side by side,
+    /// and a Kafka outage fails a channel's transaction only after the publisher's produce timeout.
     #[arg(long, env = "PUBLISHER_BATCH_TIMEOUT_MS", default_value_t = 60_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub publisher_batch_timeout_ms: u64,
     /// How often each node's `/health` is polled, ms.
@@ -271,8 +271,8 @@ pub struct Config {
     /// sent away together do not return together.
     #[arg(long, env = "ADMISSION_RETRY_JITTER_S", default_value_t = 3, value_parser = clap::value_parser!(u64).range(0..=3600))]
     pub admission_retry_jitter_s: u64,
-    /// Largest message a node may send through the gateway (bytes): events and snapshots (a
-    /// 64 × 64 canvas's snapshot is about 16 KiB).
+    /// Largest message a node may send through the gateway (bytes): publications and states (a
+    /// 64 × 64 pixels channel's snapshot is about 16 KiB).
     #[arg(long, env = "UPSTREAM_MAX_MESSAGE", default_value_t = 1_048_576, value_parser = clap::value_parser!(u64).range(128..=67_108_864))]
     pub upstream_max_message: u64,
     /// Origins (`scheme://host[:port]`, comma-separated; `*` for any) whose pages may open

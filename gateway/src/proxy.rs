@@ -65,7 +65,7 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
             }
             last = Some(Refused {
                 code: "no_owner".into(),
-                message: format!("no healthy node owns partition {partition} of canvas {channel} right now"),
+                message: format!("no healthy node owns partition {partition} of channel {channel} right now"),
                 retry_after_secs: 1,
             });
             let now = tokio::time::Instant::now();
@@ -85,13 +85,13 @@ pub async fn connect_upstream(fleet: &Arc<Fleet>, q: &WsQuery, headers: &HeaderM
             match result {
                 Ok(ws) => {
                     if round > 0 {
-                        tracing::info!(node = %target.id, canvas = channel, held_ms = started.elapsed().as_millis() as u64,
-                            "handshake held until the canvas's partition had a serving owner");
+                        tracing::info!(node = %target.id, channel = channel, held_ms = started.elapsed().as_millis() as u64,
+                            "handshake held until the channel's partition had a serving owner");
                     }
                     return Ok((ws, target));
                 }
                 Err(refused) => {
-                    tracing::info!(node = %target.id, canvas = channel, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
+                    tracing::info!(node = %target.id, channel = channel, code = %refused.code, reason = %refused.message, round, "upstream refused the handshake");
                     last = Some(refused);
                 }
             }
@@ -148,7 +148,7 @@ async fn open(fleet: &Fleet, target: &Target, q: &WsQuery, headers: &HeaderMap) 
     let answer = tokio::time::timeout(fleet.config.upstream_connect_timeout(), connect).await;
     fleet.metrics.handshake_seconds.observe(started.elapsed().as_secs_f64());
     if started.elapsed() > SLOW_UPSTREAM {
-        tracing::info!(node = %target.id, canvas = channel, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
+        tracing::info!(node = %target.id, channel = channel, took_ms = started.elapsed().as_millis() as u64, "slow upstream handshake");
     }
     match answer {
         Ok(Ok((ws, _))) => Ok(ws),
@@ -439,7 +439,7 @@ async fn pipe(fleet: Arc<Fleet>, client: WebSocket, upstream: Upstream, target: 
                         }
                         continue;
                     }
-                    _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your canvas moved; reconnect with since")),
+                    _ = moved.cancelled() => break Some((close::SERVICE_RESTART, "your node is down and your channel moved; reconnect with since")),
                     _ = shutdown.cancelled() => break Some((close::GOING_AWAY, "gateway shutting down")),
                 },
             };

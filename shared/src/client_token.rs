@@ -125,7 +125,7 @@ pub enum TokenError {
     Expired,
     #[error("invalid token: {0}")]
     Invalid(String),
-    #[error("the token does not allow {action} on canvas {channel}")]
+    #[error("the token does not allow {action} on channel {channel}")]
     NotAllowed { channel: String, action: &'static str },
 }
 

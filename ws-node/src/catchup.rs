@@ -19,7 +19,7 @@
 //! 4. Complete when the consumer's position has reached the target on every partition (a
 //!    partition with nothing to read is complete at once; a partition that ends in a transaction
 //!    marker has no record at target − 1, see [`shared::replay`]), log
-//!    `[CATCHUP] completed replayCount=.. canvasesFromSnapshots=.. targetOffsets=.. lastConsumedOffsets=..`,
+//!    `[CATCHUP] completed replayCount=.. channelsFromSnapshots=.. targetOffsets=.. lastConsumedOffsets=..`,
 //!    and commit the positions to the catch-up group (so `kafka-consumer-groups --describe` shows
 //!    where replay ended; the node itself always starts from its in-memory state).
 //!
@@ -91,7 +91,7 @@ pub fn run(
         let moved: Vec<i32> = gaps.moved_back.iter().map(|m| m.partition).collect();
         for m in &gaps.moved_back {
             tracing::warn!(partition = m.partition, position = m.position, end = m.end,
-                "[CATCHUP] the log moved backwards on this partition (position past its readable end): its canvases are rebuilt from the snapshots and the log from its start");
+                "[CATCHUP] the log moved backwards on this partition (position past its readable end): its channels are rebuilt from the snapshots and the log from its start");
             hub.count_log_moved_back();
         }
         for s in hub.forget_partitions(&moved, partitions, &plan.starts) {
@@ -104,7 +104,7 @@ pub fn run(
     let from_snapshots = hub.restore(restorable);
     hub.forget_deleted(&loaded, partitions);
     tracing::info!(
-        "[CATCHUP] snapshots loaded topic={} records={} canvasesFromSnapshots={} checkpoints={}",
+        "[CATCHUP] snapshots loaded topic={} records={} channelsFromSnapshots={} checkpoints={}",
         snapshot_topic,
         snapshot_records,
         from_snapshots,
@@ -112,8 +112,8 @@ pub fn run(
     );
     if !gaps.truncated.is_empty() {
         tracing::error!(partitions = ?gaps.truncated,
-            "[CATCHUP] records this node needs were deleted on these partitions and no snapshot covers them: canvases there \
-             may miss old pixels (the log reports the canvases whose versions skip)");
+            "[CATCHUP] records this node needs were deleted on these partitions and no snapshot covers them: channels there \
+             may miss old versions (the log reports the channels whose versions skip)");
     }
     // The state reflects everything before the start (nothing exists before the log start).
     hub.advance_positions(&plan.starts);
@@ -160,7 +160,7 @@ pub fn run(
         r.completed += 1;
     }
     tracing::info!(
-        "[CATCHUP] completed replayCount={} canvasesFromSnapshots={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
+        "[CATCHUP] completed replayCount={} channelsFromSnapshots={} targetOffsets={} lastConsumedOffsets={} positions={} tookMs={}",
         progress.count,
         from_snapshots,
         fmt_offsets(&progress.targets),

@@ -11,7 +11,7 @@ use std::time::Duration;
 /// `ws-node` settings. Every flag can also be given by the environment variable named in its help,
 /// or in `fleet.toml` ([`Config::load`]).
 #[derive(Debug, Clone, Parser)]
-#[command(name = "ws-node", version, about = "WebSocket server of the canvas fleet")]
+#[command(name = "ws-node", version, about = "WebSocket server of the channel fleet")]
 pub struct Config {
     /// The fleet's file: its namespaces, and settings (`[fleet]`, `[node]`) for what no flag or
     /// environment variable sets (docs/configuration.md).
@@ -49,7 +49,7 @@ pub struct Config {
     /// requests without one act).
     #[arg(long, env = "CONTROL_TOPIC", default_value = shared::control::DEFAULT_CONTROL_TOPIC)]
     pub control_topic: String,
-    /// Topic of canvas snapshots and checkpoints the publisher writes (default
+    /// Topic of channel snapshots and checkpoints the publisher writes (default
     /// `<KAFKA_TOPIC>-snapshots`): recovery starts from them.
     #[arg(long, env = "SNAPSHOT_TOPIC")]
     pub snapshot_topic: Option<String>,
@@ -86,12 +86,12 @@ pub struct Config {
     /// Canvas height in pixels (must match the publisher's).
     #[arg(long, env = "CANVAS_HEIGHT", default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub canvas_height: u32,
-    /// Recent events kept per canvas, so resumes are served as events (events).
+    /// Recent publications kept per channel, so resumes are served as publications (publications).
     #[arg(long, env = "RECENT_EVENTS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub recent_events: u64,
-    /// Bytes of recent event frames kept per canvas, besides `RECENT_EVENTS` (whichever is
-    /// reached first bounds the window; the newest event is always kept). A node's memory for
-    /// windows is at most canvases × this.
+    /// Bytes of recent publication frames kept per channel, besides `RECENT_EVENTS` (whichever is
+    /// reached first bounds the window; the newest publication is always kept). A node's memory
+    /// for windows is at most channels × this.
     #[arg(long, env = "RECENT_BYTES", default_value_t = 262_144, value_parser = clap::value_parser!(u64).range(1..=1_073_741_824))]
     pub recent_bytes: u64,
     /// Frames a session may have queued before it is closed as too slow (1013) (frames).
@@ -117,7 +117,7 @@ pub struct Config {
     /// node must recover before it serves again, ms.
     #[arg(long, env = "HISTORY_CHECK_MS", default_value_t = 30_000, value_parser = clap::value_parser!(u64).range(100..=3_600_000))]
     pub history_check_ms: u64,
-    /// How often a node with incomplete canvases (versions skipped: their records deleted with no
+    /// How often a node with incomplete channels (versions skipped: their records deleted with no
     /// snapshot covering them) reads their newest snapshots to heal them, ms.
     #[arg(long, env = "HEAL_EVERY_MS", default_value_t = 3_000, value_parser = clap::value_parser!(u64).range(100..=600_000))]
     pub heal_every_ms: u64,
@@ -301,7 +301,7 @@ impl Config {
         self.fleet.namespaces_or_pixels(self.canvas_dims())
     }
 
-    /// How much of each canvas's recent events is kept.
+    /// How much of each channel's recent publications is kept.
     pub fn window(&self) -> crate::state::Window {
         crate::state::Window { events: self.recent_events as usize, bytes: self.recent_bytes as usize }
     }

@@ -126,12 +126,12 @@ pub fn heal_once(config: &Config, hub: &Hub) -> Result<Round, String> {
         match hub.finish_heal(&channel, rebuilt) {
             Ok(version) => {
                 round.healed += 1;
-                tracing::info!(canvas = %channel, snapshot_version = s.version, version,
-                    "[HEAL] canvas healed from its snapshot: complete again, its sessions got the snapshot");
+                tracing::info!(channel = %channel, snapshot_version = s.version, version,
+                    "[HEAL] channel healed from its snapshot: complete again, its sessions got its state");
             }
             Err(why) => {
                 round.waiting += 1;
-                tracing::info!(canvas = %channel, snapshot_version = s.version, why = ?why, "[HEAL] canvas not healed in this round");
+                tracing::info!(channel = %channel, snapshot_version = s.version, why = ?why, "[HEAL] channel not healed in this round");
             }
         }
     }

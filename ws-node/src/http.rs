@@ -315,7 +315,7 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
         None => None,
         Some(tokens) => {
             let grant = tokens.authorize(token.as_deref(), channel.as_str(), Action::Subscribe).map_err(|e| {
-                tracing::info!(canvas = %channel, code = e.code(), "handshake refused: client token");
+                tracing::info!(channel = %channel, code = e.code(), "handshake refused: client token");
                 e.api_error()
             })?;
             Some(tokio::time::Instant::now() + grant.remaining(std::time::SystemTime::now()))
@@ -351,7 +351,7 @@ async fn admit(node: &Arc<Node>, q: &WsQuery, headers: &HeaderMap, seat: impl Fn
         let waiting = std::time::Instant::now();
         let have = node.hub.wait_for_version(&channel, wanted, node.config.behind_wait()).await;
         if waiting.elapsed() > std::time::Duration::from_millis(100) {
-            tracing::info!(canvas = %channel, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
+            tracing::info!(channel = %channel, since, have, waited_ms = waiting.elapsed().as_millis() as u64,
                 "handshake waited for its state to reach the client's version");
         }
         if have < wanted {

@@ -283,7 +283,7 @@ impl Node {
                     s.close(close::SERVICE_RESTART, "the events topic was recreated: reconnect");
                 }
             }
-            _ => tracing::info!(topic = %self.config.topic, topic_id = %id, "events topic id (canvas epochs are <topic id>-<resets>)"),
+            _ => tracing::info!(topic = %self.config.topic, topic_id = %id, "events topic id (channel epochs are <topic id>-<resets>)"),
         }
         Ok(())
     }
@@ -361,7 +361,7 @@ impl Node {
                 Ok(Ok(_)) => failed_before = false,
                 Ok(Err(e)) if !failed_before => {
                     failed_before = true;
-                    tracing::warn!(error = %e, "[HEAL] cannot heal the incomplete canvases now; trying again every HEAL_EVERY_MS");
+                    tracing::warn!(error = %e, "[HEAL] cannot heal the incomplete channels now; trying again every HEAL_EVERY_MS");
                 }
                 Ok(Err(_)) => {}
                 Err(e) => tracing::error!(error = %e, "[HEAL] the heal round panicked"),

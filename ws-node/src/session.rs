@@ -191,14 +191,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
                 .into();
             out.start(sock.clone(), vec![msg.wire().clone(), encode_close(close::TRY_AGAIN_LATER, &refusal.to_string())]);
             flush_until(&out, &sock, Instant::now() + spec.write_timeout).await;
-            tracing::info!(session = id, canvas = %spec.channel, reason = %refusal, "session refused after upgrade");
+            tracing::info!(session = id, channel = %spec.channel, reason = %refusal, "session refused after upgrade");
             hub.counters.closed(Some(close::TRY_AGAIN_LATER));
             return;
         }
     };
     if start.since != spec.since {
-        tracing::debug!(session = id, canvas = %spec.channel, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
-            epoch = %start.epoch, "the client's epoch is not the canvas's current one: it gets a snapshot");
+        tracing::debug!(session = id, channel = %spec.channel, since = spec.since, client_epoch = ?spec.epoch.as_ref().map(|e| e.as_str()),
+            epoch = %start.epoch, "the client's epoch is not the channel's current one: it gets the state");
     }
     let (canvas, channel, model) = match spec.style {
         FrameStyle::Canvas => (Some(spec.channel.to_string()), None, None),
@@ -213,7 +213,7 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
         Backlog::Reset { frame, .. } => (vec![welcome.wire().clone(), frame.wire().clone()], "reset"),
         Backlog::Behind { .. } => (vec![welcome.wire().clone()], "none"),
     };
-    tracing::debug!(session = id, canvas = %spec.channel, since = spec.since, backlog = kind, frames = first.len(), "session started");
+    tracing::debug!(session = id, channel = %spec.channel, since = spec.since, backlog = kind, frames = first.len(), "session started");
     // From here the fan-out writes to the socket directly once the backlog is out.
     hub.counters.backlog(kind == "snapshot", first.len() - 1, first.iter().skip(1).map(Bytes::len).sum());
     out.start(sock.clone(), first);
@@ -293,14 +293,14 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             // Completes the closing handshake: sends the close reply tungstenite made.
             out.begin_close(close_reply);
             flush_until(&out, &sock, deadline).await;
-            tracing::debug!(session = id, canvas = %spec.channel, "client closed the session");
+            tracing::debug!(session = id, channel = %spec.channel, "client closed the session");
         }
-        End::Unresponsive => tracing::info!(session = id, canvas = %spec.channel, "client answered no ping; dropping the session"),
+        End::Unresponsive => tracing::info!(session = id, channel = %spec.channel, "client answered no ping; dropping the session"),
         End::Ordered(code, reason) => {
             out.begin_close(encode_close(code, &reason));
             flush_until(&out, &sock, deadline).await;
             linger(&mut ctx, &sock).await;
-            tracing::debug!(session = id, canvas = %spec.channel, code, reason = %reason, "session closed by the node");
+            tracing::debug!(session = id, channel = %spec.channel, code, reason = %reason, "session closed by the node");
         }
         End::Protocol(code, reason) => {
             out.begin_close(encode_close(code, &reason));
@@ -308,8 +308,8 @@ pub async fn run(socket: WebSocket, hub: &Hub, opening: Opening) {
             linger(&mut ctx, &sock).await;
             shared::ws::log_protocol_error(code, &reason, &spec.peer.origin, &spec.peer.user_agent);
         }
-        End::WriteFailed(e) => tracing::debug!(session = id, canvas = %spec.channel, error = %e, "session connection lost"),
-        End::SocketError(e) => tracing::error!(session = id, canvas = %spec.channel, error = %e, "websocket error; session ended"),
+        End::WriteFailed(e) => tracing::debug!(session = id, channel = %spec.channel, error = %e, "session connection lost"),
+        End::SocketError(e) => tracing::error!(session = id, channel = %spec.channel, error = %e, "websocket error; session ended"),
     }
     // Dropping `rx` releases the outbox's socket; the last reference closes it.
     drop(rx);

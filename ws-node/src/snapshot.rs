@@ -184,7 +184,7 @@ fn restore_partitions(
         let checkpoint = checkpoints.get(p).copied().unwrap_or(0);
         if checkpoint.max(have) < low {
             tracing::error!(partition = p, position = have, checkpoint, log_start = low,
-                "[SNAPSHOT] records this node needs were deleted and no snapshot covers them: canvases of this partition may miss old pixels (named in /health as they are applied)");
+                "[SNAPSHOT] records this node needs were deleted and no snapshot covers them: channels of this partition may miss old versions (named in /health as they are applied)");
         }
         // Never below the log start: what is below is gone, and a read from there would be out of range.
         let target = checkpoint.max(have).max(low);
@@ -195,7 +195,7 @@ fn restore_partitions(
     hub.advance_positions(&raised);
     let _ = consumer.unassign();
     tracing::info!(
-        "[SNAPSHOT] partitions={:?} ({}) restored canvasesFromSnapshots={} positions={} tookMs={}",
+        "[SNAPSHOT] partitions={:?} ({}) restored channelsFromSnapshots={} positions={} tookMs={}",
         picked,
         why,
         restored,
