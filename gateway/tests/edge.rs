@@ -2,7 +2,7 @@
 //! as a node: the orchestrators' probes (`/livez`, `/readyz`), the admin routes' refusal of what
 //! a browser page could send (no JSON `Content-Type`, an `Origin`, a foreign `Host`), the
 //! `Content-Type` of the gateway's own calls to the nodes' admin routes, and the public
-//! `/api/fleet` naming no internal address.
+//! `/api/fleet` naming no internal address, and a node's `/health` of before channels read.
 
 #[path = "support/serve.rs"]
 mod support;
@@ -44,7 +44,8 @@ async fn node_health(State(n): State<FakeNode>) -> Response {
     Json(serde_json::json!({
         "node_id": "ws-1", "state": state, "up": true, "ready": state == "HEALTHY", "draining": false,
         "assigned_partitions": if state == "HEALTHY" { vec![0, 1, 2, 3, 4, 5] } else { vec![] }, "partition_count": 6, "sessions": 0,
-        "catchup": {"status": "completed", "target_offsets": {}, "last_consumed_offsets": {}, "replay_count": 0},
+        // A figure under its name before channels only, as a node older than channels writes it.
+        "catchup": {"status": "completed", "target_offsets": {}, "last_consumed_offsets": {}, "replay_count": 0, "canvases_from_snapshots": 3},
         "progress": {"since_poll_ms": 20, "assignment_at_ms": 1, "paused": null, "ownership_confirmed": true, "stalled_partitions": [], "degraded": null},
     }))
     .into_response()
@@ -83,6 +84,10 @@ async fn gateway(url: &str, extra: &[&str]) -> (String, tokio_util::sync::DropGu
     let nodes = format!("ws-1={url}");
     let mut args = vec!["gateway", "--nodes", &nodes, "--poll-interval-ms", "100", "--poll-timeout-ms", "80", "--up-threshold", "1"];
     args.extend_from_slice(extra);
+    // The admin listener (served without `--admin-token`) on a port of its own: tests run at once.
+    if !extra.contains(&"--admin-listen") {
+        args.extend_from_slice(&["--admin-listen", "127.0.0.1:0"]);
+    }
     let config = gateway::config::Config::try_parse_from(args).unwrap();
     assert!(config.problems().is_empty(), "{:?}", config.problems());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -240,6 +245,20 @@ async fn the_public_fleet_view_names_no_internal_address() {
     assert!(!text.contains("127.0.0.1") && !text.contains(&url), "{text}");
     let reason = down(&public)["reason"].as_str().unwrap().to_owned();
     assert!(reason.starts_with("no answer: ") && reason.contains("ws-1"), "{reason}");
+}
+
+/// A node older than channels writes its figures under their old names only: the gateway reads
+/// them and shows them under the new names (and, for older readers, the old ones).
+#[tokio::test]
+async fn a_node_older_than_channels_is_read_under_the_new_names() {
+    let (_node, url, _n) = fake("HEALTHY").await;
+    let (gw, _g) = gateway(&url, &[]).await;
+    let catchup = until("ws-1 polled", || async {
+        let (_, _, f) = get_json(&format!("{gw}/api/fleet")).await;
+        Some(f["nodes"][0]["catchup"].clone()).filter(|c| !c.is_null())
+    })
+    .await;
+    assert_eq!((catchup["channels_from_snapshots"].as_u64(), catchup["canvases_from_snapshots"].as_u64()), (Some(3), Some(3)), "{catchup}");
 }
 
 /// The close code of the next close frame on `ws` (`None`: the connection ended without one),

@@ -150,7 +150,7 @@ async fn main() -> anyhow::Result<()> {
     let c = &report.catchup_report;
     println!(
         "\nCatch-up of the restarted ws-1 (its /health): {} records replayed in {} ms, {} canvases from snapshots, positions {}\n",
-        c["replay_count"], c["took_ms"], c["canvases_from_snapshots"], c["positions"]
+        c["replay_count"], c["took_ms"], c["channels_from_snapshots"], c["positions"]
     );
     println!("{}", report.table());
     for v in report.verdicts.iter().filter(|v| !v.ok()) {

@@ -134,7 +134,7 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     wait_failback(&fleet, "ws-1", restart_at).await.expect("failback");
     let h = get_json(&fleet.http, &format!("{}/health", fleet.nodes[0].url())).await.unwrap();
     assert_eq!(h["catchup"]["status"], "completed", "{h}");
-    assert!(h["catchup"]["canvases_from_snapshots"].as_u64().unwrap_or(0) > 0, "ws-1 restored nothing from snapshots: {h}");
+    assert!(h["catchup"]["channels_from_snapshots"].as_u64().unwrap_or(0) > 0, "ws-1 restored nothing from snapshots: {h}");
 
     // kill -9 of the publisher, restart: its heads come from the snapshots and the tail.
     fleet.publisher.kill9().await;
@@ -142,7 +142,7 @@ async fn trimmed_log_through_kill_failback_and_publisher_restart() {
     fleet.publisher.start().expect("restart the publisher");
     wait_ready(&fleet.http, &fleet.publisher.url(), "the restarted publisher to accept writes", Duration::from_secs(60)).await.expect("publisher ready");
     let ph = get_json(&fleet.http, &format!("{}/health", fleet.publisher.url())).await.unwrap();
-    assert_eq!(ph["snapshots"]["incomplete_canvases"], serde_json::json!([]), "{ph}");
+    assert_eq!(ph["snapshots"]["incomplete_channels"], serde_json::json!([]), "{ph}");
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let stats = load.stop().await;
@@ -212,7 +212,7 @@ async fn frozen_node_below_the_log_start() {
     })
     .await
     .expect("ws-2 restored");
-    assert_eq!(h["incomplete_canvas_count"], 0, "ws-2 names canvases that miss pixels: {h}");
+    assert_eq!(h["incomplete_channel_count"], 0, "ws-2 names channels that miss versions: {h}");
 
     // §3: records deleted above the checkpoint, so that ws-2 loses events no snapshot covers.
     load.stop().await;
@@ -315,8 +315,8 @@ async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canv
         let (http, url) = (fleet.http.clone(), url.clone());
         async move {
             let h = get_json(&http, &format!("{url}/health")).await?;
-            let named: Vec<String> = h["incomplete_canvases"].as_array().map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect()).unwrap_or_default();
-            if !named.is_empty() || h["healed_canvases"].as_u64().unwrap_or(0) > 0 { Ok(Some(named)) } else { Err("none flagged yet".into()) }
+            let named: Vec<String> = h["incomplete_channels"].as_array().map(|a| a.iter().filter_map(|c| c.as_str().map(str::to_owned)).collect()).unwrap_or_default();
+            if !named.is_empty() || h["healed_channels"].as_u64().unwrap_or(0) > 0 { Ok(Some(named)) } else { Err("none flagged yet".into()) }
         }
     })
     .await
@@ -341,20 +341,20 @@ async fn deleted_above_the_checkpoint_heals(broker: &Broker, fleet: &Fleet, canv
                 assert!(status == 503 && expected, "{status} {body}");
                 assert!(retry.is_some(), "a Retry-After");
             }
-            None => assert!(!h["incomplete_canvases"].as_array().unwrap().iter().any(|x| x == c.as_str()), "ws-2 served incomplete {c}: {h}"),
+            None => assert!(!h["incomplete_channels"].as_array().unwrap().iter().any(|x| x == c.as_str()), "ws-2 served incomplete {c}: {h}"),
         }
     }
     let h = eventually("ws-2 to heal every incomplete canvas from the publisher's next snapshots", Duration::from_secs(30), || {
         let (http, url) = (fleet.http.clone(), url.clone());
         async move {
             let h = get_json(&http, &format!("{url}/health")).await?;
-            let (left, healed) = (h["incomplete_canvas_count"].as_u64().unwrap_or(1), h["healed_canvases"].as_u64().unwrap_or(0));
+            let (left, healed) = (h["incomplete_channel_count"].as_u64().unwrap_or(1), h["healed_channels"].as_u64().unwrap_or(0));
             if left == 0 && healed > 0 { Ok(Some(h)) } else { Err(format!("{left} incomplete, {healed} healed")) }
         }
     })
     .await
     .expect("healed");
-    fleet.timeline.mark(format!("ws-2 healed {} canvases", h["healed_canvases"]));
+    fleet.timeline.mark(format!("ws-2 healed {} channels", h["healed_channels"]));
     load.stop().await;
     let fresh = spawn_clients(fleet, canvases, canvases.len(), dims).await.expect("fresh clients");
     let truths = wait_for_heads(fleet, &fresh, canvases).await.expect("fresh clients at the heads");

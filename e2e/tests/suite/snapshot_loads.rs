@@ -91,7 +91,7 @@ async fn loads_under_an_eager_cleaner() {
         })
         .await
         .expect("ws-1 serving again");
-        assert!(h["catchup"]["canvases_from_snapshots"].as_u64().unwrap_or(0) > 0, "round {round}: ws-1 restored nothing from snapshots: {h}");
+        assert!(h["catchup"]["channels_from_snapshots"].as_u64().unwrap_or(0) > 0, "round {round}: ws-1 restored nothing from snapshots: {h}");
         let stats = load.stop().await;
         assert!(stats.accepted.load(std::sync::atomic::Ordering::Relaxed) > 0, "round {round}: nothing published");
         // Fresh clients on the canvases ws-1 serves, through the gateway.
